@@ -1,0 +1,27 @@
+//! weightport-core: the tensor model every weightport crate shares.
+//!
+//! * [`DType`]: every element type of safetensors and ggml, with checked byte sizes
+//!   (sub-byte types in bits, block-quantized types in bytes per block).
+//! * [`TensorInfo`] and [`Metadata`]: what readers learn from headers alone.
+//! * [`TensorSource`] and [`TensorSink`]: the traits each format implements; their docs state
+//!   the call protocol.
+//! * [`Error`]: one error enum, with exit codes; [`Limits`]: caps on sizes read from files.
+//! * [`hash`]: container-independent content hashes used to verify every emitted file.
+//! * [`format`]: the format enum and content sniffing (never trust an extension).
+#![deny(missing_docs)]
+
+pub mod dtype;
+pub mod error;
+pub mod format;
+pub mod hash;
+pub mod limits;
+pub mod source;
+pub mod tensor;
+
+pub use dtype::{DType, Layout, SizeError};
+pub use error::{sanitize, Error, Location, Result};
+pub use format::{sniff, Format, Sniffed};
+pub use hash::ContentHash;
+pub use limits::{Budget, Limits};
+pub use source::{Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
+pub use tensor::{MetaValue, Metadata, TensorInfo};

@@ -1,0 +1,102 @@
+//! The two traits every format plugs into.
+//!
+//! # Call protocol
+//!
+//! A reader's constructor parses and validates headers only; after that, [`TensorSource`]
+//! describes every tensor (name, dtype, shape, byte length) without touching data. Data comes
+//! out in one of two ways, chosen per tensor by the executor:
+//!
+//! * [`TensorSource::bytes`]: the stored bytes, zero-copy, when they lie contiguous and
+//!   little-endian in a mapped file. After consuming a range, the executor calls
+//!   [`TensorSource::release`] so resident memory stays bounded by the chunk size, not the file.
+//! * [`TensorSource::read_into`]: the logical bytes from `offset` on, written into a buffer the
+//!   caller owns (deflated ZIP members, strided or big-endian storages, dequantization). Any
+//!   offset/length aligned to [`crate::DType::granule`] must be accepted, so the executor can
+//!   split a tensor into chunks and fill them in parallel.
+//!
+//! A [`TensorSink`] is told the complete list of output tensors once ([`TensorSink::plan`]) and
+//! fixes every file, header and offset before any data byte is written. Data then arrives through
+//! [`TensorSink::write_at`] in any order and from many threads at once (ranges never overlap).
+//! [`TensorSink::staged`] exposes the finished temp files so they can be verified, and
+//! [`TensorSink::commit`] makes them durable and visible. Dropping a sink without committing
+//! removes every temp file.
+
+use std::path::PathBuf;
+
+use crate::error::Result;
+use crate::format::Format;
+use crate::tensor::{Metadata, TensorInfo};
+
+/// A parsed, validated input.
+pub trait TensorSource: Send + Sync {
+    /// The container format.
+    fn format(&self) -> Format;
+    /// Non-tensor metadata.
+    fn metadata(&self) -> &Metadata;
+    /// Every tensor, in file order.
+    fn tensors(&self) -> &[TensorInfo];
+    /// The files this source reads (for messages and reports).
+    fn files(&self) -> Vec<PathBuf>;
+    /// The file holding tensor `index` (for error messages).
+    fn file_of(&self, index: usize) -> PathBuf;
+    /// Zero-copy access to tensor `index`'s logical bytes, if they are stored as-is.
+    fn bytes(&self, index: usize) -> Option<&[u8]>;
+    /// Fills `dst` with tensor `index`'s logical bytes from `offset` on.
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()>;
+    /// Hints that `[offset, offset+len)` of tensor `index` will not be read again soon, so mapped
+    /// pages may be dropped from resident memory. Never changes what later reads return.
+    fn release(&self, _index: usize, _offset: u64, _len: u64) {}
+}
+
+/// One output file a sink stages.
+#[derive(Debug, Clone)]
+pub struct StagedFile {
+    /// The temp file, complete once all writes are done.
+    pub temp: PathBuf,
+    /// Where it goes on commit.
+    pub path: PathBuf,
+    /// Its format (for re-validation).
+    pub format: Format,
+    /// Its total size in bytes.
+    pub size: u64,
+    /// Indices (into the planned tensor list) of the tensors it holds.
+    pub tensors: Vec<usize>,
+}
+
+/// What a sink decided in [`TensorSink::plan`].
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The files that will be written.
+    pub files: Vec<StagedFile>,
+}
+
+impl Plan {
+    /// Bytes the plan will put on disk.
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// A committed output file.
+#[derive(Debug, Clone)]
+pub struct WrittenFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+    /// Number of tensors.
+    pub tensors: usize,
+}
+
+/// The output side of a conversion.
+pub trait TensorSink: Send + Sync {
+    /// Fixes files, headers and every tensor's offset. Called once, before any write.
+    fn plan(&mut self, tensors: &[TensorInfo], metadata: &Metadata) -> Result<Plan>;
+    /// Writes `bytes` at `offset` within tensor `tensor`'s data. Disjoint ranges may be
+    /// written concurrently.
+    fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()>;
+    /// The staged (not yet committed) files, for verification.
+    fn staged(&self) -> Vec<StagedFile>;
+    /// fsyncs and renames every temp file into place.
+    fn commit(self: Box<Self>) -> Result<Vec<WrittenFile>>;
+}

@@ -1,0 +1,18 @@
+//! weightport-safetensors: a strict safetensors reader/validator and a parallel, byte-exact
+//! writer.
+//!
+//! * [`SafetensorsFile`] opens a file, applies every rule of the reference in its order with
+//!   checked arithmetic (plus duplicate-name rejection), and serves tensor bytes zero-copy from
+//!   a read-only map.
+//! * [`writer::layout`] plans a file exactly as `safetensors.torch.save_file` lays it out;
+//!   [`SafetensorsSink`] writes planned files in parallel with positional writes into
+//!   pre-sized temp files and renames them into place on commit.
+#![deny(missing_docs)]
+
+pub mod dtypes;
+pub mod header;
+pub mod reader;
+pub mod writer;
+
+pub use reader::SafetensorsFile;
+pub use writer::{layout, write_file, FileLayout, SafetensorsSink};

@@ -1,0 +1,257 @@
+//! Opening a safetensors file: header by positional reads, data by a read-only memory map.
+//!
+//! `open` reads the 8-byte prefix and the JSON header with `pread`, validates everything
+//! (spec §1.2, plus duplicate names), and maps the file without touching data pages, so
+//! inspecting a 100 GB file reads only its header. When the first checks fail, the file's
+//! first bytes are sniffed so that a Git LFS pointer, an HTML page or a ZIP checkpoint gets a
+//! message saying what it really is instead of "header too large".
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, UncheckedAdvice};
+use weightport_core::{
+    sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
+    TensorSource,
+};
+
+use crate::header::{self, Header, HeaderError};
+
+/// A validated safetensors file.
+pub struct SafetensorsFile {
+    path: PathBuf,
+    map: Mmap,
+    header: Header,
+    data_start: u64,
+    infos: Vec<TensorInfo>,
+    metadata: Metadata,
+}
+
+impl std::fmt::Debug for SafetensorsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafetensorsFile")
+            .field("path", &self.path)
+            .field("tensors", &self.infos.len())
+            .finish()
+    }
+}
+
+fn not_format(path: &Path, what: &Sniffed) -> Error {
+    Error::NotFormat {
+        path: path.to_path_buf(),
+        expected: Format::Safetensors,
+        what: what.describe(),
+    }
+}
+
+fn read_prefix(file: &File, path: &Path, len: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len.min(64) as usize];
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(buf)
+}
+
+impl SafetensorsFile {
+    /// Opens and validates `path` with default limits.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path.as_ref(), &Limits::default())
+    }
+
+    /// Opens and validates `path`.
+    pub fn open_with(path: &Path, limits: &Limits) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+        if meta.is_dir() {
+            return Err(Error::Usage(format!(
+                "{}: is a directory, expected a file",
+                path.display()
+            )));
+        }
+        let file_len = meta.len();
+        let malformed = |offset: u64, reason: String| {
+            Error::malformed(Location::file(path).at(offset), Format::Safetensors, reason)
+        };
+        let prefix = read_prefix(&file, path, file_len)?;
+        let sniffed = sniff(&prefix);
+        let impostor = !matches!(
+            sniffed,
+            Sniffed::Format(Format::Safetensors) | Sniffed::Unknown
+        );
+        if file_len < 8 {
+            if impostor {
+                return Err(not_format(path, &sniffed));
+            }
+            return Err(malformed(0, format!("header too small: the file has {file_len} bytes, fewer than the 8-byte length prefix")));
+        }
+        let n = u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"));
+        if impostor {
+            return Err(not_format(path, &sniffed));
+        }
+        if n > limits.max_header_bytes {
+            if n.checked_add(8).is_some_and(|end| end <= file_len) {
+                return Err(Error::Limit {
+                    at: Location::file(path).at(0),
+                    what: "header length",
+                    needed: n,
+                    limit: limits.max_header_bytes,
+                });
+            }
+            return Err(malformed(0, format!(
+                "header too large: the length prefix says {n} bytes (limit {}), and the file has only {file_len}; {}",
+                limits.max_header_bytes,
+                Sniffed::Unknown.describe()
+            )));
+        }
+        if 8 + n > file_len {
+            return Err(malformed(0, format!(
+                "invalid header length: the prefix says the header is {n} bytes but the file has only {} after the prefix (truncated?)",
+                file_len - 8
+            )));
+        }
+        let mut json = vec![0u8; n as usize];
+        file.read_exact_at(&mut json, 8)
+            .map_err(|e| Error::io(path, "read", e))?;
+        let header =
+            header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(path, n, e))?;
+        // SAFETY: the map is read-only and private; weightport never writes through it. As with
+        // every mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let infos = header
+            .tensors
+            .iter()
+            .map(|t| TensorInfo {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                byte_len: t.end - t.begin,
+            })
+            .collect();
+        let metadata = header
+            .metadata
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), MetaValue::Str(v.clone())))
+            .collect();
+        Ok(SafetensorsFile {
+            path: path.to_path_buf(),
+            map,
+            header,
+            data_start: 8 + n,
+            infos,
+            metadata,
+        })
+    }
+
+    /// The path opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Absolute file offset where the data section begins (8 + N).
+    pub fn data_start(&self) -> u64 {
+        self.data_start
+    }
+
+    /// Absolute file offset of tensor `index`'s first byte.
+    pub fn tensor_offset(&self, index: usize) -> u64 {
+        self.data_start + self.header.tensors[index].begin
+    }
+
+    fn range(&self, index: usize) -> (usize, usize) {
+        let t = &self.header.tensors[index];
+        (
+            (self.data_start + t.begin) as usize,
+            (self.data_start + t.end) as usize,
+        )
+    }
+}
+
+fn to_error(path: &Path, n: u64, e: HeaderError) -> Error {
+    let offset = match (e.json_offset, e.data_offset) {
+        (Some(j), _) => Some(8 + j),
+        (None, Some(d)) => Some(8 + n + d),
+        _ => None,
+    };
+    let at = Location {
+        path: path.to_path_buf(),
+        tensor: e.tensor,
+        offset,
+    };
+    match e.limit {
+        Some((what, needed, limit)) => Error::Limit {
+            at,
+            what,
+            needed,
+            limit,
+        },
+        None => Error::malformed(at, Format::Safetensors, e.reason),
+    }
+}
+
+impl TensorSource for SafetensorsFile {
+    fn format(&self) -> Format {
+        Format::Safetensors
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.infos
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
+    fn file_of(&self, _index: usize) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let (a, b) = self.range(index);
+        Some(&self.map[a..b])
+    }
+
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let (a, b) = self.range(index);
+        let start = a as u64 + offset;
+        let end = start
+            .checked_add(dst.len() as u64)
+            .filter(|&e| e <= b as u64)
+            .ok_or_else(|| {
+                Error::malformed(
+                    Location::file(&self.path)
+                        .tensor(self.infos[index].name.clone())
+                        .at(start),
+                    Format::Safetensors,
+                    "read past the end of the tensor",
+                )
+            })?;
+        dst.copy_from_slice(&self.map[start as usize..end as usize]);
+        Ok(())
+    }
+
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        let (a, b) = self.range(index);
+        let page = 4096usize;
+        let start = (a + offset as usize).next_multiple_of(page);
+        let end = ((a + (offset + len) as usize).min(b)) / page * page;
+        if end > start {
+            // SAFETY: the mapping is a private read-only file mapping; MADV_DONTNEED only drops
+            // resident pages, which fault back in from the unchanged file on the next access. No
+            // reference into the range is assumed to hold particular *resident* pages.
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+}

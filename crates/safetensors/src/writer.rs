@@ -1,0 +1,374 @@
+//! Writing safetensors: layout planned up front, data written in parallel.
+//!
+//! The layout is the reference's (spec §2.1), so for the same tensors and at most one metadata
+//! key the output is byte-identical to `safetensors.torch.save_file`:
+//! tensors sorted by dtype alignment rank descending, then by name (bytewise); offsets back to
+//! back; compact JSON with `__metadata__` first (keys sorted: deterministic where the reference
+//! is not); the header padded with spaces to a multiple of 8.
+//!
+//! [`SafetensorsSink`] stages every file as a pre-sized temp file beside its target, writes the
+//! header at once, accepts tensor bytes at their final offsets from any thread, and renames
+//! into place on commit. Dropping it uncommitted removes the temp files.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use tempfile::NamedTempFile;
+use weightport_core::{
+    sanitize, DType, Error, Format, Location, Metadata, Plan, Result, StagedFile, TensorInfo,
+    TensorSink, WrittenFile,
+};
+
+use crate::dtypes;
+
+/// The reference's header cap, applied on write too.
+pub const MAX_HEADER: u64 = 100_000_000;
+
+/// A planned file: header bytes and where each tensor's data goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLayout {
+    /// The 8-byte length prefix, the JSON and its padding.
+    pub header: Vec<u8>,
+    /// For each input tensor (same order as given), its absolute file offset.
+    pub offsets: Vec<u64>,
+    /// Input indices in data order.
+    pub order: Vec<usize>,
+    /// Total file size.
+    pub total_len: u64,
+}
+
+/// Converts core metadata to safetensors' string map (non-strings rendered as text).
+pub fn string_metadata(meta: &Metadata) -> BTreeMap<String, String> {
+    meta.iter()
+        .map(|(k, v)| (k.to_string(), v.to_text()))
+        .collect()
+}
+
+/// Plans one file holding `tensors` with `metadata` (`None` writes no `__metadata__`).
+pub fn layout(
+    tensors: &[TensorInfo],
+    metadata: Option<&BTreeMap<String, String>>,
+) -> Result<FileLayout> {
+    let usage = |m: String| Error::Usage(m);
+    let mut names = HashSet::new();
+    let mut ranks = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        if t.name == "__metadata__" {
+            return Err(usage(
+                "a tensor may not be named `__metadata__` in safetensors".into(),
+            ));
+        }
+        if !names.insert(t.name.as_str()) {
+            return Err(usage(format!(
+                "duplicate tensor name `{}`",
+                sanitize(&t.name)
+            )));
+        }
+        let rank = dtypes::rank(t.dtype).ok_or_else(|| Error::Unsupported {
+            at: Location::default().tensor(t.name.clone()),
+            format: Format::Safetensors,
+            what: format!("dtype {} cannot be stored in safetensors", t.dtype),
+        })?;
+        let need = t
+            .dtype
+            .byte_len(&t.shape)
+            .map_err(|e| usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?;
+        if need != t.byte_len {
+            return Err(usage(format!(
+                "tensor `{}`: {} bytes given but {} {:?} needs {need}",
+                sanitize(&t.name),
+                t.byte_len,
+                t.dtype,
+                t.shape
+            )));
+        }
+        ranks.push(rank);
+    }
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        ranks[b]
+            .cmp(&ranks[a])
+            .then_with(|| tensors[a].name.as_bytes().cmp(tensors[b].name.as_bytes()))
+    });
+
+    let mut json = String::from("{");
+    let mut first = true;
+    if let Some(m) = metadata {
+        json.push_str("\"__metadata__\":");
+        json.push_str(&serde_json::to_string(m).map_err(|e| usage(e.to_string()))?);
+        first = false;
+    }
+    let mut rel = vec![0u64; tensors.len()];
+    let mut pos = 0u64;
+    for &i in &order {
+        let t = &tensors[i];
+        if !first {
+            json.push(',');
+        }
+        first = false;
+        rel[i] = pos;
+        let end = pos + t.byte_len;
+        json.push_str(&serde_json::to_string(&t.name).map_err(|e| usage(e.to_string()))?);
+        json.push_str(":{\"dtype\":\"");
+        json.push_str(t.dtype.name());
+        json.push_str("\",\"shape\":[");
+        let dims: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+        json.push_str(&dims.join(","));
+        json.push_str(&format!("],\"data_offsets\":[{pos},{end}]}}"));
+        pos = end;
+    }
+    json.push('}');
+    let n = (json.len() as u64).next_multiple_of(8);
+    if n > MAX_HEADER {
+        return Err(Error::Limit {
+            at: Location::default(),
+            what: "safetensors header",
+            needed: n,
+            limit: MAX_HEADER,
+        });
+    }
+    let mut header = Vec::with_capacity(8 + n as usize);
+    header.extend_from_slice(&n.to_le_bytes());
+    header.extend_from_slice(json.as_bytes());
+    header.resize(8 + n as usize, b' ');
+    let data_start = 8 + n;
+    Ok(FileLayout {
+        offsets: rel.iter().map(|r| data_start + r).collect(),
+        order,
+        total_len: data_start + pos,
+        header,
+    })
+}
+
+/// Decides which tensors go to which file: `(final path, tensor indices)` per file.
+pub type Assign =
+    Box<dyn FnOnce(&[TensorInfo]) -> Result<Vec<(PathBuf, Vec<usize>)>> + Send + Sync>;
+
+struct Staged {
+    temp: NamedTempFile,
+    file: File,
+    path: PathBuf,
+    size: u64,
+    tensors: Vec<usize>,
+}
+
+/// A sink writing one or more safetensors files.
+pub struct SafetensorsSink {
+    assign: Option<Assign>,
+    metadata: Option<BTreeMap<String, String>>,
+    files: Vec<Staged>,
+    /// Per planned tensor: (file index, absolute offset, byte length).
+    slots: Vec<(usize, u64, u64)>,
+}
+
+impl SafetensorsSink {
+    /// A sink that lets `assign` split the tensors into files. `metadata` goes into every file
+    /// (`None`: no `__metadata__` key).
+    pub fn new(assign: Assign, metadata: Option<BTreeMap<String, String>>) -> Self {
+        SafetensorsSink {
+            assign: Some(assign),
+            metadata,
+            files: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// A sink writing every tensor into the single file `path`.
+    pub fn single(path: PathBuf, metadata: Option<BTreeMap<String, String>>) -> Self {
+        Self::new(
+            Box::new(move |t: &[TensorInfo]| Ok(vec![(path, (0..t.len()).collect())])),
+            metadata,
+        )
+    }
+}
+
+fn stage_in(path: &Path) -> Result<NamedTempFile> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let base = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    tempfile::Builder::new()
+        .prefix(&format!(".{base}."))
+        .suffix(".wp-tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, "create temp file in", e))
+}
+
+impl TensorSink for SafetensorsSink {
+    fn plan(&mut self, tensors: &[TensorInfo], _metadata: &Metadata) -> Result<Plan> {
+        let assign = self
+            .assign
+            .take()
+            .ok_or_else(|| Error::Usage("plan called twice".into()))?;
+        let groups = assign(tensors)?;
+        self.slots = vec![(usize::MAX, 0, 0); tensors.len()];
+        for (fi, (path, idx)) in groups.into_iter().enumerate() {
+            let subset: Vec<TensorInfo> = idx.iter().map(|&i| tensors[i].clone()).collect();
+            let lay = layout(&subset, self.metadata.as_ref()).map_err(|e| match e {
+                Error::Usage(m) => Error::Usage(format!("{}: {m}", path.display())),
+                other => other,
+            })?;
+            let temp = stage_in(&path)?;
+            let file = temp
+                .as_file()
+                .try_clone()
+                .map_err(|e| Error::io(temp.path(), "dup", e))?;
+            file.set_len(lay.total_len)
+                .map_err(|e| Error::io(temp.path(), "resize", e))?;
+            file.write_all_at(&lay.header, 0)
+                .map_err(|e| Error::io(temp.path(), "write", e))?;
+            for (k, &i) in idx.iter().enumerate() {
+                self.slots[i] = (fi, lay.offsets[k], tensors[i].byte_len);
+            }
+            self.files.push(Staged {
+                temp,
+                file,
+                path,
+                size: lay.total_len,
+                tensors: idx,
+            });
+        }
+        if let Some(i) = self.slots.iter().position(|s| s.0 == usize::MAX) {
+            return Err(Error::Usage(format!(
+                "tensor `{}` was assigned to no file",
+                sanitize(&tensors[i].name)
+            )));
+        }
+        Ok(Plan {
+            files: self.staged(),
+        })
+    }
+
+    fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let (fi, base, len) = self.slots[tensor];
+        let f = &self.files[fi];
+        if offset + bytes.len() as u64 > len {
+            return Err(Error::Usage(format!(
+                "write past the end of tensor {tensor}"
+            )));
+        }
+        f.file
+            .write_all_at(bytes, base + offset)
+            .map_err(|e| Error::io(f.temp.path(), "write", e))
+    }
+
+    fn staged(&self) -> Vec<StagedFile> {
+        self.files
+            .iter()
+            .map(|f| StagedFile {
+                temp: f.temp.path().to_path_buf(),
+                path: f.path.clone(),
+                format: Format::Safetensors,
+                size: f.size,
+                tensors: f.tensors.clone(),
+            })
+            .collect()
+    }
+
+    fn commit(self: Box<Self>) -> Result<Vec<WrittenFile>> {
+        for f in &self.files {
+            f.file
+                .sync_all()
+                .map_err(|e| Error::io(f.temp.path(), "fsync", e))?;
+        }
+        let mut out = Vec::with_capacity(self.files.len());
+        let mut dirs = Vec::new();
+        for f in self.files {
+            let Staged {
+                temp,
+                path,
+                size,
+                tensors,
+                ..
+            } = f;
+            temp.persist(&path)
+                .map_err(|e| Error::io(&path, "rename into place", e.error))?;
+            if let Some(d) = path.parent() {
+                dirs.push(d.to_path_buf());
+            }
+            out.push(WrittenFile {
+                path,
+                size,
+                tensors: tensors.len(),
+            });
+        }
+        dirs.sort();
+        dirs.dedup();
+        for d in dirs {
+            let d = if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d
+            };
+            if let Ok(dir) = File::open(&d) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Writes `tensors` (with their bytes) into `path` at once; for small files and tests.
+pub fn write_file(
+    path: &Path,
+    tensors: &[(TensorInfo, &[u8])],
+    metadata: Option<&BTreeMap<String, String>>,
+) -> Result<()> {
+    let infos: Vec<TensorInfo> = tensors.iter().map(|(t, _)| t.clone()).collect();
+    let mut sink = SafetensorsSink::single(path.to_path_buf(), metadata.cloned());
+    sink.plan(&infos, &Metadata::new())?;
+    for (i, (_, b)) in tensors.iter().enumerate() {
+        sink.write_at(i, 0, b)?;
+    }
+    Box::new(sink).commit().map(|_| ())
+}
+
+#[doc(hidden)]
+pub fn _dtype_rank_for_tests(d: DType) -> Option<usize> {
+    dtypes::rank(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(name: &str, dtype: DType, shape: &[u64]) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            byte_len: dtype.byte_len(shape).unwrap(),
+        }
+    }
+
+    #[test]
+    fn empty_headers_match_reference_golden_vectors() {
+        // spec §2.3 (tensor.rs:1132-1158): no tensors → `{}` + 6 spaces, N = 8.
+        let l = layout(&[], None).unwrap();
+        assert_eq!(l.header, b"\x08\0\0\0\0\0\0\0{}      ");
+        let mut m = BTreeMap::new();
+        m.insert("framework".to_string(), "pt".to_string());
+        let l = layout(&[], Some(&m)).unwrap();
+        assert_eq!(&l.header[..8], &40u64.to_le_bytes());
+        assert_eq!(
+            &l.header[8..],
+            b"{\"__metadata__\":{\"framework\":\"pt\"}}     "
+        );
+    }
+
+    #[test]
+    fn rejects_names_the_reference_mishandles() {
+        assert!(layout(&[t("__metadata__", DType::F32, &[1])], None).is_err());
+        assert!(layout(&[t("a", DType::F32, &[1]), t("a", DType::F32, &[1])], None).is_err());
+        assert!(matches!(
+            layout(&[t("q", DType::Q4_0, &[32])], None),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+}
