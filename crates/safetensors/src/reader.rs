@@ -98,9 +98,8 @@ impl SafetensorsFile {
                 });
             }
             return Err(malformed(0, format!(
-                "header too large: the length prefix says {n} bytes (limit {}), and the file has only {file_len}; {}",
-                limits.max_header_bytes,
-                Sniffed::Unknown.describe()
+                "header too large: the length prefix says {n} bytes (limit {}) but the file has only {file_len}: not a safetensors file?",
+                limits.max_header_bytes
             )));
         }
         if 8 + n > file_len {

@@ -1,0 +1,286 @@
+//! The three commands: run the job, print the result as a table or as JSON.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use weightport_core::{sanitize, Error, Limits, MetaValue, TensorSource};
+use weightport_pipeline::convert::{open_inputs, ConvertOptions};
+use weightport_pipeline::verify::compare;
+use weightport_pipeline::{convert as run_convert, hash_source};
+
+use crate::args::{ConvertArgs, InspectArgs, VerifyArgs};
+use crate::progress::Bar;
+use crate::Failure;
+
+/// Prints `{"ok": false, "error": {...}}` on stdout.
+pub fn print_error_json(kind: &str, message: &str, code: i32) {
+    let v = json!({"ok": false, "error": {"kind": kind, "message": message, "exit_code": code}});
+    let _ = writeln!(std::io::stdout(), "{v}");
+}
+
+fn human(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u < U.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", U[u])
+    }
+}
+
+fn p(path: &Path) -> String {
+    sanitize(&path.display().to_string())
+}
+
+fn paths(v: &[PathBuf]) -> Value {
+    Value::Array(
+        v.iter()
+            .map(|x| Value::String(x.display().to_string()))
+            .collect(),
+    )
+}
+
+pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let opts = ConvertOptions {
+        inputs: a.inputs.clone(),
+        output: a.output.clone(),
+        shard_size: a.shard_size,
+        force: a.force,
+        verify: !a.no_verify,
+        dry_run: a.dry_run,
+        limits: Limits::default(),
+    };
+    let t0 = Instant::now();
+    let bar = Bar::new();
+    let r = run_convert(&opts, &bar)?;
+    let secs = t0.elapsed().as_secs_f64();
+    if json {
+        let files: Vec<Value> = r
+            .files
+            .iter()
+            .map(|f| json!({"path": f.path.display().to_string(), "bytes": f.size, "tensors": f.tensors}))
+            .collect();
+        let v = json!({
+            "ok": true,
+            "command": "convert",
+            "dry_run": r.dry_run,
+            "verified": r.verified,
+            "input_format": r.input_format.name(),
+            "inputs": paths(&r.inputs),
+            "files": files,
+            "index": r.index.as_ref().map(|p| p.display().to_string()),
+            "copied": paths(&r.copied),
+            "removed": paths(&r.removed),
+            "tensors": r.tensors,
+            "data_bytes": r.data_bytes,
+            "total_bytes": r.total_bytes,
+            "free_bytes": r.free_bytes,
+            "seconds": secs,
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    if r.dry_run {
+        writeln!(
+            out,
+            "plan (nothing written): {} tensors, {} files, {} on disk",
+            r.tensors,
+            r.files.len(),
+            human(r.total_bytes)
+        )?;
+    } else {
+        let v = if r.verified {
+            "verified"
+        } else {
+            "NOT verified"
+        };
+        writeln!(
+            out,
+            "wrote {} tensors into {} files, {} in {secs:.2} s ({v})",
+            r.tensors,
+            r.files.len(),
+            human(r.total_bytes)
+        )?;
+    }
+    for f in &r.files {
+        writeln!(
+            out,
+            "  {:<48} {:>11}  {} tensors",
+            p(&f.path),
+            human(f.size),
+            f.tensors
+        )?;
+    }
+    if let Some(i) = &r.index {
+        writeln!(out, "  {}", p(i))?;
+    }
+    for c in &r.copied {
+        writeln!(out, "  {} (copied)", p(c))?;
+    }
+    for c in &r.removed {
+        writeln!(out, "  {} (stale, removed)", p(c))?;
+    }
+    if r.dry_run {
+        let free = r.free_bytes.map(human).unwrap_or_else(|| "unknown".into());
+        writeln!(out, "disk needed {}, free {free}", human(r.total_bytes))?;
+    }
+    Ok(())
+}
+
+fn meta_json(v: &MetaValue) -> Value {
+    match v {
+        MetaValue::Str(s) => Value::String(s.clone()),
+        other => Value::String(other.to_text()),
+    }
+}
+
+pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let (src, _) = open_inputs(std::slice::from_ref(&a.input), &Limits::default())?;
+    let tensors = src.tensors();
+    let data: u64 = tensors.iter().map(|t| t.byte_len).sum();
+    let files = src.files();
+    if json {
+        let ts: Vec<Value> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                json!({"name": t.name, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.byte_len,
+                       "file": src.file_of(i).display().to_string()})
+            })
+            .collect();
+        let meta: serde_json::Map<String, Value> = src
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.to_string(), meta_json(v)))
+            .collect();
+        let v = json!({
+            "ok": true,
+            "command": "inspect",
+            "format": src.format().name(),
+            "files": paths(&files),
+            "metadata": meta,
+            "tensor_count": tensors.len(),
+            "data_bytes": data,
+            "tensors": ts,
+        });
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    writeln!(out, "format    {}", src.format())?;
+    writeln!(out, "files     {}", files.len())?;
+    for f in &files {
+        writeln!(out, "          {}", p(f))?;
+    }
+    writeln!(out, "tensors   {}", tensors.len())?;
+    writeln!(out, "data      {} ({data} bytes)", human(data))?;
+    for (k, v) in src.metadata().iter() {
+        writeln!(
+            out,
+            "metadata  {} = {}",
+            sanitize(k),
+            sanitize(&v.to_text())
+        )?;
+    }
+    if !tensors.is_empty() {
+        let w = tensors
+            .iter()
+            .map(|t| sanitize(&t.name).chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 60);
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:<w$}  {:<11} {:<20} {:>12}",
+            "NAME", "DTYPE", "SHAPE", "BYTES"
+        )?;
+        for t in tensors {
+            let shape = format!("{:?}", t.shape);
+            writeln!(
+                out,
+                "{:<w$}  {:<11} {:<20} {:>12}",
+                sanitize(&t.name),
+                t.dtype.name(),
+                shape,
+                t.byte_len
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn named_hashes(
+    src: &dyn TensorSource,
+    bar: &Bar,
+) -> Result<Vec<(String, weightport_core::ContentHash)>, Error> {
+    let h = hash_source(src, bar)?;
+    Ok(src
+        .tensors()
+        .iter()
+        .map(|t| t.name.clone())
+        .zip(h)
+        .collect())
+}
+
+pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let limits = Limits::default();
+    let (src, _) = open_inputs(std::slice::from_ref(&a.path), &limits)?;
+    let bar = Bar::new();
+    let mine = named_hashes(src.as_ref(), &bar)?;
+    let data: u64 = src.tensors().iter().map(|t| t.byte_len).sum();
+    let mut diffs = Vec::new();
+    if let Some(other) = &a.against {
+        let (o, _) = open_inputs(std::slice::from_ref(other), &limits)?;
+        let theirs = named_hashes(o.as_ref(), &bar)?;
+        diffs = compare(&mine, &theirs);
+    }
+    let ok = diffs.is_empty();
+    if json {
+        let v = json!({
+            "ok": ok,
+            "command": "verify",
+            "files": paths(&src.files()),
+            "tensors": mine.len(),
+            "data_bytes": data,
+            "against": a.against.as_ref().map(|p| p.display().to_string()),
+            "differences": diffs,
+        });
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "{}: valid {}, {} tensors, {}",
+            p(&a.path),
+            src.format(),
+            mine.len(),
+            human(data)
+        )?;
+        if let Some(other) = &a.against {
+            if ok {
+                writeln!(
+                    out,
+                    "identical to {}: every tensor has the same dtype, shape and bytes",
+                    p(other)
+                )?;
+            } else {
+                writeln!(out, "differs from {}:", p(other))?;
+                for d in &diffs {
+                    writeln!(out, "  {d}")?;
+                }
+            }
+        }
+    }
+    if ok {
+        Ok(())
+    } else {
+        eprintln!("weightport: {}: {} differences", p(&a.path), diffs.len());
+        Err(Failure::Findings(1))
+    }
+}
