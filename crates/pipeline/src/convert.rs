@@ -197,9 +197,20 @@ pub fn open_inputs(
     ))
 }
 
-/// Runs a conversion.
+/// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let (source, repo_dir) = open_inputs(&opts.inputs, &opts.limits)?;
+    convert_source(source.as_ref(), repo_dir.as_deref(), opts, progress)
+}
+
+/// Runs a conversion of an already opened source (`opts.inputs` is ignored). `repo_dir` is the
+/// input repo whose companion files are copied into a repo output.
+pub fn convert_source(
+    source: &dyn TensorSource,
+    repo_dir: Option<&Path>,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
     let infos: Vec<TensorInfo> = source.tensors().to_vec();
     let target = target_of(&opts.output)?;
     let meta = string_metadata(source.metadata());
@@ -250,7 +261,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Convert
     let free_bytes = free_space(&dir);
     let sharded = groups.len() > 1 && matches!(target, Target::Repo(_));
     let index_path = sharded.then(|| dir.join(shard::INDEX));
-    let companions = match (&target, &repo_dir) {
+    let companions = match (&target, repo_dir) {
         (Target::Repo(out), Some(src)) if !same_dir(out, src) => companion_files(src)?,
         _ => Vec::new(),
     };
@@ -303,7 +314,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Convert
     let all: Vec<usize> = (0..infos.len()).collect();
     let refs: Vec<&TensorInfo> = infos.iter().collect();
     progress.start("write", data_bytes);
-    let hashes = run_chunks(source.as_ref(), &all, &refs, progress, |k, off, bytes| {
+    let hashes = run_chunks(source, &all, &refs, progress, |k, off, bytes| {
         sink.write_at(k, off, bytes)
     })?;
     progress.finish();

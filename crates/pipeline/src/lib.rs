@@ -15,7 +15,7 @@ pub mod input;
 pub mod multi;
 pub mod verify;
 
-pub use convert::{convert, ConvertOptions, ConvertReport, FileReport};
+pub use convert::{convert, convert_source, ConvertOptions, ConvertReport, FileReport};
 pub use exec::{hash_source, NoProgress, Progress};
 pub use input::{open_file, open_index, open_input, Input};
 pub use multi::MultiSource;

@@ -231,7 +231,7 @@ fn validate(raw: RawHeader, data_len: u64, limits: &Limits) -> Result<Header, He
             end: t.data_offsets.1,
         })
         .collect();
-    tensors.sort_by(|a, b| (a.begin, a.end).cmp(&(b.begin, b.end)));
+    tensors.sort_by_key(|t| (t.begin, t.end));
     let mut start = 0u64;
     for t in &tensors {
         let fail = |reason: String| HeaderError {
