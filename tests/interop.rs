@@ -17,7 +17,10 @@ fn python() -> Option<String> {
     if ok {
         return Some(py);
     }
-    assert!(std::env::var_os("CI").is_none(), "CI must provide python with numpy and safetensors ({py})");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide python with numpy and safetensors ({py})"
+    );
     eprintln!("skipping interop test: {py} lacks numpy/safetensors (set WEIGHTPORT_PYTHON)");
     None
 }
@@ -27,8 +30,18 @@ fn root() -> PathBuf {
 }
 
 fn check(py: &str, out: &Path, src: &Path) {
-    let o = Command::new(py).arg(root().join("tests/interop_check.py")).arg(out).arg(src).output().unwrap();
-    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(py)
+        .arg(root().join("tests/interop_check.py"))
+        .arg(out)
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -40,7 +53,11 @@ fn safetensors_py_reads_our_output_back_equal_to_the_source() {
         ("resharded", repo.clone(), &["--shard-size", "9000"]),
         ("merged.safetensors", repo.clone(), &[]),
         ("single", repo.clone(), &[]),
-        ("tiny.safetensors", root().join("fixtures/good/safetensors/llama_tiny.safetensors"), &[]),
+        (
+            "tiny.safetensors",
+            root().join("fixtures/good/safetensors/llama_tiny.safetensors"),
+            &[],
+        ),
     ];
     for (name, src, extra) in cases {
         let out = tmp.path().join(name);

@@ -36,6 +36,25 @@ pub fn leaf(bytes: &[u8]) -> u128 {
     xxh3_128(bytes)
 }
 
+/// Streaming digest of one leaf, equal to [`leaf`] of the concatenated input.
+#[derive(Default)]
+pub struct LeafHasher(Xxh3);
+
+impl LeafHasher {
+    /// A fresh leaf.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    /// The leaf digest.
+    pub fn finish(&self) -> u128 {
+        self.0.digest128()
+    }
+}
+
 /// Number of leaves for `byte_len` bytes (at least one, so empty tensors hash too).
 pub fn leaf_count(byte_len: u64) -> u64 {
     byte_len.div_ceil(HASH_CHUNK).max(1)
@@ -71,6 +90,16 @@ pub fn content_hash(dtype: DType, shape: &[u64], bytes: &[u8]) -> ContentHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_leaf_equals_one_shot() {
+        let data: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut h = LeafHasher::new();
+        for c in data.chunks(4099) {
+            h.update(c);
+        }
+        assert_eq!(h.finish(), leaf(&data));
+    }
 
     #[test]
     fn dtype_and_shape_are_part_of_the_hash() {

@@ -46,6 +46,10 @@ pub trait TensorSource: Send + Sync {
     /// Hints that `[offset, offset+len)` of tensor `index` will not be read again soon, so mapped
     /// pages may be dropped from resident memory. Never changes what later reads return.
     fn release(&self, _index: usize, _offset: u64, _len: u64) {}
+    /// Hints that `[offset, offset+len)` of tensor `index` is about to be read through
+    /// [`TensorSource::bytes`], so a mapped source can populate its page tables in one call
+    /// instead of one fault per page. Never changes what reads return.
+    fn will_need(&self, _index: usize, _offset: u64, _len: u64) {}
 }
 
 /// One output file a sink stages.

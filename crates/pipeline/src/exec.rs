@@ -10,6 +10,9 @@ use rayon::prelude::*;
 use weightport_core::hash::{self, HASH_CHUNK};
 use weightport_core::{ContentHash, Result, TensorInfo, TensorSource};
 
+/// Bytes hashed and written per call: small enough to stay in L2 between the two.
+const PIECE: usize = 256 << 10;
+
 /// Progress events (the library never prints; the CLI draws them).
 pub trait Progress: Send + Sync {
     /// A phase starts with this many bytes to process.
@@ -53,11 +56,19 @@ where
             let n = (len - start).min(HASH_CHUNK);
             let digest = match source.bytes(i) {
                 Some(all) => {
+                    // Hash and write in cache-sized pieces so each byte is pulled from memory
+                    // once for both.
+                    source.will_need(i, start, n);
                     let slice = &all[start as usize..(start + n) as usize];
-                    let d = hash::leaf(slice);
-                    emit(k, start, slice)?;
+                    let mut h = hash::LeafHasher::new();
+                    let mut off = start;
+                    for piece in slice.chunks(PIECE) {
+                        h.update(piece);
+                        emit(k, off, piece)?;
+                        off += piece.len() as u64;
+                    }
                     source.release(i, start, n);
-                    d
+                    h.finish()
                 }
                 None => {
                     buf.resize(n as usize, 0);

@@ -10,7 +10,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Mmap, UncheckedAdvice};
+use memmap2::{Advice, Mmap, UncheckedAdvice};
+
+const PAGE: usize = 4096;
 use weightport_core::{
     sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
     TensorSource,
@@ -238,11 +240,22 @@ impl TensorSource for SafetensorsFile {
         Ok(())
     }
 
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        let (a, b) = self.range(index);
+        let start = (a + offset as usize) / PAGE * PAGE;
+        let end = (a + (offset + len) as usize).min(b);
+        if end > start {
+            // Populating page tables ahead of reads: a hint, failure is harmless (old kernels).
+            let _ = self
+                .map
+                .advise_range(Advice::PopulateRead, start, end - start);
+        }
+    }
+
     fn release(&self, index: usize, offset: u64, len: u64) {
         let (a, b) = self.range(index);
-        let page = 4096usize;
-        let start = (a + offset as usize).next_multiple_of(page);
-        let end = ((a + (offset + len) as usize).min(b)) / page * page;
+        let start = (a + offset as usize).next_multiple_of(PAGE);
+        let end = ((a + (offset + len) as usize).min(b)) / PAGE * PAGE;
         if end > start {
             // SAFETY: the mapping is a private read-only file mapping; MADV_DONTNEED only drops
             // resident pages, which fault back in from the unchanged file on the next access. No
