@@ -93,7 +93,25 @@ impl From<std::io::Error> for Failure {
     }
 }
 
+extern "C" fn on_sigint(_: libc::c_int) {
+    weightport_pipeline::cancel::request();
+}
+
+/// SIGINT asks the job to stop; it then fails cleanly (temp files removed) with exit 130.
+/// A second SIGINT kills the process as usual.
+fn install_sigint() {
+    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as *const () as usize;
+        sa.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
 fn run(cli: Cli) -> Result<(), Failure> {
+    install_sigint();
     if let Some(n) = cli.threads {
         if n == 0 {
             return Err(Error::Usage("--threads must be at least 1".into()).into());

@@ -82,6 +82,7 @@ pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), 
             "data_bytes": r.data_bytes,
             "total_bytes": r.total_bytes,
             "free_bytes": r.free_bytes,
+            "memory_bytes": r.memory_bytes,
             "seconds": secs,
         });
         writeln!(out, "{v}")?;
@@ -129,7 +130,12 @@ pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), 
     }
     if r.dry_run {
         let free = r.free_bytes.map(human).unwrap_or_else(|| "unknown".into());
-        writeln!(out, "disk needed {}, free {free}", human(r.total_bytes))?;
+        writeln!(
+            out,
+            "disk needed {}, free {free}; memory ≈ {}",
+            human(r.total_bytes),
+            human(r.memory_bytes)
+        )?;
     }
     Ok(())
 }

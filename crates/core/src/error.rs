@@ -133,6 +133,9 @@ pub enum Error {
     /// A request that cannot be carried out as asked (output exists, bad option, …).
     #[error("{0}")]
     Usage(String),
+    /// The job was cancelled (SIGINT); nothing was committed.
+    #[error("interrupted; nothing was written")]
+    Interrupted,
 }
 
 impl Error {
@@ -165,14 +168,17 @@ impl Error {
             Error::Limit { .. } => "limit",
             Error::Verify { .. } => "verify",
             Error::Usage(_) => "usage",
+            Error::Interrupted => "interrupted",
         }
     }
 
-    /// The CLI exit code for this error: 1 failed, 2 usage, 3 refused by policy or a limit.
+    /// The CLI exit code for this error: 1 failed, 2 usage, 3 refused by policy or a limit,
+    /// 130 interrupted.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Refused { .. } | Error::Limit { .. } => 3,
             Error::Usage(_) => 2,
+            Error::Interrupted => 130,
             _ => 1,
         }
     }

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use weightport_core::hash::HASH_CHUNK;
 use weightport_core::{
-    Error, Format, Limits, Location, Metadata, Result, TensorInfo, TensorSink, TensorSource,
-    WrittenFile,
+    Budget, Error, Format, Limits, Location, Metadata, Result, TensorInfo, TensorSink,
+    TensorSource, WrittenFile,
 };
 use weightport_hf::{companion_files, index::render_index, shard};
 use weightport_safetensors::writer::{layout, string_metadata};
@@ -76,6 +77,8 @@ pub struct ConvertReport {
     pub verified: bool,
     /// Nothing was written.
     pub dry_run: bool,
+    /// Buffer and mapped-page memory the executor holds at most (threads × chunk).
+    pub memory_bytes: u64,
 }
 
 enum Target {
@@ -281,6 +284,11 @@ pub fn convert_source(
         free_bytes,
         verified: false,
         dry_run: opts.dry_run,
+        memory_bytes: Budget {
+            threads: rayon::current_num_threads(),
+            chunk: HASH_CHUNK,
+        }
+        .peak_bytes(),
     };
     if opts.dry_run {
         return Ok(report);

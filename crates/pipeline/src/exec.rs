@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 use weightport_core::hash::{self, HASH_CHUNK};
-use weightport_core::{ContentHash, Result, TensorInfo, TensorSource};
+use weightport_core::{ContentHash, Error, Result, TensorInfo, TensorSource};
 
 /// Bytes hashed and written per call: small enough to stay in L2 between the two.
 const PIECE: usize = 256 << 10;
@@ -50,6 +50,9 @@ where
     let leaves: Vec<u128> = items
         .par_iter()
         .map_init(Vec::new, |buf: &mut Vec<u8>, &(k, c)| -> Result<u128> {
+            if crate::cancel::requested() {
+                return Err(Error::Interrupted);
+            }
             let i = indices[k];
             let len = source.tensors()[i].byte_len;
             let start = c * HASH_CHUNK;

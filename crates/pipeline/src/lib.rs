@@ -9,6 +9,7 @@
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
+pub mod cancel;
 pub mod convert;
 pub mod exec;
 pub mod input;

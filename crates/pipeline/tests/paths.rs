@@ -132,3 +132,30 @@ fn a_failure_part_way_leaves_no_output() {
     convert_source(&src, None, &opts(&single), &NoProgress).unwrap_err();
     assert!(!single.exists());
 }
+
+#[test]
+fn a_truncated_index_or_shard_is_an_error_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixture("good/hf_repo_sharded");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, repo.join(p.file_name().unwrap())).unwrap();
+    }
+    for name in [
+        "model.safetensors.index.json",
+        "model-00002-of-00003.safetensors",
+    ] {
+        let full = std::fs::read(src.join(name)).unwrap();
+        for len in (0..full.len()).step_by(37) {
+            std::fs::write(repo.join(name), &full[..len]).unwrap();
+            assert!(
+                open_input(&repo, &Limits::default()).is_err(),
+                "{name} cut at {len}"
+            );
+        }
+        std::fs::write(repo.join(name), &full).unwrap();
+    }
+    assert!(open_input(&repo, &Limits::default()).is_ok());
+}
