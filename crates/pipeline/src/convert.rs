@@ -140,17 +140,20 @@ impl Drop for DirGuard {
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// A temp file in `path`'s directory, to be renamed onto `path` once complete.
+fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
+    tempfile::Builder::new()
         .prefix(".wp-")
         .suffix(".wp-tmp")
         .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, "create temp file in", e))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| Error::io(path, "write", e))?;
+        .map_err(|e| Error::io(dir, "create temp file in", e))
+}
+
+fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io(path, "fsync", e))?;
@@ -159,20 +162,16 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = temp_beside(path)?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| Error::io(path, "write", e))?;
+    persist(tmp, path)
+}
+
 fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
-    let dir = to
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".wp-")
-        .suffix(".wp-tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, "create temp file in", e))?;
+    let tmp = temp_beside(to)?;
     std::fs::copy(from, tmp.path()).map_err(|e| Error::io(from, "copy", e))?;
-    tmp.persist(to)
-        .map_err(|e| Error::io(to, "rename into place", e.error))?;
-    Ok(())
+    persist(tmp, to)
 }
 
 /// Opens every input and joins them.

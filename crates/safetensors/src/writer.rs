@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 use weightport_core::{
-    sanitize, DType, Error, Format, Location, Metadata, Plan, Result, StagedFile, TensorInfo,
-    TensorSink, WrittenFile,
+    sanitize, Error, Format, Location, Metadata, Plan, Result, StagedFile, TensorInfo, TensorSink,
+    WrittenFile,
 };
 
 use crate::dtypes;
@@ -329,14 +329,10 @@ pub fn write_file(
     Box::new(sink).commit().map(|_| ())
 }
 
-#[doc(hidden)]
-pub fn _dtype_rank_for_tests(d: DType) -> Option<usize> {
-    dtypes::rank(d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weightport_core::DType;
 
     fn t(name: &str, dtype: DType, shape: &[u64]) -> TensorInfo {
         TensorInfo {
