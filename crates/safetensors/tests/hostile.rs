@@ -60,3 +60,57 @@ fn huge_claimed_sizes_allocate_nothing() {
     let f = file(h.as_bytes(), &[0]);
     assert!(SafetensorsFile::open(f.path()).is_err());
 }
+
+/// Deterministic byte mutations of real headers: any outcome but a panic is acceptable, and an
+/// accepted file must still satisfy the layout invariants.
+#[test]
+fn mutated_headers_never_panic() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/good/safetensors");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.safetensors");
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut accepted = 0;
+    for name in [
+        "all_dtypes",
+        "edge_cases",
+        "zero_size_middle",
+        "header_order",
+    ] {
+        let orig = std::fs::read(dir.join(format!("{name}.safetensors"))).unwrap();
+        let n = u64::from_le_bytes(orig[..8].try_into().unwrap()) as usize;
+        for _ in 0..400 {
+            let mut b = orig.clone();
+            for _ in 0..(1 + next() % 3) {
+                let pos = 8 + (next() as usize) % n;
+                b[pos] = match next() % 4 {
+                    0 => b"0123456789"[(next() % 10) as usize],
+                    1 => b"{}[],:\""[(next() % 7) as usize],
+                    _ => next() as u8,
+                };
+            }
+            std::fs::write(&out, &b).unwrap();
+            if let Ok(f) = SafetensorsFile::open(&out) {
+                accepted += 1;
+                use weightport_core::TensorSource;
+                let total: u64 = f.tensors().iter().map(|t| t.byte_len).sum();
+                assert_eq!(f.data_start() + total, b.len() as u64);
+                for i in 0..f.tensors().len() {
+                    assert_eq!(f.bytes(i).unwrap().len() as u64, f.tensors()[i].byte_len);
+                }
+            }
+        }
+    }
+    // Some mutations (inside names or metadata) keep the file valid, so the invariants above
+    // were exercised; most do not.
+    assert!(
+        accepted > 0 && accepted < 800,
+        "{accepted} of 1600 accepted"
+    );
+}
