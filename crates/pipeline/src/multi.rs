@@ -51,11 +51,6 @@ impl MultiSource {
             metadata,
         })
     }
-
-    /// Replaces the metadata.
-    pub fn set_metadata(&mut self, key: &str, value: MetaValue) {
-        self.metadata.insert(key, value);
-    }
 }
 
 impl TensorSource for MultiSource {
