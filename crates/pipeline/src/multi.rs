@@ -3,9 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use weightport_core::{
-    sanitize, Error, Format, MetaValue, Metadata, Result, TensorInfo, TensorSource,
-};
+use weightport_core::{sanitize, Error, Format, Metadata, Result, TensorInfo, TensorSource};
 
 /// The concatenation of sources, tensors in source order then file order. Names must be unique.
 pub struct MultiSource {
