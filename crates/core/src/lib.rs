@@ -23,5 +23,5 @@ pub use error::{sanitize, Error, Location, Result};
 pub use format::{sniff, Format, Sniffed};
 pub use hash::ContentHash;
 pub use limits::{Budget, Limits};
-pub use source::{Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
-pub use tensor::{MetaValue, Metadata, TensorInfo};
+pub use source::{Access, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
+pub use tensor::{MetaType, MetaValue, Metadata, TensorInfo};

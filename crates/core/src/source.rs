@@ -27,6 +27,18 @@ use crate::error::Result;
 use crate::format::Format;
 use crate::tensor::{Metadata, TensorInfo};
 
+/// How a tensor's bytes can be read (see [`TensorSource::access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Contiguous in a mapped file: [`TensorSource::bytes`] returns them.
+    Mapped,
+    /// [`TensorSource::read_into`] accepts any granule-aligned range, from any thread.
+    Random,
+    /// Only readable front to back (a deflated ZIP member): the executor reads the tensor once,
+    /// in order, from one worker, with consecutive `read_into` calls starting at offset 0.
+    Sequential,
+}
+
 /// A parsed, validated input.
 pub trait TensorSource: Send + Sync {
     /// The container format.
@@ -43,6 +55,15 @@ pub trait TensorSource: Send + Sync {
     fn bytes(&self, index: usize) -> Option<&[u8]>;
     /// Fills `dst` with tensor `index`'s logical bytes from `offset` on.
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()>;
+    /// How tensor `index` is best read. The default: mapped when [`TensorSource::bytes`]
+    /// answers, otherwise randomly readable. Wrappers must forward it.
+    fn access(&self, index: usize) -> Access {
+        if self.bytes(index).is_some() {
+            Access::Mapped
+        } else {
+            Access::Random
+        }
+    }
     /// Hints that `[offset, offset+len)` of tensor `index` will not be read again soon, so mapped
     /// pages may be dropped from resident memory. Never changes what later reads return.
     fn release(&self, _index: usize, _offset: u64, _len: u64) {}

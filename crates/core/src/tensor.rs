@@ -53,10 +53,83 @@ pub enum MetaValue {
     F64(f64),
     /// A list (homogeneous in GGUF; free in pickles).
     Array(Vec<MetaValue>),
+    /// A GGUF array: its element type is part of the value, so an empty array round-trips.
+    TypedArray {
+        /// The element type.
+        elem: MetaType,
+        /// The elements (each of type `elem`).
+        items: Vec<MetaValue>,
+    },
     /// A string-keyed map, in order.
     Map(Vec<(String, MetaValue)>),
+    /// A map whose keys are not all strings (pickle dicts keyed by ints or tuples), in order.
+    Dict(Vec<(MetaValue, MetaValue)>),
+    /// Raw bytes (pickle `bytes`/`bytearray`).
+    Bytes(Vec<u8>),
+    /// An integer outside i64/u64 (pickle `LONG`), as a decimal string.
+    BigInt(String),
+    /// An object weightport does not interpret, described by its class (`module.Name`) and
+    /// the inert state it was built from.
+    Object {
+        /// `module.qualname` of the class.
+        class: String,
+        /// The arguments/state, as inert values.
+        state: Box<MetaValue>,
+    },
     /// Absent / None.
     Null,
+}
+
+/// The type of a GGUF value (and of a [`MetaValue::TypedArray`]'s elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetaType {
+    /// u8.
+    U8,
+    /// i8.
+    I8,
+    /// u16.
+    U16,
+    /// i16.
+    I16,
+    /// u32.
+    U32,
+    /// i32.
+    I32,
+    /// f32.
+    F32,
+    /// bool.
+    Bool,
+    /// string.
+    Str,
+    /// array (nested arrays: gguf-py writes them, llama.cpp's reader refuses them).
+    Array,
+    /// u64.
+    U64,
+    /// i64.
+    I64,
+    /// f64.
+    F64,
+}
+
+impl MetaType {
+    /// The lowercase name (`u32`, `str`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaType::U8 => "u8",
+            MetaType::I8 => "i8",
+            MetaType::U16 => "u16",
+            MetaType::I16 => "i16",
+            MetaType::U32 => "u32",
+            MetaType::I32 => "i32",
+            MetaType::F32 => "f32",
+            MetaType::Bool => "bool",
+            MetaType::Str => "str",
+            MetaType::Array => "array",
+            MetaType::U64 => "u64",
+            MetaType::I64 => "i64",
+            MetaType::F64 => "f64",
+        }
+    }
 }
 
 impl MetaValue {
@@ -90,10 +163,20 @@ impl MetaValue {
             MetaValue::I64(v) => v.to_string(),
             MetaValue::F32(v) => v.to_string(),
             MetaValue::F64(v) => v.to_string(),
-            MetaValue::Array(a) => {
+            MetaValue::Array(a) | MetaValue::TypedArray { items: a, .. } => {
                 let items: Vec<String> = a.iter().map(|v| v.to_json_like()).collect();
                 format!("[{}]", items.join(","))
             }
+            MetaValue::Dict(m) => {
+                let items: Vec<String> = m
+                    .iter()
+                    .map(|(k, v)| format!("{}:{}", k.to_json_like(), v.to_json_like()))
+                    .collect();
+                format!("{{{}}}", items.join(","))
+            }
+            MetaValue::Bytes(b) => format!("<{} bytes>", b.len()),
+            MetaValue::BigInt(s) => s.clone(),
+            MetaValue::Object { class, state } => format!("{class}({})", state.to_json_like()),
             MetaValue::Map(m) => {
                 let items: Vec<String> = m
                     .iter()
