@@ -22,6 +22,6 @@ pub use dtype::{DType, Layout, SizeError};
 pub use error::{sanitize, Error, Location, Result};
 pub use format::{sniff, Format, Sniffed};
 pub use hash::ContentHash;
-pub use limits::{Budget, Limits};
+pub use limits::{Budget, Limits, ReadOptions};
 pub use source::{Access, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
 pub use tensor::{MetaType, MetaValue, Metadata, TensorInfo};

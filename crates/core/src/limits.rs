@@ -40,3 +40,31 @@ impl Budget {
         self.threads as u64 * self.chunk
     }
 }
+
+/// What a reader is told when it opens a file: the caps, and the few per-format choices a user
+/// can make on the command line. Readers ignore the fields that do not concern them.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ReadOptions {
+    /// Caps on sizes read from the file.
+    pub limits: Limits,
+    /// NPY/NPZ: read the ambiguous 2-byte void dtype `<V2` (what ml_dtypes/JAX bfloat16 arrays
+    /// save as) as BF16. Without it such arrays are refused with a message naming the option.
+    pub void2_as_bf16: bool,
+    /// PyTorch: the dotted path of the nested dict of tensors to convert (`--key a.b`);
+    /// `None` picks the top-level dict or its single `state_dict`-like child.
+    pub key: Option<String>,
+    /// PyTorch: write every name of tensors that share storage (`--shared copy`), instead of
+    /// keeping one name per exact alias.
+    pub shared_copy: bool,
+}
+
+impl ReadOptions {
+    /// Options with the given limits and every choice at its default.
+    pub fn with_limits(limits: Limits) -> Self {
+        ReadOptions {
+            limits,
+            ..Self::default()
+        }
+    }
+}
