@@ -1,0 +1,245 @@
+//! The allowlist: the only `(module, name)` pairs a pickle may name (spec §2.3).
+//!
+//! Matching is exact, after mapping the Python 2 module name `__builtin__` to `builtins` and
+//! nothing else. Dotted names are refused (`STACK_GLOBAL('torch', 'serialization.os.system')`
+//! resolves to `os.system` under protocol ≥ 4). Each entry carries the argument schema the VM
+//! enforces when the symbol is called and a one-line reason why accepting it cannot execute
+//! anything. A symbol is never imported or looked up: it only selects which inert description
+//! the VM builds.
+
+use crate::torch::{dtype_by_name, StorageKind, TorchDType, STORAGES};
+
+/// An allowlisted symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sym {
+    /// `torch._utils._rebuild_tensor_v2`.
+    RebuildTensorV2,
+    /// `torch._utils._rebuild_tensor_v3`.
+    RebuildTensorV3,
+    /// `torch._utils._rebuild_tensor`.
+    RebuildTensor,
+    /// `torch._utils._rebuild_parameter`.
+    RebuildParameter,
+    /// `torch._utils._rebuild_parameter_with_state`.
+    RebuildParameterWithState,
+    /// `torch._tensor._rebuild_from_type_v2`.
+    RebuildFromTypeV2,
+    /// A torch rebuild function weightport recognises but does not convert.
+    UnsupportedTensor(&'static str),
+    /// `collections.OrderedDict`.
+    OrderedDict,
+    /// `collections.Counter`.
+    Counter,
+    /// A storage class, only valid inside a persistent id.
+    Storage(StorageKind),
+    /// A dtype constant.
+    DType(TorchDType),
+    /// `torch.Size`.
+    Size,
+    /// `torch.device`.
+    Device,
+    /// `torch.Tensor`, only as `_rebuild_from_type_v2`'s type.
+    TensorType,
+    /// `torch.nn.parameter.Parameter`, only as `_rebuild_from_type_v2`'s type.
+    ParameterType,
+    /// `_codecs.encode`.
+    CodecsEncode,
+    /// `builtins.bytes`.
+    Bytes,
+    /// `builtins.bytearray`.
+    ByteArray,
+    /// `builtins.set`.
+    Set,
+    /// `builtins.frozenset`.
+    FrozenSet,
+    /// `builtins.complex`.
+    Complex,
+    /// `numpy.(_)core.multiarray.scalar`.
+    NpScalar,
+    /// `numpy.dtype`.
+    NpDtype,
+}
+
+/// One allowlist entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Module.
+    pub module: &'static str,
+    /// Name.
+    pub name: &'static str,
+    /// What it stands for.
+    pub sym: Sym,
+    /// The accepted shape of a call (or where the symbol may appear).
+    pub schema: &'static str,
+    /// Why accepting it cannot execute anything.
+    pub reason: &'static str,
+}
+
+const fn e(
+    module: &'static str,
+    name: &'static str,
+    sym: Sym,
+    schema: &'static str,
+    reason: &'static str,
+) -> Entry {
+    Entry {
+        module,
+        name,
+        sym,
+        schema,
+        reason,
+    }
+}
+
+const VIEW: &str =
+    "pure view descriptor; offset, sizes and strides bounds-checked against the storage";
+const UNSUP: &str = "recognised so the error can name the tensor kind; never converted";
+
+/// The fixed entries (storage classes and dtypes are matched by [`lookup`] from their tables).
+pub const ENTRIES: &[Entry] = &[
+    e("torch._utils", "_rebuild_tensor_v2", Sym::RebuildTensorV2,
+      "REDUCE (storage, offset:int, size:tuple, stride:tuple, requires_grad:bool, OrderedDict() [, {conj|neg: bool}])", VIEW),
+    e("torch._utils", "_rebuild_tensor_v3", Sym::RebuildTensorV3,
+      "REDUCE (storage, offset, size, stride, requires_grad, OrderedDict(), dtype [, metadata])", VIEW),
+    e("torch._utils", "_rebuild_tensor", Sym::RebuildTensor,
+      "REDUCE (storage, offset, size, stride)", VIEW),
+    e("torch._utils", "_rebuild_parameter", Sym::RebuildParameter,
+      "REDUCE (tensor, requires_grad:bool, OrderedDict())", "marks a described tensor as a Parameter"),
+    e("torch._utils", "_rebuild_parameter_with_state", Sym::RebuildParameterWithState,
+      "REDUCE (tensor, bool, OrderedDict(), dict | (dict, dict))", "marks a Parameter; its state is kept as inert data"),
+    e("torch._tensor", "_rebuild_from_type_v2", Sym::RebuildFromTypeV2,
+      "REDUCE (one of the tensor rebuilders, torch.Tensor | Parameter, args:tuple, state:dict)",
+      "restricted: in Python a call forwarder, here only a tensor rebuilder may be forwarded"),
+    e("torch._utils", "_rebuild_qtensor", Sym::UnsupportedTensor("quantized tensor"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_sparse_tensor", Sym::UnsupportedTensor("sparse tensor"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_meta_tensor_no_storage", Sym::UnsupportedTensor("meta tensor without storage"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_wrapper_subclass", Sym::UnsupportedTensor("tensor wrapper subclass"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_device_tensor_from_numpy", Sym::UnsupportedTensor("device tensor from numpy"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_device_tensor_from_cpu_tensor", Sym::UnsupportedTensor("device tensor from a cpu tensor"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_nested_tensor", Sym::UnsupportedTensor("nested tensor"), "refused when called", UNSUP),
+    e("collections", "OrderedDict", Sym::OrderedDict,
+      "REDUCE () | ([(k, v), ...],); BUILD with a dict state (_metadata)", "an ordered map plus inert attributes"),
+    e("collections", "Counter", Sym::Counter, "REDUCE () | ({...},)", "a map"),
+    e("torch", "Size", Sym::Size, "REDUCE ((int >= 0, ...),)", "a tuple of non-negative ints"),
+    e("torch", "device", Sym::Device, "REDUCE (str,) | (str, int)", "a string tag"),
+    e("torch", "Tensor", Sym::TensorType, "only as _rebuild_from_type_v2's type", "a type tag"),
+    e("torch.nn.parameter", "Parameter", Sym::ParameterType, "only as _rebuild_from_type_v2's type", "a type tag"),
+    e("_codecs", "encode", Sym::CodecsEncode, "REDUCE (str, 'latin1' | 'latin-1')",
+      "bytes: the protocol-2 encoding of bytes"),
+    e("builtins", "bytes", Sym::Bytes, "REDUCE ()", "b''"),
+    e("builtins", "bytearray", Sym::ByteArray, "REDUCE () | (str, 'latin-1') | (bytes,)", "bytes"),
+    e("builtins", "set", Sym::Set, "REDUCE () | ([...],)", "a set"),
+    e("builtins", "frozenset", Sym::FrozenSet, "REDUCE () | ([...],)", "a set"),
+    e("builtins", "complex", Sym::Complex, "REDUCE (float, float)", "a number"),
+    e("numpy.core.multiarray", "scalar", Sym::NpScalar, "REDUCE (numpy.dtype, bytes)",
+      "a numeric scalar; object dtypes refused"),
+    e("numpy._core.multiarray", "scalar", Sym::NpScalar, "REDUCE (numpy.dtype, bytes)",
+      "a numeric scalar; object dtypes refused"),
+    e("numpy", "dtype", Sym::NpDtype, "REDUCE (str, bool, bool); BUILD (version, byteorder, ...)",
+      "a numeric type descriptor; object dtypes refused"),
+];
+
+const STORAGE_SCHEMA: &str = "only as element 1 of a storage persistent id";
+const STORAGE_REASON: &str = "a dtype tag, never callable";
+const DTYPE_SCHEMA: &str = "as a _rebuild_tensor_v3 argument or a metadata value";
+const DTYPE_REASON: &str = "a constant";
+
+/// Resolves `module.name` against the allowlist.
+pub fn lookup(module: &str, name: &str) -> Option<Entry> {
+    let module = if module == "__builtin__" {
+        "builtins"
+    } else {
+        module
+    };
+    if name.contains('.') || module.is_empty() || name.is_empty() {
+        return None;
+    }
+    if let Some(e) = ENTRIES
+        .iter()
+        .find(|e| e.module == module && e.name == name)
+    {
+        return Some(*e);
+    }
+    let storage_module = matches!(module, "torch" | "torch.cuda");
+    if storage_module {
+        if let Some((_, d)) = STORAGES.iter().find(|(n, _)| *n == name) {
+            return Some(e(
+                "torch",
+                "<X>Storage",
+                Sym::Storage(StorageKind::Typed(*d)),
+                STORAGE_SCHEMA,
+                STORAGE_REASON,
+            ));
+        }
+    }
+    if (module == "torch" || module == "torch.storage") && name == "UntypedStorage" {
+        return Some(e(
+            "torch",
+            "UntypedStorage",
+            Sym::Storage(StorageKind::Untyped),
+            STORAGE_SCHEMA,
+            STORAGE_REASON,
+        ));
+    }
+    if module == "torch" {
+        if let Some(d) = dtype_by_name(name) {
+            return Some(e(
+                "torch",
+                "<dtype>",
+                Sym::DType(d),
+                DTYPE_SCHEMA,
+                DTYPE_REASON,
+            ));
+        }
+    }
+    None
+}
+
+impl Sym {
+    /// A readable name of the symbol (`torch._utils._rebuild_tensor_v2`, `torch.float16`, …).
+    pub fn qualname(&self) -> String {
+        match self {
+            Sym::Storage(StorageKind::Untyped) => "torch.UntypedStorage".into(),
+            Sym::Storage(StorageKind::Typed(d)) => format!("torch storage of {}", d.name),
+            Sym::DType(d) => format!("torch.{}", d.name),
+            other => ENTRIES
+                .iter()
+                .find(|e| e.sym == *other)
+                .map(|e| format!("{}.{}", e.module, e.name))
+                .unwrap_or_else(|| format!("{other:?}")),
+        }
+    }
+}
+
+/// A hint appended to a refusal when the symbol shows the file pickles a whole `nn.Module`
+/// or a TorchScript object rather than a state dict.
+pub fn module_hint(module: &str) -> &'static str {
+    if module.starts_with("torch.nn.modules") || module == "__main__" || module == "torch.nn" {
+        "; the file pickles a whole nn.Module (model object), not a state dict: \
+         load it in Python and save `model.state_dict()` instead"
+    } else if module.starts_with("__torch__") {
+        "; this is TorchScript, not a state-dict checkpoint"
+    } else {
+        ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_matches_only() {
+        assert!(lookup("torch._utils", "_rebuild_tensor_v2").is_some());
+        assert!(lookup("__builtin__", "set").is_some());
+        assert!(lookup("torch", "serialization.os.system").is_none());
+        assert!(lookup("torch", "save").is_none());
+        assert!(lookup("os", "system").is_none());
+        assert!(lookup("posix", "system").is_none());
+        assert!(lookup("builtins", "eval").is_none());
+        assert!(lookup("torch.storage", "_load_from_bytes").is_none());
+        assert!(lookup("torch.cuda", "HalfStorage").is_some());
+        assert!(lookup("torch", "float8_e4m3fn").is_some());
+        assert!(lookup("torch._utils ", "_rebuild_tensor_v2").is_none());
+    }
+}
