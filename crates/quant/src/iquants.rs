@@ -1,0 +1,228 @@
+//! Dequantizers of the importance-matrix ("IQ") types: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+//! IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS. Their grids are ggml's tables (see `grids.rs`).
+//! Quantizing to these types needs ggml's search and (mostly) an importance matrix, which
+//! this crate does not implement.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
+
+use crate::blocks::*;
+use crate::grids::*;
+use crate::util::get_f16;
+
+const IQ1S_DELTA: f32 = 0.125;
+
+#[inline(always)]
+fn byte_of(v: u64, j: usize) -> u8 {
+    (v >> (8 * j)) as u8
+}
+
+#[inline(always)]
+fn sign(signs: u8, j: usize) -> f32 {
+    if signs & (1 << j) != 0 {
+        -1.0
+    } else {
+        1.0
+    }
+}
+
+#[inline(always)]
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
+}
+
+#[inline(always)]
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+pub(crate) fn dequantize_iq2_xxs(x: &[BlockIq2Xxs], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let a0 = u32_at(&b.qs, 8 * ib);
+            let a1 = u32_at(&b.qs, 8 * ib + 4);
+            let db = d * (0.5 + (a1 >> 28) as f32) * 0.25;
+            for l in 0..4 {
+                let grid = IQ2XXS_GRID[(a0 >> (8 * l)) as u8 as usize];
+                let signs = KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize];
+                for j in 0..8 {
+                    y[32 * ib + 8 * l + j] = db * byte_of(grid, j) as f32 * sign(signs, j);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq2_xs(x: &[BlockIq2Xs], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let db = [
+                d * (0.5 + (b.scales[ib] & 0xF) as f32) * 0.25,
+                d * (0.5 + (b.scales[ib] >> 4) as f32) * 0.25,
+            ];
+            for l in 0..4 {
+                let q = u16_at(&b.qs, 4 * ib + l);
+                let grid = IQ2XS_GRID[(q & 511) as usize];
+                let signs = KSIGNS_IQ2XS[(q >> 9) as usize];
+                for j in 0..8 {
+                    y[32 * ib + 8 * l + j] = db[l / 2] * byte_of(grid, j) as f32 * sign(signs, j);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq2_s(x: &[BlockIq2S], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let db = [
+                d * (0.5 + (b.scales[ib] & 0xF) as f32) * 0.25,
+                d * (0.5 + (b.scales[ib] >> 4) as f32) * 0.25,
+            ];
+            for l in 0..4 {
+                let idx =
+                    b.qs[4 * ib + l] as usize | (((b.qh[ib] as usize) << (8 - 2 * l)) & 0x300);
+                let grid = IQ2S_GRID[idx];
+                let signs = b.qs[32 + 4 * ib + l];
+                for j in 0..8 {
+                    y[32 * ib + 8 * l + j] = db[l / 2] * byte_of(grid, j) as f32 * sign(signs, j);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq3_xxs(x: &[BlockIq3Xxs], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let aux = u32_at(&b.qs, 64 + 4 * ib);
+            let db = d * (0.5 + (aux >> 28) as f32) * 0.5;
+            let qs = &b.qs[8 * ib..8 * ib + 8];
+            for l in 0..4 {
+                let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                let g1 = IQ3XXS_GRID[qs[2 * l] as usize] as u64;
+                let g2 = IQ3XXS_GRID[qs[2 * l + 1] as usize] as u64;
+                let o = 32 * ib + 8 * l;
+                for j in 0..4 {
+                    y[o + j] = db * byte_of(g1, j) as f32 * sign(signs, j);
+                    y[o + j + 4] = db * byte_of(g2, j) as f32 * sign(signs, j + 4);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq3_s(x: &[BlockIq3S], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let sc = b.scales[ib / 2];
+            let db = d * (1 + 2 * (if ib % 2 == 0 { sc & 0xF } else { sc >> 4 }) as i32) as f32;
+            let qs = &b.qs[8 * ib..8 * ib + 8];
+            let qh = b.qh[ib] as usize;
+            let signs = &b.signs[4 * ib..4 * ib + 4];
+            for l in 0..4 {
+                let g1 = IQ3S_GRID[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)] as u64;
+                let g2 = IQ3S_GRID[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)] as u64;
+                let o = 32 * ib + 8 * l;
+                for j in 0..4 {
+                    y[o + j] = db * byte_of(g1, j) as f32 * sign(signs[l], j);
+                    y[o + j + 4] = db * byte_of(g2, j) as f32 * sign(signs[l], j + 4);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq1_s(x: &[BlockIq1S], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for ib in 0..8 {
+            let qh = u16_at(&b.qh, ib);
+            let dl = d * (2 * ((qh >> 12) & 7) as i32 + 1) as f32;
+            let delta = if qh & 0x8000 != 0 {
+                -IQ1S_DELTA
+            } else {
+                IQ1S_DELTA
+            };
+            for l in 0..4 {
+                let idx = b.qs[4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
+                let grid = IQ1S_GRID[idx];
+                for j in 0..8 {
+                    y[32 * ib + 8 * l + j] = dl * (byte_of(grid, j) as i8 as f32 + delta);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq1_m(x: &[BlockIq1M], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let sc = [
+            u16_at(&b.scales, 0),
+            u16_at(&b.scales, 1),
+            u16_at(&b.scales, 2),
+            u16_at(&b.scales, 3),
+        ];
+        let bits =
+            (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
+        let d = half::f16::from_bits(bits).to_f32();
+        for ib in 0..8 {
+            let s = sc[ib / 2] >> (6 * (ib % 2));
+            let dl1 = d * (2 * (s & 7) as i32 + 1) as f32;
+            let dl2 = d * (2 * ((s >> 3) & 7) as i32 + 1) as f32;
+            let qs = &b.qs[4 * ib..4 * ib + 4];
+            let (h0, h1) = (b.qh[2 * ib] as usize, b.qh[2 * ib + 1] as usize);
+            let idx = [
+                qs[0] as usize | ((h0 << 8) & 0x700),
+                qs[1] as usize | ((h0 << 4) & 0x700),
+                qs[2] as usize | ((h1 << 8) & 0x700),
+                qs[3] as usize | ((h1 << 4) & 0x700),
+            ];
+            let delta = |h: usize, m: usize| if h & m != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
+            let deltas = [
+                delta(h0, 0x08),
+                delta(h0, 0x80),
+                delta(h1, 0x08),
+                delta(h1, 0x80),
+            ];
+            for l in 0..4 {
+                let dl = if l < 2 { dl1 } else { dl2 };
+                let grid = IQ1S_GRID[idx[l]];
+                for j in 0..8 {
+                    y[32 * ib + 8 * l + j] = dl * (byte_of(grid, j) as i8 as f32 + deltas[l]);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq4_nl(x: &[BlockIq4Nl], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let d = get_f16(b.d);
+        for j in 0..16 {
+            y[j] = d * KVALUES_IQ4NL[(b.qs[j] & 15) as usize] as f32;
+            y[j + 16] = d * KVALUES_IQ4NL[(b.qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
+pub(crate) fn dequantize_iq4_xs(x: &[BlockIq4Xs], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        let sh = u16::from_le_bytes(b.scales_h);
+        for ib in 0..8 {
+            let ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) as i32
+                | ((((sh >> (2 * ib)) & 3) as i32) << 4);
+            let dl = d * (ls - 32) as f32;
+            let qs = &b.qs[16 * ib..16 * ib + 16];
+            for j in 0..16 {
+                y[32 * ib + j] = dl * KVALUES_IQ4NL[(qs[j] & 15) as usize] as f32;
+                y[32 * ib + j + 16] = dl * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as f32;
+            }
+        }
+    }
+}

@@ -1,0 +1,670 @@
+//! The K-quants (256-element super-blocks): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (quantize with the
+//! `_ref` algorithms, no importance matrix, and dequantize), Q8_K. Spec §3.2–§3.4.
+//!
+//! All arithmetic is f32, in the C order of evaluation; sums run sequentially in index order.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
+
+use crate::blocks::*;
+use crate::util::{get_f16, nearest_int, put_f16};
+
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// `make_qkx2_quants`: returns `(scale, the_min)`, fills `l` (n ≤ 32).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn make_qkx2_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    l: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l.fill(0);
+        return (0.0, -min);
+    }
+    let err = |d: f32| if use_mad { d.abs() } else { d * d };
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        l[i] = q as u8;
+        let diff = scale * q as f32 + min - x[i];
+        best_error += weights[i] * err(diff);
+    }
+    let mut laux = [0u8; 32];
+    let laux = &mut laux[..n];
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = q as u8;
+            let w = weights[i];
+            let lf = q as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                cur_error += weights[i] * err(diff);
+            }
+            if cur_error < best_error {
+                l.copy_from_slice(laux);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// `(amax, signed max)` with strict `>`: the first element with the largest |x| wins.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> (f32, f32) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        let a = v.abs();
+        if a > amax {
+            amax = a;
+            max = v;
+        }
+    }
+    (amax, max)
+}
+
+/// `make_q3_quants(n, nmax, x, L, do_rmse=true)`; `l` receives values in `0..2*nmax`.
+fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
+    let n = x.len();
+    let (amax, max) = abs_max(x);
+    if amax < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let iscale = -(nmax as f32) / max;
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
+        l[i] = q as i8;
+        let w = x[i] * x[i];
+        sumlx += w * x[i] * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..n {
+            let w = x[i] * x[i];
+            let li = l[i] as f32;
+            let mut slx = sumlx - w * x[i] * li;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * li * li;
+                let new_l = nearest_int(x[i] * sl2 / slx).clamp(-nmax, nmax - 1);
+                if new_l != l[i] as i32 {
+                    let nl = new_l as f32;
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for v in l.iter_mut() {
+        *v += nmax as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)`; `l` receives values in `0..2*nmax`.
+fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
+    let n = x.len();
+    let (amax, max) = abs_max(x);
+    if amax < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let mut iscale = -(nmax as f32) / max;
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
+        l[i] = (q + nmax) as i8;
+        let w = x[i] * x[i];
+        sumlx += w * x[i] * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    let mut tmp = [0i32; 16];
+    let tmp = &mut tmp[..n];
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for i in 0..n {
+            let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
+            tmp[i] = q;
+            let w = x[i] * x[i];
+            sumlx += w * x[i] * q as f32;
+            suml2 += w * q as f32 * q as f32;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for i in 0..n {
+                l[i] = (tmp[i] + nmax) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of Q4_K/Q5_K.
+#[inline(always)]
+fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+// ---------------------------------------------------------------- Q2_K
+
+pub(crate) fn quantize_q2_k(x: &[f32], y: &mut [BlockQ2K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut l = [0u8; 256];
+        let mut weights = [0f32; 16];
+        let mut mins = [0f32; 16];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            let xs = &x[16 * j..16 * j + 16];
+            for (w, &v) in weights.iter_mut().zip(xs) {
+                *w = v.abs();
+            }
+            let (s, m) = make_qkx2_quants(
+                3,
+                xs,
+                &weights,
+                &mut l[16 * j..16 * j + 16],
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
+            scales[j] = s;
+            mins[j] = m;
+            if s > max_scale {
+                max_scale = s;
+            }
+            if m > max_min {
+                max_min = m;
+            }
+        }
+        if max_scale > 0.0 {
+            let iscale = 15.0 / max_scale;
+            for j in 0..16 {
+                b.scales[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            b.d = put_f16(max_scale / 15.0);
+        } else {
+            b.scales = [0; 16];
+            b.d = put_f16(0.0);
+        }
+        if max_min > 0.0 {
+            let iscale = 15.0 / max_min;
+            for j in 0..16 {
+                b.scales[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+            }
+            b.dmin = put_f16(max_min / 15.0);
+        } else {
+            b.dmin = put_f16(0.0);
+        }
+        let (dd, dm) = (get_f16(b.d), get_f16(b.dmin));
+        for j in 0..16 {
+            let d = dd * (b.scales[j] & 0xF) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            let m = dm * (b.scales[j] >> 4) as f32;
+            for ii in 0..16 {
+                l[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
+            }
+        }
+        for h in 0..2 {
+            for k in 0..32 {
+                let e = 128 * h + k;
+                b.qs[32 * h + k] = l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6);
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_q2_k(x: &[BlockQ2K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let (d, min) = (get_f16(b.d), get_f16(b.dmin));
+        for e in 0..256 {
+            let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
+            let sc = b.scales[e / 16];
+            let dl = d * (sc & 0xF) as f32;
+            let ml = min * (sc >> 4) as f32;
+            let q = (b.qs[32 * h + l] >> (2 * s)) & 3;
+            y[e] = dl * q as f32 - ml;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q3_K
+
+/// The 16 signed 6-bit scales of a Q3_K block (still biased by 32).
+#[inline(always)]
+fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+        let hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = low | (hi << 4);
+    }
+    out
+}
+
+pub(crate) fn quantize_q3_k(x: &[f32], y: &mut [BlockQ3K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut l = [0i8; 256];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+            let s = scales[j].abs();
+            if s > amax {
+                amax = s;
+                max_scale = scales[j];
+            }
+        }
+        b.scales = [0; 12];
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for j in 0..16 {
+                let v = nearest_int(iscale * scales[j]) as i8; // int8_t l = nearest_int(..)
+                let v = (v.clamp(-32, 31) + 32) as u8;
+                if j < 8 {
+                    b.scales[j] = v & 0xF;
+                } else {
+                    b.scales[j - 8] |= (v & 0xF) << 4;
+                }
+                b.scales[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+            }
+            b.d = put_f16(1.0 / iscale);
+        } else {
+            b.d = put_f16(0.0);
+        }
+        let dd = get_f16(b.d);
+        let sc = q3k_scales(&b.scales);
+        for j in 0..16 {
+            let d = dd * (sc[j] as i32 - 32) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
+            }
+        }
+        b.hmask = [0; 32];
+        for (j, v) in l.iter_mut().enumerate() {
+            if *v > 3 {
+                b.hmask[j % 32] |= 1 << (j / 32);
+                *v -= 4;
+            }
+        }
+        for h in 0..2 {
+            for k in 0..32 {
+                let e = 128 * h + k;
+                b.qs[32 * h + k] =
+                    (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_q3_k(x: &[BlockQ3K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d_all = get_f16(b.d);
+        let sc = q3k_scales(&b.scales);
+        for e in 0..256 {
+            let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
+            let dl = d_all * (sc[e / 16] as i32 - 32) as f32;
+            let low = ((b.qs[32 * h + l] >> (2 * s)) & 3) as i32;
+            let hbit = (b.hmask[l] >> (e / 32)) & 1;
+            let q = low - if hbit != 0 { 0 } else { 4 };
+            y[e] = dl * q as f32;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q4_K / Q5_K
+
+/// First pass shared by Q4_K and Q5_K: per-sub-block scales/mins, packed 6-bit scales, the
+/// two f16 super-scales, then the requantized levels in `l`.
+#[inline(always)]
+fn q45k_block(
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+    l: &mut [u8; 256],
+) -> ([u8; 2], [u8; 2], [u8; 12]) {
+    let mut weights = [0f32; 32];
+    let mut mins = [0f32; 8];
+    let mut scales = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let (s, m) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
+        scales[j] = s;
+        mins[j] = m;
+        if s > max_scale {
+            max_scale = s;
+        }
+        if m > max_min {
+            max_min = m;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut sc = [0u8; 12];
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            sc[j - 4] |= (ls >> 4) << 6;
+            sc[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d = put_f16(max_scale / 63.0);
+    let dmin = put_f16(max_min / 63.0);
+    let (dd, dm) = (get_f16(d), get_f16(dmin));
+    for j in 0..8 {
+        let (s, m) = scale_min_k4(j, &sc);
+        let d = dd * s as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let m = dm * m as f32;
+        for ii in 0..32 {
+            l[32 * j + ii] = nearest_int((x[32 * j + ii] + m) / d).clamp(0, nmax) as u8;
+        }
+    }
+    (d, dmin, sc)
+}
+
+pub(crate) fn quantize_q4_k(x: &[f32], y: &mut [BlockQ4K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut l = [0u8; 256];
+        (b.d, b.dmin, b.scales) = q45k_block(x, 15, -1.0, 20, &mut l);
+        for c in 0..4 {
+            for k in 0..32 {
+                b.qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let (d, min) = (get_f16(b.d), get_f16(b.dmin));
+        for c in 0..4 {
+            let (s1, m1) = scale_min_k4(2 * c, &b.scales);
+            let (s2, m2) = scale_min_k4(2 * c + 1, &b.scales);
+            let (d1, m1) = (d * s1 as f32, min * m1 as f32);
+            let (d2, m2) = (d * s2 as f32, min * m2 as f32);
+            let q = &b.qs[32 * c..32 * c + 32];
+            let (lo, hi) = y[64 * c..64 * c + 64].split_at_mut(32);
+            for k in 0..32 {
+                lo[k] = d1 * (q[k] & 0xF) as f32 - m1;
+                hi[k] = d2 * (q[k] >> 4) as f32 - m2;
+            }
+        }
+    }
+}
+
+pub(crate) fn quantize_q5_k(x: &[f32], y: &mut [BlockQ5K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut l = [0u8; 256];
+        (b.d, b.dmin, b.scales) = q45k_block(x, 31, -0.5, 15, &mut l);
+        b.qh = [0; 32];
+        for c in 0..4 {
+            for k in 0..32 {
+                let mut l1 = l[64 * c + k];
+                if l1 > 15 {
+                    l1 -= 16;
+                    b.qh[k] |= 1 << (2 * c);
+                }
+                let mut l2 = l[64 * c + 32 + k];
+                if l2 > 15 {
+                    l2 -= 16;
+                    b.qh[k] |= 2 << (2 * c);
+                }
+                b.qs[32 * c + k] = l1 | (l2 << 4);
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let (d, min) = (get_f16(b.d), get_f16(b.dmin));
+        for c in 0..4 {
+            let (s1, m1) = scale_min_k4(2 * c, &b.scales);
+            let (s2, m2) = scale_min_k4(2 * c + 1, &b.scales);
+            let (d1, m1) = (d * s1 as f32, min * m1 as f32);
+            let (d2, m2) = (d * s2 as f32, min * m2 as f32);
+            let q = &b.qs[32 * c..32 * c + 32];
+            let (lo, hi) = y[64 * c..64 * c + 64].split_at_mut(32);
+            for k in 0..32 {
+                let h1 = if b.qh[k] & (1 << (2 * c)) != 0 { 16 } else { 0 };
+                let h2 = if b.qh[k] & (2 << (2 * c)) != 0 { 16 } else { 0 };
+                lo[k] = d1 * ((q[k] & 0xF) as i32 + h1) as f32 - m1;
+                hi[k] = d2 * ((q[k] >> 4) as i32 + h2) as f32 - m2;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q6_K
+
+pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut l = [0i8; 256];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for ib in 0..16 {
+            let s = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+            scales[ib] = s;
+            if s.abs() > max_abs_scale {
+                max_abs_scale = s.abs();
+                max_scale = s;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            *b = BlockQ6K {
+                ql: [0; 128],
+                qh: [0; 64],
+                scales: [0; 16],
+                d: put_f16(0.0),
+            };
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        b.d = put_f16(1.0 / iscale);
+        for ib in 0..16 {
+            b.scales[ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
+        }
+        let dd = get_f16(b.d);
+        for j in 0..16 {
+            let d = dd * b.scales[j] as i8 as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-32, 31) + 32) as i8;
+            }
+        }
+        for h in 0..2 {
+            let (ql, qh) = (
+                &mut b.ql[64 * h..64 * h + 64],
+                &mut b.qh[32 * h..32 * h + 32],
+            );
+            let l = &l[128 * h..128 * h + 128];
+            for k in 0..32 {
+                let (a, b_, c, d) = (
+                    l[k] as u8,
+                    l[k + 32] as u8,
+                    l[k + 64] as u8,
+                    l[k + 96] as u8,
+                );
+                ql[k] = (a & 0xF) | ((c & 0xF) << 4);
+                ql[k + 32] = (b_ & 0xF) | ((d & 0xF) << 4);
+                qh[k] = (a >> 4) | ((b_ >> 4) << 2) | ((c >> 4) << 4) | ((d >> 4) << 6);
+            }
+        }
+    }
+}
+
+pub(crate) fn dequantize_q6_k(x: &[BlockQ6K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = get_f16(b.d);
+        for h in 0..2 {
+            let (ql, qh) = (&b.ql[64 * h..64 * h + 64], &b.qh[32 * h..32 * h + 32]);
+            let sc = &b.scales[8 * h..8 * h + 8];
+            let y = &mut y[128 * h..128 * h + 128];
+            for k in 0..32 {
+                let is = k / 16;
+                let q1 = ((ql[k] & 0xF) | ((qh[k] & 3) << 4)) as i32 - 32;
+                let q2 = ((ql[k + 32] & 0xF) | (((qh[k] >> 2) & 3) << 4)) as i32 - 32;
+                let q3 = ((ql[k] >> 4) | (((qh[k] >> 4) & 3) << 4)) as i32 - 32;
+                let q4 = ((ql[k + 32] >> 4) | (((qh[k] >> 6) & 3) << 4)) as i32 - 32;
+                y[k] = d * sc[is] as i8 as f32 * q1 as f32;
+                y[k + 32] = d * sc[is + 2] as i8 as f32 * q2 as f32;
+                y[k + 64] = d * sc[is + 4] as i8 as f32 * q3 as f32;
+                y[k + 96] = d * sc[is + 6] as i8 as f32 * q4 as f32;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q8_K
+
+pub(crate) fn quantize_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let (amax, max) = abs_max(x);
+        if amax == 0.0 {
+            // ggml leaves bsums untouched here; we write zeros (what a zeroed buffer holds).
+            *b = BlockQ8K {
+                d: [0; 4],
+                qs: [0; 256],
+                bsums: [0; 32],
+            };
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8 as u8;
+        }
+        for j in 0..16 {
+            let mut sum = 0i32;
+            for &q in &b.qs[16 * j..16 * j + 16] {
+                sum += q as i8 as i32;
+            }
+            b.bsums[2 * j..2 * j + 2].copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+        b.d = (1.0 / iscale).to_le_bytes();
+    }
+}
+
+pub(crate) fn dequantize_q8_k(x: &[BlockQ8K], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(256)) {
+        let d = f32::from_le_bytes(b.d);
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = d * q as i8 as f32;
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Bit-exact ggml quantization kernels and f32/f16/bf16 casts for weightport.
+//!
+//! Pure slice-in/slice-out functions, single-threaded per call, no I/O:
+//!
+//! - [`quantize`] reproduces ggml's `quantize_row_<type>_ref` byte for byte (what
+//!   `llama-quantize` writes when no importance matrix is given), and [`dequantize`] reproduces
+//!   `dequantize_row_<type>` bit for bit. [`can_quantize`]/[`can_dequantize`] say which
+//!   [`DType`]s are covered; anything else is [`QuantError::Unsupported`].
+//! - [`cast`] converts f32/f16/bf16 with torch's or ggml's rounding and counts overflow and
+//!   underflow for lossy-cast reports.
+//! - [`blocks`] has the block layouts as `#[repr(C)]` structs.
+//!
+//! Exactness rests on doing what the C code does, in f32, in the same order (spec
+//! `gguf.md` §3.0): no fused multiply-add, sums accumulated in index order, and the three
+//! roundings (`nearest_int` half-to-even, `roundf` half-away, truncating casts). Float → int
+//! casts of out-of-range values follow x86-64 (`cvttss2si`), which is what the reference
+//! fixtures were produced on.
+
+#![deny(missing_docs)]
+
+pub mod blocks;
+pub mod cast;
+mod grids;
+mod iquants;
+mod kquants;
+mod legacy;
+mod other;
+mod util;
+
+pub use weightport_core::DType;
+
+use blocks::*;
+
+/// Why a kernel call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    /// The dtype has no kernel for this direction in this crate.
+    #[error("unsupported type: {op} of {dtype} is not implemented")]
+    Unsupported {
+        /// The dtype asked for.
+        dtype: DType,
+        /// `"quantize"` or `"dequantize"`.
+        op: &'static str,
+    },
+    /// A slice has the wrong length.
+    #[error("{what}: expected {expected} elements, got {got}")]
+    Length {
+        /// Which slice.
+        what: &'static str,
+        /// The length it must have.
+        expected: usize,
+        /// The length it has.
+        got: usize,
+    },
+    /// The source element count is not a multiple of the block size.
+    #[error("{len} elements are not a whole number of {dtype} blocks of {block}")]
+    PartialBlock {
+        /// The dtype.
+        dtype: DType,
+        /// Elements given.
+        len: usize,
+        /// Elements per block.
+        block: usize,
+    },
+}
+
+/// ggml's numeric type id (`enum ggml_type`), as stored in GGUF tensor infos.
+pub fn ggml_type_id(dtype: DType) -> Option<u32> {
+    use DType::*;
+    Some(match dtype {
+        F32 => 0,
+        F16 => 1,
+        Q4_0 => 2,
+        Q4_1 => 3,
+        Q5_0 => 6,
+        Q5_1 => 7,
+        Q8_0 => 8,
+        Q8_1 => 9,
+        Q2_K => 10,
+        Q3_K => 11,
+        Q4_K => 12,
+        Q5_K => 13,
+        Q6_K => 14,
+        Q8_K => 15,
+        IQ2_XXS => 16,
+        IQ2_XS => 17,
+        IQ3_XXS => 18,
+        IQ1_S => 19,
+        IQ4_NL => 20,
+        IQ3_S => 21,
+        IQ2_S => 22,
+        IQ4_XS => 23,
+        I8 => 24,
+        I16 => 25,
+        I32 => 26,
+        I64 => 27,
+        F64 => 28,
+        IQ1_M => 29,
+        BF16 => 30,
+        TQ1_0 => 34,
+        TQ2_0 => 35,
+        MXFP4 => 39,
+        NVFP4 => 40,
+        Q1_0 => 41,
+        Q2_0 => 42,
+        _ => return None,
+    })
+}
+
+/// `(elements, bytes)` per block of a block dtype.
+fn block_shape(dtype: DType) -> Option<(usize, usize)> {
+    match dtype.layout() {
+        weightport_core::Layout::Block { elems, bytes } => Some((elems as usize, bytes as usize)),
+        weightport_core::Layout::Bits(_) => None,
+    }
+}
+
+// One table drives dispatch and the `can_*` queries.
+macro_rules! kernels {
+    ($( $dt:ident => $blk:ty, q: $q:expr, dq: $dq:expr; )*) => {
+        fn quantize_dispatch(dtype: DType, src: &[f32], dst: &mut [u8]) -> bool {
+            match dtype {
+                $( DType::$dt => match $q {
+                    Some(f) => { let f: fn(&[f32], &mut [$blk]) = f; f(src, as_blocks_mut::<$blk>(dst)); true }
+                    None => false,
+                }, )*
+                _ => false,
+            }
+        }
+        fn dequantize_dispatch(dtype: DType, src: &[u8], dst: &mut [f32]) -> bool {
+            match dtype {
+                $( DType::$dt => match $dq {
+                    Some(f) => { let f: fn(&[$blk], &mut [f32]) = f; f(as_blocks::<$blk>(src), dst); true }
+                    None => false,
+                }, )*
+                _ => false,
+            }
+        }
+        /// True if [`quantize`] supports `dtype`.
+        pub fn can_quantize(dtype: DType) -> bool {
+            match dtype { $( DType::$dt => { let q: Option<fn(&[f32], &mut [$blk])> = $q; q.is_some() } )* _ => false }
+        }
+        /// True if [`dequantize`] supports `dtype`.
+        pub fn can_dequantize(dtype: DType) -> bool {
+            match dtype { $( DType::$dt => { let d: Option<fn(&[$blk], &mut [f32])> = $dq; d.is_some() } )* _ => false }
+        }
+    };
+}
+
+kernels! {
+    Q4_0 => BlockQ4_0, q: Some(legacy::quantize_q4_0), dq: Some(legacy::dequantize_q4_0);
+    Q4_1 => BlockQ4_1, q: Some(legacy::quantize_q4_1), dq: Some(legacy::dequantize_q4_1);
+    Q5_0 => BlockQ5_0, q: Some(legacy::quantize_q5_0), dq: Some(legacy::dequantize_q5_0);
+    Q5_1 => BlockQ5_1, q: Some(legacy::quantize_q5_1), dq: Some(legacy::dequantize_q5_1);
+    Q8_0 => BlockQ8_0, q: Some(legacy::quantize_q8_0), dq: Some(legacy::dequantize_q8_0);
+    Q8_1 => BlockQ8_1, q: Some(legacy::quantize_q8_1), dq: None;
+    Q2_K => BlockQ2K, q: Some(kquants::quantize_q2_k), dq: Some(kquants::dequantize_q2_k);
+    Q3_K => BlockQ3K, q: Some(kquants::quantize_q3_k), dq: Some(kquants::dequantize_q3_k);
+    Q4_K => BlockQ4K, q: Some(kquants::quantize_q4_k), dq: Some(kquants::dequantize_q4_k);
+    Q5_K => BlockQ5K, q: Some(kquants::quantize_q5_k), dq: Some(kquants::dequantize_q5_k);
+    Q6_K => BlockQ6K, q: Some(kquants::quantize_q6_k), dq: Some(kquants::dequantize_q6_k);
+    Q8_K => BlockQ8K, q: Some(kquants::quantize_q8_k), dq: Some(kquants::dequantize_q8_k);
+    TQ1_0 => BlockTq1_0, q: Some(other::quantize_tq1_0), dq: Some(other::dequantize_tq1_0);
+    TQ2_0 => BlockTq2_0, q: Some(other::quantize_tq2_0), dq: Some(other::dequantize_tq2_0);
+    MXFP4 => BlockMxfp4, q: Some(other::quantize_mxfp4), dq: Some(other::dequantize_mxfp4);
+    NVFP4 => BlockNvfp4, q: Some(other::quantize_nvfp4), dq: Some(other::dequantize_nvfp4);
+    Q1_0 => BlockQ1_0, q: Some(other::quantize_q1_0), dq: Some(other::dequantize_q1_0);
+    Q2_0 => BlockQ2_0, q: Some(other::quantize_q2_0), dq: Some(other::dequantize_q2_0);
+    IQ2_XXS => BlockIq2Xxs, q: None, dq: Some(iquants::dequantize_iq2_xxs);
+    IQ2_XS => BlockIq2Xs, q: None, dq: Some(iquants::dequantize_iq2_xs);
+    IQ2_S => BlockIq2S, q: None, dq: Some(iquants::dequantize_iq2_s);
+    IQ3_XXS => BlockIq3Xxs, q: None, dq: Some(iquants::dequantize_iq3_xxs);
+    IQ3_S => BlockIq3S, q: None, dq: Some(iquants::dequantize_iq3_s);
+    IQ1_S => BlockIq1S, q: None, dq: Some(iquants::dequantize_iq1_s);
+    IQ1_M => BlockIq1M, q: None, dq: Some(iquants::dequantize_iq1_m);
+    IQ4_NL => BlockIq4Nl, q: None, dq: Some(iquants::dequantize_iq4_nl);
+    IQ4_XS => BlockIq4Xs, q: None, dq: Some(iquants::dequantize_iq4_xs);
+}
+
+/// Quantizes `src` into `dst` exactly as ggml's `quantize_row_<dtype>_ref` does.
+///
+/// `src.len()` must be a multiple of the block's element count and `dst.len()` must be
+/// exactly `blocks × block bytes`. Blocks are independent, so callers may split a tensor at
+/// any block boundary (e.g. per row) and get the same bytes.
+pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let unsupported = QuantError::Unsupported {
+        dtype,
+        op: "quantize",
+    };
+    if !can_quantize(dtype) {
+        return Err(unsupported);
+    }
+    let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
+    if src.len() % elems != 0 {
+        return Err(QuantError::PartialBlock {
+            dtype,
+            len: src.len(),
+            block: elems,
+        });
+    }
+    let want = src.len() / elems * bytes;
+    if dst.len() != want {
+        return Err(QuantError::Length {
+            what: "quantize destination bytes",
+            expected: want,
+            got: dst.len(),
+        });
+    }
+    quantize_dispatch(dtype, src, dst);
+    Ok(())
+}
+
+/// Dequantizes `src` into `dst` exactly as ggml's `dequantize_row_<dtype>` does.
+///
+/// `src.len()` must be a whole number of blocks and `dst.len()` exactly `blocks × elements`.
+pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    let unsupported = QuantError::Unsupported {
+        dtype,
+        op: "dequantize",
+    };
+    if !can_dequantize(dtype) {
+        return Err(unsupported);
+    }
+    let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
+    if src.len() % bytes != 0 {
+        return Err(QuantError::PartialBlock {
+            dtype,
+            len: src.len(),
+            block: bytes,
+        });
+    }
+    let want = src.len() / bytes * elems;
+    if dst.len() != want {
+        return Err(QuantError::Length {
+            what: "dequantize destination elements",
+            expected: want,
+            got: dst.len(),
+        });
+    }
+    dequantize_dispatch(dtype, src, dst);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_agree_with_core() {
+        use std::mem::size_of;
+        let table: &[(DType, usize)] = &[
+            (DType::Q4_0, size_of::<BlockQ4_0>()),
+            (DType::Q4_K, size_of::<BlockQ4K>()),
+            (DType::Q6_K, size_of::<BlockQ6K>()),
+            (DType::Q8_K, size_of::<BlockQ8K>()),
+            (DType::IQ4_XS, size_of::<BlockIq4Xs>()),
+            (DType::IQ1_M, size_of::<BlockIq1M>()),
+            (DType::MXFP4, size_of::<BlockMxfp4>()),
+        ];
+        for &(d, s) in table {
+            assert_eq!(block_shape(d).unwrap().1, s, "{d}");
+        }
+    }
+
+    #[test]
+    fn errors_are_clear() {
+        let mut out = [0u8; 18];
+        assert!(matches!(
+            quantize(DType::IQ2_XXS, &[0.0; 256], &mut [0u8; 66]),
+            Err(QuantError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            quantize(DType::F32, &[0.0; 32], &mut out),
+            Err(QuantError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            quantize(DType::Q4_0, &[0.0; 31], &mut out),
+            Err(QuantError::PartialBlock { .. })
+        ));
+        assert!(matches!(
+            quantize(DType::Q4_0, &[0.0; 32], &mut [0u8; 17]),
+            Err(QuantError::Length { .. })
+        ));
+        assert!(matches!(
+            dequantize(DType::Q8_1, &[0u8; 36], &mut [0.0; 32]),
+            Err(QuantError::Unsupported { .. })
+        ));
+        quantize(DType::Q4_0, &[1.0; 32], &mut out).unwrap();
+        let msg = quantize(DType::IQ2_XXS, &[0.0; 256], &mut [0u8; 66])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "unsupported type: quantize of IQ2_XXS is not implemented"
+        );
+    }
+}

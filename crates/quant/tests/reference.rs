@@ -1,0 +1,205 @@
+//! Compares the kernels with reference outputs committed in fixtures/good/quant (produced by
+//! ggml's C code and by torch; see the README there): quantized bytes must be identical and
+//! dequantized/cast values identical bit for bit (NaN payloads included).
+
+use std::path::PathBuf;
+use weightport_quant::cast::{self, Bf16Rounding, F16Nan};
+use weightport_quant::{can_dequantize, can_quantize, dequantize, quantize, DType};
+
+/// Elements per input distribution in input.f32 (see fixtures/gen/quant_ref.c).
+const DIST_ELEMS: usize = 1024;
+const DISTS: &[&str] = &[
+    "normal",
+    "student_t2",
+    "tiny_1e-30",
+    "zeros",
+    "constant",
+    "f16_edges",
+    "mixed_scales",
+    "positive",
+    "integers",
+    "sparse",
+    "denormal_f32",
+    "huge_1e7",
+];
+
+const TYPES: &[(&str, DType)] = &[
+    ("q4_0", DType::Q4_0),
+    ("q4_1", DType::Q4_1),
+    ("q5_0", DType::Q5_0),
+    ("q5_1", DType::Q5_1),
+    ("q8_0", DType::Q8_0),
+    ("q8_1", DType::Q8_1),
+    ("q2_k", DType::Q2_K),
+    ("q3_k", DType::Q3_K),
+    ("q4_k", DType::Q4_K),
+    ("q5_k", DType::Q5_K),
+    ("q6_k", DType::Q6_K),
+    ("q8_k", DType::Q8_K),
+    ("tq1_0", DType::TQ1_0),
+    ("tq2_0", DType::TQ2_0),
+    ("mxfp4", DType::MXFP4),
+    ("nvfp4", DType::NVFP4),
+    ("q1_0", DType::Q1_0),
+    ("q2_0", DType::Q2_0),
+    ("iq2_xxs", DType::IQ2_XXS),
+    ("iq2_xs", DType::IQ2_XS),
+    ("iq2_s", DType::IQ2_S),
+    ("iq3_xxs", DType::IQ3_XXS),
+    ("iq3_s", DType::IQ3_S),
+    ("iq1_s", DType::IQ1_S),
+    ("iq1_m", DType::IQ1_M),
+    ("iq4_nl", DType::IQ4_NL),
+    ("iq4_xs", DType::IQ4_XS),
+];
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/good/quant")
+}
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(dir().join(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+fn exists(name: &str) -> bool {
+    dir().join(name).exists()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn u16s(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2)
+        .map(|c| u16::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn block_shape(d: DType) -> (usize, usize) {
+    match d.layout() {
+        weightport_core::Layout::Block { elems, bytes } => (elems as usize, bytes as usize),
+        _ => unreachable!(),
+    }
+}
+
+/// Index of the first differing f32 bit pattern, if any.
+fn first_f32_diff(a: &[f32], b: &[f32]) -> Option<usize> {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits())
+}
+
+#[test]
+fn quantize_matches_ggml_ref_byte_for_byte() {
+    let input = f32s(&read("input.f32"));
+    assert_eq!(input.len(), DIST_ELEMS * DISTS.len());
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for &(name, dt) in TYPES {
+        if !can_quantize(dt) {
+            assert!(
+                !exists(&format!("{name}.q")),
+                "{name}: ggml fixture exists but no quantizer"
+            );
+            continue;
+        }
+        let want = read(&format!("{name}.q"));
+        let (elems, bytes) = block_shape(dt);
+        let mut got = vec![0u8; want.len()];
+        quantize(dt, &input, &mut got).unwrap();
+        checked += 1;
+        // report per distribution, first bad block
+        for (di, dist) in DISTS.iter().enumerate() {
+            let lo = di * DIST_ELEMS / elems * bytes;
+            let hi = (di + 1) * DIST_ELEMS / elems * bytes;
+            if let Some(p) = (lo..hi).find(|&i| got[i] != want[i]) {
+                let blk = p / bytes;
+                failures.push(format!(
+                    "{name} [{dist}] block {blk}: byte {} ours {:#04x} ggml {:#04x}\n  ours {:02x?}\n  ggml {:02x?}",
+                    p % bytes,
+                    got[p],
+                    want[p],
+                    &got[blk * bytes..(blk + 1) * bytes],
+                    &want[blk * bytes..(blk + 1) * bytes]
+                ));
+            }
+        }
+    }
+    assert_eq!(checked, 18);
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn dequantize_matches_ggml_bit_for_bit() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for &(name, dt) in TYPES {
+        for src in [format!("{name}.q"), format!("{name}.rand.q")] {
+            let out = src.replace(".q", ".deq.f32");
+            if !exists(&out) {
+                continue;
+            }
+            assert!(
+                can_dequantize(dt),
+                "{name}: fixture exists but no dequantizer"
+            );
+            let q = read(&src);
+            let want = f32s(&read(&out));
+            let mut got = vec![0f32; want.len()];
+            dequantize(dt, &q, &mut got).unwrap();
+            checked += 1;
+            if let Some(i) = first_f32_diff(&got, &want) {
+                failures.push(format!(
+                    "{src}: element {i} (block {}) ours {:#010x} ({}) ggml {:#010x} ({})",
+                    i / block_shape(dt).0,
+                    got[i].to_bits(),
+                    got[i],
+                    want[i].to_bits(),
+                    want[i]
+                ));
+            }
+        }
+    }
+    // 17 types dequantize quantizer output, 26 types dequantize random blocks
+    assert_eq!(checked, 17 + 26);
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn casts_match_ggml() {
+    let x = f32s(&read("ggml_cast.in.f32"));
+    let f16_want = u16s(&read("ggml_cast.f16"));
+    let bf16_want = u16s(&read("ggml_cast.bf16"));
+    let mut got = vec![0u16; x.len()];
+    cast::cast_f32_to_f16(&x, &mut got, F16Nan::Canonical).unwrap();
+    for i in 0..x.len() {
+        assert_eq!(got[i], f16_want[i], "f16 of {:#010x}", x[i].to_bits());
+    }
+    cast::cast_f32_to_bf16(&x, &mut got, Bf16Rounding::Ggml).unwrap();
+    for i in 0..x.len() {
+        assert_eq!(got[i], bf16_want[i], "bf16 of {:#010x}", x[i].to_bits());
+    }
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let mut wide = vec![0f32; 65536];
+    let mut want = f32s(&read("ggml_cast.f16_to_f32.pos"));
+    want.extend(f32s(&read("ggml_cast.f16_to_f32.neg")));
+    cast::cast_f16_to_f32(&all, &mut wide).unwrap();
+    assert_eq!(first_f32_diff(&wide, &want), None, "f16 -> f32");
+    let mut want = f32s(&read("ggml_cast.bf16_to_f32.pos"));
+    want.extend(f32s(&read("ggml_cast.bf16_to_f32.neg")));
+    cast::cast_bf16_to_f32(&all, &mut wide).unwrap();
+    assert_eq!(first_f32_diff(&wide, &want), None, "bf16 -> f32");
+}
