@@ -203,3 +203,76 @@ fn casts_match_ggml() {
     cast::cast_bf16_to_f32(&all, &mut wide).unwrap();
     assert_eq!(first_f32_diff(&wide, &want), None, "bf16 -> f32");
 }
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn casts_match_torch() {
+    let x: Vec<f32> = u32s(&read("torch_cast.in.u32"))
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    let f16_want = u16s(&read("torch_cast.f16.u16"));
+    let bf16_want = u16s(&read("torch_cast.bf16.u16"));
+    let mut got = vec![0u16; x.len()];
+    cast::cast_f32_to_f16(&x, &mut got, F16Nan::KeepPayload).unwrap();
+    let bad: Vec<_> = (0..x.len()).filter(|&i| got[i] != f16_want[i]).collect();
+    assert!(
+        bad.is_empty(),
+        "f16: {} mismatches, first input {:#010x}: ours {:#06x} torch {:#06x}",
+        bad.len(),
+        x[bad[0]].to_bits(),
+        got[bad[0]],
+        f16_want[bad[0]]
+    );
+    // scalar path too
+    for (i, &v) in x.iter().enumerate() {
+        assert_eq!(cast::f32_to_f16(v, F16Nan::KeepPayload), f16_want[i]);
+    }
+    cast::cast_f32_to_bf16(&x, &mut got, Bf16Rounding::Torch).unwrap();
+    let bad: Vec<_> = (0..x.len()).filter(|&i| got[i] != bf16_want[i]).collect();
+    assert!(
+        bad.is_empty(),
+        "bf16: {} mismatches, first input {:#010x}: ours {:#06x} torch {:#06x}",
+        bad.len(),
+        x[bad[0]].to_bits(),
+        got[bad[0]],
+        bf16_want[bad[0]]
+    );
+
+    let w = u16s(&read("torch_widen.in.u16"));
+    let mut wide = vec![0f32; w.len()];
+    cast::cast_f16_to_f32(&w, &mut wide).unwrap();
+    let want = u32s(&read("torch_widen.f16.u32"));
+    for i in 0..w.len() {
+        assert_eq!(wide[i].to_bits(), want[i], "f16 {:#06x} -> f32", w[i]);
+        assert_eq!(cast::f16_to_f32(w[i]).to_bits(), want[i]);
+    }
+    cast::cast_bf16_to_f32(&w, &mut wide).unwrap();
+    let want = u32s(&read("torch_widen.bf16.u32"));
+    for i in 0..w.len() {
+        assert_eq!(wide[i].to_bits(), want[i], "bf16 {:#06x} -> f32", w[i]);
+    }
+}
+
+/// Finite values round the same way in both flavours; only NaN differs.
+#[test]
+fn torch_and_ggml_flavours_differ_only_for_nan() {
+    let x: Vec<f32> = u32s(&read("torch_cast.in.u32"))
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    for &v in &x {
+        let same_f16 =
+            cast::f32_to_f16(v, F16Nan::KeepPayload) == cast::f32_to_f16(v, F16Nan::Canonical);
+        let same_bf16 =
+            cast::f32_to_bf16(v, Bf16Rounding::Torch) == cast::f32_to_bf16(v, Bf16Rounding::Ggml);
+        if !v.is_nan() {
+            assert!(same_f16 && same_bf16, "{:#010x}", v.to_bits());
+        }
+    }
+}
