@@ -1,8 +1,94 @@
 //! weightport-pickle: PyTorch checkpoints read by a restricted, symbolic pickle VM.
+//!
+//! Nothing in a checkpoint is ever executed. The [`vm`] interprets pickle opcodes into an inert
+//! value tree; globals resolve only against the exact allowlist in [`allow`] (spec
+//! `shared/specs/pickle.md` §2.3), and calls on allowed symbols build descriptions, never
+//! calls. Everything else — unknown globals, `INST`/`OBJ`/`NEWOBJ`/`EXT*`, `BUILD` on
+//! anything but an OrderedDict, data after `STOP` — is refused with the symbol and its byte
+//! offset. Sizes are capped before anything is allocated ([`vm::VmLimits`]).
+//!
+//! Containers: the torch ZIP format ([`container`], torch ≥ 1.6) and the legacy stacked format
+//! ([`legacy`]). Both produce a [`Checkpoint`], a `TensorSource`. [`scan`] audits a file
+//! without converting it.
+//!
+//! Entry points for the pipeline's format registry: [`probe`], [`open`], [`scan`].
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+use std::path::Path;
+
+use weightport_core::{Error, Format, Location, ReadOptions, Result, TensorSource};
+
 pub mod allow;
+pub mod container;
+pub mod legacy;
+pub mod scan;
+pub mod select;
+pub mod source;
 pub mod torch;
 pub mod value;
 pub mod vm;
+
+pub use scan::{scan, ScanReport, Verdict};
+pub use source::{Checkpoint, CheckpointReport};
+pub use vm::VmLimits;
+
+/// True when `path` (whose first bytes are `head`) is a PyTorch checkpoint this crate reads:
+/// a ZIP whose central directory holds a `*/data.pkl`, or a pickle of the legacy magic number.
+pub fn probe(path: &Path, head: &[u8]) -> bool {
+    if head.starts_with(&legacy::magic_prefix()) {
+        return true;
+    }
+    if !head.starts_with(b"PK\x03\x04") {
+        return false;
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(ar) = zip::ZipArchive::new(std::io::BufReader::new(file)) else {
+        return false;
+    };
+    let found = ar.file_names().any(|n| {
+        n.ok()
+            .is_some_and(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
+    });
+    found
+}
+
+/// The limits the VM runs with for `opts` (rank from [`weightport_core::Limits`]).
+pub fn vm_limits(opts: &ReadOptions) -> VmLimits {
+    VmLimits {
+        max_rank: opts.limits.max_rank,
+        ..VmLimits::default()
+    }
+}
+
+/// Opens a PyTorch checkpoint as a tensor source (`Format::PytorchZip` or
+/// `Format::PytorchLegacy`).
+pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn TensorSource>> {
+    Ok(Box::new(open_checkpoint(path, opts)?))
+}
+
+/// Opens a PyTorch checkpoint, keeping the concrete type (for [`Checkpoint::report`]).
+pub fn open_checkpoint(path: &Path, opts: &ReadOptions) -> Result<Checkpoint> {
+    let limits = vm_limits(opts);
+    let map = container::map_file(path)?;
+    if map.starts_with(b"PK\x03\x04") {
+        drop(map);
+        return container::open(path, opts, &limits);
+    }
+    if map.starts_with(&legacy::magic_prefix()) || matches!(map.first(), Some(0x80 | b'c' | b'(')) {
+        return legacy::open(path, opts, &limits, map);
+    }
+    if container::is_tar(&map) {
+        return Err(Error::Refused {
+            at: Location::file(path),
+            reason: "legacy tar-format PyTorch checkpoint (torch <= 0.1.9), which torch itself refuses under weights_only; re-save it with a current torch".into(),
+        });
+    }
+    Err(Error::NotFormat {
+        path: path.to_path_buf(),
+        expected: Format::PytorchZip,
+        what: "is not a PyTorch checkpoint (neither a torch ZIP nor a legacy pickle)".into(),
+    })
+}

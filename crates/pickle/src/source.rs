@@ -1,0 +1,610 @@
+//! [`Checkpoint`]: the `TensorSource` both PyTorch containers produce.
+//!
+//! A tensor is a view (offset, sizes, strides in elements) of a storage record. Contiguous
+//! little-endian views of stored (uncompressed) records are handed out zero-copy from the
+//! memory map; everything else (strided views, stride 0, big-endian records, conj/neg views,
+//! deflated records) is gathered into row-major order by [`TensorSource::read_into`], in
+//! chunks bounded by the caller's buffer. Deflated records are streamed front to back
+//! ([`Access::Sequential`]) when the view is contiguous, and inflated once (bounded) otherwise.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use flate2::read::DeflateDecoder;
+use memmap2::{Advice, Mmap};
+use weightport_core::{
+    Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
+    TensorSource,
+};
+
+use crate::select::Selected;
+use crate::torch::{StorageRef, TensorDesc};
+use crate::vm::{VmError, VmErrorKind};
+
+/// Largest deflated record inflated into memory for a strided view.
+const MAX_INFLATE: u64 = 1 << 30;
+
+/// Where a storage's bytes are.
+#[derive(Debug, Clone)]
+pub(crate) enum RecordData {
+    /// Uncompressed at this absolute file offset.
+    Stored {
+        /// Offset.
+        start: u64,
+    },
+    /// Deflated at this offset, `csize` compressed bytes.
+    Deflated {
+        /// Offset.
+        start: u64,
+        /// Compressed size.
+        csize: u64,
+    },
+}
+
+/// One storage record.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    /// Name for messages (`archive/data/3`).
+    pub name: String,
+    /// Where.
+    pub data: RecordData,
+    /// Uncompressed length.
+    pub len: u64,
+}
+
+struct Entry {
+    desc: TensorDesc,
+    record: usize,
+    itemsize: u64,
+    contiguous: bool,
+    /// Byteswap width (0 or 1: none).
+    swap: usize,
+    /// Byte positions within an element whose top bit is flipped (neg/conj).
+    flips: Vec<usize>,
+}
+
+/// What the checkpoint held besides the converted tensors.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointReport {
+    /// Key path of the converted dict (empty: top level).
+    pub selected: Vec<String>,
+    /// Non-tensor entries, never converted (dotted path → inert value).
+    pub entries: Vec<(String, MetaValue)>,
+    /// Names dropped as exact aliases of another (dropped, kept).
+    pub aliases: Vec<(String, String)>,
+    /// Pickle protocol.
+    pub protocol: u8,
+}
+
+struct SeqState {
+    dec: DeflateDecoder<MapReader>,
+    pos: u64,
+}
+
+/// A validated PyTorch checkpoint (ZIP or legacy).
+pub struct Checkpoint {
+    path: PathBuf,
+    format: Format,
+    map: Arc<Mmap>,
+    records: Vec<Record>,
+    entries: Vec<Entry>,
+    infos: Vec<TensorInfo>,
+    metadata: Metadata,
+    report: CheckpointReport,
+    seq: Mutex<HashMap<usize, SeqState>>,
+    inflated: Vec<OnceLock<std::result::Result<Vec<u8>, String>>>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .field("tensors", &self.infos.len())
+            .finish()
+    }
+}
+
+/// Converts a VM error to the public error, at `base + offset` in `path`.
+pub(crate) fn vm_error(path: &Path, format: Format, base: u64, e: VmError) -> Error {
+    let at = Location::file(path).at(base.saturating_add(e.offset));
+    kind_error(at, format, e.kind)
+}
+
+pub(crate) fn kind_error(at: Location, format: Format, kind: VmErrorKind) -> Error {
+    match kind {
+        VmErrorKind::Refused(reason) => Error::Refused { at, reason },
+        VmErrorKind::Limit {
+            what,
+            needed,
+            limit,
+        } => Error::Limit {
+            at,
+            what,
+            needed,
+            limit,
+        },
+        VmErrorKind::Malformed(reason) => Error::malformed(at, format, reason),
+        VmErrorKind::Unsupported(what) => Error::Unsupported { at, format, what },
+    }
+}
+
+pub(crate) struct MapReader {
+    map: Arc<Mmap>,
+    pos: usize,
+    end: usize,
+}
+
+impl Read for MapReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.end - self.pos);
+        buf[..n].copy_from_slice(&self.map[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Inflates a whole deflated region, refusing more or fewer bytes than `len`.
+pub(crate) fn inflate(
+    map: &Arc<Mmap>,
+    start: u64,
+    csize: u64,
+    len: u64,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut dec = DeflateDecoder::new(MapReader {
+        map: map.clone(),
+        pos: start as usize,
+        end: (start + csize) as usize,
+    });
+    let mut out = Vec::new();
+    (&mut dec)
+        .take(len)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("deflate error: {e}"))?;
+    if out.len() as u64 != len {
+        return Err(format!(
+            "deflated record inflates to {} bytes, the directory says {len}",
+            out.len()
+        ));
+    }
+    let mut probe = [0u8; 1];
+    if dec
+        .read(&mut probe)
+        .map_err(|e| format!("deflate error: {e}"))?
+        != 0
+    {
+        return Err(format!(
+            "deflated record inflates past its declared {len} bytes"
+        ));
+    }
+    Ok(out)
+}
+
+impl Checkpoint {
+    /// Builds the source. `records` maps storage keys to their records; every storage the
+    /// pickle declares must have one of exactly its size.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        path: &Path,
+        format: Format,
+        map: Arc<Mmap>,
+        keyed: HashMap<String, Record>,
+        storages: &[StorageRef],
+        sel: Selected,
+        big_endian: bool,
+        protocol: u8,
+        opts: &ReadOptions,
+    ) -> Result<Self> {
+        let loc = || Location::file(path);
+        let mut records = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for s in storages {
+            let rec = keyed.get(&s.key).ok_or_else(|| {
+                Error::malformed(
+                    loc(),
+                    format,
+                    format!("storage `{}` has no data record", s.key),
+                )
+            })?;
+            let want = s.root_bytes().ok_or_else(|| Error::Refused {
+                at: loc(),
+                reason: format!("storage `{}` byte size overflows", s.key),
+            })?;
+            if rec.len != want {
+                return Err(Error::Refused {
+                    at: loc(),
+                    reason: format!(
+                        "storage `{}` declares {} bytes ({} elements) but its record `{}` holds {}",
+                        s.key,
+                        want,
+                        s.numel,
+                        weightport_core::sanitize(&rec.name),
+                        rec.len
+                    ),
+                });
+            }
+            index.insert(s.key.clone(), records.len());
+            records.push(rec.clone());
+        }
+        if sel.tensors.len() as u64 > opts.limits.max_tensors {
+            return Err(Error::Limit {
+                at: loc(),
+                what: "tensor count",
+                needed: sel.tensors.len() as u64,
+                limit: opts.limits.max_tensors,
+            });
+        }
+        // Exact aliases: same storage, offset, shape, stride, dtype and conj/neg bits.
+        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, (_, d)) in sel.tensors.iter().enumerate() {
+            let k = format!(
+                "{}|{}|{:?}|{:?}|{}|{}|{}",
+                d.storage.key, d.offset, d.shape, d.stride, d.dtype.name, d.conj, d.neg
+            );
+            groups.entry(k).or_default().push(i);
+        }
+        let mut drop = vec![false; sel.tensors.len()];
+        let mut aliases = Vec::new();
+        if !opts.shared_copy {
+            let mut gs: Vec<&Vec<usize>> = groups.values().filter(|g| g.len() > 1).collect();
+            gs.sort();
+            for g in gs {
+                // convert.py keeps sorted(names)[0].
+                let keep = *g
+                    .iter()
+                    .min_by(|&&a, &&b| sel.tensors[a].0.cmp(&sel.tensors[b].0))
+                    .expect("non-empty");
+                for &i in g {
+                    if i != keep {
+                        drop[i] = true;
+                        aliases.push((sel.tensors[i].0.clone(), sel.tensors[keep].0.clone()));
+                    }
+                }
+            }
+        }
+        let mut entries = Vec::new();
+        let mut infos = Vec::new();
+        for (i, (name, d)) in sel.tensors.into_iter().enumerate() {
+            if drop[i] {
+                continue;
+            }
+            let tl = || loc().tensor(name.clone());
+            let Some(dtype) = d.dtype.core else {
+                return Err(Error::Unsupported {
+                    at: tl(),
+                    format,
+                    what: format!(
+                        "dtype {} has no weightport equivalent (weightport has no {} type)",
+                        d.dtype.name, d.dtype.name
+                    ),
+                });
+            };
+            if d.shape.len() > opts.limits.max_rank {
+                return Err(Error::Limit {
+                    at: tl(),
+                    what: "tensor rank",
+                    needed: d.shape.len() as u64,
+                    limit: opts.limits.max_rank as u64,
+                });
+            }
+            let mut flips = Vec::new();
+            let is_complex = d.dtype.itemsize == 2 * d.dtype.swap;
+            if d.neg || (d.conj && is_complex) {
+                let sign_byte = |w: usize| w - 1;
+                match d.dtype.name {
+                    "float16" | "bfloat16" | "float32" | "float64" => {
+                        if d.neg {
+                            flips.push(sign_byte(d.dtype.itemsize as usize));
+                        }
+                    }
+                    "complex64" => {
+                        if d.neg {
+                            flips.push(3);
+                        }
+                        if d.neg != d.conj {
+                            flips.push(7);
+                        }
+                    }
+                    other => {
+                        return Err(Error::Unsupported {
+                            at: tl(),
+                            format,
+                            what: format!("a negated/conjugated view of {other}; call resolve_neg()/resolve_conj() before saving"),
+                        })
+                    }
+                }
+            }
+            let byte_len = dtype.byte_len(&d.shape).map_err(|e| Error::Refused {
+                at: tl(),
+                reason: e.to_string(),
+            })?;
+            let record = index[&d.storage.key];
+            infos.push(TensorInfo {
+                name: name.clone(),
+                dtype,
+                shape: d.shape.clone(),
+                byte_len,
+            });
+            entries.push(Entry {
+                itemsize: u64::from(d.dtype.itemsize),
+                contiguous: d.is_contiguous(),
+                swap: if big_endian { d.dtype.swap as usize } else { 0 },
+                flips,
+                record,
+                desc: d,
+            });
+        }
+        let mut metadata = Metadata::new();
+        for (dropped, kept) in &aliases {
+            metadata.insert(dropped.clone(), MetaValue::Str(kept.clone()));
+        }
+        let inflated = (0..records.len()).map(|_| OnceLock::new()).collect();
+        Ok(Checkpoint {
+            path: path.to_path_buf(),
+            format,
+            map,
+            records,
+            entries,
+            infos,
+            metadata,
+            report: CheckpointReport {
+                selected: sel.path,
+                entries: sel.entries,
+                aliases,
+                protocol,
+            },
+            seq: Mutex::new(HashMap::new()),
+            inflated,
+        })
+    }
+
+    /// Non-tensor entries, aliases and the selected key path.
+    pub fn report(&self) -> &CheckpointReport {
+        &self.report
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, index: usize, offset: u64, reason: impl Into<String>) -> Error {
+        Error::malformed(
+            Location::file(&self.path)
+                .tensor(self.infos[index].name.clone())
+                .at(offset),
+            self.format,
+            reason,
+        )
+    }
+
+    fn plain(&self, e: &Entry) -> bool {
+        e.contiguous && e.swap <= 1 && e.flips.is_empty()
+    }
+
+    fn fix(&self, e: &Entry, dst: &mut [u8]) {
+        if e.swap > 1 {
+            for c in dst.chunks_exact_mut(e.swap) {
+                c.reverse();
+            }
+        }
+        if !e.flips.is_empty() {
+            for c in dst.chunks_exact_mut(e.itemsize as usize) {
+                for &b in &e.flips {
+                    c[b] ^= 0x80;
+                }
+            }
+        }
+    }
+
+    fn read_sequential(&self, index: usize, e: &Entry, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let rec = &self.records[e.record];
+        let RecordData::Deflated { start, csize } = rec.data else {
+            unreachable!("sequential reads are for deflated records")
+        };
+        let want = e.desc.offset * e.itemsize + offset;
+        let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = match seq.remove(&index) {
+            Some(s) if s.pos <= want => s,
+            _ => SeqState {
+                dec: DeflateDecoder::new(MapReader {
+                    map: self.map.clone(),
+                    pos: start as usize,
+                    end: (start + csize) as usize,
+                }),
+                pos: 0,
+            },
+        };
+        let skip = want - st.pos;
+        if skip > 0 {
+            let n = std::io::copy(&mut (&mut st.dec).take(skip), &mut std::io::sink())
+                .map_err(|e| self.err(index, start, format!("deflate error: {e}")))?;
+            if n != skip {
+                return Err(self.err(index, start, "deflated record is shorter than declared"));
+            }
+        }
+        st.dec
+            .read_exact(dst)
+            .map_err(|e| self.err(index, start, format!("deflated record: {e}")))?;
+        st.pos = want + dst.len() as u64;
+        self.fix(e, dst);
+        if st.pos < e.desc.offset * e.itemsize + self.infos[index].byte_len {
+            seq.insert(index, st);
+        }
+        Ok(())
+    }
+
+    fn record_bytes(&self, index: usize, e: &Entry) -> Result<&[u8]> {
+        let rec = &self.records[e.record];
+        match rec.data {
+            RecordData::Stored { start } => self
+                .map
+                .get(start as usize..(start + rec.len) as usize)
+                .ok_or_else(|| self.err(index, start, "record lies past the end of the file")),
+            RecordData::Deflated { start, csize } => {
+                if rec.len > MAX_INFLATE {
+                    return Err(Error::Unsupported {
+                        at: Location::file(&self.path).tensor(self.infos[index].name.clone()),
+                        format: self.format,
+                        what: format!(
+                            "a strided view of a deflated record over {MAX_INFLATE} bytes; re-save the checkpoint uncompressed"
+                        ),
+                    });
+                }
+                let r = self.inflated[e.record]
+                    .get_or_init(|| inflate(&self.map, start, csize, rec.len));
+                r.as_deref().map_err(|m| self.err(index, start, m.clone()))
+            }
+        }
+    }
+}
+
+/// Copies elements `first..first + dst.len()/s` of the view, in row-major order.
+fn gather(
+    src: &[u8],
+    d: &TensorDesc,
+    s: u64,
+    first: u64,
+    dst: &mut [u8],
+) -> std::result::Result<(), String> {
+    let n = dst.len() as u64 / s;
+    if n == 0 {
+        return Ok(());
+    }
+    let oob = || "view reaches past its record".to_string();
+    let copy =
+        |pos: u64, count: u64, out: u64, dst: &mut [u8]| -> std::result::Result<(), String> {
+            let a = (pos * s) as usize;
+            let b = ((pos + count) * s) as usize;
+            let o = (out * s) as usize;
+            let chunk = src.get(a..b).ok_or_else(oob)?;
+            dst[o..o + chunk.len()].copy_from_slice(chunk);
+            Ok(())
+        };
+    let nd = d.shape.len();
+    if nd == 0 {
+        return copy(d.offset, 1, 0, dst);
+    }
+    let mut idx = vec![0u64; nd];
+    let mut rem = first;
+    for k in (0..nd).rev() {
+        idx[k] = rem % d.shape[k];
+        rem /= d.shape[k];
+    }
+    let mut pos = d.offset + idx.iter().zip(&d.stride).map(|(i, st)| i * st).sum::<u64>();
+    let inner = nd - 1;
+    let (dim, st) = (d.shape[inner], d.stride[inner]);
+    let mut out = 0u64;
+    while out < n {
+        let run = (dim - idx[inner]).min(n - out);
+        if st == 1 {
+            copy(pos, run, out, dst)?;
+        } else {
+            for k in 0..run {
+                copy(pos + k * st, 1, out + k, dst)?;
+            }
+        }
+        out += run;
+        idx[inner] += run;
+        pos += run * st;
+        let mut k = inner;
+        while k > 0 && idx[k] == d.shape[k] {
+            pos -= d.shape[k] * d.stride[k];
+            idx[k] = 0;
+            k -= 1;
+            idx[k] += 1;
+            pos += d.stride[k];
+        }
+    }
+    Ok(())
+}
+
+impl TensorSource for Checkpoint {
+    fn format(&self) -> Format {
+        self.format
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.infos
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
+    fn file_of(&self, _index: usize) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let e = &self.entries[index];
+        if !self.plain(e) {
+            return None;
+        }
+        let RecordData::Stored { start } = self.records[e.record].data else {
+            return None;
+        };
+        let a = start + e.desc.offset * e.itemsize;
+        let b = a + self.infos[index].byte_len;
+        self.map.get(a as usize..b as usize)
+    }
+
+    fn access(&self, index: usize) -> Access {
+        let e = &self.entries[index];
+        match self.records[e.record].data {
+            RecordData::Stored { .. } if self.plain(e) => Access::Mapped,
+            RecordData::Deflated { .. } if e.contiguous => Access::Sequential,
+            _ => Access::Random,
+        }
+    }
+
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let e = &self.entries[index];
+        let len = dst.len() as u64;
+        let total = self.infos[index].byte_len;
+        if offset % e.itemsize != 0 || len % e.itemsize != 0 {
+            return Err(self.err(
+                index,
+                offset,
+                format!(
+                    "read of {len} bytes at {offset} is not aligned to the {}-byte element",
+                    e.itemsize
+                ),
+            ));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > total) {
+            return Err(self.err(index, offset, "read past the end of the tensor"));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        if let (RecordData::Deflated { .. }, true) = (&self.records[e.record].data, e.contiguous) {
+            return self.read_sequential(index, e, offset, dst);
+        }
+        let src = self.record_bytes(index, e)?;
+        gather(src, &e.desc, e.itemsize, offset / e.itemsize, dst)
+            .map_err(|m| self.err(index, offset, m))?;
+        self.fix(e, dst);
+        Ok(())
+    }
+
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        if let Some(b) = self.bytes(index) {
+            let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
+            let start = (base + offset as usize) / 4096 * 4096;
+            let end = (base + (offset + len) as usize).min(base + b.len());
+            if end > start {
+                // A hint; failure (old kernels) is harmless.
+                let _ = self
+                    .map
+                    .advise_range(Advice::PopulateRead, start, end - start);
+            }
+        }
+    }
+}
