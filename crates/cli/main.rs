@@ -22,7 +22,17 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            if !e.use_stderr() {
+                return ExitCode::SUCCESS;
+            }
+            // --json holds for argument errors too: clap could not tell us, so look for it.
+            if std::env::args_os().any(|a| a == "--json") {
+                let msg = e.kind().to_string();
+                let detail = e.to_string();
+                let first = detail.lines().next().unwrap_or(&msg);
+                output::print_error_json("usage", first.trim_start_matches("error: "), 2);
+            }
+            return ExitCode::from(2);
         }
     };
     let json = cli.json;
@@ -93,37 +103,43 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-extern "C" fn on_sigint(_: libc::c_int) {
-    weightport_pipeline::cancel::request();
-}
-
-/// SIGINT asks the job to stop; it then fails cleanly (temp files removed) with exit 130.
-/// A second SIGINT kills the process as usual.
-fn install_sigint() {
-    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
+/// Raises the soft open-files limit to the hard limit: a 1 TB reshard into 1 GB shards holds
+/// hundreds of files open at once, more than the common soft limit of 1024.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a valid, owned rlimit struct.
     unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
-        sa.sa_flags = libc::SA_RESETHAND;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
     }
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    install_sigint();
+    weightport_pipeline::cancel::install(cli.json)
+        .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
+    raise_fd_limit();
     if let Some(n) = cli.threads {
-        if n == 0 {
-            return Err(Error::Usage("--threads must be at least 1".into()).into());
+        let max = weightport_pipeline::convert::MAX_THREADS;
+        if n == 0 || n > max {
+            return Err(Error::Usage(format!("--threads {n}: must be between 1 and {max}")).into());
         }
-        let _ = rayon::ThreadPoolBuilder::new()
+        rayon::ThreadPoolBuilder::new()
             .num_threads(n)
-            .build_global();
+            .build_global()
+            .map_err(|e| Error::Internal(format!("cannot start {n} threads: {e}")))?;
     }
     let json = cli.json;
     let mut out = std::io::stdout().lock();
+    let cli_opts = |threads, max_memory| output::Global {
+        threads,
+        max_memory,
+    };
     match cli.command {
-        Command::Convert(a) => output::convert(&a, json, &mut out)?,
+        Command::Convert(a) => {
+            output::convert(&a, &cli_opts(cli.threads, cli.max_memory), json, &mut out)?
+        }
         Command::Inspect(a) => output::inspect(&a, json, &mut out)?,
         Command::Verify(a) => output::verify(&a, json, &mut out)?,
     }

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use weightport_core::{sanitize, Error, Limits, MetaValue, TensorSource};
-use weightport_pipeline::convert::{open_inputs, ConvertOptions};
-use weightport_pipeline::verify::compare;
-use weightport_pipeline::{convert as run_convert, hash_source};
+use weightport_core::{sanitize, Error, MetaValue};
+use weightport_pipeline::convert::ConvertOptions;
+use weightport_pipeline::plan::{Rename, TransformOptions};
+use weightport_pipeline::verify::{comparable_hashes, compare};
+use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest};
 
-use crate::args::{ConvertArgs, InspectArgs, VerifyArgs};
+use crate::args::{ConvertArgs, InspectArgs, ReadArgs, VerifyArgs};
 use crate::progress::Bar;
 use crate::Failure;
 
@@ -47,16 +48,57 @@ fn paths(v: &[PathBuf]) -> Value {
     )
 }
 
-pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    let opts = ConvertOptions {
-        inputs: a.inputs.clone(),
-        output: a.output.clone(),
-        shard_size: a.shard_size,
-        force: a.force,
-        verify: !a.no_verify,
-        dry_run: a.dry_run,
-        limits: Limits::default(),
-    };
+/// Options that apply to every command.
+pub struct Global {
+    pub threads: Option<usize>,
+    pub max_memory: Option<u64>,
+}
+
+fn open_request(r: &ReadArgs) -> OpenRequest {
+    OpenRequest {
+        from: r.from.clone(),
+        index_only: r.index_only,
+        ..OpenRequest::default()
+    }
+}
+
+fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
+    let renames = a
+        .rename
+        .iter()
+        .map(|r| Rename::parse(r).map_err(Error::Usage))
+        .collect::<Result<_, _>>()?;
+    let dtype_filter = a
+        .dtype_filter
+        .as_deref()
+        .map(|f| {
+            regex::Regex::new(f).map_err(|e| Error::Usage(format!("--dtype-filter `{f}`: {e}")))
+        })
+        .transpose()?;
+    Ok(TransformOptions {
+        dtype: a.dtype,
+        dtype_filter,
+        allow_lossy: a.allow_lossy,
+        renames,
+    })
+}
+
+pub fn convert(
+    a: &ConvertArgs,
+    g: &Global,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let mut opts = ConvertOptions::new(a.inputs.clone(), a.output.clone());
+    opts.to = a.to.clone();
+    opts.shard_size = a.shard_size;
+    opts.force = a.force;
+    opts.verify = !a.no_verify;
+    opts.dry_run = a.dry_run;
+    opts.open = open_request(&a.read);
+    opts.transform = transform_options(a)?;
+    opts.threads = g.threads;
+    opts.max_memory = g.max_memory;
     let t0 = Instant::now();
     let bar = Bar::new();
     let r = run_convert(&opts, &bar)?;
@@ -73,15 +115,22 @@ pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), 
             "dry_run": r.dry_run,
             "verified": r.verified,
             "input_format": r.input_format.name(),
+            "output_format": r.output_format,
             "inputs": paths(&r.inputs),
             "files": files,
             "index": r.index.as_ref().map(|p| p.display().to_string()),
             "copied": paths(&r.copied),
             "removed": paths(&r.removed),
+            "cleaned": paths(&r.cleaned),
+            "recovered": paths(&r.recovered),
+            "notes": r.notes,
+            "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
             "tensors": r.tensors,
             "data_bytes": r.data_bytes,
             "total_bytes": r.total_bytes,
+            "needed_bytes": r.needed_bytes,
             "free_bytes": r.free_bytes,
+            "threads": r.threads,
             "memory_bytes": r.memory_bytes,
             "seconds": secs,
         });
@@ -125,16 +174,45 @@ pub fn convert(a: &ConvertArgs, json: bool, out: &mut impl Write) -> Result<(), 
     for c in &r.copied {
         writeln!(out, "  {} (copied)", p(c))?;
     }
+    let removed = if r.dry_run {
+        "stale, would be removed"
+    } else {
+        "stale, removed"
+    };
     for c in &r.removed {
-        writeln!(out, "  {} (stale, removed)", p(c))?;
+        writeln!(out, "  {} ({removed})", p(c))?;
+    }
+    for c in &r.cleaned {
+        writeln!(out, "  {} (temp file of a killed run, removed)", p(c))?;
+    }
+    for c in &r.recovered {
+        writeln!(
+            out,
+            "  {} (published: finished a killed run's commit)",
+            p(c)
+        )?;
+    }
+    let mut casts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for t in &r.transforms {
+        *casts.entry(t.op.as_str()).or_default() += 1;
+        if let Some(o) = &t.outcome {
+            writeln!(out, "  tensor `{}`: {}", sanitize(&t.tensor), sanitize(o))?;
+        }
+    }
+    for (op, n) in casts {
+        writeln!(out, "  cast {op}: {n} tensors")?;
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {}", sanitize(n))?;
     }
     if r.dry_run {
         let free = r.free_bytes.map(human).unwrap_or_else(|| "unknown".into());
         writeln!(
             out,
-            "disk needed {}, free {free}; memory ≈ {}",
-            human(r.total_bytes),
-            human(r.memory_bytes)
+            "disk needed {}, free {free}; memory ≈ {} ({} threads)",
+            human(r.needed_bytes),
+            human(r.memory_bytes),
+            r.threads
         )?;
     }
     Ok(())
@@ -148,7 +226,8 @@ fn meta_json(v: &MetaValue) -> Value {
 }
 
 pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    let (src, _) = open_inputs(std::slice::from_ref(&a.input), &Limits::default())?;
+    let input = open_inputs(std::slice::from_ref(&a.input), &open_request(&a.read))?;
+    let src = input.source;
     let tensors = src.tensors();
     let data: u64 = tensors.iter().map(|t| t.byte_len).sum();
     let files = src.files();
@@ -171,6 +250,8 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
             "command": "inspect",
             "format": src.format().name(),
             "files": paths(&files),
+            "chosen": input.chosen.as_ref().map(|p| p.display().to_string()),
+            "notes": input.notes,
             "metadata": meta,
             "tensor_count": tensors.len(),
             "data_bytes": data,
@@ -180,6 +261,12 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
         return Ok(());
     }
     writeln!(out, "format    {}", src.format())?;
+    if let Some(c) = &input.chosen {
+        writeln!(out, "read      {}", p(c))?;
+    }
+    for n in &input.notes {
+        writeln!(out, "note      {}", sanitize(n))?;
+    }
     writeln!(out, "files     {}", files.len())?;
     for f in &files {
         writeln!(out, "          {}", p(f))?;
@@ -222,31 +309,33 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
     Ok(())
 }
 
-fn named_hashes(
-    src: &dyn TensorSource,
-    bar: &Bar,
-) -> Result<Vec<(String, weightport_core::ContentHash)>, Error> {
-    let h = hash_source(src, bar)?;
-    Ok(src
-        .tensors()
-        .iter()
-        .map(|t| t.name.clone())
-        .zip(h)
-        .collect())
-}
-
 pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    let limits = Limits::default();
-    let (src, _) = open_inputs(std::slice::from_ref(&a.path), &limits)?;
+    let req = open_request(&a.read);
+    let src = open_inputs(std::slice::from_ref(&a.path), &req)?.source;
     let bar = Bar::new();
-    let mine = named_hashes(src.as_ref(), &bar)?;
     let data: u64 = src.tensors().iter().map(|t| t.byte_len).sum();
     let mut diffs = Vec::new();
-    if let Some(other) = &a.against {
-        let (o, _) = open_inputs(std::slice::from_ref(other), &limits)?;
-        let theirs = named_hashes(o.as_ref(), &bar)?;
-        diffs = compare(&mine, &theirs);
-    }
+    let against = match &a.against {
+        Some(other) => {
+            Some(open_inputs(std::slice::from_ref(other), &OpenRequest::default())?.source)
+        }
+        None => None,
+    };
+    let mine = match &against {
+        Some(o) => {
+            let (mine, theirs) = comparable_hashes(src.as_ref(), o.as_ref(), &bar)?;
+            diffs = compare(&mine, &theirs);
+            mine
+        }
+        None => {
+            let h = weightport_pipeline::hash_source(src.as_ref(), &bar)?;
+            src.tensors()
+                .iter()
+                .map(|t| t.name.clone())
+                .zip(h)
+                .collect()
+        }
+    };
     let ok = diffs.is_empty();
     if json {
         let v = json!({
@@ -272,7 +361,7 @@ pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Fa
             if ok {
                 writeln!(
                     out,
-                    "identical to {}: every tensor has the same dtype, shape and bytes",
+                    "identical to {}: every tensor has the same shape and values (the same bytes where dtypes agree)",
                     p(other)
                 )?;
             } else {

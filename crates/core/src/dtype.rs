@@ -161,6 +161,14 @@ dtypes! {
     Q2_0 = "Q2_0", block(64, 18);
 }
 
+const fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// Why a shape cannot be stored in a dtype.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SizeError {
@@ -216,7 +224,9 @@ impl DType {
     pub fn granule(self) -> u64 {
         match self.layout() {
             Layout::Bits(b) if b % 8 == 0 => u64::from(b / 8),
-            Layout::Bits(_) => 1,
+            // The smallest whole number of bytes holding whole elements: lcm(bits, 8) / 8
+            // (F4: 1 byte per 2 elements; F6: 3 bytes per 4 elements).
+            Layout::Bits(b) => u64::from(b * 8 / gcd(b, 8) / 8),
             Layout::Block { bytes, .. } => u64::from(bytes),
         }
     }

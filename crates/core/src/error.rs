@@ -47,7 +47,7 @@ impl Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())?;
+        write!(f, "{}", sanitize(&self.path.display().to_string()))?;
         if let Some(t) = &self.tensor {
             write!(f, ": tensor `{}`", sanitize(t))?;
         }
@@ -63,7 +63,7 @@ impl fmt::Display for Location {
 #[non_exhaustive]
 pub enum Error {
     /// The operating system refused an operation on `path`.
-    #[error("{}: {op}: {source}", path.display())]
+    #[error("{}: {op}: {source}", shown(path))]
     Io {
         /// The file concerned.
         path: PathBuf,
@@ -83,7 +83,7 @@ pub enum Error {
         reason: String,
     },
     /// The input is not the format it was expected to be; `what` says what it really is.
-    #[error("{}: {what}", path.display())]
+    #[error("{}: {what}", shown(path))]
     NotFormat {
         /// The file.
         path: PathBuf,
@@ -133,6 +133,9 @@ pub enum Error {
     /// A request that cannot be carried out as asked (output exists, bad option, …).
     #[error("{0}")]
     Usage(String),
+    /// An internal invariant failed (a bug in weightport, not in the input).
+    #[error("internal error (a bug; please report it): {0}")]
+    Internal(String),
     /// The job was cancelled (SIGINT); nothing was committed.
     #[error("interrupted; nothing was written")]
     Interrupted,
@@ -168,6 +171,7 @@ impl Error {
             Error::Limit { .. } => "limit",
             Error::Verify { .. } => "verify",
             Error::Usage(_) => "usage",
+            Error::Internal(_) => "internal",
             Error::Interrupted => "interrupted",
         }
     }
@@ -182,6 +186,11 @@ impl Error {
             _ => 1,
         }
     }
+}
+
+/// A path made safe to print (control characters escaped).
+pub fn shown(path: &Path) -> String {
+    sanitize(&path.display().to_string())
 }
 
 /// Escapes control characters (and nothing else) so a name read from a file is safe to print.
@@ -224,5 +233,20 @@ mod tests {
             "m.safetensors: tensor `w` (byte 96): malformed safetensors: bad"
         );
         assert_eq!(e.exit_code(), 1);
+    }
+
+    #[test]
+    fn paths_from_files_are_sanitized_in_every_message() {
+        let evil = "evil\x1b]0;pwned\x07\x1b[2J.safetensors";
+        let e = Error::io(Path::new(evil), "open", io::Error::other("x"));
+        assert!(!e.to_string().contains('\x1b'), "{e}");
+        let e = Error::NotFormat {
+            path: evil.into(),
+            expected: Format::Safetensors,
+            what: "w".into(),
+        };
+        assert!(!e.to_string().contains('\x1b'));
+        let e = Error::malformed(Location::file(evil).tensor(evil), Format::Safetensors, "r");
+        assert!(!e.to_string().contains('\x1b'));
     }
 }

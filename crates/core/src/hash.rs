@@ -55,9 +55,19 @@ impl LeafHasher {
     }
 }
 
-/// Number of leaves for `byte_len` bytes (at least one, so empty tensors hash too).
-pub fn leaf_count(byte_len: u64) -> u64 {
-    byte_len.div_ceil(HASH_CHUNK).max(1)
+/// Leaf size for `dtype` given a target size `base` (normally [`HASH_CHUNK`]): the largest
+/// multiple of the dtype's granule (a whole block, a whole group of sub-byte elements) not above
+/// `base`, so leaves, and the executor's chunks, never split an indivisible unit. It depends on
+/// the dtype only, so hashes stay independent of containers and scheduling.
+pub fn leaf_bytes(dtype: DType, base: u64) -> u64 {
+    let g = dtype.granule().max(1);
+    (base / g).max(1) * g
+}
+
+/// Number of leaves for `byte_len` bytes of `leaf`-sized leaves (at least one, so empty
+/// tensors hash too).
+pub fn leaf_count(byte_len: u64, leaf: u64) -> u64 {
+    byte_len.div_ceil(leaf).max(1)
 }
 
 /// Combines leaf digests (in order) into a tensor's content hash.
@@ -79,10 +89,11 @@ pub fn root(dtype: DType, shape: &[u64], byte_len: u64, leaves: &[u128]) -> Cont
 
 /// Hashes a whole in-memory tensor (convenience for tests and small tensors).
 pub fn content_hash(dtype: DType, shape: &[u64], bytes: &[u8]) -> ContentHash {
+    let size = leaf_bytes(dtype, HASH_CHUNK) as usize;
     let leaves: Vec<u128> = if bytes.is_empty() {
         vec![leaf(&[])]
     } else {
-        bytes.chunks(HASH_CHUNK as usize).map(leaf).collect()
+        bytes.chunks(size).map(leaf).collect()
     };
     root(dtype, shape, bytes.len() as u64, &leaves)
 }

@@ -8,6 +8,7 @@
 //! * [`Error`]: one error enum, with exit codes; [`Limits`]: caps on sizes read from files.
 //! * [`hash`]: container-independent content hashes used to verify every emitted file.
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
+//! * [`staging`]: temp files beside their target, no-replace renames, output locks.
 #![deny(missing_docs)]
 
 pub mod dtype;
@@ -15,13 +16,17 @@ pub mod error;
 pub mod format;
 pub mod hash;
 pub mod limits;
+pub mod multi;
+pub mod registry;
 pub mod source;
+pub mod staging;
 pub mod tensor;
 
 pub use dtype::{DType, Layout, SizeError};
-pub use error::{sanitize, Error, Location, Result};
+pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Sniffed};
 pub use hash::ContentHash;
 pub use limits::{Budget, Limits, ReadOptions};
-pub use source::{Access, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
+pub use multi::MultiSource;
+pub use source::{Access, FinishedFile, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
 pub use tensor::{MetaType, MetaValue, Metadata, TensorInfo};

@@ -17,9 +17,10 @@
 //! A [`TensorSink`] is told the complete list of output tensors once ([`TensorSink::plan`]) and
 //! fixes every file, header and offset before any data byte is written. Data then arrives through
 //! [`TensorSink::write_at`] in any order and from many threads at once (ranges never overlap).
-//! [`TensorSink::staged`] exposes the finished temp files so they can be verified, and
-//! [`TensorSink::commit`] makes them durable and visible. Dropping a sink without committing
-//! removes every temp file.
+//! [`TensorSink::staged`] exposes the temp files so they can be verified, and
+//! [`TensorSink::finish`] makes them durable and hands them to the pipeline, which publishes
+//! every file of the job (weights, index, companions) in one ordered commit. Dropping a sink,
+//! or the files it handed over, without publishing removes every temp file.
 
 use std::path::PathBuf;
 
@@ -102,6 +103,17 @@ impl Plan {
     }
 }
 
+/// A finished (complete, fsynced) but unpublished output file.
+#[derive(Debug)]
+pub struct FinishedFile {
+    /// The temp file; [`crate::staging::TempFile::publish`] renames it onto its target.
+    pub temp: crate::staging::TempFile,
+    /// Size in bytes.
+    pub size: u64,
+    /// Number of tensors.
+    pub tensors: usize,
+}
+
 /// A committed output file.
 #[derive(Debug, Clone)]
 pub struct WrittenFile {
@@ -122,6 +134,6 @@ pub trait TensorSink: Send + Sync {
     fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()>;
     /// The staged (not yet committed) files, for verification.
     fn staged(&self) -> Vec<StagedFile>;
-    /// fsyncs and renames every temp file into place.
-    fn commit(self: Box<Self>) -> Result<Vec<WrittenFile>>;
+    /// fsyncs every temp file and hands them over, in plan order, for publishing.
+    fn finish(self: Box<Self>) -> Result<Vec<FinishedFile>>;
 }

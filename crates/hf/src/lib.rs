@@ -5,14 +5,20 @@
 //!   transformers 5 does.
 //! * [`size`]: `500MB` / `5GB` (decimal) / `5GiB` (binary) size strings.
 //! * [`repo`]: where a repo directory keeps its weights and which companion files to copy.
+//! * [`registration`]: the repo input ([`REPO`]) and repo output ([`OUTPUT`]) of the registry.
 #![deny(missing_docs)]
 
 pub mod index;
+pub mod registration;
 pub mod repo;
 pub mod shard;
 pub mod size;
 
 pub use index::{read_index, render_index, Index};
-pub use repo::{companion_files, find_weights, Weights};
+pub use registration::{open_index, OUTPUT, REPO};
+pub use repo::{companion_files, find_weights, resolve_in_repo, Weights};
+
+/// huggingface_hub's default `max_shard_size`.
+pub const DEFAULT_SHARD_SIZE: u64 = 5_000_000_000;
 pub use shard::{assign, shard_name};
 pub use size::parse_size;

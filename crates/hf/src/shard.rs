@@ -8,6 +8,27 @@ pub fn shard_name(i: usize, n: usize) -> String {
     format!("model-{i:05}-of-{n:05}.safetensors")
 }
 
+/// Parses a shard name `{prefix}-0000i-of-0000n.{ext}` (digits only, at least 5, `i` ≤ `n`)
+/// into `(prefix, i, n, ext)`; never panics on any string.
+pub fn parse_shard_name(name: &str) -> Option<(&str, usize, usize, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    let (head, n) = stem.rsplit_once("-of-")?;
+    let (prefix, i) = head.rsplit_once('-')?;
+    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(i) || !digits(n) || prefix.is_empty() {
+        return None;
+    }
+    let (i, n): (usize, usize) = (i.parse().ok()?, n.parse().ok()?);
+    (i >= 1 && i <= n).then_some((prefix, i, n, ext))
+}
+
+/// True for the names a safetensors repo output owns: its shards, single file and index.
+pub fn is_repo_weights_name(name: &str) -> bool {
+    name == SINGLE
+        || name == INDEX
+        || parse_shard_name(name).is_some_and(|(p, _, _, e)| p == "model" && e == "safetensors")
+}
+
 /// The single-file name.
 pub const SINGLE: &str = "model.safetensors";
 /// The index file name.
@@ -52,5 +73,22 @@ mod tests {
         assert_eq!(assign(&[1, 2], 3), vec![vec![0, 1]]);
         assert_eq!(assign(&[], 3), vec![Vec::<usize>::new()]);
         assert_eq!(shard_name(1, 4), "model-00001-of-00004.safetensors");
+    }
+
+    #[test]
+    fn shard_names_parse_without_panicking() {
+        assert_eq!(
+            parse_shard_name("model-00001-of-00004.safetensors"),
+            Some(("model", 1, 4, "safetensors"))
+        );
+        assert!(is_repo_weights_name("model-00002-of-00002.safetensors"));
+        assert!(is_repo_weights_name("model.safetensors.index.json"));
+        assert!(!is_repo_weights_name("config.json"));
+        assert!(!is_repo_weights_name("model-1-of-4.safetensors"));
+        assert!(!is_repo_weights_name("model-00005-of-00004.safetensors"));
+        // The name that made the foundation panic (a multi-byte char across a byte slice).
+        assert!(!is_repo_weights_name("model-00001-o€1234.safetensors"));
+        assert!(parse_shard_name("€-00001-of-00002.x").is_some());
+        assert!(parse_shard_name("--of-.").is_none());
     }
 }

@@ -1,14 +1,24 @@
-//! The parallel executor: tensors cut into fixed-size chunks, processed on rayon's pool.
+//! The parallel executor: output tensors cut into chunks, computed on a rayon pool.
 //!
-//! Each chunk is one leaf of the content hash ([`weightport_core::hash::HASH_CHUNK`]), so the
-//! hashes do not depend on thread count or scheduling, and output written at planned offsets
-//! is byte-identical at 1 and N threads. Zero-copy sources hand out slices of their map, which
-//! are hashed, written with `pwrite`, and released; other sources fill a per-thread buffer.
-//! Resident memory is therefore about `threads × chunk`, whatever the model size.
+//! A chunk is one leaf of the output tensor's content hash: [`hash::leaf_bytes`] of its dtype,
+//! a multiple of the dtype's granule (a whole quant block, a whole group of sub-byte values), so
+//! hashes do not depend on thread count or scheduling and output written at planned offsets is
+//! byte-identical at 1 and N threads. Per chunk:
+//! * identity from a mapped source: the mapped slice is hashed, written with `pwrite` and
+//!   released (zero-copy);
+//! * identity from any other source: `read_into` a per-thread buffer;
+//! * a transform: the input ranges it needs (zero-copy when mapped, else read into a per-thread
+//!   staging buffer), `apply` into a per-thread output buffer, hashed, written.
+//!
+//! Tensors whose source is only sequential (a deflated ZIP member) are read once, front to
+//! back, by one worker; parallelism comes from other tensors. Memory is therefore about
+//! `threads × (chunk + input staging)`, which [`worker_bytes`] computes for the budget.
 
 use rayon::prelude::*;
-use weightport_core::hash::{self, HASH_CHUNK};
-use weightport_core::{ContentHash, Error, Result, TensorInfo, TensorSource};
+use weightport_core::hash::{self, LeafHasher};
+use weightport_core::{Access, ContentHash, Error, Result, TensorSource};
+
+use crate::plan::OutTensor;
 
 /// Bytes hashed and written per call: small enough to stay in L2 between the two.
 const PIECE: usize = 256 << 10;
@@ -27,87 +37,240 @@ pub trait Progress: Send + Sync {
 pub struct NoProgress;
 impl Progress for NoProgress {}
 
-/// Streams tensors `indices` of `source` chunk by chunk in parallel, calling
-/// `emit(k, offset, bytes)` for each chunk of the `k`-th listed tensor, and returns each listed
-/// tensor's content hash (described by `infos[k]`, which must have the source's byte length).
-pub fn run_chunks<F>(
+/// The hashes a run produced.
+#[derive(Debug, Clone)]
+pub struct Hashes {
+    /// Per output tensor: the content hash of the bytes written.
+    pub out: Vec<ContentHash>,
+    /// Per output tensor with a lossless transform: the hash of the input bytes, cut into
+    /// leaves matching the output's (for verification through the inverse transform).
+    pub src: Vec<Option<ContentHash>>,
+}
+
+/// Per-thread buffers.
+#[derive(Default)]
+struct Buffers {
+    out: Vec<u8>,
+    inputs: Vec<Vec<u8>>,
+}
+
+/// The leaf (chunk) size of an output tensor.
+pub fn leaf_of(o: &OutTensor, base: u64) -> u64 {
+    hash::leaf_bytes(o.info.dtype, base)
+}
+
+/// Bytes one worker holds at most for `outs` (output chunk + input staging or mapped chunk).
+pub fn worker_bytes(source: &dyn TensorSource, outs: &[OutTensor], base: u64) -> u64 {
+    outs.iter()
+        .map(|o| {
+            let leaf = leaf_of(o, base).min(o.info.byte_len.max(1));
+            let input: u64 = match &o.op {
+                None => leaf,
+                Some(op) => op.needs(0..leaf).iter().map(|(_, r)| r.end - r.start).sum(),
+            };
+            let seq = o
+                .inputs
+                .iter()
+                .any(|&i| source.access(i) == Access::Sequential);
+            leaf + input + if seq { 1 << 20 } else { 0 }
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Runs `outs` over `source`, calling `emit(k, offset, bytes)` for every chunk of output tensor
+/// `k`, with chunks of `base`-sized leaves. Runs on the current rayon pool.
+pub fn run<F>(
     source: &dyn TensorSource,
-    indices: &[usize],
-    infos: &[&TensorInfo],
+    outs: &[OutTensor],
+    base: u64,
     progress: &dyn Progress,
     emit: F,
-) -> Result<Vec<ContentHash>>
+) -> Result<Hashes>
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
-    let mut items = Vec::new();
-    for (k, &i) in indices.iter().enumerate() {
-        let len = source.tensors()[i].byte_len;
-        for c in 0..hash::leaf_count(len) {
-            items.push((k, c));
+    // Work: (tensor, Some(chunk)) for random access, (tensor, None) for a whole sequential one.
+    let mut work = Vec::new();
+    for (k, o) in outs.iter().enumerate() {
+        let seq = o
+            .inputs
+            .iter()
+            .any(|&i| source.access(i) == Access::Sequential);
+        if seq {
+            work.push((k, None));
+        } else {
+            let n = hash::leaf_count(o.info.byte_len, leaf_of(o, base));
+            work.extend((0..n).map(|c| (k, Some(c))));
         }
     }
-    let leaves: Vec<u128> = items
+    let done: Vec<Vec<(u128, Option<u128>)>> = work
         .par_iter()
-        .map_init(Vec::new, |buf: &mut Vec<u8>, &(k, c)| -> Result<u128> {
-            if crate::cancel::requested() {
-                return Err(Error::Interrupted);
-            }
-            let i = indices[k];
-            let len = source.tensors()[i].byte_len;
-            let start = c * HASH_CHUNK;
-            let n = (len - start).min(HASH_CHUNK);
-            let digest = match source.bytes(i) {
-                Some(all) => {
-                    // Hash and write in cache-sized pieces so each byte is pulled from memory
-                    // once for both.
-                    source.will_need(i, start, n);
-                    let slice = &all[start as usize..(start + n) as usize];
-                    let mut h = hash::LeafHasher::new();
-                    let mut off = start;
-                    for piece in slice.chunks(PIECE) {
-                        h.update(piece);
-                        emit(k, off, piece)?;
-                        off += piece.len() as u64;
-                    }
-                    source.release(i, start, n);
-                    h.finish()
-                }
-                None => {
-                    buf.resize(n as usize, 0);
-                    source.read_into(i, start, buf)?;
-                    let d = hash::leaf(buf);
-                    emit(k, start, buf)?;
-                    d
-                }
+        .map_init(Buffers::default, |buf, &(k, c)| -> Result<_> {
+            let o = &outs[k];
+            let n = hash::leaf_count(o.info.byte_len, leaf_of(o, base));
+            let chunks: Vec<u64> = match c {
+                Some(c) => vec![c],
+                None => (0..n).collect(),
             };
-            progress.advance(n);
-            Ok(digest)
+            chunks
+                .into_iter()
+                .map(|c| chunk(source, o, k, c, base, buf, progress, &emit))
+                .collect()
         })
         .collect::<Result<_>>()?;
-    let mut out = Vec::with_capacity(indices.len());
-    let mut pos = 0usize;
-    for (k, &i) in indices.iter().enumerate() {
-        let n = hash::leaf_count(source.tensors()[i].byte_len) as usize;
-        let t = infos[k];
-        out.push(hash::root(
-            t.dtype,
-            &t.shape,
-            t.byte_len,
-            &leaves[pos..pos + n],
-        ));
-        pos += n;
+    // Reassemble leaves per tensor in order.
+    let mut leaves: Vec<Vec<(u128, Option<u128>)>> = vec![Vec::new(); outs.len()];
+    for ((k, _), d) in work.iter().zip(done) {
+        leaves[*k].extend(d);
     }
-    Ok(out)
+    let mut h = Hashes {
+        out: Vec::with_capacity(outs.len()),
+        src: Vec::with_capacity(outs.len()),
+    };
+    for (o, l) in outs.iter().zip(&leaves) {
+        let t = &o.info;
+        let out: Vec<u128> = l.iter().map(|x| x.0).collect();
+        h.out.push(hash::root(t.dtype, &t.shape, t.byte_len, &out));
+        let src = match (&o.op, o.inputs.as_slice()) {
+            (Some(op), &[i]) if op.lossless() => {
+                let s = &source.tensors()[i];
+                let v: Vec<u128> = l.iter().map(|x| x.1.unwrap_or(0)).collect();
+                Some(hash::root(s.dtype, &s.shape, s.byte_len, &v))
+            }
+            _ => None,
+        };
+        h.src.push(src);
+    }
+    Ok(h)
 }
 
-/// Content hashes of every tensor of `source`.
+/// Processes chunk `c` of output tensor `k`: returns its leaf digest and, for lossless
+/// transforms, the digest of the input bytes it read.
+#[allow(clippy::too_many_arguments)]
+fn chunk<F>(
+    source: &dyn TensorSource,
+    o: &OutTensor,
+    k: usize,
+    c: u64,
+    base: u64,
+    buf: &mut Buffers,
+    progress: &dyn Progress,
+    emit: &F,
+) -> Result<(u128, Option<u128>)>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    if crate::cancel::requested() {
+        return Err(Error::Interrupted);
+    }
+    let leaf = leaf_of(o, base);
+    let start = c * leaf;
+    let n = (o.info.byte_len - start).min(leaf);
+    let r = match &o.op {
+        None => identity(source, o.inputs[0], k, start, n, buf, emit)?,
+        Some(op) => {
+            let needs = op.needs(start..start + n);
+            buf.inputs.resize_with(needs.len(), Vec::new);
+            for ((j, r), staged) in needs.iter().zip(buf.inputs.iter_mut()) {
+                let i = o.inputs[*j];
+                if source.bytes(i).is_none() {
+                    staged.resize((r.end - r.start) as usize, 0);
+                    source.read_into(i, r.start, staged)?;
+                }
+            }
+            let ins: Vec<&[u8]> = needs
+                .iter()
+                .zip(&buf.inputs)
+                .map(|((j, r), staged)| match source.bytes(o.inputs[*j]) {
+                    Some(all) => &all[r.start as usize..r.end as usize],
+                    None => staged.as_slice(),
+                })
+                .collect();
+            let mut src_h = LeafHasher::new();
+            if op.lossless() {
+                ins.iter().for_each(|s| src_h.update(s));
+            }
+            buf.out.resize(n as usize, 0);
+            op.apply(start..start + n, &ins, &mut buf.out)
+                .map_err(|e| name_error(e, &o.info.name))?;
+            for (j, r) in &needs {
+                source.release(o.inputs[*j], r.start, r.end - r.start);
+            }
+            emit(k, start, &buf.out)?;
+            (hash::leaf(&buf.out), op.lossless().then(|| src_h.finish()))
+        }
+    };
+    progress.advance(n);
+    Ok(r)
+}
+
+fn identity<F>(
+    source: &dyn TensorSource,
+    i: usize,
+    k: usize,
+    start: u64,
+    n: u64,
+    buf: &mut Buffers,
+    emit: &F,
+) -> Result<(u128, Option<u128>)>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    match source.bytes(i) {
+        Some(all) => {
+            // Hash and write in cache-sized pieces so each byte is pulled from memory once.
+            source.will_need(i, start, n);
+            let slice = &all[start as usize..(start + n) as usize];
+            let mut h = LeafHasher::new();
+            let mut off = start;
+            for piece in slice.chunks(PIECE) {
+                h.update(piece);
+                emit(k, off, piece)?;
+                off += piece.len() as u64;
+            }
+            source.release(i, start, n);
+            Ok((h.finish(), None))
+        }
+        None => {
+            buf.out.resize(n as usize, 0);
+            source.read_into(i, start, &mut buf.out)?;
+            emit(k, start, &buf.out)?;
+            Ok((hash::leaf(&buf.out), None))
+        }
+    }
+}
+
+fn name_error(e: Error, name: &str) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            at.tensor.get_or_insert_with(|| name.to_string());
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
+}
+
+/// Content hashes of every tensor of `source` (identity plan).
 pub fn hash_source(source: &dyn TensorSource, progress: &dyn Progress) -> Result<Vec<ContentHash>> {
-    let indices: Vec<usize> = (0..source.tensors().len()).collect();
-    let infos: Vec<&TensorInfo> = source.tensors().iter().collect();
-    let total = infos.iter().map(|t| t.byte_len).sum();
+    let outs = identity_plan(source);
+    let total = outs.iter().map(|o| o.info.byte_len).sum();
     progress.start("hash", total);
-    let r = run_chunks(source, &indices, &infos, progress, |_, _, _| Ok(()));
+    let r = run(source, &outs, hash::HASH_CHUNK, progress, |_, _, _| Ok(()));
     progress.finish();
-    r
+    Ok(r?.out)
+}
+
+/// Every tensor of `source` unchanged.
+pub fn identity_plan(source: &dyn TensorSource) -> Vec<OutTensor> {
+    source
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| OutTensor {
+            info: t.clone(),
+            inputs: vec![i],
+            op: None,
+        })
+        .collect()
 }

@@ -1,22 +1,30 @@
 //! weightport-pipeline: everything between the command line and the format crates.
 //!
 //! ```text
-//! inputs ─sniff→ reader (TensorSource) ─plan→ sink (TensorSink: every offset fixed)
-//!        ─execute (rayon, chunked, zero-copy)→ positional writes into temp files
-//!        ─verify→ reopen each file strictly, recompute content hashes
-//!        ─commit→ fsync, rename, write index.json, copy companion files
+//! inputs ─registry (probe by content)→ TensorSource
+//!        ─plan→ output tensors, each an input + an operation (identity, cast, …)
+//!        ─registry (output format)→ every file, header and offset fixed
+//!        ─prepare→ lock the output, finish killed commits, refuse overwrites, check space
+//!        ─execute (rayon, unit-aligned chunks, zero-copy)→ positional writes into temp files
+//!        ─verify→ reopen each file strictly, recompute content hashes (and for lossless
+//!                  operations, map back and compare with the source)
+//!        ─commit→ fsync, journal, ordered renames (weights, index, companions), stale removal
 //! ```
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
 pub mod cancel;
+pub mod cast;
 pub mod convert;
 pub mod exec;
 pub mod input;
-pub mod multi;
+pub mod plan;
+pub mod registry;
+pub mod txn;
 pub mod verify;
 
 pub use convert::{convert, convert_source, ConvertOptions, ConvertReport, FileReport};
 pub use exec::{hash_source, NoProgress, Progress};
-pub use input::{open_file, open_index, open_input, Input};
-pub use multi::MultiSource;
+pub use input::{open_input, open_inputs, Input};
+pub use weightport_core::registry::OpenRequest;
+pub use weightport_core::MultiSource;

@@ -1,18 +1,23 @@
-//! Verification of emitted files: each is reopened with the same strict reader users get, its
-//! tensor list compared with the plan, and every tensor's content hash recomputed and compared
-//! with the hash of the bytes the executor meant to write.
+//! Verification of emitted files: each is reopened through the registry with the same strict
+//! reader users get, its tensor list compared with the plan, and every tensor's content hash
+//! recomputed and compared with the hash of the bytes the executor wrote. Where the operation
+//! was lossless (a widening cast), the output is also mapped back through the inverse operation
+//! and compared with the hash of the source bytes it was made from, so the written values are
+//! proven equal to the source's, not only to what the executor computed.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
 
+use weightport_core::registry::OpenRequest;
 use weightport_core::{
-    sanitize, ContentHash, Error, Limits, Location, Result, StagedFile, TensorInfo,
+    sanitize, ContentHash, DType, Error, Location, Result, StagedFile, TensorInfo, TensorSource,
 };
 
-use crate::exec::{run_chunks, Progress};
-use crate::input::open_file;
+use crate::cast::{is_float, Cast};
+use crate::exec::{identity_plan, leaf_of, run, Hashes, Progress};
+use crate::plan::OutTensor;
+use crate::registry::open_file;
 
-fn fail(path: &Path, tensor: Option<&str>, reason: String) -> Error {
+fn fail(path: &std::path::Path, tensor: Option<&str>, reason: String) -> Error {
     Error::Verify {
         at: Location {
             path: path.to_path_buf(),
@@ -23,17 +28,23 @@ fn fail(path: &Path, tensor: Option<&str>, reason: String) -> Error {
     }
 }
 
-/// Verifies one staged file against the planned tensors (`planned[i]` with hash `expected[i]`
-/// for every index in `file.tensors`).
+/// Verifies one staged file of a job (`outs[i]` hashed `hashes` when written; `sources` are the
+/// source's tensors, for lossless operations).
 pub fn verify_staged(
     file: &StagedFile,
-    planned: &[TensorInfo],
-    expected: &[ContentHash],
-    limits: &Limits,
+    outs: &[OutTensor],
+    hashes: &Hashes,
+    sources: &[TensorInfo],
+    req: &OpenRequest,
+    base: u64,
     progress: &dyn Progress,
 ) -> Result<()> {
     let shown = &file.path;
-    let reopened = open_file(&file.temp, limits).map_err(|e| {
+    let plain = OpenRequest {
+        from: None,
+        ..req.clone()
+    };
+    let reopened = open_file(&file.temp, &plain).map_err(|e| {
         fail(
             shown,
             None,
@@ -57,10 +68,9 @@ pub fn verify_staged(
             ),
         ));
     }
-    let mut indices = Vec::with_capacity(file.tensors.len());
-    let mut infos = Vec::with_capacity(file.tensors.len());
+    let mut check = Vec::with_capacity(file.tensors.len());
     for &p in &file.tensors {
-        let want = &planned[p];
+        let want = &outs[p].info;
         let &i = got.get(want.name.as_str()).ok_or_else(|| {
             fail(
                 shown,
@@ -79,28 +89,91 @@ pub fn verify_staged(
                 ),
             ));
         }
-        indices.push(i);
-        infos.push(want);
+        check.push((p, i));
     }
-    let hashes = run_chunks(reopened.as_ref(), &indices, &infos, progress, |_, _, _| {
-        Ok(())
-    })?;
-    for (k, &p) in file.tensors.iter().enumerate() {
-        if hashes[k] != expected[p] {
+    let all = identity_plan(reopened.as_ref());
+    let plan: Vec<OutTensor> = check.iter().map(|&(_, i)| all[i].clone()).collect();
+    let got = run(reopened.as_ref(), &plan, base, progress, |_, _, _| Ok(()))?;
+    for (k, &(p, _)) in check.iter().enumerate() {
+        if got.out[k] != hashes.out[p] {
             return Err(fail(
                 shown,
-                Some(&planned[p].name),
+                Some(&outs[p].info.name),
                 format!(
-                    "content hash {} differs from the source's {}",
-                    hashes[k], expected[p]
+                    "content hash {} differs from the {} written",
+                    got.out[k], hashes.out[p]
                 ),
             ));
+        }
+    }
+    verify_lossless(
+        reopened.as_ref(),
+        &check,
+        outs,
+        hashes,
+        sources,
+        base,
+        progress,
+    )
+    .map_err(|e| match e {
+        Error::Verify { reason, at } => fail(shown, at.tensor.as_deref(), reason),
+        other => other,
+    })
+}
+
+/// Maps each losslessly transformed tensor back through its inverse and compares with the
+/// source bytes' hash (leaves cut to match the output's, as the executor hashed them).
+fn verify_lossless(
+    reopened: &dyn TensorSource,
+    check: &[(usize, usize)],
+    outs: &[OutTensor],
+    hashes: &Hashes,
+    sources: &[TensorInfo],
+    base: u64,
+    progress: &dyn Progress,
+) -> Result<()> {
+    // Group by the inverse's leaf size so each group runs with one base.
+    let mut groups: BTreeMap<u64, Vec<(usize, OutTensor)>> = BTreeMap::new();
+    for &(p, i) in check {
+        let (Some(op), Some(want)) = (&outs[p].op, hashes.src[p]) else {
+            continue;
+        };
+        let (Some(inv), &[s]) = (op.inverse(), outs[p].inputs.as_slice()) else {
+            continue;
+        };
+        let out_leaf = leaf_of(&outs[p], base);
+        let in_leaf: u64 = op
+            .needs(0..out_leaf)
+            .iter()
+            .map(|(_, r)| r.end - r.start)
+            .sum();
+        let _ = want;
+        groups.entry(in_leaf).or_default().push((
+            p,
+            OutTensor {
+                info: sources[s].clone(),
+                inputs: vec![i],
+                op: Some(inv),
+            },
+        ));
+    }
+    for (leaf, items) in groups {
+        let plan: Vec<OutTensor> = items.iter().map(|(_, o)| o.clone()).collect();
+        let got = run(reopened, &plan, leaf, progress, |_, _, _| Ok(()))?;
+        for ((p, _), h) in items.iter().zip(&got.out) {
+            if Some(*h) != hashes.src[*p] {
+                return Err(Error::Verify {
+                    at: Location::default().tensor(outs[*p].info.name.clone()),
+                    reason: "the written values, cast back, differ from the source's".into(),
+                });
+            }
         }
     }
     Ok(())
 }
 
-/// Compares two lists of `(name, hash)`: returns human-readable differences (empty when equal).
+/// Compares two lists of `(name, dtype, hash)`: returns human-readable differences (empty when
+/// equal). Hashes of different dtypes must already be value hashes in a common dtype.
 pub fn compare(a: &[(String, ContentHash)], b: &[(String, ContentHash)]) -> Vec<String> {
     let bm: HashMap<&str, ContentHash> = b.iter().map(|(n, h)| (n.as_str(), *h)).collect();
     let am: HashMap<&str, ContentHash> = a.iter().map(|(n, h)| (n.as_str(), *h)).collect();
@@ -121,4 +194,82 @@ pub fn compare(a: &[(String, ContentHash)], b: &[(String, ContentHash)]) -> Vec<
         }
     }
     out
+}
+
+/// The widest of two float dtypes' common exact representation (F64 if either is F64, else
+/// F32), or `None` when the two cannot be compared by value.
+fn common(a: DType, b: DType) -> Option<DType> {
+    if a == b {
+        return Some(a);
+    }
+    (is_float(a) && is_float(b)).then_some(if a == DType::F64 || b == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    })
+}
+
+/// Tensor names with their hashes.
+pub type NamedHashes = Vec<(String, ContentHash)>;
+
+/// Hashes of `a` and `b` for `verify --against`: content hashes where dtypes agree; value
+/// hashes (both widened exactly to F32/F64) where they differ but both are floats, so a
+/// checkpoint and its `--dtype f32` conversion compare equal.
+pub fn comparable_hashes(
+    a: &dyn TensorSource,
+    b: &dyn TensorSource,
+    progress: &dyn Progress,
+) -> Result<(NamedHashes, NamedHashes)> {
+    let bt: HashMap<&str, DType> = b
+        .tensors()
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    let at: HashMap<&str, DType> = a
+        .tensors()
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    let side = |s: &dyn TensorSource,
+                other: &HashMap<&str, DType>|
+     -> Result<Vec<(String, ContentHash)>> {
+        let plan: Vec<OutTensor> = s
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let to = other
+                    .get(t.name.as_str())
+                    .and_then(|&o| common(t.dtype, o))
+                    .unwrap_or(t.dtype);
+                let op = (to != t.dtype).then(|| {
+                    std::sync::Arc::new(Cast::new(t.dtype, to, &t.name, true).expect("float"))
+                        as std::sync::Arc<dyn crate::plan::Transform>
+                });
+                Ok(OutTensor {
+                    info: TensorInfo {
+                        dtype: to,
+                        byte_len: to
+                            .byte_len(&t.shape)
+                            .map_err(|e| Error::Internal(e.to_string()))?,
+                        ..t.clone()
+                    },
+                    inputs: vec![i],
+                    op,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let total = plan.iter().map(|o| o.info.byte_len).sum();
+        progress.start("hash", total);
+        let h = run(
+            s,
+            &plan,
+            weightport_core::hash::HASH_CHUNK,
+            progress,
+            |_, _, _| Ok(()),
+        )?;
+        progress.finish();
+        Ok(plan.into_iter().map(|o| o.info.name).zip(h.out).collect())
+    };
+    Ok((side(a, &bt)?, side(b, &at)?))
 }

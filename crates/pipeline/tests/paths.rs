@@ -1,12 +1,14 @@
-//! Executor invariants on real fixtures: the zero-copy and the streaming path give identical
-//! files; a failure part-way leaves no output and no temp file behind.
+//! Executor invariants on real fixtures: the zero-copy, random-access and sequential paths
+//! write exactly huggingface_hub's reshard of the fixture, at 1, 2 and 7 threads, with chunks
+//! small enough that every tensor spans several; a failure part-way leaves no output and no
+//! temp file behind.
 
 use std::path::{Path, PathBuf};
 
 use weightport_core::{
-    Error, Format, Limits, Location, Metadata, Result, TensorInfo, TensorSource,
+    Access, Error, Format, Location, Metadata, Result, TensorInfo, TensorSource,
 };
-use weightport_pipeline::{convert_source, open_input, ConvertOptions, NoProgress};
+use weightport_pipeline::{convert_source, open_input, ConvertOptions, NoProgress, OpenRequest};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -14,11 +16,27 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// Wraps a source, hiding its zero-copy bytes (forcing `read_into`) and optionally failing on
-/// one tensor.
+/// Wraps a source, hiding its zero-copy bytes (forcing `read_into`), optionally claiming to be
+/// sequential-only (and then checking reads really come front to back) and optionally failing
+/// on one tensor.
 struct Streaming {
     inner: Box<dyn TensorSource>,
     fail_on: Option<usize>,
+    sequential: bool,
+    /// Per tensor: the next offset a sequential reader must ask for.
+    next: Vec<std::sync::atomic::AtomicU64>,
+}
+
+fn streaming(inner: Box<dyn TensorSource>, fail_on: Option<usize>, sequential: bool) -> Streaming {
+    let next = (0..inner.tensors().len())
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    Streaming {
+        inner,
+        fail_on,
+        sequential,
+        next,
+    }
 }
 
 impl TensorSource for Streaming {
@@ -40,7 +58,22 @@ impl TensorSource for Streaming {
     fn bytes(&self, _: usize) -> Option<&[u8]> {
         None
     }
+    fn access(&self, _: usize) -> Access {
+        if self.sequential {
+            Access::Sequential
+        } else {
+            Access::Random
+        }
+    }
     fn read_into(&self, i: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+        if self.sequential {
+            let want =
+                self.next[i].swap(off + dst.len() as u64, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                want, off,
+                "a sequential tensor was read out of order (restart = quadratic)"
+            );
+        }
         if self.fail_on == Some(i) {
             return Err(Error::malformed(
                 Location::file(self.file_of(i)),
@@ -53,15 +86,9 @@ impl TensorSource for Streaming {
 }
 
 fn opts(out: &Path) -> ConvertOptions {
-    ConvertOptions {
-        inputs: vec![],
-        output: out.to_path_buf(),
-        shard_size: Some(10_000),
-        force: false,
-        verify: true,
-        dry_run: false,
-        limits: Limits::default(),
-    }
+    let mut o = ConvertOptions::new(vec![], out.to_path_buf());
+    o.shard_size = Some(10_000);
+    o
 }
 
 fn read_dir_sorted(d: &Path) -> Vec<(String, Vec<u8>)> {
@@ -79,38 +106,62 @@ fn read_dir_sorted(d: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+fn req() -> OpenRequest {
+    OpenRequest::default()
+}
+
 #[test]
-fn streaming_and_zero_copy_paths_write_identical_repos() {
-    let tmp = tempfile::tempdir().unwrap();
+fn every_read_path_and_thread_count_writes_the_reference_reshard() {
+    // fixtures/expected/reshard/10000 is huggingface_hub's split + save_file of the fixture.
+    let expected = read_dir_sorted(&fixture("expected/reshard/10000"));
     let repo = fixture("good/hf_repo_sharded");
-    let direct = open_input(&repo, &Limits::default()).unwrap();
-    convert_source(
-        direct.source.as_ref(),
-        None,
-        &opts(&tmp.path().join("a")),
-        &NoProgress,
-    )
-    .unwrap();
-    let streamed = Streaming {
-        inner: open_input(&repo, &Limits::default()).unwrap().source,
-        fail_on: None,
-    };
-    convert_source(&streamed, None, &opts(&tmp.path().join("b")), &NoProgress).unwrap();
-    let a = read_dir_sorted(&tmp.path().join("a"));
-    assert!(a.len() > 2, "expected several shards, got {}", a.len());
-    assert_eq!(a, read_dir_sorted(&tmp.path().join("b")));
+    let biggest = open_input(&repo, &req())
+        .unwrap()
+        .source
+        .tensors()
+        .iter()
+        .map(|t| t.byte_len)
+        .max()
+        .unwrap();
+    // 1 KiB chunks: every tensor above 1 KiB is cut into several chunks, processed out of order.
+    assert!(
+        biggest > 4 * 1024,
+        "the fixture must have multi-chunk tensors"
+    );
+    for threads in [1, 2, 7] {
+        for mode in ["mapped", "random", "sequential"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = tmp.path().join("out");
+            let mut o = opts(&out);
+            o.chunk = 1024;
+            o.threads = Some(threads);
+            let inner = open_input(&repo, &req()).unwrap().source;
+            match mode {
+                "mapped" => convert_source(inner.as_ref(), None, &o, &NoProgress),
+                m => convert_source(
+                    &streaming(inner, None, m == "sequential"),
+                    None,
+                    &o,
+                    &NoProgress,
+                ),
+            }
+            .unwrap();
+            assert_eq!(
+                read_dir_sorted(&out),
+                expected,
+                "{mode} at {threads} threads"
+            );
+        }
+    }
 }
 
 #[test]
 fn a_failure_part_way_leaves_no_output() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = fixture("good/hf_repo_sharded");
-    let inner = open_input(&repo, &Limits::default()).unwrap().source;
+    let inner = open_input(&repo, &req()).unwrap().source;
     let last = inner.tensors().len() - 1;
-    let src = Streaming {
-        inner,
-        fail_on: Some(last),
-    };
+    let src = streaming(inner, Some(last), false);
     let out = tmp.path().join("out");
     let err = convert_source(&src, None, &opts(&out), &NoProgress).unwrap_err();
     assert!(err.to_string().contains("injected failure"), "{err}");
@@ -150,12 +201,9 @@ fn a_truncated_index_or_shard_is_an_error_never_a_panic() {
         let full = std::fs::read(src.join(name)).unwrap();
         for len in (0..full.len()).step_by(37) {
             std::fs::write(repo.join(name), &full[..len]).unwrap();
-            assert!(
-                open_input(&repo, &Limits::default()).is_err(),
-                "{name} cut at {len}"
-            );
+            assert!(open_input(&repo, &req()).is_err(), "{name} cut at {len}");
         }
         std::fs::write(repo.join(name), &full).unwrap();
     }
-    assert!(open_input(&repo, &Limits::default()).is_ok());
+    assert!(open_input(&repo, &req()).is_ok());
 }

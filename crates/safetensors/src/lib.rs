@@ -6,13 +6,16 @@
 //!   a read-only map.
 //! * [`writer::layout`] plans a file exactly as `safetensors.torch.save_file` lays it out;
 //!   [`SafetensorsSink`] writes planned files in parallel with positional writes into
-//!   pre-sized temp files and renames them into place on commit.
+//!   pre-sized temp files, handed to the pipeline's commit when finished.
+//! * [`INPUT`] and [`OUTPUT`] are its format-registry entries.
 #![deny(missing_docs)]
 
 pub mod dtypes;
 pub mod header;
 pub mod reader;
+pub mod registration;
 pub mod writer;
 
 pub use reader::SafetensorsFile;
+pub use registration::{INPUT, OUTPUT};
 pub use writer::{layout, write_file, FileLayout, SafetensorsSink};

@@ -12,7 +12,15 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
-const PAGE: usize = 4096;
+/// The page size, from the OS (4 KiB on x86-64, 16/64 KiB on some aarch64 kernels).
+fn page() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
+    })
+}
 use weightport_core::{
     sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
     TensorSource,
@@ -115,8 +123,12 @@ impl SafetensorsFile {
             .map_err(|e| Error::io(path, "read", e))?;
         let header =
             header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(path, n, e))?;
-        // SAFETY: the map is read-only and private; weightport never writes through it. As with
-        // every mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
+        // SAFETY: memmap2 maps the file read-only and *shared*: the bytes seen through the map
+        // are the file's current contents. The contract is that no process modifies or truncates
+        // the file while it is mapped; weightport never writes through the map. If another
+        // process truncates it anyway, touching a page past the new end raises SIGBUS: the CLI
+        // handles that signal by removing its temp files and exiting with "input changed while
+        // reading" (crates/cli/main.rs), so no partial output survives.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
         let infos = header
             .tensors
@@ -242,7 +254,7 @@ impl TensorSource for SafetensorsFile {
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         let (a, b) = self.range(index);
-        let start = (a + offset as usize) / PAGE * PAGE;
+        let start = (a + offset as usize) / page() * page();
         let end = (a + (offset + len) as usize).min(b);
         if end > start {
             // Populating page tables ahead of reads: a hint, failure is harmless (old kernels).
@@ -254,12 +266,13 @@ impl TensorSource for SafetensorsFile {
 
     fn release(&self, index: usize, offset: u64, len: u64) {
         let (a, b) = self.range(index);
-        let start = (a + offset as usize).next_multiple_of(PAGE);
-        let end = ((a + (offset + len) as usize).min(b)) / PAGE * PAGE;
+        let start = (a + offset as usize).next_multiple_of(page());
+        let end = ((a + (offset + len) as usize).min(b)) / page() * page();
         if end > start {
-            // SAFETY: the mapping is a private read-only file mapping; MADV_DONTNEED only drops
-            // resident pages, which fault back in from the unchanged file on the next access. No
-            // reference into the range is assumed to hold particular *resident* pages.
+            // SAFETY: the mapping is a shared read-only file mapping that nobody writes through;
+            // MADV_DONTNEED only drops resident pages, which fault back in from the file on the
+            // next access (same bytes, under the no-modification contract above). No reference
+            // into the range relies on particular pages being resident.
             let _ = unsafe {
                 self.map
                     .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)

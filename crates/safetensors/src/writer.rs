@@ -7,18 +7,17 @@
 //! is not); the header padded with spaces to a multiple of 8.
 //!
 //! [`SafetensorsSink`] stages every file as a pre-sized temp file beside its target, writes the
-//! header at once, accepts tensor bytes at their final offsets from any thread, and renames
-//! into place on commit. Dropping it uncommitted removes the temp files.
+//! header at once, accepts tensor bytes at their final offsets from any thread, and hands the
+//! fsynced temp files to the pipeline on finish. Dropping it unfinished removes the temp files.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tempfile::NamedTempFile;
+use weightport_core::staging::TempFile;
 use weightport_core::{
-    sanitize, Error, Format, Location, Metadata, Plan, Result, StagedFile, TensorInfo, TensorSink,
-    WrittenFile,
+    sanitize, Error, FinishedFile, Format, Location, Metadata, Plan, Result, StagedFile,
+    TensorInfo, TensorSink,
 };
 
 use crate::dtypes;
@@ -147,9 +146,7 @@ pub type Assign =
     Box<dyn FnOnce(&[TensorInfo]) -> Result<Vec<(PathBuf, Vec<usize>)>> + Send + Sync>;
 
 struct Staged {
-    temp: NamedTempFile,
-    file: File,
-    path: PathBuf,
+    temp: TempFile,
     size: u64,
     tensors: Vec<usize>,
 }
@@ -184,28 +181,12 @@ impl SafetensorsSink {
     }
 }
 
-fn stage_in(path: &Path) -> Result<NamedTempFile> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let base = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    tempfile::Builder::new()
-        .prefix(&format!(".{base}."))
-        .suffix(".wp-tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, "create temp file in", e))
-}
-
 impl TensorSink for SafetensorsSink {
     fn plan(&mut self, tensors: &[TensorInfo], _metadata: &Metadata) -> Result<Plan> {
         let assign = self
             .assign
             .take()
-            .ok_or_else(|| Error::Usage("plan called twice".into()))?;
+            .ok_or_else(|| Error::Internal("plan called twice".into()))?;
         let groups = assign(tensors)?;
         self.slots = vec![(usize::MAX, 0, 0); tensors.len()];
         for (fi, (path, idx)) in groups.into_iter().enumerate() {
@@ -214,28 +195,24 @@ impl TensorSink for SafetensorsSink {
                 Error::Usage(m) => Error::Usage(format!("{}: {m}", path.display())),
                 other => other,
             })?;
-            let temp = stage_in(&path)?;
-            let file = temp
-                .as_file()
-                .try_clone()
-                .map_err(|e| Error::io(temp.path(), "dup", e))?;
-            file.set_len(lay.total_len)
+            let temp = TempFile::beside(&path)?;
+            temp.file()
+                .set_len(lay.total_len)
                 .map_err(|e| Error::io(temp.path(), "resize", e))?;
-            file.write_all_at(&lay.header, 0)
+            temp.file()
+                .write_all_at(&lay.header, 0)
                 .map_err(|e| Error::io(temp.path(), "write", e))?;
             for (k, &i) in idx.iter().enumerate() {
                 self.slots[i] = (fi, lay.offsets[k], tensors[i].byte_len);
             }
             self.files.push(Staged {
                 temp,
-                file,
-                path,
                 size: lay.total_len,
                 tensors: idx,
             });
         }
         if let Some(i) = self.slots.iter().position(|s| s.0 == usize::MAX) {
-            return Err(Error::Usage(format!(
+            return Err(Error::Internal(format!(
                 "tensor `{}` was assigned to no file",
                 sanitize(&tensors[i].name)
             )));
@@ -249,11 +226,12 @@ impl TensorSink for SafetensorsSink {
         let (fi, base, len) = self.slots[tensor];
         let f = &self.files[fi];
         if offset + bytes.len() as u64 > len {
-            return Err(Error::Usage(format!(
+            return Err(Error::Internal(format!(
                 "write past the end of tensor {tensor}"
             )));
         }
-        f.file
+        f.temp
+            .file()
             .write_all_at(bytes, base + offset)
             .map_err(|e| Error::io(f.temp.path(), "write", e))
     }
@@ -263,7 +241,7 @@ impl TensorSink for SafetensorsSink {
             .iter()
             .map(|f| StagedFile {
                 temp: f.temp.path().to_path_buf(),
-                path: f.path.clone(),
+                path: f.temp.target().to_path_buf(),
                 format: Format::Safetensors,
                 size: f.size,
                 tensors: f.tensors.clone(),
@@ -271,46 +249,19 @@ impl TensorSink for SafetensorsSink {
             .collect()
     }
 
-    fn commit(self: Box<Self>) -> Result<Vec<WrittenFile>> {
+    fn finish(self: Box<Self>) -> Result<Vec<FinishedFile>> {
         for f in &self.files {
-            f.file
-                .sync_all()
-                .map_err(|e| Error::io(f.temp.path(), "fsync", e))?;
+            f.temp.sync()?;
         }
-        let mut out = Vec::with_capacity(self.files.len());
-        let mut dirs = Vec::new();
-        for f in self.files {
-            let Staged {
-                temp,
-                path,
-                size,
-                tensors,
-                ..
-            } = f;
-            temp.persist(&path)
-                .map_err(|e| Error::io(&path, "rename into place", e.error))?;
-            if let Some(d) = path.parent() {
-                dirs.push(d.to_path_buf());
-            }
-            out.push(WrittenFile {
-                path,
-                size,
-                tensors: tensors.len(),
-            });
-        }
-        dirs.sort();
-        dirs.dedup();
-        for d in dirs {
-            let d = if d.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                d
-            };
-            if let Ok(dir) = File::open(&d) {
-                let _ = dir.sync_all();
-            }
-        }
-        Ok(out)
+        Ok(self
+            .files
+            .into_iter()
+            .map(|f| FinishedFile {
+                temp: f.temp,
+                size: f.size,
+                tensors: f.tensors.len(),
+            })
+            .collect())
     }
 }
 
@@ -326,7 +277,10 @@ pub fn write_file(
     for (i, (_, b)) in tensors.iter().enumerate() {
         sink.write_at(i, 0, b)?;
     }
-    Box::new(sink).commit().map(|_| ())
+    for f in Box::new(sink).finish()? {
+        f.temp.publish(true)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

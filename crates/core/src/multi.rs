@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use weightport_core::{sanitize, Error, Format, Metadata, Result, TensorInfo, TensorSource};
+use crate::{sanitize, Access, Error, Format, Metadata, Result, TensorInfo, TensorSource};
 
 /// The concatenation of sources, tensors in source order then file order. Names must be unique.
 pub struct MultiSource {
@@ -33,8 +33,8 @@ impl MultiSource {
                     return Err(Error::Usage(format!(
                         "tensor `{}` is in both {} and {}",
                         sanitize(&t.name),
-                        parts[other].file_of(0).display(),
-                        part.file_of(l).display()
+                        crate::shown(&parts[other].file_of(0)),
+                        crate::shown(&part.file_of(l))
                     )));
                 }
                 seen.insert(t.name.clone(), p);
@@ -79,8 +79,16 @@ impl TensorSource for MultiSource {
         let (p, l) = self.map[index];
         self.parts[p].read_into(l, offset, dst)
     }
+    fn access(&self, index: usize) -> Access {
+        let (p, l) = self.map[index];
+        self.parts[p].access(l)
+    }
     fn release(&self, index: usize, offset: u64, len: u64) {
         let (p, l) = self.map[index];
         self.parts[p].release(l, offset, len)
+    }
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        let (p, l) = self.map[index];
+        self.parts[p].will_need(l, offset, len)
     }
 }

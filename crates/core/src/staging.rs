@@ -1,0 +1,351 @@
+//! Staged output files: temp files beside their target, and the renames that publish them.
+//!
+//! Every byte weightport writes goes first into a [`TempFile`] in the target's directory, named
+//! `.{target}.{pid}.{random}.wp-tmp`: hidden, saying what it is, and which process made it, so
+//! a later run can remove the leftovers of a run that was killed ([`stale_temp_owner`]). Temp
+//! files are created with mode `0666` and the process umask applies, as for `cp` and
+//! `save_file`. Each live temp path is also kept in a fixed table readable from a signal
+//! handler ([`emergency_unlink_all`]), so a fatal signal (SIGBUS when an input is truncated
+//! under its memory map) still removes them.
+//!
+//! [`rename_noreplace`] publishes a file only if its target does not exist, in one step
+//! (`renameat2(RENAME_NOREPLACE)`), so "check, then rename" cannot race with another writer.
+
+use std::ffi::CString;
+use std::fs::{File, Permissions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::error::{Error, Result};
+
+/// The suffix of every temp file weightport creates.
+pub const TEMP_SUFFIX: &str = ".wp-tmp";
+
+const SLOTS: usize = 4096;
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+static LIVE: [AtomicPtr<libc::c_char>; SLOTS] = [EMPTY; SLOTS];
+
+/// Records `path` in the signal-safe table; returns its slot. Paths are leaked on purpose: a
+/// signal handler may be reading a pointer while another thread forgets it.
+fn remember(path: &Path) -> Option<usize> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let raw = c.into_raw();
+    for (i, slot) in LIVE.iter().enumerate() {
+        if slot
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return Some(i);
+        }
+    }
+    None
+}
+
+fn forget(slot: Option<usize>) {
+    if let Some(i) = slot {
+        LIVE[i].store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Unlinks every live temp file. Async-signal-safe (atomic loads and `unlink` only): meant
+/// for a fatal-signal handler that then exits.
+pub fn emergency_unlink_all() {
+    for slot in LIVE.iter() {
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: `p` came from `CString::into_raw` and is never freed (see `remember`).
+            unsafe { libc::unlink(p) };
+        }
+    }
+}
+
+/// A temp file beside its final path; removed on drop unless published.
+#[derive(Debug)]
+pub struct TempFile {
+    inner: Option<tempfile::NamedTempFile>,
+    target: PathBuf,
+    slot: Option<usize>,
+}
+
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+impl TempFile {
+    /// Creates an empty temp file in `target`'s directory.
+    pub fn beside(target: &Path) -> Result<TempFile> {
+        let dir = dir_of(target);
+        let base = target
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let inner = tempfile::Builder::new()
+            .prefix(&format!(".{base}.{}.", std::process::id()))
+            .suffix(TEMP_SUFFIX)
+            .rand_bytes(6)
+            .permissions(Permissions::from_mode(0o666))
+            .tempfile_in(dir)
+            .map_err(|e| Error::io(dir, "create temp file in", e))?;
+        let slot = remember(inner.path());
+        Ok(TempFile {
+            inner: Some(inner),
+            target: target.to_path_buf(),
+            slot,
+        })
+    }
+
+    /// The open file (read/write).
+    pub fn file(&self) -> &File {
+        self.inner.as_ref().expect("live temp file").as_file()
+    }
+
+    /// The temp file's path.
+    pub fn path(&self) -> &Path {
+        self.inner.as_ref().expect("live temp file").path()
+    }
+
+    /// Where it goes when published.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Flushes data and metadata to disk.
+    pub fn sync(&self) -> Result<()> {
+        self.file()
+            .sync_all()
+            .map_err(|e| Error::io(self.path(), "fsync", e))
+    }
+
+    /// Renames onto the target: refusing to replace an existing file unless `replace`.
+    /// The caller fsyncs the directory afterwards ([`sync_dir`]).
+    pub fn publish(mut self, replace: bool) -> Result<PathBuf> {
+        let inner = self.inner.take().expect("live temp file");
+        let (file, tmp) = inner.into_parts();
+        drop(file);
+        let from = tmp
+            .keep()
+            .map_err(|e| Error::io(&self.target, "keep temp", e.error))?;
+        let r = if replace {
+            std::fs::rename(&from, &self.target)
+        } else {
+            rename_noreplace(&from, &self.target)
+        };
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&from);
+            forget(self.slot.take());
+            return Err(if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::Usage(format!(
+                    "{}: appeared while this run was writing (another process?); nothing was replaced",
+                    self.target.display()
+                ))
+            } else {
+                Error::io(&self.target, "rename into place", e)
+            });
+        }
+        forget(self.slot.take());
+        Ok(self.target.clone())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        // NamedTempFile's own drop removes the file; then forget the path.
+        self.inner.take();
+        forget(self.slot.take());
+    }
+}
+
+/// `rename(from, to)` that fails with `AlreadyExists` instead of replacing `to`, atomically.
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    let cf = CString::new(from.as_os_str().as_bytes())?;
+    let ct = CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them like rename(2).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cf.as_ptr(),
+            libc::AT_FDCWD,
+            ct.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Filesystems without renameat2 flags: link (fails if `to` exists) + unlink.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+            std::fs::hard_link(from, to)?;
+            std::fs::remove_file(from)
+        }
+        _ => Err(e),
+    }
+}
+
+/// fsyncs a directory so the renames in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    File::open(d)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(d, "fsync directory", e))
+}
+
+/// If `name` is a weightport temp file whose creating process no longer runs, that pid.
+pub fn stale_temp_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(TEMP_SUFFIX)?;
+    let mut parts = rest.rsplitn(3, '.');
+    let _random = parts.next()?;
+    let pid: u32 = parts.next()?.parse().ok()?;
+    parts.next()?;
+    let pid_t = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let alive = unsafe { libc::kill(pid_t, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    (!alive && pid != std::process::id()).then_some(pid)
+}
+
+/// An advisory lock (`flock` on a lock file beside the output) held while a run writes that
+/// output. The lock file is removed when the lock is released.
+#[derive(Debug)]
+pub struct OutputLock {
+    file: Option<File>,
+    /// The lock file.
+    pub path: PathBuf,
+}
+
+fn same_inode(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+impl OutputLock {
+    /// Takes the lock file `path` (created if needed), failing at once if another process holds
+    /// it. `what` is the output, for the message.
+    pub fn acquire(path: &Path, what: &Path) -> Result<OutputLock> {
+        loop {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| Error::io(path, "open lock file", e))?;
+            // SAFETY: flock on a descriptor we own.
+            let rc = unsafe {
+                libc::flock(
+                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Err(Error::Usage(format!(
+                        "{}: another weightport run is writing this output; wait for it or \
+                         choose another output",
+                        crate::shown(what)
+                    )));
+                }
+                return Err(Error::io(path, "lock", e));
+            }
+            // The holder before us may have removed the file between our open and our flock:
+            // then we hold a lock nobody else can see; start again on the current file.
+            let mine = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+            match std::fs::metadata(path) {
+                Ok(now) if same_inode(&mine, &now) => {
+                    let _ = writeln!(&file, "{}", std::process::id());
+                    return Ok(OutputLock {
+                        file: Some(file),
+                        path: path.to_path_buf(),
+                    });
+                }
+                _ => continue,
+            }
+        }
+    }
+}
+
+use std::io::Write as _;
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        // Unlink while still holding the lock, then release (see `acquire`).
+        let _ = std::fs::remove_file(&self.path);
+        self.file.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_say_who_made_them() {
+        let d = tempfile::tempdir().unwrap();
+        let t = TempFile::beside(&d.path().join("model.safetensors")).unwrap();
+        let name = t.path().file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name.starts_with(&format!(".model.safetensors.{}.", std::process::id())));
+        assert!(name.ends_with(TEMP_SUFFIX));
+        assert_eq!(stale_temp_owner(&name), None, "our own temp is not stale");
+        // pid 0x7ffffffe is never a live process here.
+        assert_eq!(
+            stale_temp_owner(".model.safetensors.2147483646.abcdef.wp-tmp"),
+            Some(2147483646)
+        );
+        assert_eq!(stale_temp_owner("model.safetensors"), None);
+        let p = t.path().to_path_buf();
+        drop(t);
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn noreplace_refuses_existing_target_and_mode_follows_umask() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("x");
+        std::fs::write(&target, b"old").unwrap();
+        let t = TempFile::beside(&target).unwrap();
+        let tmp = t.path().to_path_buf();
+        assert!(t.publish(false).is_err());
+        assert!(!tmp.exists());
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        let fresh = d.path().join("y");
+        let t = TempFile::beside(&fresh).unwrap();
+        t.publish(false).unwrap();
+        // SAFETY: reading the umask by setting and restoring it; single-threaded test body.
+        let mask = unsafe {
+            let m = libc::umask(0o022);
+            libc::umask(m);
+            m
+        };
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !(mask as u32));
+    }
+
+    #[test]
+    fn a_held_lock_refuses_a_second_writer_and_vanishes_when_released() {
+        let d = tempfile::tempdir().unwrap();
+        let lp = d.path().join(".out.wp-lock");
+        let a = OutputLock::acquire(&lp, Path::new("out")).unwrap();
+        let b = OutputLock::acquire(&lp, Path::new("out"));
+        assert!(matches!(b, Err(Error::Usage(_))), "{b:?}");
+        drop(a);
+        assert!(!lp.exists());
+        let _c = OutputLock::acquire(&lp, Path::new("out")).unwrap();
+    }
+}

@@ -1,0 +1,258 @@
+//! `--dtype` casts between F64, F32, F16 and BF16, bit for bit as torch's `.to(dtype)`:
+//! round-to-nearest-even (the `half` crate's conversions, vectorised with F16C where the CPU has
+//! it), subnormals kept, ±inf kept, NaN stays NaN. Narrowing casts count the finite values that
+//! became ±inf (overflow) and the non-zero values that became ±0 (underflow); BF16→F16 that
+//! overflows is refused unless `--allow-lossy`. Integer, bool and quantized tensors are never
+//! cast (the plan does not ask).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
+use weightport_core::{sanitize, DType, Error, Location, Result};
+
+use crate::plan::Transform;
+
+/// True for the dtypes `--dtype` casts.
+pub fn is_float(d: DType) -> bool {
+    matches!(d, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
+}
+
+fn size(d: DType) -> u64 {
+    u64::from(d.elem_bytes().unwrap_or(1))
+}
+
+fn widening(from: DType, to: DType) -> bool {
+    matches!(
+        (from, to),
+        (DType::F16 | DType::BF16, DType::F32 | DType::F64) | (DType::F32, DType::F64)
+    )
+}
+
+/// A cast of one tensor.
+pub struct Cast {
+    from: DType,
+    to: DType,
+    name: String,
+    allow_lossy: bool,
+    overflow: AtomicU64,
+    underflow: AtomicU64,
+}
+
+impl Cast {
+    /// A cast of tensor `name` from `from` to `to` (both floating point).
+    pub fn new(from: DType, to: DType, name: &str, allow_lossy: bool) -> Result<Cast> {
+        if !is_float(from) || !is_float(to) {
+            return Err(Error::Internal(format!(
+                "cast {from}→{to} is not a float cast"
+            )));
+        }
+        Ok(Cast {
+            from,
+            to,
+            name: name.to_string(),
+            allow_lossy,
+            overflow: AtomicU64::new(0),
+            underflow: AtomicU64::new(0),
+        })
+    }
+}
+
+fn read_f32(d: DType, src: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    match d {
+        DType::F32 => out.extend(
+            src.chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+        ),
+        DType::F16 | DType::BF16 => {
+            let bits: Vec<u16> = src
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            out.resize(bits.len(), 0.0);
+            if d == DType::F16 {
+                bits.reinterpret_cast::<f16>().convert_to_f32_slice(out);
+            } else {
+                bits.reinterpret_cast::<bf16>().convert_to_f32_slice(out);
+            }
+        }
+        _ => out.extend(
+            src.chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
+        ),
+    }
+}
+
+/// Casts `src` (dtype `from`) into `dst` (dtype `to`); returns (overflows, underflows).
+pub fn cast_slice(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> (u64, u64) {
+    if from == DType::F64 || to == DType::F64 {
+        return cast_via_f64(from, to, src, dst);
+    }
+    let mut vals = Vec::new();
+    read_f32(from, src, &mut vals);
+    match to {
+        DType::F32 => {
+            for (o, v) in dst.chunks_exact_mut(4).zip(&vals) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+            (0, 0)
+        }
+        _ => {
+            let mut bits = vec![0u16; vals.len()];
+            if to == DType::F16 {
+                bits.reinterpret_cast_mut::<f16>()
+                    .convert_from_f32_slice(&vals);
+            } else {
+                bits.reinterpret_cast_mut::<bf16>()
+                    .convert_from_f32_slice(&vals);
+            }
+            let (mut over, mut under) = (0, 0);
+            let (exp_mask, mag_mask) = if to == DType::F16 {
+                (0x7c00u16, 0x7fffu16)
+            } else {
+                (0x7f80, 0x7fff)
+            };
+            for ((o, &b), &v) in dst.chunks_exact_mut(2).zip(&bits).zip(&vals) {
+                o.copy_from_slice(&b.to_le_bytes());
+                let inf = b & mag_mask == exp_mask;
+                over += u64::from(inf && v.is_finite());
+                under += u64::from(b & mag_mask == 0 && v != 0.0);
+            }
+            (over, under)
+        }
+    }
+}
+
+fn cast_via_f64(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> (u64, u64) {
+    let vals: Vec<f64> = match from {
+        DType::F64 => src
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect(),
+        _ => {
+            let mut v = Vec::new();
+            read_f32(from, src, &mut v);
+            v.into_iter().map(f64::from).collect()
+        }
+    };
+    let (mut over, mut under) = (0, 0);
+    let w = size(to) as usize;
+    for (o, &v) in dst.chunks_exact_mut(w).zip(&vals) {
+        let (bytes, r): ([u8; 8], f64) = match to {
+            DType::F64 => (v.to_le_bytes(), v),
+            DType::F32 => {
+                let x = v as f32;
+                (pad(&x.to_le_bytes()), f64::from(x))
+            }
+            DType::F16 => {
+                let x = f16::from_f64(v);
+                (pad(&x.to_le_bytes()), x.to_f64())
+            }
+            _ => {
+                let x = bf16::from_f64(v);
+                (pad(&x.to_le_bytes()), x.to_f64())
+            }
+        };
+        o.copy_from_slice(&bytes[..w]);
+        over += u64::from(r.is_infinite() && v.is_finite());
+        under += u64::from(r == 0.0 && v != 0.0);
+    }
+    (over, under)
+}
+
+fn pad(b: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    a[..b.len()].copy_from_slice(b);
+    a
+}
+
+impl Transform for Cast {
+    fn describe(&self) -> String {
+        format!("{}→{}", self.from, self.to)
+    }
+    fn unit(&self) -> u64 {
+        size(self.to)
+    }
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (i, o) = (size(self.from), size(self.to));
+        vec![(0, out.start / o * i..out.end / o * i)]
+    }
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let (over, under) = cast_slice(self.from, self.to, inputs[0], dst);
+        if over > 0 && self.from == DType::BF16 && self.to == DType::F16 && !self.allow_lossy {
+            return Err(Error::Refused {
+                at: Location::default().tensor(self.name.clone()).at(out.start),
+                reason: format!(
+                    "casting `{}` from BF16 to F16 would turn {over} finite values into ±inf \
+                     (F16's largest is 65504); pass --allow-lossy to cast anyway, or keep BF16",
+                    sanitize(&self.name)
+                ),
+            });
+        }
+        self.overflow.fetch_add(over, Ordering::Relaxed);
+        self.underflow.fetch_add(under, Ordering::Relaxed);
+        Ok(())
+    }
+    fn lossless(&self) -> bool {
+        widening(self.from, self.to)
+    }
+    fn inverse(&self) -> Option<Arc<dyn Transform>> {
+        widening(self.from, self.to).then(|| {
+            Arc::new(Cast::new(self.to, self.from, &self.name, true).expect("float cast"))
+                as Arc<dyn Transform>
+        })
+    }
+    fn outcome(&self) -> Option<String> {
+        let (o, u) = (
+            self.overflow.load(Ordering::Relaxed),
+            self.underflow.load(Ordering::Relaxed),
+        );
+        (o > 0 || u > 0).then(|| {
+            format!(
+                "{}: {o} values overflowed to ±inf, {u} underflowed to ±0",
+                self.describe()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn narrowing_counts_overflow_and_underflow() {
+        let src = f32s(&[1.0, 65504.0, 65520.0, 1e-9, -0.0, f32::NAN, f32::INFINITY]);
+        let mut dst = vec![0u8; 14];
+        let (o, u) = cast_slice(DType::F32, DType::F16, &src, &mut dst);
+        assert_eq!((o, u), (1, 1));
+        let bits: Vec<u16> = dst
+            .chunks(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(bits[1], 0x7bff);
+        assert_eq!(bits[2], 0x7c00);
+        assert!(f16::from_bits(bits[5]).is_nan());
+    }
+
+    #[test]
+    fn bf16_to_f16_overflow_is_refused_unless_lossy_allowed() {
+        let big = bf16::from_f32(1e6).to_le_bytes();
+        let mut dst = [0u8; 2];
+        let strict = Cast::new(DType::BF16, DType::F16, "w", false).unwrap();
+        assert!(matches!(
+            strict.apply(0..2, &[&big], &mut dst),
+            Err(Error::Refused { .. })
+        ));
+        let lossy = Cast::new(DType::BF16, DType::F16, "w", true).unwrap();
+        lossy.apply(0..2, &[&big], &mut dst).unwrap();
+        assert!(lossy.outcome().unwrap().contains("1 values overflowed"));
+    }
+}

@@ -1,0 +1,147 @@
+//! The format registry: the only place that lists which formats exist (the shapes of a
+//! registration are in [`weightport_core::registry`]). Adding a format is one crate exporting
+//! its registration, and one line in [`INPUTS`], [`REPOS`] or [`OUTPUTS`].
+
+use std::path::Path;
+
+use weightport_core::registry::{InputFormat, OpenRequest, OutputFormat, RepoFormat, RepoInput};
+use weightport_core::{Error, Format, Result, TensorSource};
+
+/// Input formats, probed in order. safetensors has no magic and its probe also accepts
+/// unrecognised bytes (so its reader can say precisely what is wrong): it stays last.
+pub static INPUTS: &[InputFormat] = &[weightport_safetensors::INPUT];
+
+/// Repo layouts, tried in order.
+pub static REPOS: &[RepoFormat] = &[weightport_hf::REPO];
+
+/// Output formats; the first that claims `-o` wins.
+pub static OUTPUTS: &[OutputFormat] = &[weightport_safetensors::OUTPUT, weightport_hf::OUTPUT];
+
+/// Names of the registered formats of a list, for messages.
+fn names<T>(list: &[T], name: fn(&T) -> &'static str) -> String {
+    list.iter().map(name).collect::<Vec<_>>().join(", ")
+}
+
+/// The output format for `-o target`, or the one `--to` names.
+pub fn output_for(target: &Path, to: Option<&str>) -> Result<&'static OutputFormat> {
+    if let Some(n) = to {
+        return OUTPUTS
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(n))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "--to {n}: unknown output format (known: {})",
+                    names(OUTPUTS, |f| f.name)
+                ))
+            });
+    }
+    OUTPUTS
+        .iter()
+        .find(|f| (f.claims)(target))
+        .ok_or_else(|| Error::Unsupported {
+            at: weightport_core::Location::file(target),
+            format: Format::Safetensors,
+            what: format!(
+                "no output format of this build writes a file named like this (writable: {}); \
+             name a .safetensors file or a directory, or pass --to",
+                names(OUTPUTS, |f| f.name)
+            ),
+        })
+}
+
+/// The input format `--from` names.
+pub fn input_named(name: &str) -> Result<&'static InputFormat> {
+    INPUTS
+        .iter()
+        .find(|f| f.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--from {name}: unknown input format (known: {})",
+                names(INPUTS, |f| f.name)
+            ))
+        })
+}
+
+/// Reads up to 4 KiB from the start of `path`, refusing anything that is not a regular file.
+pub fn head_of(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "is a directory, expected a weights file"
+        } else {
+            "is not a regular file (a FIFO, socket or device): weightport reads weights files only"
+        };
+        return Err(Error::Usage(format!(
+            "{}: {what}",
+            weightport_core::shown(path)
+        )));
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let mut buf = Vec::with_capacity(4096);
+    (&mut f)
+        .take(4096)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(buf)
+}
+
+/// Opens one weights file: the format `from` names (its probe must agree), or the first
+/// whose probe recognises the content.
+pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
+    let head = head_of(path)?;
+    if let Some(n) = &req.from {
+        let f = input_named(n)?;
+        if !(f.probe)(path, &head) {
+            return Err(Error::NotFormat {
+                path: path.to_path_buf(),
+                expected: f.format,
+                what: format!(
+                    "is not {} (--from {n}); it {}",
+                    f.name,
+                    weightport_core::sniff(&head)
+                        .describe()
+                        .trim_start_matches("is ")
+                ),
+            });
+        }
+        return (f.open)(path, &req.read);
+    }
+    match INPUTS.iter().find(|f| (f.probe)(path, &head)) {
+        Some(f) => (f.open)(path, &req.read),
+        None => Err(unrecognised(path, &head)),
+    }
+}
+
+fn unrecognised(path: &Path, head: &[u8]) -> Error {
+    use weightport_core::{Location, Sniffed};
+    match weightport_core::sniff(head) {
+        Sniffed::Format(f) => Error::Unsupported {
+            at: Location::file(path),
+            format: f,
+            what: format!(
+                "reading {f} is not available in this build (readable: {})",
+                names(INPUTS, |f| f.name)
+            ),
+        },
+        Sniffed::Zip => Error::Unsupported {
+            at: Location::file(path),
+            format: Format::PytorchZip,
+            what: "a ZIP archive that no registered reader recognises (PyTorch checkpoints and \
+                   .npz archives are recognised by their entries)"
+                .into(),
+        },
+        other => Error::NotFormat {
+            path: path.to_path_buf(),
+            expected: Format::Safetensors,
+            what: other.describe(),
+        },
+    }
+}
+
+/// Opens a repo (directory or index) if a repo format claims `path`.
+pub fn open_repo(path: &Path, req: &OpenRequest) -> Option<Result<RepoInput>> {
+    let repo = REPOS.iter().find(|r| (r.claims)(path))?;
+    let open = |p: &Path| open_file(p, req);
+    Some((repo.open)(path, req, &open))
+}

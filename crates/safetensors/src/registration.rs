@@ -1,0 +1,82 @@
+//! safetensors in the format registry: the input (any file whose bytes look like safetensors,
+//! or that nothing else recognises, so the strict reader can say what is wrong with it) and the
+//! single-file output (`-o model.safetensors`).
+
+use std::path::Path;
+
+use weightport_core::registry::{
+    InputFormat, OutputFormat, OutputPlan, OutputRequest, PlannedFile,
+};
+use weightport_core::{sniff, Format, ReadOptions, Result, Sniffed, TensorSink, TensorSource};
+
+use crate::writer::{layout, string_metadata};
+use crate::{SafetensorsFile, SafetensorsSink};
+
+/// The safetensors reader.
+pub const INPUT: InputFormat = InputFormat {
+    name: "safetensors",
+    format: Format::Safetensors,
+    probe: |_, head| {
+        matches!(
+            sniff(head),
+            Sniffed::Format(Format::Safetensors) | Sniffed::Unknown | Sniffed::Empty
+        )
+    },
+    open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+        Ok(Box::new(SafetensorsFile::open_with(path, &opts.limits)?))
+    },
+};
+
+/// True when `path` names a `.safetensors` file (any case; a trailing `/` means a directory).
+pub fn names_file(path: &Path) -> bool {
+    let s = path.as_os_str().as_encoded_bytes();
+    !s.ends_with(b"/")
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.to_ascii_lowercase().ends_with(".safetensors"))
+}
+
+/// The `__metadata__` a request's metadata becomes (`None` when empty).
+pub fn header_metadata(req: &OutputRequest) -> Option<std::collections::BTreeMap<String, String>> {
+    let m = string_metadata(req.metadata);
+    (!m.is_empty()).then_some(m)
+}
+
+fn plan_file(req: &OutputRequest) -> Result<OutputPlan> {
+    let lay = layout(req.tensors, header_metadata(req).as_ref())?;
+    let dir = match req.target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => ".".into(),
+    };
+    Ok(OutputPlan {
+        dir,
+        is_repo: false,
+        files: vec![PlannedFile {
+            path: req.target.to_path_buf(),
+            size: lay.total_len,
+            tensors: (0..req.tensors.len()).collect(),
+        }],
+        extras: Vec::new(),
+        is_own_file: |_| false,
+    })
+}
+
+/// One `.safetensors` file.
+pub const OUTPUT: OutputFormat = OutputFormat {
+    name: "safetensors",
+    format: Format::Safetensors,
+    claims: names_file,
+    plan: plan_file,
+    sink: |req, plan| -> Result<Box<dyn TensorSink>> {
+        let groups: Vec<_> = plan
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.tensors.clone()))
+            .collect();
+        Ok(Box::new(SafetensorsSink::new(
+            Box::new(move |_| Ok(groups)),
+            header_metadata(req),
+        )))
+    },
+};
