@@ -1,0 +1,346 @@
+//! One array as both readers hold it: its parsed header, where its bytes lie (stored in the
+//! file, or deflated in a ZIP member), and how to turn them into logical bytes.
+//!
+//! ```text
+//! stored:    file ─ npy_start ─ [magic│version│HLEN│header text] data_start ─ [data] ─
+//! deflated:  file ─ comp_start ─ [raw deflate … comp_len bytes] ─
+//!            inflates to        [magic│version│HLEN│header text│data]   (exactly `size` bytes)
+//! ```
+//!
+//! Reading paths, chosen per array:
+//! * stored, little-endian, C order (or a shape where both orders coincide): zero-copy
+//!   ([`Access::Mapped`]);
+//! * stored, big-endian or Fortran order: gathered and swapped from the mapping at any
+//!   element-aligned range ([`Access::Random`]);
+//! * deflated, C order: one inflate cursor per array, advanced by consecutive `read_into` calls
+//!   ([`Access::Sequential`]). A call that does not continue where the previous one stopped is
+//!   still answered correctly: a later offset inflates and discards the gap, an earlier one
+//!   restarts from the member start (slow: O(offset) per such call);
+//! * deflated, Fortran order: every call is one independent pass over the whole member,
+//!   scattering the elements that fall in the requested row-major range into the caller's
+//!   buffer ([`Access::Random`], O(member) per call; memory stays bounded by the scratch size).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use memmap2::Mmap;
+use weightport_core::{Access, Error, Format, Location, Result, TensorInfo};
+
+use crate::header::{self, HeaderError, HeaderErrorKind, NpyHeader};
+use crate::inflate::{InflateError, Inflater};
+use crate::layout::{c_to_fortran, fortran_to_c, to_little};
+
+/// Default size of the buffer used to skip or scatter inflated bytes.
+pub const DEFAULT_SCRATCH: usize = 256 << 10;
+
+/// The bytes a reader reads from: a read-only map of the file, or bytes handed over in memory.
+pub(crate) enum Backing {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+
+    /// Maps `file` (or reads nothing for an empty file: a zero-length map is not portable).
+    pub(crate) fn map(file: &std::fs::File, path: &Path, len: u64) -> Result<Backing> {
+        if len == 0 {
+            return Ok(Backing::Owned(Vec::new()));
+        }
+        // SAFETY: memmap2 maps the file shared and read-only; weightport never writes through
+        // the map. The contract we cannot enforce from here: the file must not be modified or
+        // truncated by another process while mapped (truncation makes later reads fault with
+        // SIGBUS, modification changes what the reader returns). Inputs are opened read-only and
+        // the CLI documents that they must not change during a conversion.
+        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        Ok(Backing::Map(map))
+    }
+}
+
+/// Where an array's bytes are.
+pub(crate) enum Body {
+    /// In the file as-is, from absolute offset `data` on.
+    Stored { data: u64 },
+    /// In a deflated ZIP member.
+    Deflated(Box<Deflated>),
+}
+
+pub(crate) struct Deflated {
+    pub(crate) comp_start: u64,
+    pub(crate) comp_len: u64,
+    /// The member's declared uncompressed size (npy header + data).
+    pub(crate) size: u64,
+    pub(crate) crc: u32,
+    /// The sequential cursor; `None` between passes.
+    pub(crate) cursor: Mutex<Option<Inflater>>,
+}
+
+/// One array.
+pub(crate) struct Array {
+    pub(crate) info: TensorInfo,
+    pub(crate) header: NpyHeader,
+    /// Index of the file holding it (always 0 in an `.npz`).
+    pub(crate) file: usize,
+    pub(crate) body: Body,
+}
+
+/// Where a header error was found, for converting it into an [`Error`].
+pub(crate) enum Origin {
+    /// The `.npy` starts at this absolute file offset.
+    File(u64),
+    /// The `.npy` is a deflated member whose compressed bytes start at this file offset.
+    Member(u64),
+}
+
+pub(crate) fn header_error(
+    e: HeaderError,
+    path: &Path,
+    tensor: Option<&str>,
+    format: Format,
+    origin: Origin,
+    available: u64,
+) -> Error {
+    let (abs, suffix) = match origin {
+        Origin::File(base) => (base.saturating_add(e.offset), String::new()),
+        Origin::Member(comp) => (
+            comp,
+            format!(" (at byte {} of the inflated member)", e.offset),
+        ),
+    };
+    let mut at = Location::file(path).at(abs);
+    if let Some(t) = tensor {
+        at = at.tensor(t);
+    }
+    match e.kind {
+        HeaderErrorKind::Malformed(r) => Error::malformed(at, format, r + &suffix),
+        HeaderErrorKind::Unsupported(w) => Error::Unsupported {
+            at,
+            format,
+            what: w + &suffix,
+        },
+        HeaderErrorKind::Refused(r) => Error::Refused { at, reason: r },
+        HeaderErrorKind::Limit {
+            what,
+            needed,
+            limit,
+        } => Error::Limit {
+            at,
+            what,
+            needed,
+            limit,
+        },
+        HeaderErrorKind::Truncated { needed } => Error::malformed(
+            at,
+            format,
+            format!(
+                "truncated npy header: it needs {needed} bytes but the array has only \
+                 {available}{suffix}"
+            ),
+        ),
+    }
+}
+
+fn inflate_error(e: InflateError) -> String {
+    e.to_string()
+}
+
+/// Parses the header of a deflated member by inflating at most its first 12 + 10,000 bytes.
+pub(crate) fn inflate_header(
+    comp: &[u8],
+    size: u64,
+    opts: &weightport_core::ReadOptions,
+) -> std::result::Result<NpyHeader, std::result::Result<HeaderError, String>> {
+    let mut z = Inflater::new();
+    let n = size.min(header::PREAMBLE_LEN as u64) as usize;
+    let mut buf = vec![0u8; n];
+    z.fill(comp, &mut buf).map_err(|e| Err(inflate_error(e)))?;
+    let pre = header::preamble(&buf).map_err(Ok)?;
+    let need = pre.data_offset();
+    if need > size {
+        return Err(Ok(HeaderError {
+            kind: HeaderErrorKind::Truncated { needed: need },
+            offset: size,
+        }));
+    }
+    buf.resize(need as usize, 0);
+    z.fill(comp, &mut buf[n..])
+        .map_err(|e| Err(inflate_error(e)))?;
+    header::parse(&buf, opts).map_err(Ok)
+}
+
+impl Array {
+    /// The stored bytes, when they are the logical bytes.
+    pub(crate) fn bytes<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        match self.body {
+            Body::Stored { data: start, .. } if self.header.is_identity() => {
+                // Bounds were checked at open.
+                data.get(start as usize..(start + self.header.byte_len) as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks the kernel to populate page tables for a range about to be read through `bytes`.
+    pub(crate) fn will_need(&self, backing: &Backing, offset: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        if let (Backing::Map(map), Body::Stored { data: start, .. }, true) =
+            (backing, &self.body, self.header.is_identity())
+        {
+            let end = start
+                .saturating_add(offset.saturating_add(len).min(self.header.byte_len))
+                .min(map.len() as u64);
+            let begin = start.saturating_add(offset) / PAGE * PAGE;
+            if end > begin {
+                // A hint: failure (an old kernel) is harmless.
+                let _ = map.advise_range(
+                    memmap2::Advice::PopulateRead,
+                    begin as usize,
+                    (end - begin) as usize,
+                );
+            }
+        }
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        match &self.body {
+            Body::Stored { .. } if self.header.is_identity() => Access::Mapped,
+            Body::Stored { .. } => Access::Random,
+            Body::Deflated(_) if self.header.needs_transpose() => Access::Random,
+            Body::Deflated(_) => Access::Sequential,
+        }
+    }
+
+    /// Fills `dst` with logical bytes from `offset` on.
+    pub(crate) fn read_into(
+        &self,
+        data: &[u8],
+        path: &Path,
+        format: Format,
+        scratch: usize,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let h = &self.header;
+        let loc = |abs: u64| Location::file(path).tensor(self.info.name.clone()).at(abs);
+        let start_of = || match &self.body {
+            Body::Stored { data, .. } => *data,
+            Body::Deflated(d) => d.comp_start,
+        };
+        let len = dst.len() as u64;
+        if offset.checked_add(len).is_none_or(|end| end > h.byte_len) {
+            return Err(Error::Usage(format!(
+                "{}: read of {len} bytes at {offset} past the end of the tensor ({} bytes)",
+                loc(start_of()),
+                h.byte_len
+            )));
+        }
+        let isz = h.item_size();
+        if !h.is_identity() && (!offset.is_multiple_of(isz) || !len.is_multiple_of(isz)) {
+            return Err(Error::Usage(format!(
+                "{}: read of {len} bytes at {offset} is not aligned to the {isz}-byte element",
+                loc(start_of())
+            )));
+        }
+        match &self.body {
+            Body::Stored { data: start, .. } => {
+                let src = &data[*start as usize..(*start + h.byte_len) as usize];
+                if h.needs_transpose() {
+                    let isz = isz as usize;
+                    let mut w = c_to_fortran(&h.shape, offset / isz as u64);
+                    for out in dst.chunks_exact_mut(isz) {
+                        let s = w.off as usize * isz;
+                        out.copy_from_slice(&src[s..s + isz]);
+                        w.advance();
+                    }
+                } else {
+                    dst.copy_from_slice(&src[offset as usize..(offset + len) as usize]);
+                }
+            }
+            Body::Deflated(d) => {
+                let comp = &data[d.comp_start as usize..(d.comp_start + d.comp_len) as usize];
+                let fail = |e: InflateError, at_out: u64| {
+                    Error::malformed(
+                        loc(d.comp_start),
+                        format,
+                        format!(
+                            "deflated member: {} (reading from byte {at_out} of the inflated \
+                             member)",
+                            inflate_error(e)
+                        ),
+                    )
+                };
+                if h.needs_transpose() {
+                    self.fortran_pass(d, comp, scratch, offset, dst)
+                        .map_err(|e| fail(e, h.data_offset))?;
+                } else {
+                    let want = h.data_offset + offset;
+                    let mut guard = d.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut z = match guard.take() {
+                        Some(z) if z.position() <= want => z,
+                        _ => Inflater::new(),
+                    };
+                    let gap = want - z.position();
+                    if gap > 0 {
+                        let mut buf = vec![0u8; scratch.max(1).min(gap as usize)];
+                        z.skip(comp, gap, &mut buf).map_err(|e| fail(e, want))?;
+                    }
+                    z.fill(comp, dst).map_err(|e| fail(e, want))?;
+                    if z.position() == d.size {
+                        z.finish(comp, d.size, d.crc).map_err(|e| fail(e, d.size))?;
+                    } else {
+                        *guard = Some(z);
+                    }
+                }
+            }
+        }
+        to_little(dst, h.order);
+        Ok(())
+    }
+
+    /// One pass over a deflated Fortran-order member, keeping the elements whose row-major
+    /// index falls in `[offset, offset + dst.len())` (in bytes).
+    fn fortran_pass(
+        &self,
+        d: &Deflated,
+        comp: &[u8],
+        scratch: usize,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), InflateError> {
+        let h = &self.header;
+        let isz = h.item_size() as usize;
+        let numel = h.byte_len / isz as u64;
+        let e0 = offset / isz as u64;
+        let e1 = e0 + (dst.len() / isz) as u64;
+        let chunk_elems = (scratch / isz).max(1) as u64;
+        let mut buf = vec![0u8; (chunk_elems.min(numel.max(1)) as usize) * isz];
+        let mut z = Inflater::new();
+        z.skip(comp, h.data_offset, &mut buf)?;
+        let mut w = fortran_to_c(&h.shape);
+        let mut missing = e1 - e0;
+        let mut f = 0u64;
+        while f < numel && missing > 0 {
+            let k = chunk_elems.min(numel - f) as usize;
+            z.fill(comp, &mut buf[..k * isz])?;
+            for elem in buf[..k * isz].chunks_exact(isz) {
+                let c = w.off;
+                if (e0..e1).contains(&c) {
+                    let o = (c - e0) as usize * isz;
+                    dst[o..o + isz].copy_from_slice(elem);
+                    missing -= 1;
+                }
+                w.advance();
+            }
+            f += k as u64;
+        }
+        if f == numel {
+            z.finish(comp, d.size, d.crc)?;
+        }
+        Ok(())
+    }
+}
