@@ -24,7 +24,7 @@ use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
 use crate::select;
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
-use crate::vm::{Parsed, PidStyle, Vm, VmLimits};
+use crate::vm::{Parsed, PidStyle, Vm, VmErrorKind, VmLimits};
 
 /// One ZIP entry as the central directory and its local header describe it.
 #[derive(Debug, Clone)]
@@ -404,13 +404,31 @@ pub(crate) fn parse(
         let mut c = flate2::Crc::new();
         c.update(&data);
         if c.sum() != pkl.crc {
-            return Err(malformed(pkl.data_start, "data.pkl CRC-32 mismatch"));
+            return Err(Error::Refused {
+                at: Location::file(path).at(pkl.data_start),
+                reason:
+                    "data.pkl CRC-32 mismatch: the pickle was altered after the archive was written"
+                        .into(),
+            });
         }
     }
-    let base = if pkl.method == 0 { pkl.data_start } else { 0 };
     let parsed = Vm::new(&data, limits.clone(), PidStyle::Zip, scan)
         .run(false)
-        .map_err(|e| vm_error(path, Format::PytorchZip, base, e))?;
+        .map_err(|e| {
+            if pkl.method == 0 {
+                vm_error(path, Format::PytorchZip, pkl.data_start, e)
+            } else {
+                // A deflated data.pkl: the offset is in the inflated pickle, not the file.
+                let note = format!(" (at byte {} of the deflated data.pkl)", e.offset);
+                let kind = match e.kind {
+                    VmErrorKind::Refused(m) => VmErrorKind::Refused(m + &note),
+                    VmErrorKind::Malformed(m) => VmErrorKind::Malformed(m + &note),
+                    VmErrorKind::Unsupported(m) => VmErrorKind::Unsupported(m + &note),
+                    limit => limit,
+                };
+                kind_error(Location::file(path), Format::PytorchZip, kind)
+            }
+        })?;
     Ok(ZipParse {
         layout,
         parsed: Some(parsed),

@@ -232,14 +232,14 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
     if depth == 0 {
         return Err(VmErrorKind::Limit {
             what: "metadata nesting depth",
-            needed: u64::MAX,
+            needed: 257,
             limit: 256,
         });
     }
     if *budget == 0 {
         return Err(VmErrorKind::Limit {
             what: "expanded metadata values (memo references expand here)",
-            needed: u64::MAX,
+            needed: VmLimits::default().max_expanded + 1,
             limit: VmLimits::default().max_expanded,
         });
     }

@@ -1021,6 +1021,16 @@ impl<'a> Vm<'a> {
 
     fn memo_put(&mut self, idx: u32) -> R<()> {
         let v = self.top()?;
+        // Picklers number memo slots from 0 up; a huge index only serves to make array-backed
+        // memos (CPython's C unpickler) allocate gigabytes.
+        if idx as usize >= self.limits.max_memo {
+            return limit(
+                self.at,
+                "pickle memo index",
+                u64::from(idx),
+                self.limits.max_memo as u64,
+            );
+        }
         if !self.memo.contains_key(&idx) && self.memo.len() >= self.limits.max_memo {
             return limit(
                 self.at,
