@@ -10,88 +10,147 @@ use crate::util::{get_f16, nearest_int, put_f16};
 
 const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// `make_qkx2_quants`: returns `(scale, the_min)`, fills `l` (n ≤ 32).
+/// Lanes of the candidate-parallel searches below. Each lane is one candidate scale of the C
+/// search loop; its sums still run in element order, so results are unchanged, but the
+/// independent chains overlap (and vectorize) instead of waiting on each other.
+const LANES: usize = 24;
+
+/// `make_qkx2_quants` run on `M` independent sub-blocks at once, one per lane:
+/// `x[i][m]` is element `i` of sub-block `m`. Every lane performs exactly the C sequence of f32
+/// operations (its sums in element order, its candidate steps in order, the accept test as a
+/// per-lane select), so each lane's result equals the scalar C function's; the lanes only let
+/// the independent dependency chains overlap and vectorize. Returns `(scale, the_min)` per lane
+/// and fills `l[i][m]`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn make_qkx2_quants(
+fn make_qkx2_quants<const N: usize, const M: usize>(
     nmax: i32,
-    x: &[f32],
-    weights: &[f32],
-    l: &mut [u8],
+    x: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
+    l: &mut [[u8; M]; N],
     rmin: f32,
     rdelta: f32,
-    nstep: i32,
+    nstep: usize,
     use_mad: bool,
-) -> (f32, f32) {
-    let n = x.len();
+) -> ([f32; M], [f32; M]) {
     let mut min = x[0];
     let mut max = x[0];
     let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
+    let mut sum_x = [0f32; M];
+    for m in 0..M {
+        sum_x[m] = sum_w[m] * x[0][m];
     }
-    if min > 0.0 {
-        min = 0.0;
+    for i in 1..N {
+        for m in 0..M {
+            let v = x[i][m];
+            min[m] = if v < min[m] { v } else { min[m] };
+            max[m] = if v > max[m] { v } else { max[m] };
+            let w = weights[i][m];
+            sum_w[m] += w;
+            sum_x[m] += w * v;
+        }
     }
-    if max == min {
-        l.fill(0);
-        return (0.0, -min);
+    let mut done = [false; M];
+    let mut iscale = [0f32; M];
+    let mut scale = [0f32; M];
+    for m in 0..M {
+        if min[m] > 0.0 {
+            min[m] = 0.0;
+        }
+        done[m] = max[m] == min[m];
+        iscale[m] = nmax as f32 / (max[m] - min[m]);
+        scale[m] = 1.0 / iscale[m];
     }
     let err = |d: f32| if use_mad { d.abs() } else { d * d };
-    let mut iscale = nmax as f32 / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
-    for i in 0..n {
-        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l[i] = q as u8;
-        let diff = scale * q as f32 + min - x[i];
-        best_error += weights[i] * err(diff);
+    let mut best_error = [0f32; M];
+    for i in 0..N {
+        for m in 0..M {
+            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax);
+            l[i][m] = q as u8;
+            let diff = scale[m] * q as f32 + min[m] - x[i][m];
+            best_error[m] += weights[i][m] * err(diff);
+        }
     }
-    let mut laux = [0u8; 32];
-    let laux = &mut laux[..n];
+    let mut laux = [[0f32; M]; N];
     for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-        for i in 0..n {
-            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = q as u8;
-            let w = weights[i];
-            let lf = q as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
+        for m in 0..M {
+            iscale[m] = (rmin + rdelta * is as f32 + nmax as f32) / (max[m] - min[m]);
         }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+        let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
+        for i in 0..N {
+            for m in 0..M {
+                let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
+                laux[i][m] = q;
+                let w = weights[i][m];
+                sum_l[m] += w * q;
+                sum_l2[m] += w * q * q;
+                sum_xl[m] += w * q * x[i][m];
             }
-            let mut cur_error = 0.0f32;
-            for i in 0..n {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * err(diff);
+        }
+        let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
+        for m in 0..M {
+            let d = sum_w[m] * sum_l2[m] - sum_l[m] * sum_l[m];
+            d_pos[m] = d > 0.0;
+            let mut s = (sum_w[m] * sum_xl[m] - sum_x[m] * sum_l[m]) / d;
+            let mut mn = (sum_l2[m] * sum_x[m] - sum_l[m] * sum_xl[m]) / d;
+            if mn > 0.0 {
+                mn = 0.0;
+                s = sum_xl[m] / sum_l2[m];
             }
-            if cur_error < best_error {
-                l.copy_from_slice(laux);
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
+            this_scale[m] = s;
+            this_min[m] = mn;
+        }
+        let mut cur_error = [0f32; M];
+        for i in 0..N {
+            for m in 0..M {
+                let diff = this_scale[m] * laux[i][m] + this_min[m] - x[i][m];
+                cur_error[m] += weights[i][m] * err(diff);
+            }
+        }
+        let mut accept = [false; M];
+        let mut any = false;
+        for m in 0..M {
+            accept[m] = !done[m] && d_pos[m] && cur_error[m] < best_error[m];
+            any |= accept[m];
+            if accept[m] {
+                best_error[m] = cur_error[m];
+                scale[m] = this_scale[m];
+                min[m] = this_min[m];
+            }
+        }
+        if any {
+            for i in 0..N {
+                for m in 0..M {
+                    if accept[m] {
+                        l[i][m] = laux[i][m] as u8;
+                    }
+                }
             }
         }
     }
-    (scale, -min)
+    let mut the_min = [0f32; M];
+    for m in 0..M {
+        if done[m] {
+            scale[m] = 0.0;
+            for row in l.iter_mut() {
+                row[m] = 0;
+            }
+        }
+        the_min[m] = -min[m];
+    }
+    (scale, the_min)
+}
+
+/// `t[i][m] = x[N*m + i]`: sub-block `m` of `x` in lane `m`.
+#[inline(always)]
+fn transpose<const N: usize, const M: usize>(x: &[f32]) -> [[f32; M]; N] {
+    let mut t = [[0f32; M]; N];
+    for m in 0..M {
+        for i in 0..N {
+            t[i][m] = x[N * m + i];
+        }
+    }
+    t
 }
 
 /// `(amax, signed max)` with strict `>`: the first element with the largest |x| wins.
@@ -163,48 +222,56 @@ fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
 }
 
 /// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)`; `l` receives values in `0..2*nmax`.
-fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let n = x.len();
+///
+/// Lane 0 is the initial `iscale`, lanes 1..=18 the C loop's `is = -9..=9` without 0; the
+/// selection runs afterwards in the C order (see [`LANES`]).
+#[inline(always)]
+fn make_qx_quants(nmax: i32, x: &[f32; 16], l: &mut [i8]) -> f32 {
     let (amax, max) = abs_max(x);
     if amax < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
     }
-    let mut iscale = -(nmax as f32) / max;
-    let mut sumlx = 0.0f32;
-    let mut suml2 = 0.0f32;
-    for i in 0..n {
-        let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
-        l[i] = (q + nmax) as i8;
-        let w = x[i] * x[i];
-        sumlx += w * x[i] * q as f32;
-        suml2 += w * q as f32 * q as f32;
-    }
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    let mut tmp = [0i32; 16];
-    let tmp = &mut tmp[..n];
+    let mut iscale = [0f32; LANES];
+    iscale[0] = -(nmax as f32) / max;
+    let mut s = 1;
     for is in -9i32..=9 {
-        if is == 0 {
-            continue;
+        if is != 0 {
+            iscale[s] = -(nmax as f32 + 0.1 * is as f32) / max;
+            s += 1;
         }
-        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for i in 0..n {
-            let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
-            tmp[i] = q;
-            let w = x[i] * x[i];
-            sumlx += w * x[i] * q as f32;
-            suml2 += w * q as f32 * q as f32;
+    }
+    let mut lv = [[0f32; LANES]; 16];
+    for i in 0..16 {
+        for s in 0..LANES {
+            lv[i][s] = nearest_int(iscale[s] * x[i]).clamp(-nmax, nmax - 1) as f32;
         }
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for i in 0..n {
-                l[i] = (tmp[i] + nmax) as i8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+    }
+    let (mut sumlx, mut suml2) = ([0f32; LANES], [0f32; LANES]);
+    for i in 0..16 {
+        let w = x[i] * x[i];
+        for s in 0..LANES {
+            let q = lv[i][s];
+            sumlx[s] += w * x[i] * q;
+            suml2[s] += w * q * q;
         }
+    }
+    let mut best_lane = 0;
+    let mut scale = if suml2[0] != 0.0 {
+        sumlx[0] / suml2[0]
+    } else {
+        0.0
+    };
+    let mut best = scale * sumlx[0];
+    for s in 1..19 {
+        if suml2[s] > 0.0 && sumlx[s] * sumlx[s] > best * suml2[s] {
+            best_lane = s;
+            scale = sumlx[s] / suml2[s];
+            best = scale * sumlx[s];
+        }
+    }
+    for i in 0..16 {
+        l[i] = (lv[i][best_lane] as i32 + nmax) as i8;
     }
     scale
 }
@@ -226,33 +293,28 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 pub(crate) fn quantize_q2_k(x: &[f32], y: &mut [BlockQ2K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
+        let xt: [[f32; 16]; 16] = transpose(x);
+        let mut wt = [[0f32; 16]; 16];
+        for i in 0..16 {
+            for m in 0..16 {
+                wt[i][m] = xt[i][m].abs();
+            }
+        }
+        let mut lt = [[0u8; 16]; 16];
+        let (scales, mins) = make_qkx2_quants(3, &xt, &wt, &mut lt, -0.5, 0.1, 15, true);
         let mut l = [0u8; 256];
-        let mut weights = [0f32; 16];
-        let mut mins = [0f32; 16];
-        let mut scales = [0f32; 16];
+        for i in 0..16 {
+            for m in 0..16 {
+                l[16 * m + i] = lt[i][m];
+            }
+        }
         let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
         for j in 0..16 {
-            let xs = &x[16 * j..16 * j + 16];
-            for (w, &v) in weights.iter_mut().zip(xs) {
-                *w = v.abs();
+            if scales[j] > max_scale {
+                max_scale = scales[j];
             }
-            let (s, m) = make_qkx2_quants(
-                3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
-            scales[j] = s;
-            mins[j] = m;
-            if s > max_scale {
-                max_scale = s;
-            }
-            if m > max_min {
-                max_min = m;
+            if mins[j] > max_min {
+                max_min = mins[j];
             }
         }
         if max_scale > 0.0 {
@@ -404,40 +466,40 @@ fn q45k_block(
     x: &[f32],
     nmax: i32,
     rmin: f32,
-    nstep: i32,
+    nstep: usize,
     l: &mut [u8; 256],
 ) -> ([u8; 2], [u8; 2], [u8; 12]) {
-    let mut weights = [0f32; 32];
-    let mut mins = [0f32; 8];
-    let mut scales = [0f32; 8];
+    let xt: [[f32; 8]; 32] = transpose(x);
+    let mut sum_x2 = [0f32; 8];
+    for row in &xt {
+        for m in 0..8 {
+            sum_x2[m] += row[m] * row[m];
+        }
+    }
+    let mut av_x = [0f32; 8];
+    for m in 0..8 {
+        av_x[m] = (sum_x2[m] / 32.0).sqrt();
+    }
+    let mut wt = [[0f32; 8]; 32];
+    for i in 0..32 {
+        for m in 0..8 {
+            wt[i][m] = av_x[m] + xt[i][m].abs();
+        }
+    }
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep, false);
+    for i in 0..32 {
+        for m in 0..8 {
+            l[32 * m + i] = lt[i][m];
+        }
+    }
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     for j in 0..8 {
-        let xs = &x[32 * j..32 * j + 32];
-        let mut sum_x2 = 0.0f32;
-        for &v in xs {
-            sum_x2 += v * v;
+        if scales[j] > max_scale {
+            max_scale = scales[j];
         }
-        let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(xs) {
-            *w = av_x + v.abs();
-        }
-        let (s, m) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
-        scales[j] = s;
-        mins[j] = m;
-        if s > max_scale {
-            max_scale = s;
-        }
-        if m > max_min {
-            max_min = m;
+        if mins[j] > max_min {
+            max_min = mins[j];
         }
     }
     let inv_scale = if max_scale > 0.0 {
@@ -557,7 +619,8 @@ pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
         let mut scales = [0f32; 16];
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
         for ib in 0..16 {
-            let s = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+            let xs: &[f32; 16] = x[16 * ib..16 * ib + 16].try_into().unwrap();
+            let s = make_qx_quants(32, xs, &mut l[16 * ib..16 * ib + 16]);
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
