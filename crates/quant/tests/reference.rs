@@ -276,3 +276,102 @@ fn torch_and_ggml_flavours_differ_only_for_nan() {
         }
     }
 }
+
+// ---- the "big" check: 1 Mi elements from fixtures/gen/quant_ref.c's integer-only generator,
+// compared through FNV-1a 64 hashes in big_hashes.txt ----
+
+const BIG_ELEMS: usize = 1 << 20;
+
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 * (1.0 / 16_777_216.0) - 0.5
+    }
+}
+
+fn big_input() -> Vec<f32> {
+    let mut r = SplitMix(0xB16C_0DE5);
+    let mut x = Vec::with_capacity(BIG_ELEMS);
+    for _ in 0..BIG_ELEMS / 32 {
+        let e = (r.next() % 40) as i32 - 30;
+        let scale = f32::from_bits(((127 + e) as u32) << 23);
+        let kind = r.next() % 8;
+        let c = r.uniform();
+        for _ in 0..32 {
+            let mut a = match kind {
+                0..=4 => {
+                    let mut a = r.uniform();
+                    a += r.uniform();
+                    a += r.uniform();
+                    a + r.uniform()
+                }
+                5 => r.uniform() + 0.5,
+                6 => c,
+                _ => {
+                    if r.next() % 4 == 0 {
+                        r.uniform()
+                    } else {
+                        0.0
+                    }
+                }
+            };
+            if r.next() % 64 == 0 {
+                a *= 64.0;
+            }
+            x.push(a * scale);
+        }
+    }
+    x
+}
+
+fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn f32_bytes(v: &[f32]) -> impl Iterator<Item = u8> + '_ {
+    v.iter().flat_map(|f| f.to_le_bytes())
+}
+
+#[test]
+fn big_random_input_matches_ggml_hashes() {
+    let text = String::from_utf8(read("big_hashes.txt")).unwrap();
+    let x = big_input();
+    let hx = fnv1a(f32_bytes(&x));
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let dt = TYPES.iter().find(|t| t.0 == f[0]).unwrap().1;
+        let want = |i: usize| u64::from_str_radix(f[i], 16).unwrap();
+        assert_eq!(hx, want(1), "input generator differs from the C harness");
+        let (elems, bytes) = block_shape(dt);
+        let mut q = vec![0u8; BIG_ELEMS / elems * bytes];
+        quantize(dt, &x, &mut q).unwrap();
+        if fnv1a(q.iter().copied()) != want(2) {
+            failures.push(format!("{}: quantized bytes differ", f[0]));
+        }
+        if can_dequantize(dt) {
+            let mut y = vec![0f32; BIG_ELEMS];
+            dequantize(dt, &q, &mut y).unwrap();
+            if fnv1a(f32_bytes(&y)) != want(3) {
+                failures.push(format!("{}: dequantized values differ", f[0]));
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 18);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
