@@ -180,11 +180,11 @@ impl Transform for Cast {
         let (i, o) = (size(self.from), size(self.to));
         vec![(0, out.start / o * i..out.end / o * i)]
     }
-    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         let (over, under) = cast_slice(self.from, self.to, inputs[0], dst);
         if over > 0 && self.from == DType::BF16 && self.to == DType::F16 && !self.allow_lossy {
             return Err(Error::Refused {
-                at: Location::default().tensor(self.name.clone()).at(out.start),
+                at: Location::default(),
                 reason: format!(
                     "casting `{}` from BF16 to F16 would turn {over} finite values into ±inf \
                      (F16's largest is 65504); pass --allow-lossy to cast anyway, or keep BF16",

@@ -227,15 +227,7 @@ pub fn convert_source(
         if opts.verify {
             progress.start("verify", report.data_bytes);
             for f in &staged.files {
-                verify_staged(
-                    f,
-                    &outs,
-                    &hashes,
-                    source.tensors(),
-                    &opts.open,
-                    opts.chunk,
-                    progress,
-                )?;
+                verify_staged(f, &outs, &hashes, source, &opts.open, opts.chunk, progress)?;
             }
             progress.finish();
         }

@@ -193,7 +193,7 @@ where
             }
             buf.out.resize(n as usize, 0);
             op.apply(start..start + n, &ins, &mut buf.out)
-                .map_err(|e| name_error(e, &o.info.name))?;
+                .map_err(|e| locate(e, source, o))?;
             for (j, r) in &needs {
                 source.release(o.inputs[*j], r.start, r.end - r.start);
             }
@@ -241,12 +241,26 @@ where
     }
 }
 
-fn name_error(e: Error, name: &str) -> Error {
-    match e {
-        Error::Refused { mut at, reason } => {
-            at.tensor.get_or_insert_with(|| name.to_string());
-            Error::Refused { at, reason }
+/// Fills in the input file and tensor of a transform's error.
+fn locate(e: Error, source: &dyn TensorSource, o: &OutTensor) -> Error {
+    let fill = |mut at: weightport_core::Location| {
+        if at.path.as_os_str().is_empty() {
+            at.path = source.file_of(o.inputs[0]);
         }
+        at.tensor
+            .get_or_insert_with(|| source.tensors()[o.inputs[0]].name.clone());
+        at
+    };
+    match e {
+        Error::Refused { at, reason } => Error::Refused {
+            at: fill(at),
+            reason,
+        },
+        Error::Malformed { at, format, reason } => Error::Malformed {
+            at: fill(at),
+            format,
+            reason,
+        },
         other => other,
     }
 }

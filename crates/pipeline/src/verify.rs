@@ -34,7 +34,7 @@ pub fn verify_staged(
     file: &StagedFile,
     outs: &[OutTensor],
     hashes: &Hashes,
-    sources: &[TensorInfo],
+    source: &dyn TensorSource,
     req: &OpenRequest,
     base: u64,
     progress: &dyn Progress,
@@ -111,7 +111,7 @@ pub fn verify_staged(
         &check,
         outs,
         hashes,
-        sources,
+        source,
         base,
         progress,
     )
@@ -128,10 +128,11 @@ fn verify_lossless(
     check: &[(usize, usize)],
     outs: &[OutTensor],
     hashes: &Hashes,
-    sources: &[TensorInfo],
+    source: &dyn TensorSource,
     base: u64,
     progress: &dyn Progress,
 ) -> Result<()> {
+    let sources = source.tensors();
     // Group by the inverse's leaf size so each group runs with one base.
     let mut groups: BTreeMap<u64, Vec<(usize, OutTensor)>> = BTreeMap::new();
     for &(p, i) in check {
@@ -160,8 +161,12 @@ fn verify_lossless(
     for (leaf, items) in groups {
         let plan: Vec<OutTensor> = items.iter().map(|(_, o)| o.clone()).collect();
         let got = run(reopened, &plan, leaf, progress, |_, _, _| Ok(()))?;
-        for ((p, _), h) in items.iter().zip(&got.out) {
-            if Some(*h) != hashes.src[*p] {
+        for ((p, o), h) in items.iter().zip(&got.out) {
+            // A signalling NaN comes back quieted: bytes differ, values do not. Only then
+            // compare value by value.
+            if Some(*h) != hashes.src[*p]
+                && !same_values(reopened, o.inputs[0], source, &outs[*p], base)?
+            {
                 return Err(Error::Verify {
                     at: Location::default().tensor(outs[*p].info.name.clone()),
                     reason: "the written values, cast back, differ from the source's".into(),
@@ -170,6 +175,59 @@ fn verify_lossless(
         }
     }
     Ok(())
+}
+
+fn read(
+    src: &dyn TensorSource,
+    i: usize,
+    r: std::ops::Range<u64>,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    buf.resize((r.end - r.start) as usize, 0);
+    match src.bytes(i) {
+        Some(all) => buf.copy_from_slice(&all[r.start as usize..r.end as usize]),
+        None => src.read_into(i, r.start, buf)?,
+    }
+    Ok(())
+}
+
+/// Output tensor `o` (at `written` in `reopened`) holds exactly `o.op` of its source's values,
+/// NaN counting equal to any NaN. Reads both in output-leaf chunks.
+fn same_values(
+    reopened: &dyn TensorSource,
+    written: usize,
+    source: &dyn TensorSource,
+    o: &OutTensor,
+    base: u64,
+) -> Result<bool> {
+    let (Some(op), &[s]) = (&o.op, o.inputs.as_slice()) else {
+        return Ok(false);
+    };
+    let size = u64::from(o.info.dtype.elem_bytes().unwrap_or(1)) as usize;
+    let leaf = leaf_of(o, base);
+    let (mut got, mut input, mut want) = (Vec::new(), Vec::new(), Vec::new());
+    let mut start = 0;
+    while start < o.info.byte_len {
+        let end = (start + leaf).min(o.info.byte_len);
+        read(reopened, written, start..end, &mut got)?;
+        let (_, r) = op.needs(start..end).remove(0);
+        read(source, s, r, &mut input)?;
+        want.resize(got.len(), 0);
+        op.apply(start..end, &[&input], &mut want)?;
+        let nan = |b: &[u8]| match o.info.dtype {
+            DType::F64 => f64::from_le_bytes(b.try_into().expect("8")).is_nan(),
+            _ => f32::from_le_bytes(b.try_into().expect("4")).is_nan(),
+        };
+        let equal = got
+            .chunks(size)
+            .zip(want.chunks(size))
+            .all(|(a, b)| a == b || (nan(a) && nan(b)));
+        if !equal {
+            return Ok(false);
+        }
+        start = end;
+    }
+    Ok(true)
 }
 
 /// Compares two lists of `(name, dtype, hash)`: returns human-readable differences (empty when
