@@ -1,8 +1,24 @@
-//! Single-threaded kernel throughput on 64 MiB of random f32 (MB/s of f32 input).
+//! Single-threaded kernel throughput on 64 MiB of random f32 (MB/s of f32 data, per CPU second).
 //!
 //! `cargo run --release --example throughput [TYPE ...]` (default: a representative set).
 
 use std::time::Instant;
+
+/// CPU time of this thread in seconds (Linux /proc/thread-self/schedstat), so that other
+/// processes on a loaded machine do not distort the figure; wall time elsewhere.
+fn cpu_secs() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(s.split_whitespace().next()?.parse::<f64>().ok()? / 1e9)
+}
+
+fn timed(f: impl FnOnce()) -> f64 {
+    let (t, c) = (Instant::now(), cpu_secs());
+    f();
+    match (c, cpu_secs()) {
+        (Some(a), Some(b)) => b - a,
+        _ => t.elapsed().as_secs_f64(),
+    }
+}
 use weightport_quant::{can_dequantize, can_quantize, dequantize, quantize, DType};
 
 fn main() {
@@ -42,16 +58,12 @@ fn main() {
         };
         let mut q = vec![0u8; n / elems as usize * bytes as usize];
         if can_quantize(dt) {
-            let t = Instant::now();
-            quantize(dt, &src, &mut q).unwrap();
-            let secs = t.elapsed().as_secs_f64();
+            let secs = timed(|| quantize(dt, &src, &mut q).unwrap());
             print!("{dt:>6}: quantize {:8.1} MB/s", mb / secs);
         }
         if can_dequantize(dt) {
             let mut out = vec![0f32; n];
-            let t = Instant::now();
-            dequantize(dt, &q, &mut out).unwrap();
-            let secs = t.elapsed().as_secs_f64();
+            let secs = timed(|| dequantize(dt, &q, &mut out).unwrap());
             print!("   dequantize {:8.1} MB/s (f32 out)", mb / secs);
         }
         println!();

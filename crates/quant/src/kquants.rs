@@ -10,11 +10,6 @@ use crate::util::{get_f16, nearest_int, put_f16};
 
 const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// Lanes of the candidate-parallel searches below. Each lane is one candidate scale of the C
-/// search loop; its sums still run in element order, so results are unchanged, but the
-/// independent chains overlap (and vectorize) instead of waiting on each other.
-const LANES: usize = 24;
-
 /// `make_qkx2_quants` run on `M` independent sub-blocks at once, one per lane:
 /// `x[i][m]` is element `i` of sub-block `m`. Every lane performs exactly the C sequence of f32
 /// operations (its sums in element order, its candidate steps in order, the accept test as a
@@ -167,7 +162,24 @@ fn abs_max(x: &[f32]) -> (f32, f32) {
     (amax, max)
 }
 
+/// Per-lane `(amax, signed max)` over `x[i][m]` with strict `>` (first element wins ties).
+#[inline(always)]
+fn abs_max_lanes<const N: usize, const M: usize>(x: &[[f32; M]; N]) -> ([f32; M], [f32; M]) {
+    let (mut amax, mut max) = ([0f32; M], [0f32; M]);
+    for row in x {
+        for m in 0..M {
+            let a = row[m].abs();
+            let gt = a > amax[m];
+            amax[m] = if gt { a } else { amax[m] };
+            max[m] = if gt { row[m] } else { max[m] };
+        }
+    }
+    (amax, max)
+}
+
 /// `make_q3_quants(n, nmax, x, L, do_rmse=true)`; `l` receives values in `0..2*nmax`.
+/// (Scalar: its data-dependent refinement loop usually stops after a pass or two, which
+/// lockstep lanes cannot exploit.)
 fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
     let n = x.len();
     let (amax, max) = abs_max(x);
@@ -221,57 +233,84 @@ fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
     }
 }
 
-/// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)`; `l` receives values in `0..2*nmax`.
-///
-/// Lane 0 is the initial `iscale`, lanes 1..=18 the C loop's `is = -9..=9` without 0; the
-/// selection runs afterwards in the C order (see [`LANES`]).
+/// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)` on `M` sub-blocks in lockstep lanes
+/// (see [`make_qkx2_quants`]); `l[i][m]` receives values in `0..2*nmax`.
 #[inline(always)]
-fn make_qx_quants(nmax: i32, x: &[f32; 16], l: &mut [i8]) -> f32 {
-    let (amax, max) = abs_max(x);
-    if amax < GROUP_MAX_EPS {
-        l.fill(0);
-        return 0.0;
-    }
-    let mut iscale = [0f32; LANES];
-    iscale[0] = -(nmax as f32) / max;
-    let mut s = 1;
-    for is in -9i32..=9 {
-        if is != 0 {
-            iscale[s] = -(nmax as f32 + 0.1 * is as f32) / max;
-            s += 1;
+fn make_qx_quants<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    l: &mut [[i8; M]; N],
+) -> [f32; M] {
+    let (amax, max) = abs_max_lanes(x);
+    let lanes_sums = |iscale: &[f32; M], lq: &mut [[f32; M]; N]| {
+        let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
+        for i in 0..N {
+            for m in 0..M {
+                let q = nearest_int(iscale[m] * x[i][m]).clamp(-nmax, nmax - 1) as f32;
+                lq[i][m] = q;
+                let w = x[i][m] * x[i][m];
+                sumlx[m] += w * x[i][m] * q;
+                suml2[m] += w * q * q;
+            }
         }
-    }
-    let mut lv = [[0f32; LANES]; 16];
-    for i in 0..16 {
-        for s in 0..LANES {
-            lv[i][s] = nearest_int(iscale[s] * x[i]).clamp(-nmax, nmax - 1) as f32;
-        }
-    }
-    let (mut sumlx, mut suml2) = ([0f32; LANES], [0f32; LANES]);
-    for i in 0..16 {
-        let w = x[i] * x[i];
-        for s in 0..LANES {
-            let q = lv[i][s];
-            sumlx[s] += w * x[i] * q;
-            suml2[s] += w * q * q;
-        }
-    }
-    let mut best_lane = 0;
-    let mut scale = if suml2[0] != 0.0 {
-        sumlx[0] / suml2[0]
-    } else {
-        0.0
+        (sumlx, suml2)
     };
-    let mut best = scale * sumlx[0];
-    for s in 1..19 {
-        if suml2[s] > 0.0 && sumlx[s] * sumlx[s] > best * suml2[s] {
-            best_lane = s;
-            scale = sumlx[s] / suml2[s];
-            best = scale * sumlx[s];
+    let mut iscale = [0f32; M];
+    for m in 0..M {
+        iscale[m] = -(nmax as f32) / max[m];
+    }
+    let mut lbest = [[0f32; M]; N];
+    let (sumlx, suml2) = lanes_sums(&iscale, &mut lbest);
+    let (mut scale, mut best) = ([0f32; M], [0f32; M]);
+    for m in 0..M {
+        scale[m] = if suml2[m] != 0.0 {
+            sumlx[m] / suml2[m]
+        } else {
+            0.0
+        };
+        best[m] = scale[m] * sumlx[m];
+    }
+    let mut lq = [[0f32; M]; N];
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        for m in 0..M {
+            iscale[m] = -(nmax as f32 + 0.1 * is as f32) / max[m];
+        }
+        let (sumlx, suml2) = lanes_sums(&iscale, &mut lq);
+        let mut take = [false; M];
+        let mut any = false;
+        for m in 0..M {
+            take[m] = suml2[m] > 0.0 && sumlx[m] * sumlx[m] > best[m] * suml2[m];
+            any |= take[m];
+            if take[m] {
+                scale[m] = sumlx[m] / suml2[m];
+                best[m] = scale[m] * sumlx[m];
+            }
+        }
+        if any {
+            for i in 0..N {
+                for m in 0..M {
+                    if take[m] {
+                        lbest[i][m] = lq[i][m];
+                    }
+                }
+            }
         }
     }
-    for i in 0..16 {
-        l[i] = (lv[i][best_lane] as i32 + nmax) as i8;
+    for m in 0..M {
+        let zero = amax[m] < GROUP_MAX_EPS;
+        for i in 0..N {
+            l[i][m] = if zero {
+                0
+            } else {
+                (lbest[i][m] as i32 + nmax) as i8
+            };
+        }
+        if zero {
+            scale[m] = 0.0;
+        }
     }
     scale
 }
@@ -615,13 +654,18 @@ pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
 
 pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
+        let xt: [[f32; 16]; 16] = transpose(x);
+        let mut lt = [[0i8; 16]; 16];
+        let scales = make_qx_quants(32, &xt, &mut lt);
         let mut l = [0i8; 256];
-        let mut scales = [0f32; 16];
+        for i in 0..16 {
+            for m in 0..16 {
+                l[16 * m + i] = lt[i][m];
+            }
+        }
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
         for ib in 0..16 {
-            let xs: &[f32; 16] = x[16 * ib..16 * ib + 16].try_into().unwrap();
-            let s = make_qx_quants(32, xs, &mut l[16 * ib..16 * ib + 16]);
-            scales[ib] = s;
+            let s = scales[ib];
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = s;

@@ -4,7 +4,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
-use crate::util::{cvtt_i32, get_f16, put_f16};
+use crate::util::{cvtt_i32, get_f16, put_f16, roundf_cvtt};
 
 /// `(amax, signed max)`: the first element with the largest |x| wins ties (strict `<`).
 #[inline(always)]
@@ -163,7 +163,7 @@ pub(crate) fn quantize_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
         b.d = put_f16(d);
         for (q, &v) in b.qs.iter_mut().zip(x) {
             // roundf: half away from zero
-            *q = cvtt_i32((v * id).round()) as u8;
+            *q = roundf_cvtt(v * id) as u8;
         }
     }
 }
@@ -184,8 +184,8 @@ pub(crate) fn quantize_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
         b.d = put_f16(d);
         let mut sum = 0i32;
         for j in 0..16 {
-            let q0 = cvtt_i32((x[j] * id).round()) as i8;
-            let q1 = cvtt_i32((x[j + 16] * id).round()) as i8;
+            let q0 = roundf_cvtt(x[j] * id) as i8;
+            let q1 = roundf_cvtt(x[j + 16] * id) as i8;
             b.qs[j] = q0 as u8;
             b.qs[j + 16] = q1 as u8;
             sum += q0 as i32 + q1 as i32;

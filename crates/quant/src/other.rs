@@ -6,7 +6,7 @@
 use crate::blocks::*;
 use crate::grids::KVALUES_FP4;
 use crate::legacy::amax_macro;
-use crate::util::{cvtt_i32, get_f16, lroundf, put_f16};
+use crate::util::{cvtt_i32, get_f16, lroundf, put_f16, roundf_cvtt};
 
 /// `(int)lroundf(v) + 1` truncated to C `int`, as the TQ quantizers compute it.
 #[inline(always)]
@@ -294,7 +294,7 @@ pub(crate) fn quantize_q2_0(x: &[f32], y: &mut [BlockQ2_0]) {
         b.d = put_f16(d);
         b.qs = [0; 16];
         for (j, &v) in x.iter().enumerate() {
-            let q = cvtt_i32((v * id).round()).wrapping_add(1).clamp(0, 3);
+            let q = roundf_cvtt(v * id).wrapping_add(1).clamp(0, 3);
             b.qs[j / 4] |= (q as u8) << ((j % 4) * 2);
         }
     }

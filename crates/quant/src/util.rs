@@ -23,6 +23,21 @@ pub(crate) fn cvtt_i32(x: f32) -> i32 {
     }
 }
 
+/// `(int)roundf(x)` as x86-64 executes it: round half away from zero, then [`cvtt_i32`].
+/// Written without a libm call so that loops over it vectorize.
+#[inline(always)]
+pub(crate) fn roundf_cvtt(x: f32) -> i32 {
+    if x.abs() < 8_388_608.0 {
+        // |x| < 2^23: the truncation and the fraction are exact
+        let t = x as i32;
+        let f = x - t as f32;
+        t + (f >= 0.5) as i32 - (f <= -0.5) as i32
+    } else {
+        // already an integer (or inf/NaN): roundf(x) == x
+        cvtt_i32(x)
+    }
+}
+
 /// `lroundf` as glibc on x86-64 computes it: round half away from zero; NaN and values out of
 /// the `long` range give `i64::MIN`.
 #[inline(always)]
@@ -80,6 +95,22 @@ mod tests {
         assert_eq!(cvtt_i32(f32::INFINITY), i32::MIN);
         assert_eq!(cvtt_i32(-2_147_483_648.0), i32::MIN);
         assert_eq!(cvtt_i32(3e9), i32::MIN);
+        for v in [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            0.49999997,
+            -0.49999997,
+            126.5,
+            8388607.5,
+            1e10,
+            -1e10,
+        ] {
+            assert_eq!(roundf_cvtt(v), cvtt_i32(v.round()), "{v}");
+        }
+        assert_eq!(roundf_cvtt(f32::NAN), i32::MIN);
         assert_eq!(lroundf(2.5), 3);
         assert_eq!(lroundf(-2.5), -3);
         assert_eq!(lroundf(f32::NAN), i64::MIN);
