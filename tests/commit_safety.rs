@@ -498,3 +498,144 @@ fn json_argument_errors_threads_dry_run_and_odd_inputs() {
         .unwrap();
     assert_eq!(code(&o), 0, "{}", err(&o));
 }
+
+fn sh(script: &str) -> Output {
+    Command::new("sh").args(["-c", script]).output().unwrap()
+}
+
+/// Item 8: an input truncated while it is read (SIGBUS under the map) gives a clear error and
+/// leaves no temp file; a file-size limit (SIGXFSZ) is an ordinary write error.
+#[test]
+fn input_truncated_mid_read_and_file_size_limits_fail_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut saw_bus = false;
+    for (round, delay) in [30u64, 80, 150, 300, 600].into_iter().enumerate() {
+        let dir = tmp.path().join(format!("r{round}"));
+        std::fs::create_dir(&dir).unwrap();
+        let input = big_input(&dir);
+        // Grow it: 16 copies of the same tensors under other names = ~100 MB.
+        let src = weightport_safetensors::SafetensorsFile::open(&input).unwrap();
+        use weightport_core::TensorSource;
+        let mut tensors = Vec::new();
+        for k in 0..16 {
+            for (i, t) in src.tensors().iter().enumerate() {
+                let mut t = t.clone();
+                t.name = format!("{k}.{}", t.name);
+                tensors.push((t, src.bytes(i).unwrap()));
+            }
+        }
+        let big = dir.join("big.safetensors");
+        weightport_safetensors::write_file(&big, &tensors, None).unwrap();
+        let out = dir.join("out");
+        let child = Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args([
+                "--threads",
+                "1",
+                "convert",
+                s(&big),
+                "-o",
+                s(&out),
+                "--shard-size",
+                "20MB",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&big)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        let e = err(&o);
+        if code(&o) == 0 {
+            continue; // finished before the truncation
+        }
+        assert_eq!(code(&o), 1, "{e}");
+        saw_bus |= e.contains("input changed while reading");
+        assert!(!e.contains("panicked"), "{e}");
+        assert!(
+            temps_in(&out).is_empty(),
+            "round {round}: {:?}",
+            temps_in(&out)
+        );
+        assert!(!out.join("model.safetensors.index.json").exists());
+    }
+    assert!(saw_bus, "no run was caught mid-read");
+
+    let f = fixtures().join("good/safetensors/llama_tiny.safetensors");
+    let out = tmp.path().join("fsize.safetensors");
+    let o = sh(&format!(
+        "ulimit -f 20; exec {} convert {} -o {}",
+        env!("CARGO_BIN_EXE_weightport"),
+        s(&f),
+        s(&out)
+    ));
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    assert!(
+        err(&o).contains("File too large") || err(&o).contains("too large"),
+        "{}",
+        err(&o)
+    );
+    assert!(!out.exists());
+    assert!(temps_in(tmp.path()).is_empty());
+}
+
+/// Item 9: more output shards than the soft open-files limit.
+#[test]
+fn more_shards_than_the_soft_fd_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = sh(&format!(
+        "ulimit -Sn 16; exec {} convert {} -o {} --shard-size 1KB",
+        env!("CARGO_BIN_EXE_weightport"),
+        s(&fixtures().join("good/hf_repo_sharded")),
+        s(&out)
+    ));
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let shards = std::fs::read_dir(&out)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("model-")
+        })
+        .count();
+    assert!(shards > 16, "{shards} shards");
+}
+
+/// Issue 6 item 4: the memory budget is enforced: threads are reduced, and a budget below one
+/// worker's need is refused.
+#[test]
+fn the_memory_budget_reduces_threads_or_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixtures().join("good/safetensors/llama_tiny.safetensors");
+    let run = |mem: &str, out: &str| {
+        wp(&[
+            "--json",
+            "--threads",
+            "4",
+            "--max-memory",
+            mem,
+            "convert",
+            s(&f),
+            "-o",
+            s(&tmp.path().join(out)),
+        ])
+    };
+    let o = run("1GiB", "a.safetensors");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["threads"], 4);
+    let worker = v["memory_bytes"].as_u64().unwrap() / 4;
+    let o = run(&(worker * 2).to_string(), "b.safetensors");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["threads"], 2, "{v}");
+    let o = run("100", "c.safetensors");
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(!tmp.path().join("c.safetensors").exists());
+}

@@ -7,6 +7,54 @@ use std::path::Path;
 use weightport_core::registry::{InputFormat, OpenRequest, OutputFormat, RepoFormat, RepoInput};
 use weightport_core::{Error, Format, Result, TensorSource};
 
+/// Formats registered at run time (a plugin, or a test), consulted before the built-in ones.
+struct Extra {
+    inputs: Vec<&'static InputFormat>,
+    repos: Vec<&'static RepoFormat>,
+    outputs: Vec<&'static OutputFormat>,
+}
+
+static EXTRA: std::sync::RwLock<Extra> = std::sync::RwLock::new(Extra {
+    inputs: Vec::new(),
+    repos: Vec::new(),
+    outputs: Vec::new(),
+});
+
+/// Registers an input format (probed before the built-in ones).
+pub fn register_input(f: &'static InputFormat) {
+    EXTRA.write().expect("registry lock").inputs.push(f);
+}
+
+/// Registers a repo format (tried before the built-in ones).
+pub fn register_repo(f: &'static RepoFormat) {
+    EXTRA.write().expect("registry lock").repos.push(f);
+}
+
+/// Registers an output format (tried before the built-in ones).
+pub fn register_output(f: &'static OutputFormat) {
+    EXTRA.write().expect("registry lock").outputs.push(f);
+}
+
+fn inputs() -> Vec<&'static InputFormat> {
+    let extra = EXTRA.read().expect("registry lock");
+    extra.inputs.iter().copied().chain(INPUTS.iter()).collect()
+}
+
+fn repos() -> Vec<&'static RepoFormat> {
+    let extra = EXTRA.read().expect("registry lock");
+    extra.repos.iter().copied().chain(REPOS.iter()).collect()
+}
+
+fn outputs() -> Vec<&'static OutputFormat> {
+    let extra = EXTRA.read().expect("registry lock");
+    extra
+        .outputs
+        .iter()
+        .copied()
+        .chain(OUTPUTS.iter())
+        .collect()
+}
+
 /// Input formats, probed in order. safetensors has no magic and its probe also accepts
 /// unrecognised bytes (so its reader can say precisely what is wrong): it stays last.
 pub static INPUTS: &[InputFormat] = &[weightport_safetensors::INPUT];
@@ -18,46 +66,49 @@ pub static REPOS: &[RepoFormat] = &[weightport_hf::REPO];
 pub static OUTPUTS: &[OutputFormat] = &[weightport_safetensors::OUTPUT, weightport_hf::OUTPUT];
 
 /// Names of the registered formats of a list, for messages.
-fn names<T>(list: &[T], name: fn(&T) -> &'static str) -> String {
-    list.iter().map(name).collect::<Vec<_>>().join(", ")
+fn names<T>(list: &[&T], name: fn(&T) -> &'static str) -> String {
+    list.iter().map(|t| name(t)).collect::<Vec<_>>().join(", ")
 }
 
 /// The output format for `-o target`, or the one `--to` names.
 pub fn output_for(target: &Path, to: Option<&str>) -> Result<&'static OutputFormat> {
+    let all = outputs();
     if let Some(n) = to {
-        return OUTPUTS
+        return all
             .iter()
+            .copied()
             .find(|f| f.name.eq_ignore_ascii_case(n))
             .ok_or_else(|| {
                 Error::Usage(format!(
                     "--to {n}: unknown output format (known: {})",
-                    names(OUTPUTS, |f| f.name)
+                    names(&all, |f| f.name)
                 ))
             });
     }
-    OUTPUTS
-        .iter()
+    all.iter()
+        .copied()
         .find(|f| (f.claims)(target))
         .ok_or_else(|| Error::Unsupported {
             at: weightport_core::Location::file(target),
             format: Format::Safetensors,
             what: format!(
                 "no output format of this build writes a file named like this (writable: {}); \
-             name a .safetensors file or a directory, or pass --to",
-                names(OUTPUTS, |f| f.name)
+                 name a .safetensors file or a directory, or pass --to",
+                names(&all, |f| f.name)
             ),
         })
 }
 
 /// The input format `--from` names.
 pub fn input_named(name: &str) -> Result<&'static InputFormat> {
-    INPUTS
-        .iter()
+    let all = inputs();
+    all.iter()
+        .copied()
         .find(|f| f.name.eq_ignore_ascii_case(name))
         .ok_or_else(|| {
             Error::Usage(format!(
                 "--from {name}: unknown input format (known: {})",
-                names(INPUTS, |f| f.name)
+                names(&all, |f| f.name)
             ))
         })
 }
@@ -107,7 +158,7 @@ pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>
         }
         return (f.open)(path, &req.read);
     }
-    match INPUTS.iter().find(|f| (f.probe)(path, &head)) {
+    match inputs().into_iter().find(|f| (f.probe)(path, &head)) {
         Some(f) => (f.open)(path, &req.read),
         None => Err(unrecognised(path, &head)),
     }
@@ -121,7 +172,7 @@ fn unrecognised(path: &Path, head: &[u8]) -> Error {
             format: f,
             what: format!(
                 "reading {f} is not available in this build (readable: {})",
-                names(INPUTS, |f| f.name)
+                names(&inputs(), |f| f.name)
             ),
         },
         Sniffed::Zip => Error::Unsupported {
@@ -141,7 +192,7 @@ fn unrecognised(path: &Path, head: &[u8]) -> Error {
 
 /// Opens a repo (directory or index) if a repo format claims `path`.
 pub fn open_repo(path: &Path, req: &OpenRequest) -> Option<Result<RepoInput>> {
-    let repo = REPOS.iter().find(|r| (r.claims)(path))?;
+    let repo = repos().into_iter().find(|r| (r.claims)(path))?;
     let open = |p: &Path| open_file(p, req);
     Some((repo.open)(path, req, &open))
 }
