@@ -328,9 +328,41 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
+// ---------------------------------------------------------------- dispatch
+
+/// Defines `pub(crate) fn $name`, which runs `$portable` compiled for AVX2 when the CPU has
+/// it. The code is the same; AVX2 only widens the lanes (IEEE f32 ops are identical, no FMA is
+/// enabled and Rust never contracts), so the bytes are the same as the portable build's; the
+/// reference tests check both.
+macro_rules! multiversion {
+    ($name:ident, $portable:ident, $blk:ty) => {
+        pub(crate) fn $name(x: &[f32], y: &mut [$blk]) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+                    #[target_feature(enable = "avx2")]
+                    unsafe fn avx2(x: &[f32], y: &mut [$blk]) {
+                        $portable(x, y)
+                    }
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    unsafe { avx2(x, y) };
+                    return;
+                }
+            }
+            $portable(x, y)
+        }
+    };
+}
+
+multiversion!(quantize_q2_k, quantize_q2_k_portable, BlockQ2K);
+multiversion!(quantize_q4_k, quantize_q4_k_portable, BlockQ4K);
+multiversion!(quantize_q5_k, quantize_q5_k_portable, BlockQ5K);
+multiversion!(quantize_q6_k, quantize_q6_k_portable, BlockQ6K);
+
 // ---------------------------------------------------------------- Q2_K
 
-pub(crate) fn quantize_q2_k(x: &[f32], y: &mut [BlockQ2K]) {
+#[inline(always)]
+fn quantize_q2_k_portable(x: &[f32], y: &mut [BlockQ2K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
         let xt: [[f32; 16]; 16] = transpose(x);
         let mut wt = [[0f32; 16]; 16];
@@ -577,7 +609,8 @@ fn q45k_block(
     (d, dmin, sc)
 }
 
-pub(crate) fn quantize_q4_k(x: &[f32], y: &mut [BlockQ4K]) {
+#[inline(always)]
+fn quantize_q4_k_portable(x: &[f32], y: &mut [BlockQ4K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
         let mut l = [0u8; 256];
         (b.d, b.dmin, b.scales) = q45k_block(x, 15, -1.0, 20, &mut l);
@@ -607,7 +640,8 @@ pub(crate) fn dequantize_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
     }
 }
 
-pub(crate) fn quantize_q5_k(x: &[f32], y: &mut [BlockQ5K]) {
+#[inline(always)]
+fn quantize_q5_k_portable(x: &[f32], y: &mut [BlockQ5K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
         let mut l = [0u8; 256];
         (b.d, b.dmin, b.scales) = q45k_block(x, 31, -0.5, 15, &mut l);
@@ -652,7 +686,8 @@ pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
 
 // ---------------------------------------------------------------- Q6_K
 
-pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
+#[inline(always)]
+fn quantize_q6_k_portable(x: &[f32], y: &mut [BlockQ6K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
         let xt: [[f32; 16]; 16] = transpose(x);
         let mut lt = [[0i8; 16]; 16];

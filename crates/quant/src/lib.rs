@@ -64,6 +64,19 @@ pub enum QuantError {
     },
 }
 
+static PORTABLE_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn portable_only() -> bool {
+    PORTABLE_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Test hook: when `true`, kernels skip their CPU-specific (AVX2) builds. Results are
+/// identical either way; the reference tests use this to check both builds.
+#[doc(hidden)]
+pub fn set_portable_only(on: bool) {
+    PORTABLE_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// ggml's numeric type id (`enum ggml_type`), as stored in GGUF tensor infos.
 pub fn ggml_type_id(dtype: DType) -> Option<u32> {
     use DType::*;

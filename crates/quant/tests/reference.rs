@@ -359,9 +359,22 @@ fn big_random_input_matches_ggml_hashes() {
         assert_eq!(hx, want(1), "input generator differs from the C harness");
         let (elems, bytes) = block_shape(dt);
         let mut q = vec![0u8; BIG_ELEMS / elems * bytes];
-        quantize(dt, &x, &mut q).unwrap();
-        if fnv1a(q.iter().copied()) != want(2) {
-            failures.push(format!("{}: quantized bytes differ", f[0]));
+        // both builds of the kernels: CPU-specific (AVX2 where available) and portable (the
+        // latter in release test runs only, to keep unoptimized runs short)
+        let builds: &[bool] = if cfg!(debug_assertions) {
+            &[false]
+        } else {
+            &[true, false]
+        };
+        for &portable in builds {
+            weightport_quant::set_portable_only(portable);
+            quantize(dt, &x, &mut q).unwrap();
+            if fnv1a(q.iter().copied()) != want(2) {
+                failures.push(format!(
+                    "{}: quantized bytes differ (portable build: {portable})",
+                    f[0]
+                ));
+            }
         }
         if can_dequantize(dt) {
             let mut y = vec![0f32; BIG_ELEMS];
