@@ -388,3 +388,40 @@ fn big_random_input_matches_ggml_hashes() {
     assert_eq!(checked, 18);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// NaN and ±inf inputs: ggml has no special cases, so this checks that we reproduce its
+/// (x86-64) behaviour there too: NaN comparisons, inf scales, float → int conversions.
+#[test]
+fn nonfinite_inputs_match_ggml() {
+    let x = f32s(&read("nonfinite.f32"));
+    let mut failures = Vec::new();
+    for &(name, dt) in TYPES {
+        if !can_quantize(dt) {
+            continue;
+        }
+        let want = read(&format!("{name}.nonfinite.q"));
+        let (elems, bytes) = block_shape(dt);
+        let mut got = vec![0u8; want.len()];
+        for portable in [true, false] {
+            weightport_quant::set_portable_only(portable);
+            quantize(dt, &x, &mut got).unwrap();
+            let Some(p) = (0..got.len()).find(|&i| got[i] != want[i]) else {
+                continue;
+            };
+            let blk = p / bytes;
+            failures.push(format!(
+                "{name} (portable {portable}) block {blk} (elements {}..): byte {} ours {:#04x} ggml {:#04x}",
+                blk * elems,
+                p % bytes,
+                got[p],
+                want[p]
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} types differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
