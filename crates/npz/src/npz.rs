@@ -164,14 +164,15 @@ impl NpzSource {
             let f = ar.by_index_raw(i).map_err(|e| zip_error(&path, e))?;
             let member = f.name().map_err(|e| zip_error(&path, e))?.into_owned();
             let header_start = f.header_start();
-            let at = Location::file(&path)
-                .tensor(member.clone())
-                .at(header_start);
+            // Messages name the tensor (the member name without `.npy`), or the member itself.
+            let label = member.strip_suffix(".npy").unwrap_or(&member);
+            let at = Location::file(&path).tensor(label).at(header_start);
             let bad = |reason: String| Error::malformed(at.clone(), Format::Npz, reason);
             let Some(name) = member.strip_suffix(".npy") else {
-                return Err(bad(
-                    "member is not an .npy array (an npz holds only NAME.npy members)".into(),
-                ));
+                return Err(bad(format!(
+                    "member `{}` is not an .npy array (an npz holds only NAME.npy members)",
+                    weightport_core::sanitize(&member)
+                )));
             };
             if f.encrypted() {
                 return Err(Error::Unsupported {

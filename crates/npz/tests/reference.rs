@@ -299,6 +299,7 @@ fn every_bad_fixture_is_rejected_with_its_kind() {
         };
         assert_eq!(err.kind(), kind, "{file}: {err}");
         let msg = err.to_string();
+        eprintln!("{msg}");
         if let Some(c) = want.get("contains").and_then(|c| c.as_str()) {
             assert!(msg.contains(c), "{file}: message lacks {c:?}: {msg}");
         }
