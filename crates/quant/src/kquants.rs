@@ -530,40 +530,54 @@ pub(crate) fn dequantize_q3_k(x: &[BlockQ3K], y: &mut [f32]) {
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
 
-/// First pass shared by Q4_K and Q5_K: per-sub-block scales/mins, packed 6-bit scales, the
-/// two f16 super-scales, then the requantized levels in `l`.
+/// First pass shared by Q4_K and Q5_K over `M` consecutive 32-element sub-blocks (`M/8`
+/// super-blocks; more lanes give the CPU more independent work): per-sub-block scale and min
+/// from `make_qkx2_quants`, levels in `l`.
 #[inline(always)]
-fn q45k_block(
+fn q45k_first_pass<const M: usize>(
     x: &[f32],
     nmax: i32,
     rmin: f32,
     nstep: usize,
-    l: &mut [u8; 256],
-) -> ([u8; 2], [u8; 2], [u8; 12]) {
-    let xt: [[f32; 8]; 32] = transpose(x);
-    let mut sum_x2 = [0f32; 8];
+    l: &mut [u8],
+) -> ([f32; M], [f32; M]) {
+    let xt: [[f32; M]; 32] = transpose(x);
+    let mut sum_x2 = [0f32; M];
     for row in &xt {
-        for m in 0..8 {
+        for m in 0..M {
             sum_x2[m] += row[m] * row[m];
         }
     }
-    let mut av_x = [0f32; 8];
-    for m in 0..8 {
+    let mut av_x = [0f32; M];
+    for m in 0..M {
         av_x[m] = (sum_x2[m] / 32.0).sqrt();
     }
-    let mut wt = [[0f32; 8]; 32];
+    let mut wt = [[0f32; M]; 32];
     for i in 0..32 {
-        for m in 0..8 {
+        for m in 0..M {
             wt[i][m] = av_x[m] + xt[i][m].abs();
         }
     }
-    let mut lt = [[0u8; 8]; 32];
-    let (scales, mins) = make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep, false);
+    let mut lt = [[0u8; M]; 32];
+    let res = make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep, false);
     for i in 0..32 {
-        for m in 0..8 {
+        for m in 0..M {
             l[32 * m + i] = lt[i][m];
         }
     }
+    res
+}
+
+/// Second part shared by Q4_K and Q5_K, per super-block: 6-bit scales, f16 super-scales,
+/// requantized levels in `l`.
+#[inline(always)]
+fn q45k_finish(
+    x: &[f32],
+    scales: &[f32],
+    mins: &[f32],
+    nmax: i32,
+    l: &mut [u8],
+) -> ([u8; 2], [u8; 2], [u8; 12]) {
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     for j in 0..8 {
         if scales[j] > max_scale {
@@ -609,17 +623,63 @@ fn q45k_block(
     (d, dmin, sc)
 }
 
+/// Super-blocks per lane batch in [`q45k_quantize`] (measured on Q4_K: 1 → 30 MB/s,
+/// 2 → 61 MB/s, 4 → 70 MB/s).
+const BATCH: usize = 4;
+
+/// Runs the Q4_K/Q5_K scheme over `x`, [`BATCH`] super-blocks per lane batch (one at a time
+/// for the tail), calling `pack(block, levels)` for each block.
 #[inline(always)]
-fn quantize_q4_k_portable(x: &[f32], y: &mut [BlockQ4K]) {
-    for (x, b) in x.chunks_exact(256).zip(y) {
-        let mut l = [0u8; 256];
-        (b.d, b.dmin, b.scales) = q45k_block(x, 15, -1.0, 20, &mut l);
-        for c in 0..4 {
-            for k in 0..32 {
-                b.qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
-            }
+fn q45k_quantize<B>(
+    x: &[f32],
+    y: &mut [B],
+    nmax: i32,
+    rmin: f32,
+    nstep: usize,
+    head: impl Fn(&mut B) -> (&mut [u8; 2], &mut [u8; 2], &mut [u8; 12]),
+    pack: impl Fn(&mut B, &[u8]),
+) {
+    let mut xc = x.chunks_exact(256 * BATCH);
+    let mut yc = y.chunks_exact_mut(BATCH);
+    for (x2, y2) in (&mut xc).zip(&mut yc) {
+        let mut l = [0u8; 256 * BATCH];
+        let (s, m) = q45k_first_pass::<{ 8 * BATCH }>(x2, nmax, rmin, nstep, &mut l);
+        for (k, blk) in y2.iter_mut().enumerate() {
+            let lb = &mut l[256 * k..256 * k + 256];
+            let r = q45k_finish(&x2[256 * k..], &s[8 * k..], &m[8 * k..], nmax, lb);
+            let (d, dmin, sc) = head(blk);
+            (*d, *dmin, *sc) = r;
+            pack(blk, lb);
         }
     }
+    let (xr, yr) = (xc.remainder(), yc.into_remainder());
+    for (x1, blk) in xr.chunks_exact(256).zip(yr) {
+        let mut l = [0u8; 256];
+        let (s, m) = q45k_first_pass::<8>(x1, nmax, rmin, nstep, &mut l);
+        let r = q45k_finish(x1, &s, &m, nmax, &mut l);
+        let (d, dmin, sc) = head(blk);
+        (*d, *dmin, *sc) = r;
+        pack(blk, &l);
+    }
+}
+
+#[inline(always)]
+fn quantize_q4_k_portable(x: &[f32], y: &mut [BlockQ4K]) {
+    q45k_quantize(
+        x,
+        y,
+        15,
+        -1.0,
+        20,
+        |b| (&mut b.d, &mut b.dmin, &mut b.scales),
+        |b, l| {
+            for c in 0..4 {
+                for k in 0..32 {
+                    b.qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
+                }
+            }
+        },
+    );
 }
 
 pub(crate) fn dequantize_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
@@ -642,26 +702,32 @@ pub(crate) fn dequantize_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
 
 #[inline(always)]
 fn quantize_q5_k_portable(x: &[f32], y: &mut [BlockQ5K]) {
-    for (x, b) in x.chunks_exact(256).zip(y) {
-        let mut l = [0u8; 256];
-        (b.d, b.dmin, b.scales) = q45k_block(x, 31, -0.5, 15, &mut l);
-        b.qh = [0; 32];
-        for c in 0..4 {
-            for k in 0..32 {
-                let mut l1 = l[64 * c + k];
-                if l1 > 15 {
-                    l1 -= 16;
-                    b.qh[k] |= 1 << (2 * c);
+    q45k_quantize(
+        x,
+        y,
+        31,
+        -0.5,
+        15,
+        |b| (&mut b.d, &mut b.dmin, &mut b.scales),
+        |b, l| {
+            b.qh = [0; 32];
+            for c in 0..4 {
+                for k in 0..32 {
+                    let mut l1 = l[64 * c + k];
+                    if l1 > 15 {
+                        l1 -= 16;
+                        b.qh[k] |= 1 << (2 * c);
+                    }
+                    let mut l2 = l[64 * c + 32 + k];
+                    if l2 > 15 {
+                        l2 -= 16;
+                        b.qh[k] |= 2 << (2 * c);
+                    }
+                    b.qs[32 * c + k] = l1 | (l2 << 4);
                 }
-                let mut l2 = l[64 * c + 32 + k];
-                if l2 > 15 {
-                    l2 -= 16;
-                    b.qh[k] |= 2 << (2 * c);
-                }
-                b.qs[32 * c + k] = l1 | (l2 << 4);
             }
-        }
-    }
+        },
+    );
 }
 
 pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {

@@ -425,3 +425,27 @@ fn nonfinite_inputs_match_ggml() {
         failures.join("\n")
     );
 }
+
+/// Blocks are independent: quantizing per block, or in odd-sized chunks (exercising the
+/// kernels' batch tails), gives the same bytes as one call.
+#[test]
+fn chunked_calls_give_the_same_bytes() {
+    let input = f32s(&read("input.f32"));
+    for &(name, dt) in TYPES {
+        if !can_quantize(dt) {
+            continue;
+        }
+        let want = read(&format!("{name}.q"));
+        let (elems, bytes) = block_shape(dt);
+        for per in [1usize, 3, 5] {
+            let mut got = vec![0u8; want.len()];
+            for (x, q) in input.chunks(per * elems).zip(got.chunks_mut(per * bytes)) {
+                quantize(dt, x, q).unwrap();
+            }
+            assert!(
+                got == want,
+                "{name}: chunks of {per} blocks differ from ggml"
+            );
+        }
+    }
+}
