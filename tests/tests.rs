@@ -461,3 +461,31 @@ fn unsupported_output_and_missing_input_fail_cleanly() {
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("/nonexistent/model.safetensors"));
 }
+
+/// fixtures/expected/bad.json records what safetensors-py 0.8.0 and transformers 5.24 do with
+/// every malformed fixture: every file the reference rejects, we reject (exit 1, never a
+/// panic); every repo the reference loads wrongly (a missing tensor filled randomly, a shard
+/// outside the repo) we refuse.
+#[test]
+fn every_file_the_reference_rejects_is_rejected() {
+    let bad: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("expected/bad.json")).unwrap())
+            .unwrap();
+    let files = bad["files"].as_object().unwrap();
+    assert!(files.len() >= 20);
+    for (name, rec) in files {
+        assert!(rec["load_file"]["exception"].is_string(), "{name}");
+        let o = wp(&["inspect", s(&fixtures().join("bad/safetensors").join(name))]);
+        assert_eq!(code(&o), 1, "{name}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{name}");
+    }
+    for (repo, rec) in bad["repos"].as_object().unwrap() {
+        let o = wp(&["inspect", s(&fixtures().join("bad").join(repo))]);
+        assert_ne!(
+            code(&o),
+            0,
+            "{repo} (transformers: {})",
+            rec["transformers"]["result"]
+        );
+    }
+}

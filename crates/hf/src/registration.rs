@@ -21,7 +21,7 @@ use weightport_core::{
     sanitize, shown, Error, Format, Location, MultiSource, Result, TensorInfo, TensorSink,
     TensorSource,
 };
-use weightport_safetensors::registration::header_metadata;
+use weightport_safetensors::registration::{at_file, header_metadata};
 use weightport_safetensors::{layout, SafetensorsSink};
 
 use crate::index::{read_index, render_index, Index};
@@ -226,7 +226,7 @@ fn plan_repo(req: &OutputRequest) -> Result<OutputPlan> {
             shard::shard_name(i + 1, n)
         };
         let subset: Vec<TensorInfo> = idx.iter().map(|&k| req.tensors[k].clone()).collect();
-        let lay = layout(&subset, meta.as_ref())?;
+        let lay = layout(&subset, meta.as_ref()).map_err(|e| at_file(e, &dir.join(&name)))?;
         for t in &subset {
             weight_map.insert(t.name.clone(), name.clone());
         }

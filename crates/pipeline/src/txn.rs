@@ -361,3 +361,77 @@ pub fn commit(
         removed,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(dir: &Path) -> OutputPlan {
+        OutputPlan {
+            dir: dir.to_path_buf(),
+            is_repo: true,
+            files: Vec::new(),
+            extras: Vec::new(),
+            is_own_file: weightport_hf::shard::is_repo_weights_name,
+        }
+    }
+
+    #[test]
+    fn a_commit_killed_between_renames_is_rolled_forward_by_the_next_run() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        // A dead run (pid 2147483646) had staged two shards, published the first, and was
+        // killed before the second, the index and the removal of the old single file.
+        let t2 = ".model-00002-of-00002.safetensors.2147483646.abcdef.wp-tmp";
+        let ti = ".model.safetensors.index.json.2147483646.ghijkl.wp-tmp";
+        std::fs::write(dir.join("model-00001-of-00002.safetensors"), b"new1").unwrap();
+        std::fs::write(dir.join(t2), b"new2").unwrap();
+        std::fs::write(dir.join(ti), b"index").unwrap();
+        std::fs::write(dir.join("model.safetensors"), b"old").unwrap();
+        let stray = ".config.json.2147483646.zzzzzz.wp-tmp";
+        std::fs::write(dir.join(stray), b"half-written").unwrap();
+        let journal = json!({
+            "renames": [
+                [".model-00001-of-00002.safetensors.2147483646.aaaaaa.wp-tmp", "model-00001-of-00002.safetensors"],
+                [t2, "model-00002-of-00002.safetensors"],
+                [ti, "model.safetensors.index.json"],
+                ["../escape", "x"],
+            ],
+            "remove": ["model.safetensors", "../../etc/passwd"],
+        });
+        std::fs::write(
+            dir.join(".weightport-commit.2147483646.json"),
+            journal.to_string(),
+        )
+        .unwrap();
+        let p = prepare(&plan(dir), dir, true, false).unwrap();
+        assert_eq!(p.recovered.len(), 2);
+        assert_eq!(
+            std::fs::read(dir.join("model-00002-of-00002.safetensors")).unwrap(),
+            b"new2"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("model.safetensors.index.json")).unwrap(),
+            b"index"
+        );
+        assert!(!dir.join("model.safetensors").exists());
+        assert!(!dir.join(".weightport-commit.2147483646.json").exists());
+        assert_eq!(
+            p.cleaned,
+            vec![dir.join(stray)],
+            "stale temps of dead runs are removed"
+        );
+        assert!(!dir.join(stray).exists());
+        drop(p);
+        let mut left: Vec<String> = names_in(dir);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors",
+                "model.safetensors.index.json"
+            ]
+        );
+    }
+}

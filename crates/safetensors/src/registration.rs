@@ -7,7 +7,9 @@ use std::path::Path;
 use weightport_core::registry::{
     InputFormat, OutputFormat, OutputPlan, OutputRequest, PlannedFile,
 };
-use weightport_core::{sniff, Format, ReadOptions, Result, Sniffed, TensorSink, TensorSource};
+use weightport_core::{
+    sniff, Error, Format, ReadOptions, Result, Sniffed, TensorSink, TensorSource,
+};
 
 use crate::writer::{layout, string_metadata};
 use crate::{SafetensorsFile, SafetensorsSink};
@@ -43,8 +45,39 @@ pub fn header_metadata(req: &OutputRequest) -> Option<std::collections::BTreeMap
     (!m.is_empty()).then_some(m)
 }
 
+/// Names the file a layout error concerns (the layout itself knows no paths).
+pub fn at_file(e: Error, path: &Path) -> Error {
+    match e {
+        Error::Limit {
+            mut at,
+            what,
+            needed,
+            limit,
+        } => {
+            at.path = path.to_path_buf();
+            Error::Limit {
+                at,
+                what,
+                needed,
+                limit,
+            }
+        }
+        Error::Unsupported {
+            mut at,
+            format,
+            what,
+        } => {
+            at.path = path.to_path_buf();
+            Error::Unsupported { at, format, what }
+        }
+        Error::Usage(m) => Error::Usage(format!("{}: {m}", weightport_core::shown(path))),
+        other => other,
+    }
+}
+
 fn plan_file(req: &OutputRequest) -> Result<OutputPlan> {
-    let lay = layout(req.tensors, header_metadata(req).as_ref())?;
+    let lay =
+        layout(req.tensors, header_metadata(req).as_ref()).map_err(|e| at_file(e, req.target))?;
     let dir = match req.target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => ".".into(),
