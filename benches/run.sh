@@ -8,6 +8,9 @@
 #   1x model (LAYERS layers, ~2.37 GiB at 5):   (a) cp  (b) weightport convert --shard-size 500MB
 #                                               (c) benches/py_reshard.py 500MB  (d) weightport inspect
 #   2x model (LAYERS_2X layers, ~4.26 GiB):    (a) cp  (b) weightport convert  [(c) if PY_2X=1]
+#   casts of the 1x model (CASTS=1):            --dtype f32 (4.7 GiB out) and --dtype bf16, each
+#                                               against cp (+ sync) of a file of the output's size
+#                                               and benches/py_cast.py (load_file + .to + save_file)
 # plus `strace -c` of `weightport inspect` (shows it reads only the header).
 # Rows for weightport are skipped (with a message) if $WP does not exist.
 #
@@ -30,6 +33,8 @@ SHARD="${SHARD_SIZE:-500MB}"
 LAYERS="${LAYERS:-5}"
 LAYERS_2X="${LAYERS_2X:-10}"
 RUN_2X="${RUN_2X:-1}"
+CASTS="${CASTS:-1}"
+ONLY_CASTS="${ONLY_CASTS:-0}"
 PY_2X="${PY_2X:-0}"
 
 die() { echo "run.sh: $*" >&2; exit 1; }
@@ -154,8 +159,30 @@ bench_model() {  # $1 = label, $2 = input, $3 = run python too (0/1), $4 = run i
     fi
 }
 
+bench_casts() {  # $1 = input
+    local in=$1 d
+    [[ $HAVE_WP == 1 ]] || { skip_row "casts" "weightport --dtype"; return 0; }
+    for d in f32 bf16; do
+        local model="cast ${d} (1x)"
+        local ref="$SCRATCH/cast-ref-$d.safetensors"
+        # A file of the output's size for the cp rows: the output itself, made once.
+        [[ -s "$ref" ]] || "$WP" convert "$in" -o "$ref" --dtype "$d" --force >/dev/null
+        warm "$in"; warm "$ref"
+        measure "$model" cp cp "$ref" "$OUT/copy.safetensors"
+        measure "$model" "cp + sync" sh -c 'cp "$1" "$2" && sync' sh "$ref" "$OUT/copy.safetensors"
+        measure "$model" "weightport convert --dtype $d" "$WP" convert "$in" -o "$OUT/c.safetensors" --dtype "$d" --force
+        if "$PY" -c "import torch" 2>/dev/null; then
+            measure "$model" "py_cast.py (load_file+.to+save_file)" "$PY" "$ROOT/benches/py_cast.py" "$in" "$OUT/py.safetensors" "$d"
+        else
+            skip_row "$model" "py_cast.py (no torch)"
+        fi
+    done
+}
+
 M1="1x (${LAYERS}L, $(( $(size_of "$IN1") / 2**20 )) MiB)"
-bench_model "$M1" "$IN1" 1 1
+[[ "$ONLY_CASTS" == 1 ]] || bench_model "$M1" "$IN1" 1 1
+[[ "$CASTS" == 1 ]] && bench_casts "$IN1"
+[[ "$ONLY_CASTS" == 1 ]] && IN2=""
 if [[ -n "$IN2" ]]; then
     M2="2x (${LAYERS_2X}L, $(( $(size_of "$IN2") / 2**20 )) MiB)"
     bench_model "$M2" "$IN2" "$PY_2X" 0
