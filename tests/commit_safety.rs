@@ -639,3 +639,99 @@ fn the_memory_budget_reduces_threads_or_refuses() {
     assert_eq!(code(&o), 2, "{}", err(&o));
     assert!(!tmp.path().join("c.safetensors").exists());
 }
+
+struct Mount(PathBuf);
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Item 2: a disk with room for the new shards but not for the index (or the companions):
+/// refused before anything is written, the old repo untouched. Needs a small tmpfs (root).
+#[test]
+fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=160k", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    let _guard = Mount(mnt.clone());
+    let repo = mnt.join("repo");
+    copy_dir(&fixtures().join("good/hf_repo_sharded"), &repo);
+    let before: Vec<(String, Vec<u8>)> = {
+        let mut v: Vec<_> = std::fs::read_dir(&repo)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    // Fill the disk so the new shards (~56 kB) fit but not shards + index + block rounding.
+    let free = {
+        let o = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let ballast = free.saturating_sub(60 * 1024);
+    std::fs::write(mnt.join("ballast"), vec![1u8; ballast as usize]).unwrap();
+    let o = wp(&[
+        "convert",
+        s(&repo),
+        "-o",
+        s(&repo),
+        "--force",
+        "--shard-size",
+        "20KB",
+    ]);
+    assert_eq!(code(&o), 1, "{}", err(&o));
+    assert!(err(&o).contains("free"), "{}", err(&o));
+    let mut after: Vec<_> = std::fs::read_dir(&repo)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    after.sort();
+    assert_eq!(after, before, "the old repo must be untouched");
+    // With the ballast gone the same in-place reshard succeeds and verifies.
+    std::fs::remove_file(mnt.join("ballast")).unwrap();
+    let o = wp(&[
+        "convert",
+        s(&repo),
+        "-o",
+        s(&repo),
+        "--force",
+        "--shard-size",
+        "20KB",
+    ]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(code(&wp(&["verify", s(&repo)])), 0);
+    assert!(temps_in(&repo).is_empty());
+}
