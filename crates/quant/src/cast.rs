@@ -3,10 +3,10 @@
 //! | conversion | torch 2.15 CPU (`.to()`) | ggml / gguf-py | this module |
 //! |---|---|---|---|
 //! | f32→f16, finite | IEEE round-to-nearest-even (RNE), overflow → ±inf, subnormals kept | same | [`f32_to_f16`] |
-//! | f32→f16, NaN | sign and top 9 payload bits kept, quiet bit set (F16C `vcvtps2ph`) | `sign \| 0x7E00` (`GGML_FP32_TO_FP16`) | [`F16Nan`] picks |
+//! | f32→f16, NaN | sign and top 10 mantissa bits kept, quiet bit forced (F16C `vcvtps2ph`) | C: `sign \| 0x7E00` (`GGML_FP32_TO_FP16`); gguf-py (numpy `astype(float16)`): sign and top 10 mantissa bits, quiet bit *not* forced, `0x7C01` if they are all zero | [`F16Nan`] picks |
 //! | f32→bf16, finite | RNE: `(u + 0x7FFF + lsb) >> 16` | same | [`f32_to_bf16`] |
 //! | f32→bf16, NaN | `0xFFFF` on contiguous tensors (AVX2/AVX-512 kernels); `0x7FC0` for 0-dim and strided tensors (c10 scalar `round_to_nearest_even`) | `(u >> 16) \| 0x40` (`ggml_compute_fp32_to_bf16`), = `half::bf16::from_f32` | [`Bf16Rounding`] picks |
-//! | f16→f32 | exact; NaN gets the quiet bit (long contiguous and strided tensors) | exact; NaN gets the quiet bit | [`f16_to_f32`] |
+//! | f16→f32 | exact; NaN gets the quiet bit (long contiguous and strided tensors) | C: exact, NaN gets the quiet bit; numpy: signalling NaNs stay signalling | [`f16_to_f32`] (quiet bit set) |
 //! | bf16→f32 | `u << 16`, NaN payload untouched | same | [`bf16_to_f32`] |
 //!
 //! The torch column was measured (fixtures/good/quant/casts.safetensors, see the README
@@ -22,9 +22,13 @@ pub enum F16Nan {
     /// Keep the sign and the top 9 payload bits, set the quiet bit: torch's `.to(float16)`,
     /// x86 F16C, `half::f16::from_f32`.
     KeepPayload,
-    /// `sign | 0x7E00`: ggml's `GGML_FP32_TO_FP16` (used for GGUF F16 output and for every
-    /// f16 scale inside quantized blocks).
+    /// `sign | 0x7E00`: ggml's `GGML_FP32_TO_FP16` (ggml's C F16 conversion, and every f16
+    /// scale inside quantized blocks).
     Canonical,
+    /// numpy's `astype(np.float16)` (numpy 2.4.6 on x86-64), which convert_hf_to_gguf.py /
+    /// gguf-py use for F16 output: `sign | 0x7C00 | top 10 mantissa bits`, quiet bit not forced,
+    /// `| 1` if those bits are all zero.
+    Numpy,
 }
 
 /// Which reference an f32 → bf16 conversion reproduces. Both round to nearest even and
@@ -61,7 +65,21 @@ pub fn f32_to_f16(x: f32, nan: F16Nan) -> u16 {
     match nan {
         F16Nan::KeepPayload => f16::from_f32(x).to_bits(),
         F16Nan::Canonical => crate::util::f16_bits_ggml(x),
+        F16Nan::Numpy => {
+            if x.is_nan() {
+                numpy_nan(x)
+            } else {
+                f16::from_f32(x).to_bits()
+            }
+        }
     }
+}
+
+#[inline(always)]
+fn numpy_nan(x: f32) -> u16 {
+    let u = x.to_bits();
+    let h = 0x7C00 | ((u & 0x007F_FFFF) >> 13) as u16;
+    ((u >> 16) as u16 & 0x8000) | if h == 0x7C00 { 0x7C01 } else { h }
 }
 
 /// f32 → bf16 bits, round-to-nearest-even, with the given reference's NaN rule.
@@ -117,8 +135,8 @@ pub fn cast_f32_to_f16(src: &[f32], dst: &mut [u16], nan: F16Nan) -> Result<Cast
     for (&x, y) in src.iter().zip(dst.iter_mut()) {
         let a = *y & 0x7FFF;
         account(x, a == 0x7C00, a == 0, &mut s);
-        if nan == F16Nan::Canonical && x.is_nan() {
-            *y = crate::util::f16_bits_ggml(x);
+        if nan != F16Nan::KeepPayload && x.is_nan() {
+            *y = f32_to_f16(x, nan);
         }
     }
     Ok(s)
@@ -257,6 +275,14 @@ mod tests {
             }
         );
         assert_eq!(h[6], 0x7E00);
+        assert_eq!(
+            f32_to_f16(f32::from_bits(0x7F80_0001), F16Nan::Numpy),
+            0x7C01
+        );
+        assert_eq!(
+            f32_to_f16(f32::from_bits(0xFF81_2345), F16Nan::Numpy),
+            0xFC09
+        );
         let mut b = [0u16; 9];
         let s = cast_f32_to_bf16(&src, &mut b, Bf16Rounding::Torch).unwrap();
         assert_eq!(

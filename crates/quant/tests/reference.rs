@@ -233,6 +233,18 @@ fn casts_match_torch() {
     for (i, &v) in x.iter().enumerate() {
         assert_eq!(cast::f32_to_f16(v, F16Nan::KeepPayload), f16_want[i]);
     }
+    let np_want = u16s(&read("numpy_cast.f16.u16"));
+    let mut np = vec![0u16; x.len()];
+    cast::cast_f32_to_f16(&x, &mut np, F16Nan::Numpy).unwrap();
+    let bad: Vec<_> = (0..x.len()).filter(|&i| np[i] != np_want[i]).collect();
+    assert!(
+        bad.is_empty(),
+        "numpy f16: {} mismatches, first input {:#010x}: ours {:#06x} numpy {:#06x}",
+        bad.len(),
+        x[bad[0]].to_bits(),
+        np[bad[0]],
+        np_want[bad[0]]
+    );
     cast::cast_f32_to_bf16(&x, &mut got, Bf16Rounding::Torch).unwrap();
     let bad: Vec<_> = (0..x.len()).filter(|&i| got[i] != bf16_want[i]).collect();
     assert!(
