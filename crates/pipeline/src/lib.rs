@@ -18,6 +18,7 @@ pub mod cast;
 pub mod convert;
 pub mod exec;
 pub mod input;
+pub mod mix;
 pub mod plan;
 pub mod registry;
 pub mod txn;

@@ -1,0 +1,588 @@
+//! llama-quantize's type selection ("mixes"): which ggml type each tensor of a GGUF model gets
+//! for a target file type such as Q4_K_M, so that our output equals `llama-quantize IN OUT TYPE`
+//! tensor for tensor (spec gguf.md §4, llama.cpp `src/llama-quant.cpp` of the pinned sdist).
+//!
+//! The decision runs at plan time, over the tensors in llama-quantize's order (non-block tensors
+//! first, then `blk.0.*`, `blk.1.*`…, names sorted inside each group: [`quantize_order`]),
+//! because per-category counters (the i-th attn_v, the i-th ffn_down) take part in it:
+//! 1. tensors that may not be quantized (1-D, not `*weight`, `*_norm.weight`, `output.weight`
+//!    with `--leave-output-tensor`, BERT position/token-type embeddings, …) keep their type;
+//! 2. `--token-embedding-type` / `--output-tensor-type`, then `--tensor-type REGEX=TYPE`;
+//! 3. unless `--pure`, the per-category rules of the mix;
+//! 4. always the fallback when the row length is not a multiple of the chosen block.
+
+use regex::Regex;
+use weightport_core::{DType, Error, Result};
+
+/// A target file type (`general.file_type`).
+#[allow(non_camel_case_types, missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ftype {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K_S,
+    Q3_K_M,
+    Q3_K_L,
+    Q4_K_S,
+    Q4_K_M,
+    Q5_K_S,
+    Q5_K_M,
+    Q6_K,
+}
+
+const NAMES: &[(&str, Ftype, u32)] = &[
+    ("F32", Ftype::F32, 0),
+    ("F16", Ftype::F16, 1),
+    ("BF16", Ftype::BF16, 32),
+    ("Q4_0", Ftype::Q4_0, 2),
+    ("Q4_1", Ftype::Q4_1, 3),
+    ("Q8_0", Ftype::Q8_0, 7),
+    ("Q5_0", Ftype::Q5_0, 8),
+    ("Q5_1", Ftype::Q5_1, 9),
+    ("Q2_K", Ftype::Q2_K, 10),
+    ("Q3_K_S", Ftype::Q3_K_S, 11),
+    ("Q3_K_M", Ftype::Q3_K_M, 12),
+    ("Q3_K", Ftype::Q3_K_M, 12),
+    ("Q3_K_L", Ftype::Q3_K_L, 13),
+    ("Q4_K_S", Ftype::Q4_K_S, 14),
+    ("Q4_K_M", Ftype::Q4_K_M, 15),
+    ("Q4_K", Ftype::Q4_K_M, 15),
+    ("Q5_K_S", Ftype::Q5_K_S, 16),
+    ("Q5_K_M", Ftype::Q5_K_M, 17),
+    ("Q5_K", Ftype::Q5_K_M, 17),
+    ("Q6_K", Ftype::Q6_K, 18),
+];
+
+impl Ftype {
+    /// Parses a name as llama-quantize does (case-insensitive; `Q4_K` = `Q4_K_M`).
+    pub fn parse(s: &str) -> Result<Ftype> {
+        NAMES
+            .iter()
+            .find(|(n, _, _)| n.eq_ignore_ascii_case(s))
+            .map(|(_, f, _)| *f)
+            .ok_or_else(|| {
+                let known: Vec<&str> = NAMES.iter().map(|(n, _, _)| *n).collect();
+                Error::Usage(format!(
+                    "--quant {s}: unknown type (known: {})",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(_, f, _)| *f == self)
+            .map(|(n, _, _)| *n)
+            .unwrap_or("?")
+    }
+
+    /// `general.file_type` (LlamaFileType).
+    pub fn file_type(self) -> u32 {
+        NAMES
+            .iter()
+            .find(|(_, f, _)| *f == self)
+            .map(|(_, _, id)| *id)
+            .unwrap_or(0)
+    }
+
+    /// The type most tensors get (`llama_ftype_get_default_type`).
+    pub fn default_type(self) -> DType {
+        match self {
+            Ftype::F32 => DType::F32,
+            Ftype::F16 => DType::F16,
+            Ftype::BF16 => DType::BF16,
+            Ftype::Q4_0 => DType::Q4_0,
+            Ftype::Q4_1 => DType::Q4_1,
+            Ftype::Q5_0 => DType::Q5_0,
+            Ftype::Q5_1 => DType::Q5_1,
+            Ftype::Q8_0 => DType::Q8_0,
+            Ftype::Q2_K => DType::Q2_K,
+            Ftype::Q3_K_S | Ftype::Q3_K_M | Ftype::Q3_K_L => DType::Q3_K,
+            Ftype::Q4_K_S | Ftype::Q4_K_M => DType::Q4_K,
+            Ftype::Q5_K_S | Ftype::Q5_K_M => DType::Q5_K,
+            Ftype::Q6_K => DType::Q6_K,
+        }
+    }
+}
+
+/// One tensor as the mix sees it (GGUF name, row length `ne[0]`, dimensions, current type).
+#[derive(Debug, Clone)]
+pub struct MixTensor {
+    /// GGUF name (`blk.3.attn_v.weight`).
+    pub name: String,
+    /// Row length (`ne[0]`, the innermost dimension).
+    pub ne0: u64,
+    /// `ggml_n_dims`: dimensions without trailing 1s (at least 1).
+    pub n_dims: usize,
+    /// The current type.
+    pub dtype: DType,
+}
+
+/// The user's choices and the model facts the rules need.
+#[derive(Debug, Clone)]
+pub struct MixParams {
+    /// Target file type.
+    pub ftype: Ftype,
+    /// `--pure`: every quantizable tensor gets the default type (fallbacks still apply).
+    pub pure: bool,
+    /// `--tensor-type REGEX=TYPE`, first match wins.
+    pub tensor_types: Vec<(Regex, DType)>,
+    /// `--output-tensor-type`.
+    pub output_type: Option<DType>,
+    /// `--token-embedding-type`.
+    pub token_embd_type: Option<DType>,
+    /// `--leave-output-tensor`.
+    pub leave_output: bool,
+    /// `general.architecture`.
+    pub arch: String,
+    /// `{arch}.block_count`.
+    pub n_layer: usize,
+    /// `head_count / head_count_kv`.
+    pub n_gqa: u32,
+    /// `{arch}.expert_count` (0 or 1 for dense models).
+    pub n_expert: u32,
+}
+
+/// The decision for one tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// The type it is written as.
+    pub dtype: DType,
+    /// Why it is not the default, when a fallback changed it.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cat {
+    Output,
+    TokenEmbd,
+    Qkv,
+    KvB,
+    V,
+    K,
+    Q,
+    AttnOut,
+    Up,
+    Gate,
+    Down,
+    Other,
+}
+
+fn category(name: &str) -> Cat {
+    if name == "output.weight" {
+        return Cat::Output;
+    }
+    if name == "token_embd.weight" || name == "per_layer_token_embd.weight" {
+        return Cat::TokenEmbd;
+    }
+    const SUBSTR: &[(&str, Cat)] = &[
+        ("attn_qkv.weight", Cat::Qkv),
+        ("attn_kv_b.weight", Cat::KvB),
+        ("attn_v.weight", Cat::V),
+        ("attn_k.weight", Cat::K),
+        ("attn_q.weight", Cat::Q),
+        ("attn_output.weight", Cat::AttnOut),
+        ("ffn_up", Cat::Up),
+        ("ffn_gate", Cat::Gate),
+        ("ffn_down", Cat::Down),
+    ];
+    SUBSTR
+        .iter()
+        .find(|(s, _)| name.contains(s))
+        .map_or(Cat::Other, |(_, c)| *c)
+}
+
+fn is_attn_v(c: Cat) -> bool {
+    matches!(c, Cat::V | Cat::Qkv | Cat::KvB)
+}
+
+/// `tensor_allows_quantization` for the dense architectures weightport writes.
+fn allows_quantization(t: &MixTensor, p: &MixParams) -> bool {
+    const NEVER: &[&str] = &[
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "attn_rel_b.weight",
+        ".position_embd",
+        ".patch_embd",
+    ];
+    t.n_dims >= 2
+        && t.name.ends_with("weight")
+        && !NEVER.iter().any(|n| t.name.contains(n))
+        && !(p.leave_output && t.name == "output.weight")
+        && t.name != "position_embd.weight"
+        && t.name != "token_types.weight"
+}
+
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64) % 3 == 2
+}
+
+struct Counters {
+    n_attention_wv: usize,
+    i_attention_wv: usize,
+    i_ffn_down: usize,
+    tied: bool,
+}
+
+/// The per-category rules (`llama_tensor_get_type_impl`) for the K and legacy mixes.
+fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DType) -> DType {
+    use Ftype as F;
+    let f = p.ftype;
+    let n_layer = p.n_layer;
+    if cat == Cat::Output || (c.tied && cat == Cat::TokenEmbd) {
+        if let Some(o) = p.output_type {
+            return o;
+        }
+        let blk = u64::from(block_elems(ty));
+        if p.arch == "falcon" || t.ne0 % blk != 0 {
+            return DType::Q8_0;
+        }
+        return if ty != DType::Q8_0 { DType::Q6_K } else { ty };
+    }
+    if cat == Cat::TokenEmbd {
+        return p.token_embd_type.unwrap_or(ty);
+    }
+    if is_attn_v(cat) {
+        ty = match f {
+            F::Q2_K => {
+                if p.n_gqa >= 4 {
+                    DType::Q4_K
+                } else {
+                    DType::Q3_K
+                }
+            }
+            F::Q3_K_M => {
+                if c.i_attention_wv < 2 {
+                    DType::Q5_K
+                } else {
+                    DType::Q4_K
+                }
+            }
+            F::Q3_K_L => DType::Q5_K,
+            F::Q4_K_M | F::Q5_K_M if use_more_bits(c.i_attention_wv, c.n_attention_wv) => {
+                DType::Q6_K
+            }
+            F::Q4_K_S if c.i_attention_wv < 4 => DType::Q5_K,
+            _ => ty,
+        };
+        if p.n_expert == 8 {
+            ty = DType::Q8_0;
+        }
+        c.i_attention_wv += 1;
+        return ty;
+    }
+    match cat {
+        Cat::K if p.n_expert == 8 => DType::Q8_0,
+        Cat::Down => {
+            let i = c.i_ffn_down;
+            c.i_ffn_down += 1;
+            let falcon = p.arch == "falcon";
+            match f {
+                F::Q2_K => DType::Q3_K,
+                F::Q3_K_M if i < n_layer / 16 => DType::Q5_K,
+                F::Q3_K_M if !falcon || use_more_bits(i, n_layer) => DType::Q4_K,
+                F::Q3_K_M => DType::Q3_K,
+                F::Q3_K_L => {
+                    if falcon {
+                        DType::Q4_K
+                    } else {
+                        DType::Q5_K
+                    }
+                }
+                F::Q4_K_M if falcon => {
+                    if i < n_layer / 16 {
+                        DType::Q6_K
+                    } else if use_more_bits(i, n_layer) {
+                        DType::Q5_K
+                    } else {
+                        DType::Q4_K
+                    }
+                }
+                F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n_layer) => DType::Q6_K,
+                F::Q4_K_S if !falcon && i < n_layer / 8 => DType::Q5_K,
+                _ => ty,
+            }
+        }
+        Cat::AttnOut if p.arch != "falcon" => {
+            if p.n_expert == 8 {
+                match f {
+                    F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M => DType::Q5_K,
+                    _ => ty,
+                }
+            } else {
+                match f {
+                    F::Q2_K => DType::Q3_K,
+                    F::Q3_K_M => DType::Q4_K,
+                    F::Q3_K_L => DType::Q5_K,
+                    _ => ty,
+                }
+            }
+        }
+        Cat::AttnOut if f == F::Q3_K_L => DType::Q4_K,
+        _ => ty,
+    }
+}
+
+fn block_elems(d: DType) -> u32 {
+    match d.layout() {
+        weightport_core::Layout::Block { elems, .. } => elems,
+        _ => 1,
+    }
+}
+
+/// `tensor_type_fallback`: a type whose block divides the row, or F16.
+fn fallback(t: &MixTensor, ty: DType) -> (DType, Option<String>) {
+    let blk = u64::from(block_elems(ty));
+    if t.ne0 % blk == 0 {
+        return (ty, None);
+    }
+    let to = match ty {
+        DType::IQ1_S
+        | DType::IQ1_M
+        | DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S
+        | DType::IQ4_XS => DType::IQ4_NL,
+        DType::Q2_0 | DType::Q2_K | DType::Q3_K | DType::TQ1_0 | DType::TQ2_0 => DType::Q4_0,
+        DType::Q4_K => DType::Q5_0,
+        DType::Q5_K => DType::Q5_1,
+        DType::Q6_K => DType::Q8_0,
+        other => other,
+    };
+    let to = if t.ne0 % u64::from(block_elems(to)) != 0 {
+        DType::F16
+    } else {
+        to
+    };
+    let note = format!(
+        "row length {} is not a multiple of {}'s {blk}-element blocks: {} instead",
+        t.ne0, ty, to
+    );
+    (to, Some(note))
+}
+
+/// The order llama-quantize processes (and writes) tensors in: non-block tensors first, then by
+/// layer (`blk.N.`), names sorted within each group. Returns indices into `names`.
+pub fn quantize_order(names: &[&str]) -> Vec<usize> {
+    let layer = |n: &str| -> i64 {
+        n.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(-1)
+    };
+    let mut idx: Vec<usize> = (0..names.len()).collect();
+    idx.sort_by(|&a, &b| {
+        (layer(names[a]), names[a].as_bytes()).cmp(&(layer(names[b]), names[b].as_bytes()))
+    });
+    idx
+}
+
+/// Chooses every tensor's type. `tensors` must be in [`quantize_order`].
+pub fn choose(tensors: &[MixTensor], p: &MixParams) -> Vec<Choice> {
+    let cats: Vec<Cat> = tensors.iter().map(|t| category(&t.name)).collect();
+    let mut c = Counters {
+        n_attention_wv: cats.iter().filter(|&&k| is_attn_v(k)).count(),
+        i_attention_wv: 0,
+        i_ffn_down: 0,
+        tied: !cats.contains(&Cat::Output),
+    };
+    let default = p.ftype.default_type();
+    tensors
+        .iter()
+        .zip(&cats)
+        .map(|(t, &cat)| {
+            if !allows_quantization(t, p) {
+                return Choice {
+                    dtype: t.dtype,
+                    note: None,
+                };
+            }
+            if let (Some(e), Cat::TokenEmbd) = (p.token_embd_type, cat) {
+                return Choice {
+                    dtype: e,
+                    note: None,
+                };
+            }
+            if let (Some(o), Cat::Output) = (p.output_type, cat) {
+                return Choice {
+                    dtype: o,
+                    note: None,
+                };
+            }
+            if !default.is_block() {
+                return Choice {
+                    dtype: default,
+                    note: None,
+                };
+            }
+            let manual = p.tensor_types.iter().find(|(re, _)| re.is_match(&t.name));
+            let ty = match manual {
+                Some((_, d)) => *d,
+                None if p.pure => default,
+                None => mix_rule(t, cat, p, &mut c, default),
+            };
+            let (dtype, note) = fallback(t, ty);
+            Choice { dtype, note }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama(n_layer: usize, ne0: u64) -> Vec<MixTensor> {
+        let mut v = vec![
+            MixTensor {
+                name: "token_embd.weight".into(),
+                ne0,
+                n_dims: 2,
+                dtype: DType::F16,
+            },
+            MixTensor {
+                name: "output_norm.weight".into(),
+                ne0,
+                n_dims: 1,
+                dtype: DType::F32,
+            },
+            MixTensor {
+                name: "output.weight".into(),
+                ne0,
+                n_dims: 2,
+                dtype: DType::F16,
+            },
+        ];
+        for i in 0..n_layer {
+            for (n, d) in [
+                ("attn_norm.weight", 1),
+                ("attn_q.weight", 2),
+                ("attn_k.weight", 2),
+                ("attn_v.weight", 2),
+                ("attn_output.weight", 2),
+                ("ffn_norm.weight", 1),
+                ("ffn_gate.weight", 2),
+                ("ffn_up.weight", 2),
+                ("ffn_down.weight", 2),
+            ] {
+                v.push(MixTensor {
+                    name: format!("blk.{i}.{n}"),
+                    ne0,
+                    n_dims: d,
+                    dtype: if d == 1 { DType::F32 } else { DType::F16 },
+                });
+            }
+        }
+        let names: Vec<&str> = v.iter().map(|t| t.name.as_str()).collect();
+        let order = quantize_order(&names);
+        order.into_iter().map(|i| v[i].clone()).collect()
+    }
+
+    fn params(ftype: Ftype, n_layer: usize) -> MixParams {
+        MixParams {
+            ftype,
+            pure: false,
+            tensor_types: vec![],
+            output_type: None,
+            token_embd_type: None,
+            leave_output: false,
+            arch: "llama".into(),
+            n_layer,
+            n_gqa: 4,
+            n_expert: 0,
+        }
+    }
+
+    fn q6_layers(n: usize, which: &str) -> Vec<usize> {
+        let t = llama(n, 4096);
+        let c = choose(&t, &params(Ftype::Q4_K_M, n));
+        t.iter()
+            .zip(&c)
+            .filter(|(t, c)| t.name.ends_with(which) && c.dtype == DType::Q6_K)
+            .map(|(t, _)| t.name.split('.').nth(1).unwrap().parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn q4_k_m_gives_the_spec_examples() {
+        // gguf.md §4.3: 32 layers (Llama-3-8B) and 24 layers.
+        let want32 = [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31];
+        assert_eq!(q6_layers(32, "attn_v.weight"), want32);
+        assert_eq!(q6_layers(32, "ffn_down.weight"), want32);
+        assert_eq!(
+            q6_layers(24, "ffn_down.weight"),
+            [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]
+        );
+        let t = llama(4, 4096);
+        let c = choose(&t, &params(Ftype::Q4_K_M, 4));
+        let of = |n: &str| c[t.iter().position(|x| x.name == n).unwrap()].dtype;
+        assert_eq!(of("output.weight"), DType::Q6_K);
+        assert_eq!(of("token_embd.weight"), DType::Q4_K);
+        assert_eq!(of("output_norm.weight"), DType::F32);
+        assert_eq!(of("blk.1.attn_q.weight"), DType::Q4_K);
+    }
+
+    #[test]
+    fn rows_not_a_multiple_of_256_fall_back() {
+        // Qwen2-0.5B's hidden size 896 = 3.5 × 256.
+        let t = llama(2, 896);
+        let c = choose(&t, &params(Ftype::Q4_K_M, 2));
+        let of = |n: &str| c[t.iter().position(|x| x.name == n).unwrap()].clone();
+        assert_eq!(of("blk.0.attn_q.weight").dtype, DType::Q5_0);
+        assert_eq!(of("blk.0.attn_v.weight").dtype, DType::Q5_0);
+        assert_eq!(of("blk.1.attn_v.weight").dtype, DType::Q8_0, "Q6_K falls back to Q8_0");
+        assert_eq!(of("output.weight").dtype, DType::Q8_0);
+        assert!(of("blk.0.attn_q.weight").note.unwrap().contains("896"));
+        let t = llama(1, 100);
+        let c = choose(&t, &params(Ftype::Q4_K_M, 1));
+        assert!(c
+            .iter()
+            .zip(&t)
+            .all(|(c, t)| t.n_dims == 1 || c.dtype == DType::F16));
+    }
+
+    #[test]
+    fn overrides_pure_and_tied_embeddings() {
+        let mut t = llama(2, 4096);
+        t.retain(|x| x.name != "output.weight");
+        let mut p = params(Ftype::Q4_K_M, 2);
+        let c = choose(&t, &p);
+        assert_eq!(
+            c[t.iter()
+                .position(|x| x.name == "token_embd.weight")
+                .unwrap()]
+            .dtype,
+            DType::Q6_K
+        );
+        p.pure = true;
+        p.tensor_types = vec![(Regex::new("ffn_up").unwrap(), DType::Q8_0)];
+        let c = choose(&t, &p);
+        for (x, c) in t.iter().zip(&c) {
+            let want = if x.n_dims == 1 {
+                DType::F32
+            } else if x.name.contains("ffn_up") {
+                DType::Q8_0
+            } else {
+                DType::Q4_K
+            };
+            assert_eq!(c.dtype, want, "{}", x.name);
+        }
+        assert_eq!(Ftype::parse("q4_k").unwrap(), Ftype::Q4_K_M);
+        assert_eq!(Ftype::Q4_K_M.file_type(), 15);
+        assert!(Ftype::parse("Q9").is_err());
+    }
+}
