@@ -226,3 +226,139 @@ pub(crate) fn dequantize_iq4_xs(x: &[BlockIq4Xs], y: &mut [f32]) {
         }
     }
 }
+
+// ---------------------------------------------------------------- IQ4_NL / IQ4_XS quantize
+
+/// `best_index_int8(16, kvalues_iq4nl, x)`: nearest non-linear level by binary search; ties
+/// go up.
+#[inline(always)]
+fn best_index_iq4(x: f32) -> u8 {
+    let v = |i: usize| KVALUES_IQ4NL[i] as f32;
+    if x <= v(0) {
+        return 0;
+    }
+    if x >= v(15) {
+        return 15;
+    }
+    let (mut ml, mut mu) = (0usize, 15usize);
+    while mu - ml > 1 {
+        let mav = (ml + mu) / 2;
+        if x < v(mav) {
+            mu = mav;
+        } else {
+            ml = mav;
+        }
+    }
+    if x - v(mu - 1) < v(mu) - x {
+        (mu - 1) as u8
+    } else {
+        mu as u8
+    }
+}
+
+/// The per-32 scale search of `quantize_row_iq4_nl_impl` without an importance matrix and
+/// with `ntry = 7` (what `quantize_iq4_nl`/`quantize_iq4_xs` use): returns the scale, or 0 for
+/// an all-(near-)zero block.
+fn iq4_block_scale(xb: &[f32]) -> f32 {
+    const NTRY: i32 = 7;
+    let v0 = KVALUES_IQ4NL[0] as i32;
+    let mut weight = [0f32; 32];
+    let (mut amax, mut max) = (0f32, 0f32);
+    for (j, &x) in xb.iter().enumerate() {
+        weight[j] = x * x;
+        let ax = x.abs();
+        if ax > amax {
+            amax = ax;
+            max = x;
+        }
+    }
+    if amax < 1e-15 {
+        return 0.0;
+    }
+    let sums = |id: f32| {
+        let (mut sumqx, mut sumq2) = (0f32, 0f32);
+        for (j, &x) in xb.iter().enumerate() {
+            let q = KVALUES_IQ4NL[best_index_iq4(id * x) as usize] as f32;
+            let w = weight[j];
+            sumqx += w * q * x;
+            sumq2 += w * q * q;
+        }
+        (sumqx, sumq2)
+    };
+    let d = -max / v0 as f32;
+    let (sumqx, sumq2) = sums(1.0 / d);
+    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+    let mut best = d * sumqx;
+    for itry in -NTRY..=NTRY {
+        let (sumqx, sumq2) = sums((itry + v0) as f32 / max);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    d
+}
+
+/// Nibble packing shared by IQ4_NL and IQ4_XS (as Q4_0, per 32 elements).
+#[inline(always)]
+fn iq4_pack(l: &[u8], qs: &mut [u8]) {
+    for i in 0..l.len() / 32 {
+        for j in 0..16 {
+            qs[16 * i + j] = l[32 * i + j] | (l[32 * i + 16 + j] << 4);
+        }
+    }
+}
+
+/// IQ4_NL as llama-quantize writes it without an imatrix (`quantize_iq4_nl`, ntry = 7; note
+/// `quantize_row_iq4_nl_ref` uses ntry = -1 and differs).
+pub(crate) fn quantize_iq4_nl(x: &[f32], y: &mut [BlockIq4Nl]) {
+    for (xb, b) in x.chunks_exact(32).zip(y) {
+        let s = iq4_block_scale(xb);
+        b.d = crate::util::put_f16(s);
+        let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+        let mut l = [0u8; 32];
+        for (o, &v) in l.iter_mut().zip(xb) {
+            *o = best_index_iq4(id * v);
+        }
+        iq4_pack(&l, &mut b.qs);
+    }
+}
+
+/// IQ4_XS as llama-quantize writes it without an imatrix (`quantize_iq4_xs`, ntry = 7).
+pub(crate) fn quantize_iq4_xs(x: &[f32], y: &mut [BlockIq4Xs]) {
+    for (x, b) in x.chunks_exact(256).zip(y) {
+        let mut scales = [0f32; 8];
+        let (mut max_scale, mut amax_scale) = (0f32, 0f32);
+        for ib in 0..8 {
+            scales[ib] = iq4_block_scale(&x[32 * ib..32 * ib + 32]);
+            let a = scales[ib].abs();
+            if a > amax_scale {
+                amax_scale = a;
+                max_scale = scales[ib];
+            }
+        }
+        let d = -max_scale / 32.0;
+        b.d = crate::util::put_f16(d);
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut sh = 0u16;
+        b.scales_l = [0; 4];
+        let mut l = [0u8; 256];
+        for ib in 0..8 {
+            let ls = crate::util::nearest_int(id * scales[ib]).clamp(-32, 31);
+            let dl = d * ls as f32; // the unrounded f32 d, not the stored f16
+            let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
+            for j in 0..32 {
+                l[32 * ib + j] = best_index_iq4(idl * x[32 * ib + j]);
+            }
+            let ls = (ls + 32) as u8;
+            if ib % 2 == 0 {
+                b.scales_l[ib / 2] = ls & 0xF;
+            } else {
+                b.scales_l[ib / 2] |= (ls & 0xF) << 4;
+            }
+            sh |= ((ls >> 4) as u16) << (2 * ib);
+        }
+        b.scales_h = sh.to_le_bytes();
+        iq4_pack(&l, &mut b.qs);
+    }
+}

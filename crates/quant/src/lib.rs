@@ -2,8 +2,9 @@
 //!
 //! Pure slice-in/slice-out functions, single-threaded per call, no I/O:
 //!
-//! - [`quantize`] reproduces ggml's `quantize_row_<type>_ref` byte for byte (what
-//!   `llama-quantize` writes when no importance matrix is given), and [`dequantize`] reproduces
+//! - [`quantize`] reproduces byte for byte what `llama-quantize` writes when no importance
+//!   matrix is given (`ggml_quantize_chunk`, which is ggml's `quantize_row_<type>_ref` for
+//!   every type here except IQ4_NL/IQ4_XS, see [`quantize`]), and [`dequantize`] reproduces
 //!   `dequantize_row_<type>` bit for bit. [`can_quantize`]/[`can_dequantize`] say which
 //!   [`DType`]s are covered; anything else is [`QuantError::Unsupported`].
 //! - [`cast`] converts f32/f16/bf16 with torch's or ggml's rounding and counts overflow and
@@ -186,11 +187,16 @@ kernels! {
     IQ3_S => BlockIq3S, q: None, dq: Some(iquants::dequantize_iq3_s);
     IQ1_S => BlockIq1S, q: None, dq: Some(iquants::dequantize_iq1_s);
     IQ1_M => BlockIq1M, q: None, dq: Some(iquants::dequantize_iq1_m);
-    IQ4_NL => BlockIq4Nl, q: None, dq: Some(iquants::dequantize_iq4_nl);
-    IQ4_XS => BlockIq4Xs, q: None, dq: Some(iquants::dequantize_iq4_xs);
+    IQ4_NL => BlockIq4Nl, q: Some(iquants::quantize_iq4_nl), dq: Some(iquants::dequantize_iq4_nl);
+    IQ4_XS => BlockIq4Xs, q: Some(iquants::quantize_iq4_xs), dq: Some(iquants::dequantize_iq4_xs);
 }
 
-/// Quantizes `src` into `dst` exactly as ggml's `quantize_row_<dtype>_ref` does.
+/// Quantizes `src` into `dst` exactly as ggml does without an importance matrix:
+/// `ggml_quantize_chunk(dtype, …, imatrix = NULL)`, i.e. what `llama-quantize` writes. For all
+/// supported types but two that is `quantize_row_<dtype>_ref`; for IQ4_NL and IQ4_XS it is
+/// `quantize_iq4_nl`/`quantize_iq4_xs` (scale search with 7 tries each way;
+/// `quantize_row_iq4_nl_ref` does no search and gives other bytes). Q8_1 and Q8_K have no
+/// `ggml_quantize_chunk` path; for them this is their `_ref` function.
 ///
 /// `src.len()` must be a multiple of the block's element count and `dst.len()` must be
 /// exactly `blocks × block bytes`. Blocks are independent, so callers may split a tensor at
