@@ -18,11 +18,10 @@ use weightport_core::registry::{
     PlannedFile, RepoFormat, RepoInput,
 };
 use weightport_core::{
-    sanitize, shown, Error, Format, Location, MultiSource, Result, TensorInfo, TensorSink,
-    TensorSource,
+    sanitize, shown, Error, Format, Location, MultiSource, Result, TensorInfo, TensorSource,
 };
+use weightport_safetensors::layout;
 use weightport_safetensors::registration::{at_file, header_metadata};
-use weightport_safetensors::{layout, SafetensorsSink};
 
 use crate::index::{read_index, render_index, Index};
 use crate::repo::{companion_files, find_weights, resolve_in_repo, Weights};
@@ -284,15 +283,5 @@ pub const OUTPUT: OutputFormat = OutputFormat {
             .is_some_and(crate::repo::is_weights_file)
     },
     plan: plan_repo,
-    sink: |req, plan| -> Result<Box<dyn TensorSink>> {
-        let groups: Vec<_> = plan
-            .files
-            .iter()
-            .map(|f| (f.path.clone(), f.tensors.clone()))
-            .collect();
-        Ok(Box::new(SafetensorsSink::new(
-            Box::new(move |_| Ok(groups)),
-            header_metadata(req),
-        )))
-    },
+    sink: weightport_safetensors::registration::sink_for,
 };

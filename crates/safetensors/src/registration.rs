@@ -101,15 +101,18 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     format: Format::Safetensors,
     claims: names_file,
     plan: plan_file,
-    sink: |req, plan| -> Result<Box<dyn TensorSink>> {
-        let groups: Vec<_> = plan
-            .files
-            .iter()
-            .map(|f| (f.path.clone(), f.tensors.clone()))
-            .collect();
-        Ok(Box::new(SafetensorsSink::new(
-            Box::new(move |_| Ok(groups)),
-            header_metadata(req),
-        )))
-    },
+    sink: sink_for,
 };
+
+/// A sink writing `plan`'s files (one or many shards) as safetensors.
+pub fn sink_for(req: &OutputRequest, plan: &OutputPlan) -> Result<Box<dyn TensorSink>> {
+    let groups: Vec<_> = plan
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.tensors.clone()))
+        .collect();
+    Ok(Box::new(SafetensorsSink::new(
+        Box::new(move |_| Ok(groups)),
+        header_metadata(req),
+    )))
+}
