@@ -229,31 +229,48 @@ pub(crate) fn dequantize_iq4_xs(x: &[BlockIq4Xs], y: &mut [f32]) {
 
 // ---------------------------------------------------------------- IQ4_NL / IQ4_XS quantize
 
-/// `best_index_int8(16, kvalues_iq4nl, x)`: nearest non-linear level by binary search; ties
-/// go up.
+const IQ4_V: [i32; 16] = {
+    let mut v = [0i32; 16];
+    let mut i = 0;
+    while i < 16 {
+        v[i] = KVALUES_IQ4NL[i] as i32;
+        i += 1;
+    }
+    v
+};
+
+/// `best_index_int8(16, kvalues_iq4nl, x)` → `(index, level)`: nearest non-linear level,
+/// ties go up.
+///
+/// ggml binary-searches for the bracketing pair `v[ml] <= x < v[ml+1]`; the levels are
+/// strictly increasing integers, so `ml`, `v[ml]` and `v[ml+1]` are sums over the 14 inner
+/// comparisons (exact integer arithmetic, no branches, vectorizable). NaN, for which every
+/// comparison fails, ends at index 15 in ggml's search.
+#[inline(always)]
+fn best_iq4(x: f32) -> (u8, i32) {
+    let mut ml = 0i32;
+    let mut lo = IQ4_V[0];
+    let mut hi = IQ4_V[1];
+    for k in 1..15 {
+        let ge = (x >= IQ4_V[k] as f32) as i32;
+        ml += ge;
+        lo += ge * (IQ4_V[k] - IQ4_V[k - 1]);
+        hi += ge * (IQ4_V[k + 1] - IQ4_V[k]);
+    }
+    let down = x - (lo as f32) < (hi as f32) - x;
+    let (mut idx, mut q) = if down { (ml, lo) } else { (ml + 1, hi) };
+    if x <= IQ4_V[0] as f32 {
+        (idx, q) = (0, IQ4_V[0]);
+    }
+    if x >= IQ4_V[15] as f32 || x.is_nan() {
+        (idx, q) = (15, IQ4_V[15]);
+    }
+    (idx as u8, q)
+}
+
 #[inline(always)]
 fn best_index_iq4(x: f32) -> u8 {
-    let v = |i: usize| KVALUES_IQ4NL[i] as f32;
-    if x <= v(0) {
-        return 0;
-    }
-    if x >= v(15) {
-        return 15;
-    }
-    let (mut ml, mut mu) = (0usize, 15usize);
-    while mu - ml > 1 {
-        let mav = (ml + mu) / 2;
-        if x < v(mav) {
-            mu = mav;
-        } else {
-            ml = mav;
-        }
-    }
-    if x - v(mu - 1) < v(mu) - x {
-        (mu - 1) as u8
-    } else {
-        mu as u8
-    }
+    best_iq4(x).0
 }
 
 /// The per-32 scale search of `quantize_row_iq4_nl_impl` without an importance matrix and
@@ -275,25 +292,32 @@ fn iq4_block_scale(xb: &[f32]) -> f32 {
     if amax < 1e-15 {
         return 0.0;
     }
-    let sums = |id: f32| {
-        let (mut sumqx, mut sumq2) = (0f32, 0f32);
-        for (j, &x) in xb.iter().enumerate() {
-            let q = KVALUES_IQ4NL[best_index_iq4(id * x) as usize] as f32;
-            let w = weight[j];
-            sumqx += w * q * x;
-            sumq2 += w * q * q;
+    // candidate 0: the initial scale; candidate 1 + k: try `k - 7`. Each candidate's sums run
+    // in element order; the candidates only run side by side (independent chains).
+    let mut ids = [0f32; 16];
+    ids[0] = 1.0 / (-max / v0 as f32);
+    for (k, id) in ids[1..].iter_mut().enumerate() {
+        *id = (k as i32 - NTRY + v0) as f32 / max;
+    }
+    let (mut sumqx, mut sumq2) = ([0f32; 16], [0f32; 16]);
+    for (j, &x) in xb.iter().enumerate() {
+        let w = weight[j];
+        for c in 0..16 {
+            let q = best_iq4(ids[c] * x).1 as f32;
+            sumqx[c] += w * q * x;
+            sumq2[c] += w * q * q;
         }
-        (sumqx, sumq2)
+    }
+    let mut d = if sumq2[0] > 0.0 {
+        sumqx[0] / sumq2[0]
+    } else {
+        0.0
     };
-    let d = -max / v0 as f32;
-    let (sumqx, sumq2) = sums(1.0 / d);
-    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-    let mut best = d * sumqx;
-    for itry in -NTRY..=NTRY {
-        let (sumqx, sumq2) = sums((itry + v0) as f32 / max);
-        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-            d = sumqx / sumq2;
-            best = d * sumqx;
+    let mut best = d * sumqx[0];
+    for c in 1..16 {
+        if sumq2[c] > 0.0 && sumqx[c] * sumqx[c] > best * sumq2[c] {
+            d = sumqx[c] / sumq2[c];
+            best = d * sumqx[c];
         }
     }
     d
@@ -360,5 +384,55 @@ pub(crate) fn quantize_iq4_xs(x: &[f32], y: &mut [BlockIq4Xs]) {
         }
         b.scales_h = sh.to_le_bytes();
         iq4_pack(&l, &mut b.qs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ggml's `best_index_int8`, literally.
+    fn binary_search(x: f32) -> u8 {
+        let v = |i: usize| KVALUES_IQ4NL[i] as f32;
+        if x <= v(0) {
+            return 0;
+        }
+        if x >= v(15) {
+            return 15;
+        }
+        let (mut ml, mut mu) = (0usize, 15usize);
+        while mu - ml > 1 {
+            let mav = (ml + mu) / 2;
+            if x < v(mav) {
+                mu = mav;
+            } else {
+                ml = mav;
+            }
+        }
+        if x - v(mu - 1) < v(mu) - x {
+            (mu - 1) as u8
+        } else {
+            mu as u8
+        }
+    }
+
+    #[test]
+    fn branch_free_index_equals_binary_search() {
+        let mut xs: Vec<f32> = (-600..=600).map(|i| i as f32 * 0.25).collect();
+        xs.extend([
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e-30,
+            12.999999,
+            13.000001,
+        ]);
+        for x in xs {
+            let (i, q) = best_iq4(x);
+            assert_eq!(i, binary_search(x), "{x}");
+            assert_eq!(q, KVALUES_IQ4NL[i as usize] as i32, "{x}");
+        }
     }
 }
