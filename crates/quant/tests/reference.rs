@@ -461,3 +461,42 @@ fn chunked_calls_give_the_same_bytes() {
         }
     }
 }
+
+/// Extra sanity check beyond the reference comparison: on normal data, every quantizer's
+/// round trip stays within a per-type fraction of the input's RMS.
+#[test]
+fn round_trip_error_is_bounded() {
+    let x: Vec<f32> = f32s(&read("input.f32"))[..DIST_ELEMS].to_vec(); // the "normal" distribution
+    let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt();
+    for &(name, dt) in TYPES {
+        if !(can_quantize(dt) && can_dequantize(dt)) {
+            continue;
+        }
+        let (elems, bytes) = block_shape(dt);
+        let mut q = vec![0u8; x.len() / elems * bytes];
+        quantize(dt, &x, &mut q).unwrap();
+        let mut y = vec![0f32; x.len()];
+        dequantize(dt, &q, &mut y).unwrap();
+        let err = (x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum::<f32>()
+            / x.len() as f32)
+            .sqrt();
+        let bound = match name {
+            "q8_0" | "q8_k" => 0.01,
+            "q6_k" => 0.02,
+            "q5_0" | "q5_1" | "q5_k" => 0.05,
+            "q4_0" | "q4_1" | "q4_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | "nvfp4" => 0.12,
+            "q3_k" => 0.25,
+            "q2_k" => 0.45,
+            _ => 1.0, // ternary and 1-bit types: only a loose bound
+        };
+        assert!(
+            err / rms < bound,
+            "{name}: relative RMS error {}",
+            err / rms
+        );
+    }
+}
