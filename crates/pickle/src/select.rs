@@ -93,6 +93,7 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
         };
     };
     let mut budget = limits.max_expanded;
+    let mut sizes = HashMap::new();
     let mut path: Vec<String> = Vec::new();
     let mut target = root;
     if let Some(key) = key.filter(|k| !k.is_empty()) {
@@ -190,6 +191,13 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
                 ))
             }
             _ => {
+                charge(
+                    arena,
+                    v,
+                    &mut sizes,
+                    &mut budget.clone(),
+                    limits.max_expanded,
+                )?;
                 let name = key_text(arena, k, limits, &mut budget)?;
                 let val = to_meta(arena, v, limits.max_depth, &mut budget)?;
                 out.entries.push((format!("{prefix}{name}"), val));
@@ -205,6 +213,13 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
             if arena.str(k) == Some(seg.as_str()) {
                 continue;
             }
+            charge(
+                arena,
+                v,
+                &mut sizes,
+                &mut budget.clone(),
+                limits.max_expanded,
+            )?;
             let name = key_text(arena, k, limits, &mut budget)?;
             let val = to_meta(arena, v, limits.max_depth, &mut budget)?;
             let full = if pre.is_empty() {
@@ -217,6 +232,71 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
         node = str_key(arena, &items, seg).expect("walked");
     }
     Ok(out)
+}
+
+/// How many values converting `id` to metadata would produce (memo references counted at
+/// every use), saturating; computed over the shared DAG in linear time without building
+/// anything, so a "billion laughs" is refused in microseconds. A cycle counts as unbounded.
+pub fn expanded_size(arena: &Arena, id: Id, memo: &mut HashMap<Id, u64>) -> u64 {
+    const UNSEEN: u64 = 0;
+    const ACTIVE: u64 = u64::MAX - 1;
+    let children = |i: Id| -> Vec<Id> {
+        match arena.get(i) {
+            Node::Tuple(v) | Node::List(v) | Node::Set(v) => v.clone(),
+            Node::Dict { items, .. } => items.iter().flat_map(|&(k, v)| [k, v]).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut stack: Vec<(Id, Vec<Id>, usize, u64)> = Vec::new();
+    match memo.get(&id).copied().unwrap_or(UNSEEN) {
+        UNSEEN => {}
+        ACTIVE => return u64::MAX,
+        n => return n,
+    }
+    memo.insert(id, ACTIVE);
+    stack.push((id, children(id), 0, 1));
+    loop {
+        let top = stack.last_mut().expect("non-empty");
+        if top.2 < top.1.len() {
+            let c = top.1[top.2];
+            top.2 += 1;
+            match memo.get(&c).copied().unwrap_or(UNSEEN) {
+                UNSEEN => {
+                    memo.insert(c, ACTIVE);
+                    let ch = children(c);
+                    stack.push((c, ch, 0, 1));
+                }
+                ACTIVE => top.3 = u64::MAX,
+                n => top.3 = top.3.saturating_add(n),
+            }
+            continue;
+        }
+        let (done, _, _, total) = stack.pop().expect("non-empty");
+        memo.insert(done, total.clamp(1, ACTIVE - 1));
+        match stack.last_mut() {
+            Some(parent) => parent.3 = parent.3.saturating_add(total),
+            None => return total,
+        }
+    }
+}
+
+fn charge(
+    arena: &Arena,
+    id: Id,
+    memo: &mut HashMap<Id, u64>,
+    budget: &mut u64,
+    limit: u64,
+) -> R<()> {
+    let n = expanded_size(arena, id, memo);
+    if n > *budget {
+        return Err(VmErrorKind::Limit {
+            what: "expanded metadata values (memo references expand here)",
+            needed: (limit - *budget).saturating_add(n),
+            limit,
+        });
+    }
+    *budget -= n;
+    Ok(())
 }
 
 fn key_text(arena: &Arena, k: Id, limits: &VmLimits, budget: &mut u64) -> R<String> {
@@ -353,5 +433,46 @@ fn np_scalar(descr: &str, order: char, raw: &[u8]) -> MetaValue {
     MetaValue::Object {
         class: format!("numpy.{descr}"),
         state: Box::new(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::{PidStyle, Vm};
+
+    #[test]
+    fn expanded_size_counts_shared_values_without_expanding() {
+        // 64 levels of (x, x): 2^65 - 1 values if expanded.
+        let mut p = b"\x80\x02X\x03\x00\x00\x00lolq\x000".to_vec();
+        for k in 0..64u8 {
+            p.extend_from_slice(&[b'h', k, b'h', k, 0x86, b'q', k + 1]);
+            if k < 63 {
+                p.push(b'0');
+            }
+        }
+        p.push(b'.');
+        let r = Vm::new(&p, VmLimits::default(), PidStyle::Zip, false)
+            .run(false)
+            .unwrap();
+        let t = std::time::Instant::now();
+        assert_eq!(
+            expanded_size(&r.arena, r.root, &mut HashMap::new()),
+            u64::MAX
+        );
+        assert!(t.elapsed().as_millis() < 100);
+        // A list that contains itself is unbounded too.
+        let r = Vm::new(
+            b"\x80\x02]q\x00h\x00a.",
+            VmLimits::default(),
+            PidStyle::Zip,
+            false,
+        )
+        .run(false)
+        .unwrap();
+        assert_eq!(
+            expanded_size(&r.arena, r.root, &mut HashMap::new()),
+            u64::MAX
+        );
     }
 }

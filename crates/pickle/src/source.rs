@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use flate2::read::DeflateDecoder;
-use memmap2::{Advice, Mmap};
+use memmap2::{Advice, Mmap, UncheckedAdvice};
 use weightport_core::{
     Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
     TensorSource,
@@ -405,8 +405,13 @@ impl Checkpoint {
             unreachable!("sequential reads are for deflated records")
         };
         let want = e.desc.offset * e.itemsize + offset;
-        let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        let mut st = match seq.remove(&index) {
+        // The state is taken out of the map so other tensors' reads do not wait on this one.
+        let taken = self
+            .seq
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&index);
+        let mut st = match taken {
             Some(s) if s.pos <= want => s,
             _ => SeqState {
                 dec: DeflateDecoder::new(MapReader {
@@ -431,7 +436,10 @@ impl Checkpoint {
         st.pos = want + dst.len() as u64;
         self.fix(e, dst);
         if st.pos < e.desc.offset * e.itemsize + self.infos[index].byte_len {
-            seq.insert(index, st);
+            self.seq
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(index, st);
         }
         Ok(())
     }
@@ -592,6 +600,23 @@ impl TensorSource for Checkpoint {
             .map_err(|m| self.err(index, offset, m))?;
         self.fix(e, dst);
         Ok(())
+    }
+
+    #[allow(unsafe_code)]
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        if let Some(b) = self.bytes(index) {
+            let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
+            let start = (base + offset as usize).next_multiple_of(4096);
+            let end = (base + (offset + len) as usize).min(base + b.len()) / 4096 * 4096;
+            if end > start {
+                // SAFETY: a private read-only file mapping; MADV_DONTNEED only drops resident
+                // pages, which fault back in from the unchanged file on the next access.
+                let _ = unsafe {
+                    self.map
+                        .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
+                };
+            }
+        }
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
