@@ -305,6 +305,14 @@ mod tests {
             Err(QuantError::Unsupported { .. })
         ));
         quantize(DType::Q4_0, &[1.0; 32], &mut out).unwrap();
+        for &d in DType::ALL {
+            if can_quantize(d) {
+                quantize(d, &[], &mut []).unwrap();
+            }
+            if can_dequantize(d) {
+                dequantize(d, &[], &mut []).unwrap();
+            }
+        }
         let msg = quantize(DType::IQ2_XXS, &[0.0; 256], &mut [0u8; 66])
             .unwrap_err()
             .to_string();
