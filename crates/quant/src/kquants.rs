@@ -361,69 +361,93 @@ multiversion!(quantize_q6_k, quantize_q6_k_portable, BlockQ6K);
 
 // ---------------------------------------------------------------- Q2_K
 
+/// Q2_K first pass over `M` consecutive 16-element sub-blocks in lockstep lanes.
+#[inline(always)]
+fn q2k_first<const M: usize>(x: &[f32], l: &mut [u8]) -> ([f32; M], [f32; M]) {
+    let xt: [[f32; M]; 16] = transpose(x);
+    let mut wt = [[0f32; M]; 16];
+    for i in 0..16 {
+        for m in 0..M {
+            wt[i][m] = xt[i][m].abs();
+        }
+    }
+    let mut lt = [[0u8; M]; 16];
+    let res = make_qkx2_quants(3, &xt, &wt, &mut lt, -0.5, 0.1, 15, true);
+    for i in 0..16 {
+        for m in 0..M {
+            l[16 * m + i] = lt[i][m];
+        }
+    }
+    res
+}
+
+/// Q2_K per super-block: scales, super-scales, requantization, packing.
+#[inline(always)]
+fn q2k_finish(x: &[f32], scales: &[f32], mins: &[f32], l: &mut [u8], b: &mut BlockQ2K) {
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..16 {
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
+    if max_scale > 0.0 {
+        let iscale = 15.0 / max_scale;
+        for j in 0..16 {
+            b.scales[j] = nearest_int(iscale * scales[j]) as u8;
+        }
+        b.d = put_f16(max_scale / 15.0);
+    } else {
+        b.scales = [0; 16];
+        b.d = put_f16(0.0);
+    }
+    if max_min > 0.0 {
+        let iscale = 15.0 / max_min;
+        for j in 0..16 {
+            b.scales[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+        }
+        b.dmin = put_f16(max_min / 15.0);
+    } else {
+        b.dmin = put_f16(0.0);
+    }
+    let (dd, dm) = (get_f16(b.d), get_f16(b.dmin));
+    for j in 0..16 {
+        let d = dd * (b.scales[j] & 0xF) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let m = dm * (b.scales[j] >> 4) as f32;
+        for ii in 0..16 {
+            l[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
+        }
+    }
+    for h in 0..2 {
+        for k in 0..32 {
+            let e = 128 * h + k;
+            b.qs[32 * h + k] = l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6);
+        }
+    }
+}
+
+/// Q2_K, two super-blocks (32 lanes) per first pass.
 #[inline(always)]
 fn quantize_q2_k_portable(x: &[f32], y: &mut [BlockQ2K]) {
-    for (x, b) in x.chunks_exact(256).zip(y) {
-        let xt: [[f32; 16]; 16] = transpose(x);
-        let mut wt = [[0f32; 16]; 16];
-        for i in 0..16 {
-            for m in 0..16 {
-                wt[i][m] = xt[i][m].abs();
-            }
+    let mut xc = x.chunks_exact(512);
+    let mut yc = y.chunks_exact_mut(2);
+    for (x2, y2) in (&mut xc).zip(&mut yc) {
+        let mut l = [0u8; 512];
+        let (s, m) = q2k_first::<32>(x2, &mut l);
+        for (k, b) in y2.iter_mut().enumerate() {
+            let r = 256 * k..256 * k + 256;
+            q2k_finish(&x2[r.clone()], &s[16 * k..], &m[16 * k..], &mut l[r], b);
         }
-        let mut lt = [[0u8; 16]; 16];
-        let (scales, mins) = make_qkx2_quants(3, &xt, &wt, &mut lt, -0.5, 0.1, 15, true);
+    }
+    for (x1, b) in xc.remainder().chunks_exact(256).zip(yc.into_remainder()) {
         let mut l = [0u8; 256];
-        for i in 0..16 {
-            for m in 0..16 {
-                l[16 * m + i] = lt[i][m];
-            }
-        }
-        let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-        for j in 0..16 {
-            if scales[j] > max_scale {
-                max_scale = scales[j];
-            }
-            if mins[j] > max_min {
-                max_min = mins[j];
-            }
-        }
-        if max_scale > 0.0 {
-            let iscale = 15.0 / max_scale;
-            for j in 0..16 {
-                b.scales[j] = nearest_int(iscale * scales[j]) as u8;
-            }
-            b.d = put_f16(max_scale / 15.0);
-        } else {
-            b.scales = [0; 16];
-            b.d = put_f16(0.0);
-        }
-        if max_min > 0.0 {
-            let iscale = 15.0 / max_min;
-            for j in 0..16 {
-                b.scales[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
-            }
-            b.dmin = put_f16(max_min / 15.0);
-        } else {
-            b.dmin = put_f16(0.0);
-        }
-        let (dd, dm) = (get_f16(b.d), get_f16(b.dmin));
-        for j in 0..16 {
-            let d = dd * (b.scales[j] & 0xF) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            let m = dm * (b.scales[j] >> 4) as f32;
-            for ii in 0..16 {
-                l[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
-            }
-        }
-        for h in 0..2 {
-            for k in 0..32 {
-                let e = 128 * h + k;
-                b.qs[32 * h + k] = l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6);
-            }
-        }
+        let (s, m) = q2k_first::<16>(x1, &mut l);
+        q2k_finish(x1, &s, &m, &mut l, b);
     }
 }
 
@@ -752,68 +776,91 @@ pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
 
 // ---------------------------------------------------------------- Q6_K
 
+/// Q6_K first pass over `M` consecutive 16-element sub-blocks in lockstep lanes.
 #[inline(always)]
-fn quantize_q6_k_portable(x: &[f32], y: &mut [BlockQ6K]) {
-    for (x, b) in x.chunks_exact(256).zip(y) {
-        let xt: [[f32; 16]; 16] = transpose(x);
-        let mut lt = [[0i8; 16]; 16];
-        let scales = make_qx_quants(32, &xt, &mut lt);
-        let mut l = [0i8; 256];
-        for i in 0..16 {
-            for m in 0..16 {
-                l[16 * m + i] = lt[i][m];
-            }
+fn q6k_first<const M: usize>(x: &[f32], l: &mut [i8]) -> [f32; M] {
+    let xt: [[f32; M]; 16] = transpose(x);
+    let mut lt = [[0i8; M]; 16];
+    let scales = make_qx_quants(32, &xt, &mut lt);
+    for i in 0..16 {
+        for m in 0..M {
+            l[16 * m + i] = lt[i][m];
         }
-        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-        for ib in 0..16 {
-            let s = scales[ib];
-            if s.abs() > max_abs_scale {
-                max_abs_scale = s.abs();
-                max_scale = s;
-            }
+    }
+    scales
+}
+
+/// Q6_K per super-block: scales, super-scale, requantization, packing.
+#[inline(always)]
+fn q6k_finish(x: &[f32], scales: &[f32], l: &mut [i8], b: &mut BlockQ6K) {
+    let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+    for &s in &scales[..16] {
+        if s.abs() > max_abs_scale {
+            max_abs_scale = s.abs();
+            max_scale = s;
         }
-        if max_abs_scale < GROUP_MAX_EPS {
-            *b = BlockQ6K {
-                ql: [0; 128],
-                qh: [0; 64],
-                scales: [0; 16],
-                d: put_f16(0.0),
-            };
+    }
+    if max_abs_scale < GROUP_MAX_EPS {
+        *b = BlockQ6K {
+            ql: [0; 128],
+            qh: [0; 64],
+            scales: [0; 16],
+            d: put_f16(0.0),
+        };
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    b.d = put_f16(1.0 / iscale);
+    for ib in 0..16 {
+        b.scales[ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
+    }
+    let dd = get_f16(b.d);
+    for j in 0..16 {
+        let d = dd * b.scales[j] as i8 as f32;
+        if d == 0.0 {
             continue;
         }
-        let iscale = -128.0 / max_scale;
-        b.d = put_f16(1.0 / iscale);
-        for ib in 0..16 {
-            b.scales[ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
+        for ii in 0..16 {
+            l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-32, 31) + 32) as i8;
         }
-        let dd = get_f16(b.d);
-        for j in 0..16 {
-            let d = dd * b.scales[j] as i8 as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-32, 31) + 32) as i8;
-            }
-        }
-        for h in 0..2 {
-            let (ql, qh) = (
-                &mut b.ql[64 * h..64 * h + 64],
-                &mut b.qh[32 * h..32 * h + 32],
+    }
+    for h in 0..2 {
+        let (ql, qh) = (
+            &mut b.ql[64 * h..64 * h + 64],
+            &mut b.qh[32 * h..32 * h + 32],
+        );
+        let l = &l[128 * h..128 * h + 128];
+        for k in 0..32 {
+            let (a, b_, c, d) = (
+                l[k] as u8,
+                l[k + 32] as u8,
+                l[k + 64] as u8,
+                l[k + 96] as u8,
             );
-            let l = &l[128 * h..128 * h + 128];
-            for k in 0..32 {
-                let (a, b_, c, d) = (
-                    l[k] as u8,
-                    l[k + 32] as u8,
-                    l[k + 64] as u8,
-                    l[k + 96] as u8,
-                );
-                ql[k] = (a & 0xF) | ((c & 0xF) << 4);
-                ql[k + 32] = (b_ & 0xF) | ((d & 0xF) << 4);
-                qh[k] = (a >> 4) | ((b_ >> 4) << 2) | ((c >> 4) << 4) | ((d >> 4) << 6);
-            }
+            ql[k] = (a & 0xF) | ((c & 0xF) << 4);
+            ql[k + 32] = (b_ & 0xF) | ((d & 0xF) << 4);
+            qh[k] = (a >> 4) | ((b_ >> 4) << 2) | ((c >> 4) << 4) | ((d >> 4) << 6);
         }
+    }
+}
+
+/// Q6_K, two super-blocks (32 lanes) per first pass.
+#[inline(always)]
+fn quantize_q6_k_portable(x: &[f32], y: &mut [BlockQ6K]) {
+    let mut xc = x.chunks_exact(512);
+    let mut yc = y.chunks_exact_mut(2);
+    for (x2, y2) in (&mut xc).zip(&mut yc) {
+        let mut l = [0i8; 512];
+        let s = q6k_first::<32>(x2, &mut l);
+        for (k, b) in y2.iter_mut().enumerate() {
+            let r = 256 * k..256 * k + 256;
+            q6k_finish(&x2[r.clone()], &s[16 * k..], &mut l[r], b);
+        }
+    }
+    for (x1, b) in xc.remainder().chunks_exact(256).zip(yc.into_remainder()) {
+        let mut l = [0i8; 256];
+        let s = q6k_first::<16>(x1, &mut l);
+        q6k_finish(x1, &s, &mut l, b);
     }
 }
 
