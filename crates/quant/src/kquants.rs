@@ -180,8 +180,9 @@ fn abs_max_lanes<const N: usize, const M: usize>(x: &[[f32; M]; N]) -> ([f32; M]
 /// `make_q3_quants(n, nmax, x, L, do_rmse=true)`; `l` receives values in `0..2*nmax`.
 /// (Scalar: its data-dependent refinement loop usually stops after a pass or two, which
 /// lockstep lanes cannot exploit.)
-fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let n = x.len();
+#[inline(always)]
+fn make_q3_quants(nmax: i32, x: &[f32; 16], l: &mut [i8; 16]) -> f32 {
+    let n = 16;
     let (amax, max) = abs_max(x);
     if amax < GROUP_MAX_EPS {
         l.fill(0);
@@ -355,6 +356,7 @@ macro_rules! multiversion {
 }
 
 multiversion!(quantize_q2_k, quantize_q2_k_portable, BlockQ2K);
+multiversion!(quantize_q3_k, quantize_q3_k_portable, BlockQ3K);
 multiversion!(quantize_q4_k, quantize_q4_k_portable, BlockQ4K);
 multiversion!(quantize_q5_k, quantize_q5_k_portable, BlockQ5K);
 multiversion!(quantize_q6_k, quantize_q6_k_portable, BlockQ6K);
@@ -479,13 +481,16 @@ fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
     out
 }
 
-pub(crate) fn quantize_q3_k(x: &[f32], y: &mut [BlockQ3K]) {
+#[inline(always)]
+fn quantize_q3_k_portable(x: &[f32], y: &mut [BlockQ3K]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
         let mut l = [0i8; 256];
         let mut scales = [0f32; 16];
         let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for j in 0..16 {
-            scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+            let xs: &[f32; 16] = x[16 * j..16 * j + 16].try_into().unwrap();
+            let ls: &mut [i8; 16] = (&mut l[16 * j..16 * j + 16]).try_into().unwrap();
+            scales[j] = make_q3_quants(4, xs, ls);
             let s = scales[j].abs();
             if s > amax {
                 amax = s;
