@@ -9,17 +9,17 @@
 //! | f16→f32 | exact; NaN gets the quiet bit (long contiguous and strided tensors) | C: exact, NaN gets the quiet bit; numpy: signalling NaNs stay signalling | [`f16_to_f32`] (quiet bit set) |
 //! | bf16→f32 | `u << 16`, NaN payload untouched | same | [`bf16_to_f32`] |
 //!
-//! The torch column was measured (fixtures/good/quant/casts.safetensors, see the README
-//! there). One more torch quirk not reproduced here: f16→f32 of *short* tensors (5 elements)
+//! The torch and numpy behaviour was measured (fixtures/good/quant/torch_* and numpy_*, see
+//! the README there; the tests compare against them). One more torch quirk not reproduced here: f16→f32 of *short* tensors (5 elements)
 //! returned `0x7FFFFFFF` for every NaN.
 
 use crate::QuantError;
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 
-/// How NaN inputs map to f16 (finite values and ±inf round identically in both).
+/// How NaN inputs map to f16 (finite values and ±inf round identically in all three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum F16Nan {
-    /// Keep the sign and the top 9 payload bits, set the quiet bit: torch's `.to(float16)`,
+    /// Keep the sign and the top 10 mantissa bits, force the quiet bit: torch's `.to(float16)`,
     /// x86 F16C, `half::f16::from_f32`.
     KeepPayload,
     /// `sign | 0x7E00`: ggml's `GGML_FP32_TO_FP16` (ggml's C F16 conversion, and every f16
