@@ -1,0 +1,249 @@
+//! Opening a GGUF file: a read-only map, the header parsed from it, data served zero-copy.
+//!
+//! Only the header pages are touched by [`GgufFile::open`]; tensor bytes are read when the
+//! executor asks for them, and their pages can be dropped again with
+//! [`TensorSource::release`].
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Advice, Mmap, UncheckedAdvice};
+use weightport_core::{
+    sniff, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed, TensorInfo,
+    TensorSource,
+};
+
+use crate::header::{self, GgufHeader, GgufTensor};
+
+const PAGE: usize = 4096;
+
+/// A validated GGUF file.
+pub struct GgufFile {
+    path: PathBuf,
+    map: Mmap,
+    header: GgufHeader,
+    infos: Vec<TensorInfo>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path)
+            .field("version", &self.header.version)
+            .field("kv", &self.header.metadata.len())
+            .field("tensors", &self.infos.len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Opens and validates `path`.
+    pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+        if meta.is_dir() {
+            return Err(Error::Usage(format!(
+                "{}: is a directory, expected a file",
+                path.display()
+            )));
+        }
+        if meta.len() < 4 {
+            let mut head = vec![0u8; meta.len() as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
+                .map_err(|e| Error::io(path, "read", e))?;
+            return Err(impostor(path, &head).unwrap_or_else(|| {
+                Error::malformed(
+                    Location::file(path).at(0),
+                    Format::Gguf,
+                    format!(
+                        "the file has {} bytes, fewer than the 4-byte magic (truncated?)",
+                        meta.len()
+                    ),
+                )
+            }));
+        }
+        // SAFETY: the map is read-only and private; weightport never writes through it. As with
+        // every mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        if &map[..4] != header::MAGIC {
+            if let Some(e) = impostor(path, &map[..map.len().min(64)]) {
+                return Err(e);
+            }
+        }
+        let header = header::parse(path, &map, &opts.limits)?;
+        Ok(Self::from_parts(path.to_path_buf(), map, header))
+    }
+
+    fn from_parts(path: PathBuf, map: Mmap, header: GgufHeader) -> Self {
+        let infos = header
+            .tensors
+            .iter()
+            .map(|t| TensorInfo {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape(),
+                byte_len: t.nbytes,
+            })
+            .collect();
+        GgufFile {
+            path,
+            map,
+            header,
+            infos,
+        }
+    }
+
+    /// The path opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The GGUF version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.header.version
+    }
+
+    /// The alignment in force.
+    pub fn alignment(&self) -> u32 {
+        self.header.alignment
+    }
+
+    /// Tensor infos as stored (ggml type id, `ne` innermost first, `n_dims`, offsets).
+    pub fn gguf_tensors(&self) -> &[GgufTensor] {
+        &self.header.tensors
+    }
+
+    /// The keys in file order.
+    pub fn keys(&self) -> Vec<&str> {
+        self.header.metadata.iter().map(|(k, _)| k).collect()
+    }
+
+    /// A key's value.
+    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+        self.header.metadata.get(key)
+    }
+
+    /// Absolute offset of the data section.
+    pub fn data_start(&self) -> u64 {
+        self.header.data_start
+    }
+
+    /// Absolute offset where the tensor infos end.
+    pub fn infos_end(&self) -> u64 {
+        self.header.infos_end
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Absolute file offset of tensor `index`'s first byte.
+    pub fn tensor_offset(&self, index: usize) -> u64 {
+        self.header.data_start + self.header.tensors[index].offset
+    }
+
+    fn range(&self, index: usize) -> (usize, usize) {
+        let a = self.tensor_offset(index) as usize;
+        (a, a + self.header.tensors[index].nbytes as usize)
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+/// An error saying what a non-GGUF file really is, when it is recognisably something else.
+fn impostor(path: &Path, head: &[u8]) -> Option<Error> {
+    let what = match sniff(head) {
+        Sniffed::Format(Format::Gguf) | Sniffed::Unknown => return None,
+        Sniffed::Format(f) => format!("is a {} file, not GGUF", f.name()),
+        Sniffed::Zip => "is a ZIP archive (a PyTorch checkpoint or a NumPy .npz), not GGUF".into(),
+        other => other.describe(),
+    };
+    Some(Error::NotFormat {
+        path: path.to_path_buf(),
+        expected: Format::Gguf,
+        what,
+    })
+}
+
+impl TensorSource for GgufFile {
+    fn format(&self) -> Format {
+        Format::Gguf
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.header.metadata
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.infos
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
+    fn file_of(&self, _index: usize) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let (a, b) = self.range(index);
+        Some(&self.data()[a..b])
+    }
+
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let (a, b) = self.range(index);
+        let start = (a as u64).checked_add(offset);
+        let end = start
+            .and_then(|s| s.checked_add(dst.len() as u64))
+            .filter(|&e| e <= b as u64)
+            .ok_or_else(|| {
+                Error::malformed(
+                    Location::file(&self.path)
+                        .tensor(self.infos[index].name.clone())
+                        .at(a as u64),
+                    Format::Gguf,
+                    format!(
+                        "read of {} bytes at {offset} past the end of the tensor",
+                        dst.len()
+                    ),
+                )
+            })?;
+        let start = end as usize - dst.len();
+        dst.copy_from_slice(&self.data()[start..end as usize]);
+        Ok(())
+    }
+
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        let map = &self.map;
+        let (a, b) = self.range(index);
+        let start = (a + offset as usize) / PAGE * PAGE;
+        let end = (a.saturating_add(offset.saturating_add(len) as usize)).min(b);
+        if end > start {
+            // Populating page tables ahead of reads: a hint, failure is harmless (old kernels).
+            let _ = map.advise_range(Advice::PopulateRead, start, end - start);
+        }
+    }
+
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        let map = &self.map;
+        let (a, b) = self.range(index);
+        let start = (a + offset as usize).next_multiple_of(PAGE);
+        let end = (a.saturating_add(offset.saturating_add(len) as usize)).min(b) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the mapping is a private read-only file mapping; MADV_DONTNEED only drops
+            // resident pages, which fault back in from the unchanged file on the next access.
+            let _ = unsafe {
+                map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+}
