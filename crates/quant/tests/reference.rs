@@ -358,6 +358,10 @@ fn f32_bytes(v: &[f32]) -> impl Iterator<Item = u8> + '_ {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow without optimizations: run `cargo test --release`"
+)]
 fn big_random_input_matches_ggml_hashes() {
     let text = String::from_utf8(read("big_hashes.txt")).unwrap();
     let x = big_input();
