@@ -58,6 +58,10 @@ pub enum Sym {
     NpScalar,
     /// `numpy.dtype`.
     NpDtype,
+    /// `numpy.(_)core.multiarray._reconstruct`.
+    NpReconstruct,
+    /// `numpy.ndarray`, only as `_reconstruct`'s first argument.
+    NpNdarray,
 }
 
 /// One allowlist entry.
@@ -135,6 +139,11 @@ pub const ENTRIES: &[Entry] = &[
       "a numeric scalar; object dtypes refused"),
     e("numpy._core.multiarray", "scalar", Sym::NpScalar, "REDUCE (numpy.dtype, bytes)",
       "a numeric scalar; object dtypes refused"),
+    e("numpy.core.multiarray", "_reconstruct", Sym::NpReconstruct, "REDUCE (numpy.ndarray, (0,), b'b'); BUILD (1, shape, dtype, fortran, bytes)",
+      "an empty array shell filled by BUILD with numeric bytes; object dtypes refused"),
+    e("numpy._core.multiarray", "_reconstruct", Sym::NpReconstruct, "REDUCE (numpy.ndarray, (0,), b'b'); BUILD (1, shape, dtype, fortran, bytes)",
+      "an empty array shell filled by BUILD with numeric bytes; object dtypes refused"),
+    e("numpy", "ndarray", Sym::NpNdarray, "only as _reconstruct's first argument", "a type tag"),
     e("numpy", "dtype", Sym::NpDtype, "REDUCE (str, bool, bool); BUILD (version, byteorder, ...)",
       "a numeric type descriptor; object dtypes refused"),
 ];

@@ -117,7 +117,12 @@ pub fn layout(path: &Path, map: &[u8]) -> Result<ZipLayout> {
             what: "is not a PyTorch checkpoint (no ZIP local header at offset 0)".into(),
         });
     }
-    let mut ar = zip::ZipArchive::new(Cursor::new(map))
+    // The archive starts at 0 (checked above); the crate's offset detection mis-parses some
+    // real torch files (a ZIP64 EOCD before the EOCD, depending on name lengths).
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut ar = zip::ZipArchive::with_config(config, Cursor::new(map))
         .map_err(|e| malformed(0, format!("ZIP central directory: {e}")))?;
     let mut out = ZipLayout::default();
     let anomaly = |out: &mut ZipLayout, offset: u64, refused: bool, what: String| {

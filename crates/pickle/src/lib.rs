@@ -45,7 +45,10 @@ pub fn probe(path: &Path, head: &[u8]) -> bool {
     let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    let Ok(ar) = zip::ZipArchive::new(std::io::BufReader::new(file)) else {
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let Ok(ar) = zip::ZipArchive::with_config(config, std::io::BufReader::new(file)) else {
         return false;
     };
     let found = ar.file_names().any(|n| {

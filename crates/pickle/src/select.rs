@@ -403,6 +403,24 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
             state: Box::new(MetaValue::Str(format!("{order}{descr}"))),
         },
         Node::NpScalar { descr, order, raw } => np_scalar(descr, *order, raw),
+        Node::NpArray {
+            shape,
+            descr,
+            order,
+            fortran,
+            raw,
+        } => MetaValue::Object {
+            class: "numpy.ndarray".into(),
+            state: Box::new(MetaValue::Map(vec![
+                ("dtype".into(), MetaValue::Str(format!("{order}{descr}"))),
+                (
+                    "shape".into(),
+                    MetaValue::Array(shape.iter().map(|&d| MetaValue::U64(d)).collect()),
+                ),
+                ("fortran_order".into(), MetaValue::Bool(*fortran)),
+                ("data".into(), MetaValue::Bytes(raw.clone())),
+            ])),
+        },
     })
 }
 

@@ -78,6 +78,19 @@ pub enum Node {
         /// `<`, `>`, `|` or `=`.
         order: char,
     },
+    /// A numpy array (numeric dtypes only): shape, dtype and raw bytes as stored.
+    NpArray {
+        /// Shape.
+        shape: Vec<u64>,
+        /// dtype descr (`f8`, …); empty until `BUILD` sets the state.
+        descr: String,
+        /// Byte order.
+        order: char,
+        /// Fortran order.
+        fortran: bool,
+        /// Raw bytes.
+        raw: Vec<u8>,
+    },
     /// A numpy scalar: its dtype and raw bytes.
     NpScalar {
         /// The dtype descr (`f8`, …) with its byte order.
@@ -115,6 +128,7 @@ impl Node {
             Node::Device(_) => "torch.device".into(),
             Node::NpDtype { .. } => "numpy.dtype".into(),
             Node::NpScalar { .. } => "numpy scalar".into(),
+            Node::NpArray { .. } => "numpy.ndarray".into(),
         }
     }
 }

@@ -1542,6 +1542,25 @@ impl<'a> Vm<'a> {
                 }
                 _ => self.schema_err(sym, "expected (str, bool, bool)"),
             },
+            Sym::NpNdarray => refused(self.at, "`numpy.ndarray` may not be called"),
+            Sym::NpReconstruct => match args {
+                [cls, shape, _]
+                    if matches!(a.get(*cls), Node::Global(Sym::NpNdarray))
+                        && matches!(a.get(*shape), Node::Tuple(_)) =>
+                {
+                    Ok(Applied::Node(
+                        Node::NpArray {
+                            shape: vec![0],
+                            descr: String::new(),
+                            order: '|',
+                            fortran: false,
+                            raw: Vec::new(),
+                        },
+                        vec![],
+                    ))
+                }
+                _ => self.schema_err(sym, "expected (numpy.ndarray, (0,), b'b')"),
+            },
             Sym::NpScalar => match args {
                 [d, b] => {
                     let (descr, order) = match a.get(*d) {
@@ -1820,6 +1839,79 @@ impl<'a> Vm<'a> {
                 };
                 if let Node::NpDtype { order: o, .. } = self.arena.get_mut(target) {
                     *o = order;
+                }
+                Ok(())
+            }
+            Node::NpArray { .. } => {
+                let a = &self.arena;
+                let st = match a.get(state) {
+                    Node::Tuple(t) if t.len() == 5 => t.clone(),
+                    _ => {
+                        return refused(
+                            self.at,
+                            "numpy array state is not (version, shape, dtype, fortran, data)",
+                        )
+                    }
+                };
+                let shape: Option<Vec<u64>> = match a.get(st[1]) {
+                    Node::Tuple(v) if v.len() <= self.limits.max_rank => v
+                        .iter()
+                        .map(|&i| a.int(i).and_then(|n| u64::try_from(n).ok()))
+                        .collect(),
+                    _ => None,
+                };
+                let Some(shape) = shape else {
+                    return refused(
+                        self.at,
+                        "numpy array shape is not a tuple of non-negative ints",
+                    );
+                };
+                let (descr, order) = match a.get(st[2]) {
+                    Node::NpDtype { descr, order } => (descr.clone(), *order),
+                    _ => return refused(self.at, "numpy array dtype is not a numeric numpy dtype"),
+                };
+                let fortran = matches!(a.get(st[3]), Node::Bool(true));
+                let raw = match a.get(st[4]) {
+                    Node::Bytes(b) => b.clone(),
+                    Node::Str(s) => match s
+                        .chars()
+                        .map(|c| u8::try_from(u32::from(c)))
+                        .collect::<Result<Vec<u8>, _>>()
+                    {
+                        Ok(b) => b,
+                        Err(_) => return refused(self.at, "numpy array data is not latin-1 bytes"),
+                    },
+                    _ => {
+                        return refused(
+                            self.at,
+                            "numpy array data is not bytes (object arrays hold pickles)",
+                        )
+                    }
+                };
+                let item: u64 = descr[1..].parse().unwrap_or(0);
+                let want = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
+                if want != Some(raw.len() as u64) {
+                    return refused(
+                        self.at,
+                        "numpy array data size does not match its shape and dtype",
+                    );
+                }
+                if let Node::NpArray {
+                    shape: s,
+                    descr: d,
+                    order: o,
+                    fortran: f,
+                    raw: r,
+                } = self.arena.get_mut(target)
+                {
+                    if !d.is_empty() {
+                        return refused(self.at, "numpy array state set twice");
+                    }
+                    *s = shape;
+                    *d = descr;
+                    *o = order;
+                    *f = fortran;
+                    *r = raw;
                 }
                 Ok(())
             }

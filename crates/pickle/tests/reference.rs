@@ -253,6 +253,29 @@ fn checkpoint_metadata_is_inert_and_reported() {
             state: Box::new(MetaValue::F64(1.25))
         }
     );
+    let arr = n
+        .report()
+        .entries
+        .iter()
+        .find(|(k, _)| k == "np_arr")
+        .unwrap()
+        .1
+        .clone();
+    let MetaValue::Object { class, state } = arr else {
+        panic!("{arr:?}")
+    };
+    assert_eq!(class, "numpy.ndarray");
+    let MetaValue::Map(m) = *state else { panic!() };
+    assert_eq!(m[0], ("dtype".into(), MetaValue::Str("<f4".into())));
+    assert_eq!(
+        m[1],
+        (
+            "shape".into(),
+            MetaValue::Array(vec![MetaValue::U64(2), MetaValue::U64(3)])
+        )
+    );
+    let want: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    assert_eq!(m[3], ("data".into(), MetaValue::Bytes(want)));
 }
 
 #[test]
