@@ -402,3 +402,87 @@ fn truncation_full_vocab() {
         }
     }
 }
+
+#[test]
+fn incomplete_or_misnumbered_split_sets_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |from: u32, to: u32| {
+        std::fs::copy(
+            good(&format!("c_split-{from:05}-of-00003.gguf")),
+            dir.path().join(format!("m-{to:05}-of-00003.gguf")),
+        )
+        .unwrap();
+    };
+    copy(1, 1);
+    copy(3, 3);
+    let e = open_split(
+        &dir.path().join("m-00001-of-00003.gguf"),
+        &ReadOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("incomplete") && e.contains("m-00002-of-00003.gguf"),
+        "{e}"
+    );
+    copy(3, 2);
+    let e = open_split(
+        &dir.path().join("m-00003-of-00003.gguf"),
+        &ReadOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("m-00002-of-00003.gguf") && e.contains("`split.no` is Some(2), expected 1"),
+        "{e}"
+    );
+    // A split renamed out of its set cannot find its siblings.
+    let lone = dir.path().join("lone.gguf");
+    std::fs::copy(good("c_split-00001-of-00003.gguf"), &lone).unwrap();
+    let e = open_split(&lone, &ReadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("one of 3 splits"), "{e}");
+}
+
+#[test]
+fn split_by_size_follows_gguf_split() {
+    // gguf-split counts each tensor padded to 32 and starts a new split when adding the next
+    // tensor would go over the limit; decimal sizes.
+    let spec = |name: &str, n: u64| GgufTensorSpec {
+        name: name.into(),
+        dtype: weightport_core::DType::F32,
+        ne: vec![n],
+    };
+    let specs = vec![
+        spec("a", 250),
+        spec("b", 250),
+        spec("c", 10),
+        spec("d", 600),
+    ];
+    // a = 1000 B (1024 padded), b = 1024, c = 40 (64), d = 2400 (2400).
+    let by = |max: u64| {
+        split::assign(
+            &specs,
+            &SplitOptions {
+                max_bytes: Some(max),
+                ..SplitOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    assert_eq!(by(2048), vec![vec![0, 1], vec![2], vec![3]]);
+    assert_eq!(by(2112), vec![vec![0, 1, 2], vec![3]]);
+    assert_eq!(by(100), vec![vec![0], vec![1], vec![2], vec![3]]);
+    let no_first = split::assign(
+        &specs,
+        &SplitOptions {
+            max_tensors: Some(3),
+            no_tensor_first_split: true,
+            ..SplitOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(no_first, vec![vec![], vec![0, 1, 2], vec![3]]);
+    assert_eq!(split::parse_size("4G"), Some(4_000_000_000));
+}
