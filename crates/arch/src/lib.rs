@@ -1,0 +1,27 @@
+//! weightport-arch: what an HF release means in GGUF terms.
+//!
+//! Pure functions and data the pipeline calls to convert an HF release (config.json,
+//! safetensors, tokenizer files) the way llama.cpp's `convert_hf_to_gguf.py` does
+//! (spec gguf.md §5). Nothing here reads tensor data.
+//!
+//! * [`plan`]: config.json → the ordered GGUF KV list (exact GGUF types) and the output tensors
+//!   (GGUF name, source, shape, q/k permutation, F32 decision, dtype), dropped tensors.
+//!   An unsupported architecture is refused after reading config.json alone.
+//! * [`permute_rows`]: the Llama q/k row permutation as a row-index gather.
+//! * [`tokenizer::export`]: SentencePiece / BPE vocabularies → `tokenizer.ggml.*`, with the
+//!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
+//! * [`table`]: the architecture table (adding an architecture is adding data there).
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod permute;
+pub mod plan;
+pub mod table;
+pub mod tokenizer;
+
+pub use config::{hf_architecture, HParams};
+pub use permute::{permute_rows, QkPermute};
+pub use plan::{
+    check_supported, plan, size_label, ArchPlan, OutTensor, OutType, PlanOptions, SourceTensor,
+};
+pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -1,0 +1,510 @@
+//! The HF release → GGUF plan: every KV in the reference's order and every output tensor.
+//!
+//! Key order (what `convert_hf_to_gguf.py` writes, spec gguf.md §5.5):
+//! 1. `general.architecture`, `general.type` = "model", `general.name` (only when
+//!    [`PlanOptions::name`] is given: the reference derives it from the model card or the
+//!    directory name), `general.size_label` (from the total element count of the output tensors);
+//! 2. the common `{arch}.*` keys, each only when its hparam exists: `block_count`,
+//!    `context_length`, `embedding_length`, `feed_forward_length`, `attention.head_count`,
+//!    `attention.head_count_kv`, `attention.causal` (only when `is_causal` is false),
+//!    `rope.scaling.*`, `rope.freq_base`, `attention.layer_norm_rms_epsilon`,
+//!    `attention.layer_norm_epsilon`, `attention.key_length`/`value_length`;
+//! 3. `general.file_type`;
+//! 4. the architecture's extra keys ([`ExtraKv`]);
+//! 5. `general.quantization_version` = 2;
+//! 6. the tokenizer keys ([`crate::tokenizer`]).
+//!
+//! Tensors come out in the reference's order: safetensors parts by file name, and within a part
+//! by HF tensor name.
+
+use std::path::Path;
+
+use serde_json::Value;
+use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
+
+use crate::config::{bad, hf_architecture, HParams};
+use crate::permute::QkPermute;
+use crate::table::{self, ArchSpec, ExtraKv, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::tokenizer;
+
+/// One tensor of the HF release, from headers alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTensor {
+    /// HF name (`model.layers.0.self_attn.q_proj.weight`).
+    pub name: String,
+    /// Shape, outermost first (PyTorch order).
+    pub shape: Vec<u64>,
+    /// Stored element type.
+    pub dtype: DType,
+    /// The file it is stored in, relative to the release directory (orders the output).
+    pub file: String,
+}
+
+/// `--outtype` of the reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutType {
+    /// Everything F32 (`general.file_type` 0).
+    F32,
+    /// ≥2-D weights F16 (1).
+    F16,
+    /// ≥2-D weights BF16 (32).
+    Bf16,
+    /// ≥2-D weights Q8_0 (7); rows not a multiple of 32 fall back to F16.
+    Q8_0,
+}
+
+impl OutType {
+    /// `general.file_type`.
+    pub fn file_type(self) -> u32 {
+        match self {
+            OutType::F32 => 0,
+            OutType::F16 => 1,
+            OutType::Bf16 => 32,
+            OutType::Q8_0 => 7,
+        }
+    }
+}
+
+/// Options of [`plan`].
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// Output type (decides `general.file_type` and each tensor's dtype).
+    pub outtype: OutType,
+    /// `general.name`; not written when `None`.
+    pub name: Option<String>,
+    /// Pre-tokenizer name to use when the check hash is not in the known table (BPE only).
+    pub pre_tokenizer: Option<String>,
+    /// Export the tokenizer (`tokenizer.*` keys). Default true.
+    pub vocab: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            outtype: OutType::F16,
+            name: None,
+            pre_tokenizer: None,
+            vocab: true,
+        }
+    }
+}
+
+/// One output tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutTensor {
+    /// GGUF name (`blk.0.attn_q.weight`).
+    pub name: String,
+    /// The HF tensor it is made from.
+    pub source: String,
+    /// Index of the source in the slice given to [`plan`].
+    pub source_index: usize,
+    /// Shape, outermost first (same as the source; GGUF `ne` is its reverse, see [`Self::ne`]).
+    pub shape: Vec<u64>,
+    /// Row permutation to apply (q/k of `llama`-arch models), see [`crate::permute_rows`].
+    pub permute: Option<QkPermute>,
+    /// The tensor must stay F32 whatever the output type (1-D, `*_norm.weight`, biases, …).
+    pub force_f32: bool,
+    /// The output element type for the plan's [`OutType`].
+    pub dtype: DType,
+}
+
+impl OutTensor {
+    /// GGUF `ne` (innermost first).
+    pub fn ne(&self) -> Vec<u64> {
+        self.shape.iter().rev().copied().collect()
+    }
+}
+
+/// What the reference converter would write, minus the tensor data.
+#[derive(Debug, Clone)]
+pub struct ArchPlan {
+    /// HF `architectures[0]`.
+    pub hf_arch: String,
+    /// `general.architecture`.
+    pub arch: String,
+    /// Every KV, in the reference's order, with its exact GGUF type.
+    pub kv: Vec<(String, MetaValue)>,
+    /// Output tensors, in the reference's order.
+    pub tensors: Vec<OutTensor>,
+    /// HF tensors not written, with the reason.
+    pub dropped: Vec<(String, &'static str)>,
+    /// The pre-tokenizer check hash, when the vocabulary is BPE.
+    pub chkhsh: Option<String>,
+    /// The normalized hyper-parameters.
+    pub hparams: HParams,
+}
+
+/// Refuses an unsupported architecture, reading nothing but `config.json`.
+pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
+    let hf_arch = hf_architecture(config_dir)?;
+    table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
+        at: Location::file(config_dir.join("config.json")),
+        format: Format::Gguf,
+        what: format!(
+            "architecture `{}` cannot be converted to GGUF (supported: {})",
+            weightport_core::sanitize(&hf_arch),
+            table::supported().join(", ")
+        ),
+    })
+}
+
+/// Plans the conversion of the HF release in `config_dir` whose tensors are `tensors`.
+///
+/// Reads `config.json` first and refuses an unsupported architecture before anything else;
+/// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
+pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
+    let spec = check_supported(config_dir)?;
+    let hp = HParams::load(config_dir, &spec.config)?;
+    let arch = spec.arch;
+    let block_count = hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
+
+    // ---- tensors
+    let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
+    let n_head_kv = hp.need_u32(&["n_kv_heads", "num_key_value_heads"])?;
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
+    });
+    let mut out = Vec::new();
+    let mut dropped = Vec::new();
+    for i in order {
+        let t = &tensors[i];
+        if SKIPPED_SUFFIXES.iter().any(|s| t.name.ends_with(s)) {
+            dropped.push((t.name.clone(), "not used by llama.cpp"));
+            continue;
+        }
+        let Some(gguf_name) = map_name(spec, &t.name, block_count) else {
+            return Err(Error::Unsupported {
+                at: Location::file(config_dir).tensor(&t.name),
+                format: Format::Gguf,
+                what: format!("no GGUF name for this tensor of a {} model", hp.hf_arch),
+            });
+        };
+        let permute = if spec.permute_qk {
+            if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
+                Some(QkPermute {
+                    n_head,
+                    n_head_kv: Some(n_head),
+                })
+            } else if t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias") {
+                Some(QkPermute {
+                    n_head,
+                    n_head_kv: Some(n_head_kv),
+                })
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        if let Some(p) = permute {
+            let rows = t.shape.first().copied().unwrap_or(0);
+            p.rows(rows as usize)
+                .map_err(|e| bad(&hp.path, format!("tensor `{}`: {e}", t.name)))?;
+        }
+        let base = gguf_name
+            .strip_prefix("blk.")
+            .and_then(|s| s.split_once('.'))
+            .map_or(gguf_name.as_str(), |(_, rest)| rest);
+        let base_stem = base.rsplit_once('.').map_or(base, |(s, _)| s);
+        let force_f32 = t.shape.len() <= 1
+            || gguf_name.ends_with("_norm.weight")
+            || !gguf_name.ends_with(".weight")
+            || FORCE_F32.contains(&base_stem);
+        let dtype = if force_f32 {
+            DType::F32
+        } else {
+            match opts.outtype {
+                OutType::F32 => DType::F32,
+                OutType::F16 => DType::F16,
+                OutType::Bf16 => DType::BF16,
+                OutType::Q8_0 => {
+                    if t.shape.last().is_some_and(|n| n % 32 == 0) {
+                        DType::Q8_0
+                    } else {
+                        DType::F16
+                    }
+                }
+            }
+        };
+        out.push(OutTensor {
+            name: gguf_name,
+            source: t.name.clone(),
+            source_index: i,
+            shape: t.shape.clone(),
+            permute,
+            force_f32,
+            dtype,
+        });
+    }
+
+    // ---- KVs
+    let mut kv: Vec<(String, MetaValue)> = Vec::new();
+    let mut put = |k: String, v: MetaValue| kv.push((k, v));
+    put("general.architecture".into(), MetaValue::Str(arch.into()));
+    put("general.type".into(), MetaValue::Str("model".into()));
+    if let Some(name) = &opts.name {
+        put("general.name".into(), MetaValue::Str(name.clone()));
+    }
+    let total: u64 = out
+        .iter()
+        .map(|t| t.shape.iter().product::<u64>())
+        .sum::<u64>();
+    if total > 0 {
+        put(
+            "general.size_label".into(),
+            MetaValue::Str(size_label(total)),
+        );
+    }
+    let a = |k: &str| format!("{arch}.{k}");
+    put(a("block_count"), MetaValue::U32(block_count));
+    let u32s: &[(&str, &[&str])] = &[
+        (
+            "context_length",
+            &[
+                "max_position_embeddings",
+                "n_ctx",
+                "n_positions",
+                "max_length",
+                "max_sequence_length",
+                "model_max_length",
+            ],
+        ),
+        ("embedding_length", &["hidden_size", "n_embd", "dim"]),
+        (
+            "feed_forward_length",
+            &[
+                "prefix_dense_intermediate_size",
+                "dense_intermediate_size",
+                "intermediate_size",
+                "n_inner",
+                "hidden_dim",
+            ],
+        ),
+        (
+            "attention.head_count",
+            &["num_attention_heads", "n_head", "n_heads"],
+        ),
+        (
+            "attention.head_count_kv",
+            &["num_key_value_heads", "n_kv_heads"],
+        ),
+    ];
+    for (key, hkeys) in u32s {
+        if let Some(v) = hp.u32(hkeys)? {
+            put(a(key), MetaValue::U32(v));
+        }
+    }
+    if hp.bool("is_causal") == Some(false) {
+        put(a("attention.causal"), MetaValue::Bool(false));
+    }
+    let rope = hp.rope();
+    let rf = |k: &str| rope.get(k).and_then(Value::as_f64);
+    if let Some(rope_type) = rope.get("rope_type").and_then(Value::as_str) {
+        match rope_type {
+            "linear" if rf("factor").is_some() => {
+                put(a("rope.scaling.type"), MetaValue::Str("linear".into()));
+                put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
+            }
+            "yarn" if rf("factor").is_some() => {
+                put(a("rope.scaling.type"), MetaValue::Str("yarn".into()));
+                put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
+                let orig = rope
+                    .get("original_max_position_embeddings")
+                    .and_then(Value::as_u64)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| {
+                        bad(
+                            &hp.path,
+                            "yarn rope without original_max_position_embeddings",
+                        )
+                    })?;
+                put(
+                    a("rope.scaling.original_context_length"),
+                    MetaValue::U32(orig),
+                );
+                if let Some(v) = rf("extrapolation_factor") {
+                    put(a("rope.scaling.yarn_ext_factor"), f32v(v));
+                }
+                if let Some(v) = rf("attention_factor").or_else(|| rf("attn_factor")) {
+                    put(a("rope.scaling.yarn_attn_factor"), f32v(v));
+                }
+                if let Some(v) = rf("beta_fast") {
+                    put(a("rope.scaling.yarn_beta_fast"), f32v(v));
+                }
+                if let Some(v) = rf("beta_slow") {
+                    put(a("rope.scaling.yarn_beta_slow"), f32v(v));
+                }
+            }
+            "su" | "longrope" => {
+                put(a("rope.scaling.type"), MetaValue::Str("longrope".into()));
+            }
+            t if t.eq_ignore_ascii_case("llama3") => {
+                return Err(Error::Unsupported {
+                    at: Location::file(&hp.path),
+                    format: Format::Gguf,
+                    what: "rope_type `llama3` (needs a generated rope_freqs tensor; not done yet)"
+                        .into(),
+                });
+            }
+            _ => {}
+        }
+    }
+    if hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts") {
+        return Err(Error::Unsupported {
+            at: Location::file(&hp.path),
+            format: Format::Gguf,
+            what: "mixture-of-experts models are not supported yet".into(),
+        });
+    }
+    if let Some(theta) = rf("rope_theta") {
+        put(a("rope.freq_base"), f32v(theta));
+    }
+    if let Some(v) = hp.float(&["rms_norm_eps", "norm_eps"])? {
+        put(a("attention.layer_norm_rms_epsilon"), f32v(v));
+    }
+    if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
+        put(a("attention.layer_norm_epsilon"), f32v(v));
+    }
+    if let Some(hd) = hp.u32(&["head_dim"])? {
+        put(a("attention.key_length"), MetaValue::U32(hd));
+        put(a("attention.value_length"), MetaValue::U32(hd));
+    }
+    put(
+        "general.file_type".into(),
+        MetaValue::U32(opts.outtype.file_type()),
+    );
+    for extra in spec.extra_kv {
+        match extra {
+            ExtraKv::VocabSize => {
+                let v = hp.need_u32(&["vocab_size"])?;
+                put(a("vocab_size"), MetaValue::U32(v));
+            }
+            ExtraKv::RopeDimensionCount => {
+                let d = match hp.u32(&["head_dim"])? {
+                    Some(d) => d,
+                    None => {
+                        hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?
+                    }
+                };
+                put(a("rope.dimension_count"), MetaValue::U32(d));
+            }
+        }
+    }
+    put("general.quantization_version".into(), MetaValue::U32(2));
+
+    let mut chkhsh = None;
+    if opts.vocab {
+        let vocab = tokenizer::export(config_dir, spec.vocab, &hp, opts.pre_tokenizer.as_deref())?;
+        chkhsh = vocab.chkhsh;
+        kv.extend(vocab.kv);
+    }
+    Ok(ArchPlan {
+        hf_arch: hp.hf_arch.clone(),
+        arch: arch.into(),
+        kv,
+        tensors: out,
+        dropped,
+        chkhsh,
+        hparams: hp,
+    })
+}
+
+fn f32v(v: f64) -> MetaValue {
+    MetaValue::F32(v as f32)
+}
+
+/// Maps an HF tensor name to its GGUF name (`None`: the architecture has no such tensor).
+pub fn map_name(spec: &ArchSpec, hf: &str, block_count: u32) -> Option<String> {
+    let (base, suffix) = match spec
+        .tensors
+        .iter()
+        .find_map(|(h, g)| match_pattern(h, hf, block_count).map(|bid| (h, g, bid)))
+    {
+        Some((_, g, bid)) => return Some(fill(g, bid)),
+        None => {
+            let (base, suffix) = hf.rsplit_once('.')?;
+            if suffix != "weight" && suffix != "bias" {
+                return None;
+            }
+            (base, suffix)
+        }
+    };
+    spec.tensors.iter().find_map(|(h, g)| {
+        match_pattern(h, base, block_count).map(|bid| format!("{}.{suffix}", fill(g, bid)))
+    })
+}
+
+/// `Some(bid)` (`None` inside when the pattern has no `{bid}`) when `name` matches `pattern`.
+fn match_pattern(pattern: &str, name: &str, block_count: u32) -> Option<Option<u32>> {
+    match pattern.split_once("{bid}") {
+        None => (pattern == name).then_some(None),
+        Some((pre, post)) => {
+            let mid = name.strip_prefix(pre)?.strip_suffix(post)?;
+            if mid.is_empty() || !mid.bytes().all(|b| b.is_ascii_digit()) || mid.len() > 9 {
+                return None;
+            }
+            let bid: u32 = mid.parse().ok()?;
+            (bid < block_count).then_some(Some(bid))
+        }
+    }
+}
+
+fn fill(g: &str, bid: Option<u32>) -> String {
+    match bid {
+        Some(b) => g.replace("{bid}", &b.to_string()),
+        None => g.to_owned(),
+    }
+}
+
+/// gguf-py's `size_label` for a model without experts: `146K`, `7.2B`, `13B`, ….
+pub fn size_label(total: u64) -> String {
+    let n = total as f64;
+    let (scaled, suffix) = if n > 1e12 {
+        (n * 1e-12, "T")
+    } else if n > 1e9 {
+        (n * 1e-9, "B")
+    } else if n > 1e6 {
+        (n * 1e-6, "M")
+    } else {
+        (n * 1e-3, "K")
+    };
+    // Python's round() (half to even) → str → lstrip('0') → number of digits.
+    let r = scaled.round_ties_even();
+    let digits = if r == 0.0 { 0 } else { format!("{r:.0}").len() };
+    let fix = 2usize.saturating_sub(digits);
+    format!("{scaled:.fix$}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels_like_gguf_py() {
+        assert_eq!(size_label(145_728), "146K");
+        assert_eq!(size_label(86_000), "86K");
+        assert_eq!(size_label(7_241_732_096), "7.2B");
+        assert_eq!(size_label(494_032_768), "494M");
+        assert_eq!(size_label(1_500), "1.5K");
+    }
+
+    #[test]
+    fn names_map_with_block_ids_and_suffixes() {
+        let spec = table::lookup("LlamaForCausalLM").unwrap();
+        assert_eq!(
+            map_name(spec, "model.layers.1.self_attn.q_proj.weight", 2).as_deref(),
+            Some("blk.1.attn_q.weight")
+        );
+        assert_eq!(
+            map_name(spec, "model.layers.0.self_attn.k_proj.bias", 2).as_deref(),
+            Some("blk.0.attn_k.bias")
+        );
+        assert_eq!(map_name(spec, "model.layers.2.mlp.up_proj.weight", 2), None);
+        assert_eq!(
+            map_name(spec, "lm_head.weight", 2).as_deref(),
+            Some("output.weight")
+        );
+        assert_eq!(map_name(spec, "model.vision.weight", 2), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! The architecture table: data, not code.
+//!
+//! One [`ArchSpec`] per GGUF architecture, listing the HF `architectures[0]` values it accepts,
+//! the HF → GGUF tensor name map (`{bid}` stands for the block number), whether `q_proj` /
+//! `k_proj` get the Llama row permutation, the config defaults transformers' config class would
+//! fill, the architecture-specific keys written after the common ones, and how the vocabulary is
+//! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
+//! against the reference converter).
+//!
+//! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
+//! llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! (`fixtures/expected/arch/*.json`).
+
+/// What the transformers config class fills in for a missing `num_key_value_heads`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvHeadsDefault {
+    /// `num_attention_heads`.
+    Heads,
+    /// A constant.
+    Const(u64),
+}
+
+/// What the transformers config class fills in for a missing `head_dim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadDimDefault {
+    /// The class has no `head_dim` attribute: the key stays absent.
+    Absent,
+    /// `hidden_size / num_attention_heads`.
+    Derived,
+    /// A constant.
+    Const(u64),
+}
+
+/// The defaults of one transformers config class, for the keys the export reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigDefaults {
+    /// `(key, JSON value)` filled when the key is absent or null.
+    pub values: &'static [(&'static str, &'static str)],
+    /// Missing `num_key_value_heads`.
+    pub kv_heads: KvHeadsDefault,
+    /// Missing `head_dim`.
+    pub head_dim: HeadDimDefault,
+    /// Missing `rope_theta` (JSON number).
+    pub rope_theta: &'static str,
+}
+
+/// An architecture-specific key written after the common `{arch}.*` keys and
+/// `general.file_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraKv {
+    /// `{arch}.vocab_size` u32 ← `vocab_size`.
+    VocabSize,
+    /// `{arch}.rope.dimension_count` u32 ← `head_dim`, else `hidden_size / num_attention_heads`.
+    RopeDimensionCount,
+}
+
+/// How the vocabulary is exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VocabKind {
+    /// Llama family: `add_prefix_space` of tokenizer_config → `tokenizer.ggml.add_space_prefix`;
+    /// then SentencePiece `tokenizer.model`, else a byte-fallback BPE `tokenizer.json`
+    /// (not supported yet), else GPT-2 style BPE.
+    Llama,
+    /// SentencePiece `tokenizer.model` if present, else GPT-2 style BPE (Qwen2).
+    SpmElseGpt2,
+}
+
+/// One GGUF architecture.
+#[derive(Debug, Clone, Copy)]
+pub struct ArchSpec {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// HF `architectures[0]` values converted as this architecture.
+    pub hf_archs: &'static [&'static str],
+    /// HF base name (no `.weight`/`.bias`) → GGUF base name; `{bid}` is the block number.
+    pub tensors: &'static [(&'static str, &'static str)],
+    /// Apply the Llama q/k row permutation to `*q_proj.{weight,bias}` / `*k_proj.{weight,bias}`.
+    pub permute_qk: bool,
+    /// transformers config defaults.
+    pub config: ConfigDefaults,
+    /// Keys after the common ones.
+    pub extra_kv: &'static [ExtraKv],
+    /// Vocabulary export.
+    pub vocab: VocabKind,
+}
+
+/// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
+pub const SKIPPED_SUFFIXES: &[&str] = &[
+    ".attention.masked_bias",
+    ".attention.bias",
+    ".rotary_emb.inv_freq",
+];
+
+/// GGUF base names (without `blk.N.`) that always stay F32 (`base.py:1087-1121`, the subset
+/// that can occur in the table's architectures).
+pub const FORCE_F32: &[&str] = &["ffn_gate_inp", "position_embd", "token_types"];
+
+/// The decoder-only Llama-style tensor names shared by Llama, Mistral and Qwen2.
+const LLAMA_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Every supported architecture.
+pub const ARCHS: &[ArchSpec] = &[
+    ArchSpec {
+        arch: "llama",
+        hf_archs: &["LlamaForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Derived,
+            rope_theta: "10000.0",
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
+        vocab: VocabKind::Llama,
+    },
+    ArchSpec {
+        arch: "llama",
+        hf_archs: &["MistralForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Derived,
+            rope_theta: "10000.0",
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
+        vocab: VocabKind::Llama,
+    },
+    ArchSpec {
+        arch: "qwen2",
+        hf_archs: &["Qwen2ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "22016"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: "10000.0",
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2,
+    },
+];
+
+/// The entry for an HF `architectures[0]` value.
+pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
+    ARCHS.iter().find(|a| a.hf_archs.contains(&hf_arch))
+}
+
+/// Every supported HF architecture name, in table order.
+pub fn supported() -> Vec<&'static str> {
+    ARCHS
+        .iter()
+        .flat_map(|a| a.hf_archs.iter().copied())
+        .collect()
+}

@@ -1,0 +1,294 @@
+//! Tokenizer export into `tokenizer.ggml.*` / `tokenizer.chat_template` KVs.
+//!
+//! Key order (as the reference writes them, spec gguf.md §5.5-5.6):
+//! `tokenizer.ggml.add_space_prefix` (Llama family, when tokenizer_config has
+//! `add_prefix_space`), `tokenizer.ggml.model`, `.pre`, `.tokens`, `.scores` (SentencePiece
+//! only), `.token_type`, then the special vocabulary ([`special::Special::to_kv`]): `.merges`
+//! (BPE), special token ids, `add_*_token` flags, `tokenizer.chat_template`, normalizer flags.
+//!
+//! Array element types follow gguf-py: token strings → string[], scores → f32[], token types →
+//! i32[], merges → string[]. Empty strings and empty arrays are not written.
+
+pub mod bpe;
+pub mod special;
+pub mod spm;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_json::Value;
+use weightport_core::{Error, Format, Location, MetaType, MetaValue, Result};
+
+use crate::config::{bad, read_json, HParams};
+use crate::table::VocabKind;
+
+/// `tokenizer.ggml.token_type` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum TokenType {
+    /// An ordinary token.
+    Normal = 1,
+    /// The unknown token.
+    Unknown = 2,
+    /// A control (special) token.
+    Control = 3,
+    /// A user-defined (added, non-special) token.
+    UserDefined = 4,
+    /// A padding slot.
+    Unused = 5,
+    /// A byte-fallback token `<0xXX>`.
+    Byte = 6,
+}
+
+/// The result of a tokenizer export.
+#[derive(Debug, Clone)]
+pub struct VocabExport {
+    /// The KVs, in order.
+    pub kv: Vec<(String, MetaValue)>,
+    /// The pre-tokenizer check hash (BPE vocabularies).
+    pub chkhsh: Option<String>,
+}
+
+/// The reference's check string and hash → pre-tokenizer name table.
+#[derive(Debug, Deserialize)]
+pub struct PreTable {
+    /// The string encoded to identify a pre-tokenizer.
+    pub chktxt: String,
+    /// `[hash, name]`, sorted by hash; for a hash listed twice the last entry wins.
+    pub table: Vec<(String, String)>,
+}
+
+/// The embedded table (generated from the reference by `fixtures/gen/gen_arch.py`).
+pub fn pre_table() -> &'static PreTable {
+    static T: OnceLock<PreTable> = OnceLock::new();
+    T.get_or_init(|| {
+        serde_json::from_str(include_str!("pre_hashes.json")).expect("embedded table is valid")
+    })
+}
+
+/// The pre-tokenizer name the reference gives to a check hash.
+pub fn pre_name(chkhsh: &str) -> Option<&'static str> {
+    pre_table()
+        .table
+        .iter()
+        .rev()
+        .find(|(h, _)| h == chkhsh)
+        .map(|(_, n)| n.as_str())
+}
+
+/// The reference's heuristic for added tokens that ought to be CONTROL.
+pub fn looks_special(t: &str) -> bool {
+    matches!(t, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
+        || (t.starts_with("<|") && t.ends_with("|>"))
+        || (t.starts_with("<｜") && t.ends_with("｜>"))
+        || (t.starts_with("<unused") && t.ends_with('>'))
+}
+
+pub(crate) fn str_array(items: impl IntoIterator<Item = String>) -> MetaValue {
+    MetaValue::TypedArray {
+        elem: MetaType::Str,
+        items: items.into_iter().map(MetaValue::Str).collect(),
+    }
+}
+
+fn types_array(types: &[TokenType]) -> MetaValue {
+    MetaValue::TypedArray {
+        elem: MetaType::I32,
+        items: types.iter().map(|t| MetaValue::I32(*t as i32)).collect(),
+    }
+}
+
+/// Merges of `tokenizer.json` as the reference writes them: string merges as-is, pair merges
+/// joined by a space with spaces inside a part written as `Ġ` (U+0120).
+pub fn merges_from_tokenizer_json(path: &Path, tj: &Value) -> Result<Vec<String>> {
+    let Some(list) = tj
+        .get("model")
+        .and_then(|m| m.get("merges"))
+        .and_then(Value::as_array)
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(first) = list.first() else {
+        return Ok(Vec::new());
+    };
+    if first.is_string() {
+        return list
+            .iter()
+            .map(|m| {
+                m.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(path, "mixed merge formats"))
+            })
+            .collect();
+    }
+    list.iter()
+        .map(|m| {
+            let pair = m
+                .as_array()
+                .filter(|p| p.len() == 2)
+                .and_then(|p| Some((p[0].as_str()?, p[1].as_str()?)))
+                .ok_or_else(|| bad(path, "unknown tokenizer merges format"))?;
+            Ok(format!(
+                "{} {}",
+                pair.0.replace(' ', "\u{120}"),
+                pair.1.replace(' ', "\u{120}")
+            ))
+        })
+        .collect()
+}
+
+fn merges_txt(dir: &Path) -> Result<Vec<String>> {
+    let path = dir.join("merges.txt");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let mut lines = text.lines().peekable();
+    if lines.peek().is_some_and(|l| l.trim().starts_with('#')) {
+        lines.next();
+    }
+    Ok(lines
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            (parts.len() == 2).then(|| format!("{} {}", parts[0], parts[1]))
+        })
+        .collect())
+}
+
+/// Exports the vocabulary of the release in `dir` as the reference would for `kind`.
+///
+/// `pre_override` names the pre-tokenizer when the check hash is not in the table (the CLI's
+/// `--pre-tokenizer NAME`); a known hash always wins.
+pub fn export(
+    dir: &Path,
+    kind: VocabKind,
+    hp: &HParams,
+    pre_override: Option<&str>,
+) -> Result<VocabExport> {
+    let mut kv = Vec::new();
+    if kind == VocabKind::Llama {
+        let tc = dir.join("tokenizer_config.json");
+        if tc.is_file() {
+            if let Some(Value::Bool(b)) = read_json(&tc)?.get("add_prefix_space") {
+                kv.push((
+                    "tokenizer.ggml.add_space_prefix".to_owned(),
+                    MetaValue::Bool(*b),
+                ));
+            }
+        }
+    }
+    let vocab_size = hp.uint(&["vocab_size"])?;
+    if dir.join("tokenizer.model").is_file() {
+        let v = spm::load(dir, vocab_size)?;
+        kv.push((
+            "tokenizer.ggml.model".into(),
+            MetaValue::Str("llama".into()),
+        ));
+        kv.push((
+            "tokenizer.ggml.pre".into(),
+            MetaValue::Str("default".into()),
+        ));
+        let n = v.tokens.len();
+        if n > 0 {
+            kv.push(("tokenizer.ggml.tokens".into(), str_array(v.tokens)));
+            kv.push((
+                "tokenizer.ggml.scores".into(),
+                MetaValue::TypedArray {
+                    elem: MetaType::F32,
+                    items: v.scores.into_iter().map(MetaValue::F32).collect(),
+                },
+            ));
+            kv.push(("tokenizer.ggml.token_type".into(), types_array(&v.types)));
+        }
+        let sp = special::load(dir, false, Some(n))?;
+        kv.extend(sp.to_kv());
+        return Ok(VocabExport { kv, chkhsh: None });
+    }
+    if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
+        return Err(Error::Unsupported {
+            at: Location::file(dir.join("tokenizer.json")),
+            format: Format::Gguf,
+            what: "byte-fallback BPE tokenizer.json without tokenizer.model (LlamaHfVocab) \
+                   is not supported yet"
+                .into(),
+        });
+    }
+    let v = bpe::load(dir, vocab_size)?;
+    let pre = match (pre_name(&v.chkhsh), pre_override) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(name)) => name.to_owned(),
+        (None, None) => {
+            return Err(Error::Unsupported {
+                at: Location::file(dir.join("tokenizer.json")),
+                format: Format::Gguf,
+                what: format!(
+                    "BPE pre-tokenizer not recognized (check hash {}); name it with \
+                     --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
+                     qwen2, gpt-2)",
+                    v.chkhsh
+                ),
+            })
+        }
+    };
+    kv.push(("tokenizer.ggml.model".into(), MetaValue::Str("gpt2".into())));
+    kv.push(("tokenizer.ggml.pre".into(), MetaValue::Str(pre)));
+    if !v.tokens.is_empty() {
+        kv.push(("tokenizer.ggml.tokens".into(), str_array(v.tokens)));
+        kv.push(("tokenizer.ggml.token_type".into(), types_array(&v.types)));
+    }
+    let mut sp = special::load(dir, true, None)?;
+    if sp.merges.is_empty() {
+        sp.merges = merges_txt(dir)?;
+    }
+    kv.extend(sp.to_kv());
+    Ok(VocabExport {
+        kv,
+        chkhsh: Some(v.chkhsh),
+    })
+}
+
+/// The reference's `LlamaHfVocab` applies to a `tokenizer.json` whose BPE model has
+/// `byte_fallback` (its second attempt for the Llama family).
+fn is_llama_hf_bpe(dir: &Path) -> Result<bool> {
+    let p = dir.join("tokenizer.json");
+    if !p.is_file() {
+        return Ok(false);
+    }
+    let tj = read_json(&p)?;
+    let m = tj.get("model");
+    Ok(
+        m.and_then(|m| m.get("type")).and_then(Value::as_str) == Some("BPE")
+            && m.and_then(|m| m.get("byte_fallback"))
+                .and_then(Value::as_bool)
+                == Some(true),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn check_string_is_the_references() {
+        let t = pre_table();
+        assert_eq!(t.chktxt.chars().count(), 350);
+        assert_eq!(
+            bpe::hex(&Sha256::digest(t.chktxt.as_bytes())),
+            "a36179c1e2b1cfcfbfad1dc779addad2ffc778201e4cf0d538bddeafa2c526da"
+        );
+        assert!(t.table.len() > 90);
+    }
+
+    #[test]
+    fn looks_special_matches_reference_cases() {
+        assert!(looks_special("<|im_start|>"));
+        assert!(looks_special("<pad>"));
+        assert!(looks_special("<unused12>"));
+        assert!(!looks_special("<s>"));
+        assert!(!looks_special("hello"));
+    }
+}

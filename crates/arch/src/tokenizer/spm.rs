@@ -1,0 +1,125 @@
+//! SentencePiece `tokenizer.model` → `tokenizer.ggml.{tokens,scores,token_type}`.
+//!
+//! `tokenizer.model` is a `sentencepiece.ModelProto` protobuf; only field 1 (`pieces`:
+//! piece string, score, type) matters here. The structs below declare just those fields; prost
+//! skips the rest (trainer and normalizer specs).
+//!
+//! Reference behaviour (`_create_vocab_sentencepiece`, spec gguf.md §5.6):
+//! * `vocab_size` of config.json (else the model's piece count) slots, pre-filled with
+//!   `[PAD{i}]`, score -10000, UNUSED;
+//! * each piece: its text, score, and a type from IsUnknown / IsControl / IsUnused / IsByte
+//!   (in that order), NORMAL otherwise — so USER_DEFINED pieces become NORMAL;
+//! * `added_tokens.json` entries: text, score -1000, USER_DEFINED;
+//! * tokenizer_config `added_tokens_decoder` entries: text, score -1000, CONTROL when `special`
+//!   or the text looks special, else USER_DEFINED with `▁` replaced by a space.
+
+use std::path::Path;
+
+use prost::Message;
+use serde_json::Value;
+use weightport_core::{Error, Result};
+
+use super::{looks_special, TokenType};
+use crate::config::{bad, read_json};
+
+/// `sentencepiece.ModelProto`, the fields used.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ModelProto {
+    /// The vocabulary, by id.
+    #[prost(message, repeated, tag = "1")]
+    pub pieces: Vec<SentencePiece>,
+}
+
+/// `ModelProto.SentencePiece`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SentencePiece {
+    /// Piece text (`▁` for a space).
+    #[prost(string, optional, tag = "1")]
+    pub piece: Option<String>,
+    /// Score (log probability for unigram, rank for BPE).
+    #[prost(float, optional, tag = "2")]
+    pub score: Option<f32>,
+    /// Type: 1 NORMAL (default), 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED, 5 UNUSED, 6 BYTE.
+    #[prost(int32, optional, tag = "3")]
+    pub r#type: Option<i32>,
+}
+
+/// The SentencePiece vocabulary as the reference exports it.
+pub struct SpmVocab {
+    /// Token texts.
+    pub tokens: Vec<String>,
+    /// Scores.
+    pub scores: Vec<f32>,
+    /// Token types.
+    pub types: Vec<TokenType>,
+}
+
+/// Parses `dir/tokenizer.model` and applies the reference's overrides.
+pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<SpmVocab> {
+    let path = dir.join("tokenizer.model");
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let model = ModelProto::decode(bytes.as_slice())
+        .map_err(|e| bad(&path, format!("not a SentencePiece model: {e}")))?;
+    let n = match vocab_size {
+        Some(n) => usize::try_from(n).map_err(|_| bad(&path, "vocab_size too large"))?,
+        None => model.pieces.len(),
+    };
+    if n > 16 << 20 {
+        return Err(bad(&path, format!("vocab_size {n} is implausibly large")));
+    }
+    let mut tokens: Vec<String> = (0..n).map(|i| format!("[PAD{i}]")).collect();
+    let mut scores = vec![-10000.0f32; n];
+    let mut types = vec![TokenType::Unused; n];
+    for (id, p) in model.pieces.iter().enumerate().take(n) {
+        tokens[id] = p.piece.clone().unwrap_or_default();
+        scores[id] = p.score.unwrap_or(0.0);
+        types[id] = match p.r#type.unwrap_or(1) {
+            2 => TokenType::Unknown,
+            3 => TokenType::Control,
+            5 => TokenType::Unused,
+            6 => TokenType::Byte,
+            _ => TokenType::Normal,
+        };
+    }
+    let added = dir.join("added_tokens.json");
+    if added.is_file() {
+        if let Value::Object(m) = read_json(&added)? {
+            for (text, id) in m {
+                let Some(id) = id.as_u64().map(|v| v as usize).filter(|&i| i < n) else {
+                    continue;
+                };
+                tokens[id] = text;
+                scores[id] = -1000.0;
+                types[id] = TokenType::UserDefined;
+            }
+        }
+    }
+    let tc = dir.join("tokenizer_config.json");
+    if tc.is_file() {
+        let cfg = read_json(&tc)?;
+        if let Some(Value::Object(dec)) = cfg.get("added_tokens_decoder") {
+            for (id, data) in dec {
+                let Some(id) = id.parse::<usize>().ok().filter(|&i| i < n) else {
+                    continue;
+                };
+                let Some(text) = data.get("content").and_then(Value::as_str) else {
+                    return Err(bad(&tc, format!("added token {id} has no content")));
+                };
+                let special = data.get("special").and_then(Value::as_bool) == Some(true);
+                if special || looks_special(text) {
+                    types[id] = TokenType::Control;
+                    tokens[id] = text.to_owned();
+                } else {
+                    types[id] = TokenType::UserDefined;
+                    tokens[id] = text.replace('\u{2581}', " ");
+                }
+                scores[id] = -1000.0;
+            }
+        }
+    }
+    Ok(SpmVocab {
+        tokens,
+        scores,
+        types,
+    })
+}

@@ -1,0 +1,422 @@
+//! Our plan against what llama.cpp's convert_hf_to_gguf.py wrote for the same tiny releases
+//! (`fixtures/good/arch/<name>/` → `fixtures/expected/arch/<name>.json`, made by
+//! `fixtures/gen/gen_arch.py`).
+//!
+//! Compared: every KV (key, GGUF type, value; long arrays by element type, count and sha256 of
+//! the elements as stored), every tensor (order, name, ne, type), and for `--outtype f32` the
+//! sha256 of each tensor's bytes, computed here from the safetensors bytes with plain loops:
+//! widen to f32, gather rows through our q/k permutation.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use weightport_arch::{plan, ArchPlan, OutType, PlanOptions, SourceTensor};
+use weightport_core::{DType, MetaType, MetaValue};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A safetensors file, parsed with no validation (the fixtures are trusted).
+struct St {
+    header: BTreeMap<String, Value>,
+    data: Vec<u8>,
+}
+
+fn read_st(path: &Path) -> St {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: BTreeMap<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    St {
+        header,
+        data: bytes[8 + n..].to_vec(),
+    }
+}
+
+fn dtype_of(s: &str) -> DType {
+    match s {
+        "F32" => DType::F32,
+        "F16" => DType::F16,
+        "BF16" => DType::BF16,
+        other => panic!("fixture dtype {other}"),
+    }
+}
+
+/// Every tensor of the release, with the file it lives in.
+fn sources(dir: &Path) -> (Vec<SourceTensor>, BTreeMap<String, St>) {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    let mut sts = BTreeMap::new();
+    for f in files {
+        let st = read_st(&dir.join(&f));
+        for (name, info) in &st.header {
+            if name == "__metadata__" {
+                continue;
+            }
+            out.push(SourceTensor {
+                name: name.clone(),
+                shape: info["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect(),
+                dtype: dtype_of(info["dtype"].as_str().unwrap()),
+                file: f.clone(),
+            });
+        }
+        sts.insert(f, st);
+    }
+    // Not in file order on purpose: the plan must order them like the reference.
+    out.reverse();
+    (out, sts)
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // subnormal: normalize
+            let mut e = 127 - 15 + 1;
+            let mut m = m;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+        (31, 0) => sign | 0x7f80_0000,
+        (31, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// The tensor's elements widened to f32 (or kept as stored f16 bits when `keep_f16`), rows
+/// gathered through the plan's permutation (or not, when `permute` is false).
+fn output_bytes(
+    p: &ArchPlan,
+    sts: &BTreeMap<String, St>,
+    srcs: &[SourceTensor],
+    i: usize,
+    keep_f16: bool,
+    permute: bool,
+) -> Vec<u8> {
+    let t = &p.tensors[i];
+    let src = &srcs[t.source_index];
+    let st = &sts[&src.file];
+    let info = &st.header[&src.name];
+    let off: Vec<usize> = info["data_offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect();
+    let raw = &st.data[off[0]..off[1]];
+    let rows = t.shape[0] as usize;
+    let perm: Vec<u32> = match &t.permute {
+        Some(q) if permute => q.rows(rows).unwrap(),
+        _ => (0..rows as u32).collect(),
+    };
+    if keep_f16 {
+        assert_eq!(src.dtype, DType::F16);
+        let row_bytes = raw.len() / rows;
+        return perm
+            .iter()
+            .flat_map(|&r| &raw[r as usize * row_bytes..(r as usize + 1) * row_bytes])
+            .copied()
+            .collect();
+    }
+    let vals: Vec<f32> = match src.dtype {
+        DType::F32 => raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        DType::F16 => raw
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes(c.try_into().unwrap())))
+            .collect(),
+        DType::BF16 => raw
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes(c.try_into().unwrap()) as u32) << 16))
+            .collect(),
+        _ => unreachable!(),
+    };
+    let row_len = vals.len() / rows;
+    let mut out = Vec::with_capacity(vals.len() * 4);
+    for &r in &perm {
+        for v in &vals[r as usize * row_len..(r as usize + 1) * row_len] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn type_name(v: &MetaValue) -> &'static str {
+    match v {
+        MetaValue::Str(_) => "string",
+        MetaValue::Bool(_) => "bool",
+        MetaValue::U32(_) => "uint32",
+        MetaValue::I32(_) => "int32",
+        MetaValue::F32(_) => "float32",
+        MetaValue::U64(_) => "uint64",
+        MetaValue::TypedArray { .. } => "array",
+        other => panic!("unexpected KV value {other:?}"),
+    }
+}
+
+fn elem_name(t: MetaType) -> &'static str {
+    match t {
+        MetaType::Str => "string",
+        MetaType::I32 => "int32",
+        MetaType::F32 => "float32",
+        MetaType::U32 => "uint32",
+        other => panic!("unexpected element type {other:?}"),
+    }
+}
+
+/// sha256 of the array's elements as GGUF stores them.
+fn stored_sha(items: &[MetaValue]) -> String {
+    let mut h = Sha256::new();
+    for it in items {
+        match it {
+            MetaValue::Str(s) => {
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            MetaValue::I32(v) => h.update(v.to_le_bytes()),
+            MetaValue::F32(v) => h.update(v.to_le_bytes()),
+            MetaValue::U32(v) => h.update(v.to_le_bytes()),
+            other => panic!("unexpected element {other:?}"),
+        }
+    }
+    hex(&h.finalize())
+}
+
+fn scalar_matches(ours: &MetaValue, want: &Value) -> bool {
+    match ours {
+        MetaValue::Str(s) => want.as_str() == Some(s),
+        MetaValue::Bool(b) => want.as_bool() == Some(*b),
+        MetaValue::U32(v) => want.as_u64() == Some(*v as u64),
+        MetaValue::I32(v) => want.as_i64() == Some(*v as i64),
+        MetaValue::F32(v) => want.as_f64() == Some(*v as f64),
+        _ => false,
+    }
+}
+
+fn expected(name: &str) -> Value {
+    let p = fixtures().join(format!("expected/arch/{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// Plans `name` for `outtype` and compares with the reference; returns the plan.
+fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
+    let dir = fixtures().join("good/arch").join(name);
+    let exp = expected(name);
+    let ref_out = &exp["outtypes"][outtype];
+    let ref_kv = ref_out["kv"].as_array().unwrap();
+    // general.name comes from the reference's model-card/directory heuristics: we pass it in.
+    let ref_name = ref_kv
+        .iter()
+        .find(|e| e["key"] == "general.name")
+        .map(|e| e["value"].as_str().unwrap().to_owned());
+    let (srcs, sts) = sources(&dir);
+    let opts = PlanOptions {
+        outtype: match outtype {
+            "f32" => OutType::F32,
+            "f16" => OutType::F16,
+            _ => unreachable!(),
+        },
+        name: ref_name,
+        pre_tokenizer: pre.map(str::to_owned),
+        vocab: true,
+    };
+    let p = plan(&dir, &srcs, &opts).unwrap();
+
+    // ---- KVs: same keys in the same order, same types, same values.
+    let ours: Vec<&str> = p.kv.iter().map(|(k, _)| k.as_str()).collect();
+    let theirs: Vec<&str> = ref_kv.iter().map(|e| e["key"].as_str().unwrap()).collect();
+    assert_eq!(ours, theirs, "{name}/{outtype}: KV keys or order differ");
+    for ((k, v), e) in p.kv.iter().zip(ref_kv) {
+        assert_eq!(type_name(v), e["type"], "{name}: type of {k}");
+        match v {
+            MetaValue::TypedArray { elem, items } => {
+                assert_eq!(elem_name(*elem), e["elem"], "{name}: element type of {k}");
+                assert_eq!(
+                    items.len() as u64,
+                    e["count"].as_u64().unwrap(),
+                    "{name}: {k}"
+                );
+                assert_eq!(stored_sha(items), e["sha256"], "{name}: elements of {k}");
+            }
+            _ => assert!(
+                scalar_matches(v, &e["value"]),
+                "{name}: {k} = {v:?}, want {}",
+                e["value"]
+            ),
+        }
+    }
+
+    // ---- tensors: order, names, ne, types; f32 bytes.
+    let ref_t = ref_out["tensors"].as_array().unwrap();
+    let mut permuted = 0;
+    let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
+    let ref_names: Vec<&str> = ref_t.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names, ref_names,
+        "{name}/{outtype}: tensor names or order differ"
+    );
+    for (i, (t, r)) in p.tensors.iter().zip(ref_t).enumerate() {
+        let ne: Vec<u64> = r["ne"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(t.ne(), ne, "{name}: ne of {}", t.name);
+        assert_eq!(
+            t.dtype.name(),
+            r["type"].as_str().unwrap(),
+            "{name}/{outtype}: type of {}",
+            t.name
+        );
+        let src_dtype = srcs[t.source_index].dtype;
+        // Exact byte comparisons: f32 output, or f16 output of an f16 source.
+        if outtype == "f32" || (t.dtype == DType::F16 && src_dtype == DType::F16) {
+            let keep = t.dtype == DType::F16;
+            let bytes = output_bytes(&p, &sts, &srcs, i, keep, true);
+            assert_eq!(
+                hex(&Sha256::digest(&bytes)),
+                r["sha256"],
+                "{name}/{outtype}: bytes of {}",
+                t.name
+            );
+            if t.permute.is_some() {
+                // The permutation is what makes them equal.
+                let plain = output_bytes(&p, &sts, &srcs, i, keep, false);
+                assert_ne!(
+                    hex(&Sha256::digest(&plain)),
+                    r["sha256"],
+                    "{name}: {}",
+                    t.name
+                );
+                permuted += 1;
+            }
+        }
+    }
+    if p.arch == "llama" && outtype == "f32" {
+        // q and k of every block were checked byte for byte.
+        let blocks = p.hparams.u32(&["num_hidden_layers"]).unwrap().unwrap();
+        assert_eq!(permuted, 2 * blocks, "{name}");
+    }
+    p
+}
+
+#[test]
+fn llama_spm_f32_matches_reference() {
+    let p = check("llama", "f32", None);
+    assert_eq!(p.arch, "llama");
+    assert!(p.chkhsh.is_none());
+    let q = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "blk.0.attn_q.weight")
+        .unwrap();
+    let k = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "blk.0.attn_k.weight")
+        .unwrap();
+    assert_eq!(q.permute.unwrap().n_head_kv, Some(4));
+    assert_eq!(k.permute.unwrap().n_head_kv, Some(2));
+    assert!(p.tensors.iter().any(|t| t.name == "output.weight"));
+}
+
+#[test]
+fn llama_spm_f16_matches_reference() {
+    check("llama", "f16", None);
+}
+
+#[test]
+fn mistral_spm_matches_reference() {
+    let p = check("mistral", "f32", None);
+    assert_eq!(p.hf_arch, "MistralForCausalLM");
+    check("mistral", "f16", None);
+}
+
+#[test]
+fn qwen2_bpe_tied_matches_reference() {
+    let exp = expected("qwen2");
+    let pre = exp["pre_override"].as_str().unwrap();
+    let p = check("qwen2", "f32", Some(pre));
+    // The check hash is computed exactly like the reference's.
+    assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
+    // Tied embeddings: no output.weight, and no permutation (NEOX rope).
+    assert!(!p.tensors.iter().any(|t| t.name == "output.weight"));
+    assert!(p.tensors.iter().all(|t| t.permute.is_none()));
+    check("qwen2", "f16", Some(pre));
+}
+
+#[test]
+fn unknown_pre_tokenizer_hash_is_refused_with_the_hash() {
+    let exp = expected("qwen2");
+    let dir = fixtures().join("good/arch/qwen2");
+    let (srcs, _) = sources(&dir);
+    let err = plan(&dir, &srcs, &PlanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(exp["chkhsh"].as_str().unwrap()), "{err}");
+    assert!(err.contains("--pre-tokenizer"), "{err}");
+}
+
+#[test]
+fn embedded_pre_table_is_the_references() {
+    let exp: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/arch/pre_hashes.json")).unwrap(),
+    )
+    .unwrap();
+    let t = weightport_arch::tokenizer::pre_table();
+    assert_eq!(t.chktxt, exp["chktxt"].as_str().unwrap());
+    let table: Vec<(String, String)> = serde_json::from_value(exp["table"].clone()).unwrap();
+    assert_eq!(t.table, table);
+    assert_eq!(
+        weightport_arch::tokenizer::pre_name(
+            "e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea"
+        ),
+        Some("qwen2")
+    );
+}
+
+#[test]
+fn unsupported_architecture_is_refused_before_anything_else() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-unsupported");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["FooBarForCausalLM"], "num_hidden_layers": 2}"#,
+    )
+    .unwrap();
+    // No weights, no tokenizer: the refusal must come from config.json alone.
+    let err = plan(&dir, &[], &PlanOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("FooBarForCausalLM"), "{msg}");
+    assert!(
+        msg.contains("LlamaForCausalLM") && msg.contains("Qwen2ForCausalLM"),
+        "{msg}"
+    );
+    assert_eq!(err.kind(), "unsupported");
+}
