@@ -35,8 +35,24 @@ pub use vm::VmLimits;
 
 /// True when `path` (whose first bytes are `head`) is a PyTorch checkpoint this crate reads:
 /// a ZIP whose central directory holds a `*/data.pkl`, or a pickle of the legacy magic number.
+///
+/// It also claims what only this crate can refuse properly: any binary pickle (a `PROTO 2..5`
+/// header not followed by a safetensors-like length/`{`) and the legacy tar format, so that a
+/// raw malicious pickle named `.bin` is refused (exit 3) rather than reported as unknown.
+/// Register it after safetensors.
 pub fn probe(path: &Path, head: &[u8]) -> bool {
     if head.starts_with(&legacy::magic_prefix()) {
+        return true;
+    }
+    if head.len() >= 3
+        && head[0] == 0x80
+        && (2..=5).contains(&head[1])
+        && head[2] != 0
+        && head.get(8) != Some(&b'{')
+    {
+        return true;
+    }
+    if container::is_tar(head) {
         return true;
     }
     if !head.starts_with(b"PK\x03\x04") {

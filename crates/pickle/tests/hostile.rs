@@ -45,6 +45,11 @@ fn every_hostile_file_is_refused() {
     let before = markers();
     let mut failures = Vec::new();
     for (name, path) in corpus() {
+        let head = std::fs::read(&path).unwrap();
+        let head = &head[..head.len().min(512)];
+        if !weightport_pickle::probe(&path, head) {
+            failures.push(format!("{name}: not probed as a PyTorch checkpoint"));
+        }
         let t = Instant::now();
         match weightport_pickle::open_checkpoint(&path, &ReadOptions::default()) {
             Ok(_) => failures.push(format!("{name}: opened")),
