@@ -156,6 +156,21 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     let spec = check_supported(config_dir)?;
     let hp = HParams::load(config_dir, &spec.config)?;
     let arch = spec.arch;
+    if spec.pooling_from_modules && config_dir.join("modules.json").is_file() {
+        // Qwen2/Qwen3 write `{arch}.pooling_type` from a sentence-transformers pooling module.
+        return Err(Error::Unsupported {
+            at: Location::file(config_dir.join("modules.json")),
+            format: Format::Gguf,
+            what: "sentence-transformers releases (pooling modules) are not supported yet".into(),
+        });
+    }
+    if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
+        return Err(Error::Unsupported {
+            at: Location::file(&hp.path),
+            format: Format::Gguf,
+            what: "Qwen3 rerankers (cls_out head, rank pooling) are not supported yet".into(),
+        });
+    }
     let block_count = hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
 
     // ---- tensors
@@ -408,6 +423,39 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         chkhsh,
         hparams: hp,
     })
+}
+
+/// The reference's reranker detection for Qwen3 (README heading or name hints).
+fn is_qwen3_reranker(dir: &Path, hp: &HParams) -> bool {
+    let readme = std::fs::read_to_string(dir.join("README.md"))
+        .unwrap_or_default()
+        .to_lowercase();
+    if readme.contains("# qwen3-reranker") || readme.contains("# qwen3-vl-reranker") {
+        return true;
+    }
+    let dir_name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let hints = [
+        dir_name,
+        hp.raw
+            .get("_name_or_path")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        hp.raw
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        hp.hf_arch.clone(),
+    ];
+    hints.iter().any(|h| {
+        let h = h.to_lowercase();
+        h.contains("qwen3-reranker") || h.contains("qwen3-vl-reranker")
+    }) || hp.hf_arch.to_lowercase().contains("sequenceclassification")
 }
 
 fn f32v(v: f64) -> MetaValue {

@@ -82,6 +82,9 @@ pub struct ArchSpec {
     pub extra_kv: &'static [ExtraKv],
     /// Vocabulary export.
     pub vocab: VocabKind,
+    /// The reference writes `{arch}.pooling_type` from a sentence-transformers `modules.json`
+    /// (not supported yet: such releases are refused).
+    pub pooling_from_modules: bool,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -107,6 +110,36 @@ const LLAMA_TENSORS: &[(&str, &str)] = &[
     (
         "model.layers.{bid}.self_attn.o_proj",
         "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Qwen3: the Llama-style names plus per-head q/k RMS norms.
+const QWEN3_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_norm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_norm",
+        "blk.{bid}.attn_k_norm",
     ),
     (
         "model.layers.{bid}.post_attention_layernorm",
@@ -143,6 +176,7 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
+        pooling_from_modules: false,
     },
     ArchSpec {
         arch: "llama",
@@ -168,6 +202,7 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
+        pooling_from_modules: false,
     },
     ArchSpec {
         arch: "qwen2",
@@ -191,6 +226,31 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
+        pooling_from_modules: true,
+    },
+    ArchSpec {
+        arch: "qwen3",
+        hf_archs: &["Qwen3ForCausalLM"],
+        tensors: QWEN3_TENSORS,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "22016"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: "10000.0",
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2,
+        pooling_from_modules: true,
     },
 ];
 

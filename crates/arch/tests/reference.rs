@@ -372,6 +372,20 @@ fn qwen2_bpe_tied_matches_reference() {
 }
 
 #[test]
+fn qwen3_bpe_untied_matches_reference() {
+    let exp = expected("qwen3");
+    let pre = exp["pre_override"].as_str().unwrap();
+    let p = check("qwen3", "f32", Some(pre));
+    assert_eq!(p.arch, "qwen3");
+    assert!(p.tensors.iter().any(|t| t.name == "output.weight"));
+    assert!(p
+        .tensors
+        .iter()
+        .any(|t| t.name == "blk.1.attn_k_norm.weight" && t.force_f32));
+    check("qwen3", "f16", Some(pre));
+}
+
+#[test]
 fn unknown_pre_tokenizer_hash_is_refused_with_the_hash() {
     let exp = expected("qwen2");
     let dir = fixtures().join("good/arch/qwen2");
