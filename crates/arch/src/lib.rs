@@ -22,6 +22,7 @@ pub mod tokenizer;
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, plan, size_label, ArchPlan, OutTensor, OutType, PlanOptions, SourceTensor,
+    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, Origin, OutTensor, OutType,
+    PlanOptions, SourceTensor,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -89,15 +89,27 @@ impl Default for PlanOptions {
     }
 }
 
+/// Where an output tensor's data comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Origin {
+    /// An HF tensor.
+    Hf {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+    },
+    /// Computed from the hyper-parameters (e.g. Llama 3's `rope_freqs.weight`): the F32 values.
+    Generated(Vec<f32>),
+}
+
 /// One output tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutTensor {
     /// GGUF name (`blk.0.attn_q.weight`).
     pub name: String,
-    /// The HF tensor it is made from.
-    pub source: String,
-    /// Index of the source in the slice given to [`plan`].
-    pub source_index: usize,
+    /// Where the data comes from.
+    pub origin: Origin,
     /// Shape, outermost first (same as the source; GGUF `ne` is its reverse, see [`Self::ne`]).
     pub shape: Vec<u64>,
     /// Row permutation to apply (q/k of `llama`-arch models), see [`crate::permute_rows`].
@@ -173,14 +185,31 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     }
     let block_count = hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
 
-    // ---- tensors
+    // ---- tensors: generated ones first, then the release's.
+    let mut out = Vec::new();
+    let rope0 = hp.rope();
+    if spec.llama3_rope_freqs
+        && rope0
+            .get("rope_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.eq_ignore_ascii_case("llama3"))
+    {
+        let v = llama3_rope_factors(&hp)?;
+        out.push(OutTensor {
+            name: "rope_freqs.weight".into(),
+            shape: vec![v.len() as u64],
+            origin: Origin::Generated(v),
+            permute: None,
+            force_f32: true,
+            dtype: DType::F32,
+        });
+    }
     let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
     let n_head_kv = hp.need_u32(&["n_kv_heads", "num_key_value_heads"])?;
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| {
         (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
     });
-    let mut out = Vec::new();
     let mut dropped = Vec::new();
     for i in order {
         let t = &tensors[i];
@@ -244,8 +273,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         };
         out.push(OutTensor {
             name: gguf_name,
-            source: t.name.clone(),
-            source_index: i,
+            origin: Origin::Hf {
+                name: t.name.clone(),
+                index: i,
+            },
             shape: t.shape.clone(),
             permute,
             force_f32,
@@ -354,12 +385,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             "su" | "longrope" => {
                 put(a("rope.scaling.type"), MetaValue::Str("longrope".into()));
             }
-            t if t.eq_ignore_ascii_case("llama3") => {
+            t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
                     format: Format::Gguf,
-                    what: "rope_type `llama3` (needs a generated rope_freqs tensor; not done yet)"
-                        .into(),
+                    what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
                 });
             }
             _ => {}
@@ -456,6 +486,42 @@ fn is_qwen3_reranker(dir: &Path, hp: &HParams) -> bool {
         let h = h.to_lowercase();
         h.contains("qwen3-reranker") || h.contains("qwen3-vl-reranker")
     }) || hp.hf_arch.to_lowercase().contains("sequenceclassification")
+}
+
+/// Llama 3's rope scaling factors, computed with the reference's float32 tensor arithmetic
+/// (`conversion/llama.py` `generate_extra_tensors`): every operation on a tensor value is an
+/// f32 operation, Python scalars entering one are rounded to f32 first, and `scalar / tensor`
+/// is torch's `__rtruediv__`, i.e. `tensor.reciprocal() * scalar` (this changes the last bit of
+/// some factors compared with a plain division).
+pub fn llama3_rope_factors(hp: &HParams) -> Result<Vec<f32>> {
+    let rope = hp.rope();
+    let get = |k: &str, d: f64| rope.get(k).and_then(Value::as_f64).unwrap_or(d);
+    let base = get("rope_theta", 10000.0) as f32;
+    let dim = match hp.u32(&["head_dim"])? {
+        Some(d) => d,
+        None => hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?,
+    };
+    let factor = get("factor", 8.0);
+    let low = get("low_freq_factor", 1.0);
+    let high = get("high_freq_factor", 4.0);
+    let old_ctx = get("original_max_position_embeddings", 8192.0);
+    let low_wavelen = (old_ctx / low) as f32;
+    let high_wavelen = (old_ctx / high) as f32;
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    let mut out = Vec::new();
+    for i in (0..dim).step_by(2) {
+        let freq = 1.0f32 / base.powf(i as f32 / dim as f32);
+        let wavelen = (1.0f32 / freq) * two_pi;
+        out.push(if wavelen < high_wavelen {
+            1.0
+        } else if wavelen > low_wavelen {
+            factor as f32
+        } else {
+            let smooth = ((1.0f32 / wavelen) * old_ctx as f32 - low as f32) / ((high - low) as f32);
+            1.0f32 / ((1.0f32 - smooth) / factor as f32 + smooth)
+        });
+    }
+    Ok(out)
 }
 
 fn f32v(v: f64) -> MetaValue {

@@ -85,6 +85,8 @@ pub struct ArchSpec {
     /// The reference writes `{arch}.pooling_type` from a sentence-transformers `modules.json`
     /// (not supported yet: such releases are refused).
     pub pooling_from_modules: bool,
+    /// `rope_type: llama3` generates a `rope_freqs.weight` tensor (Llama 3.x).
+    pub llama3_rope_freqs: bool,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -177,6 +179,7 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
         pooling_from_modules: false,
+        llama3_rope_freqs: true,
     },
     ArchSpec {
         arch: "llama",
@@ -203,6 +206,7 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
         pooling_from_modules: false,
+        llama3_rope_freqs: true,
     },
     ArchSpec {
         arch: "qwen2",
@@ -227,6 +231,7 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
         pooling_from_modules: true,
+        llama3_rope_freqs: false,
     },
     ArchSpec {
         arch: "qwen3",
@@ -251,6 +256,7 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
         pooling_from_modules: true,
+        llama3_rope_freqs: false,
     },
 ];
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use weightport_arch::{plan, ArchPlan, OutType, PlanOptions, SourceTensor};
+use weightport_arch::{plan, ArchPlan, Origin, OutType, PlanOptions, SourceTensor};
 use weightport_core::{DType, MetaType, MetaValue};
 
 fn fixtures() -> PathBuf {
@@ -117,7 +117,10 @@ fn output_bytes(
     permute: bool,
 ) -> Vec<u8> {
     let t = &p.tensors[i];
-    let src = &srcs[t.source_index];
+    let src = match &t.origin {
+        Origin::Hf { index, .. } => &srcs[*index],
+        Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
     let st = &sts[&src.file];
     let info = &st.header[&src.name];
     let off: Vec<usize> = info["data_offsets"]
@@ -294,7 +297,10 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             "{name}/{outtype}: type of {}",
             t.name
         );
-        let src_dtype = srcs[t.source_index].dtype;
+        let src_dtype = match &t.origin {
+            Origin::Hf { index, .. } => srcs[*index].dtype,
+            Origin::Generated(_) => DType::F32,
+        };
         // Exact byte comparisons: f32 output, or f16 output of an f16 source.
         if outtype == "f32" || (t.dtype == DType::F16 && src_dtype == DType::F16) {
             let keep = t.dtype == DType::F16;
@@ -383,6 +389,17 @@ fn qwen3_bpe_untied_matches_reference() {
         .iter()
         .any(|t| t.name == "blk.1.attn_k_norm.weight" && t.force_f32));
     check("qwen3", "f16", Some(pre));
+}
+
+#[test]
+fn llama3_bpe_rope_freqs_matches_reference() {
+    let exp = expected("llama3");
+    let pre = exp["pre_override"].as_str().unwrap();
+    let p = check("llama3", "f32", Some(pre));
+    assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
+    assert_eq!(p.tensors[0].name, "rope_freqs.weight");
+    assert!(matches!(p.tensors[0].origin, Origin::Generated(_)));
+    check("llama3", "f16", Some(pre));
 }
 
 #[test]

@@ -251,7 +251,7 @@ pub fn export(
 }
 
 /// The reference's `LlamaHfVocab` applies to a `tokenizer.json` whose BPE model has
-/// `byte_fallback` (its second attempt for the Llama family).
+/// `byte_fallback` and whose decoder is a `Sequence` (its second attempt for the Llama family).
 fn is_llama_hf_bpe(dir: &Path) -> Result<bool> {
     let p = dir.join("tokenizer.json");
     if !p.is_file() {

@@ -281,7 +281,7 @@ fn post_processor(
     let mut special_bos = get(tc, "bos_token");
     let mut special_cls = get(tc, "cls_token");
     let mut special_eos = get(tc, "eos_token");
-    let special_sep = get(tc, "sep_token");
+    let mut special_sep = get(tc, "sep_token");
     if special_bos.is_none() && special_cls.is_some() && has_tc(tc) {
         special_bos = special_cls.clone();
         set_tc(tc, "bos_token", special_bos.clone());
@@ -324,6 +324,7 @@ fn post_processor(
                         .and_then(Value::as_str)
                         .map(str::to_owned)
                         .or(special_eos.clone());
+                    special_sep = sep.clone();
                     set_tc(tc, "sep_token", sep);
                 }
             }
@@ -333,8 +334,11 @@ fn post_processor(
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
+                let mut special_first = None;
+                let mut special_last = None;
                 if single.len() > 1 {
-                    if let Some(first) = special_id(&single[0]) {
+                    special_first = special_id(&single[0]);
+                    if let Some(first) = special_first.clone() {
                         if !has_tc(tc) {
                             special_bos = Some(first.clone());
                         } else if Some(&first) != special_bos.as_ref()
@@ -353,7 +357,8 @@ fn post_processor(
                             || Some(&first) == special_cls.as_ref();
                         sp.set_add("bos", is, true);
                     }
-                    if let Some(last) = special_id(&single[single.len() - 1]) {
+                    special_last = special_id(&single[single.len() - 1]);
+                    if let Some(last) = special_last.clone() {
                         if !has_tc(tc) {
                             special_eos = Some(last.clone());
                         } else if Some(&last) != special_eos.as_ref() {
@@ -370,7 +375,56 @@ fn post_processor(
                         sp.set_add("eos", Some(&last) == special_eos.as_ref(), true);
                     }
                 }
-                // The pair template's separator detection (add_sep) is not reproduced yet.
+                let pair = proc
+                    .get("pair")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if !pair.is_empty() {
+                    let start = usize::from(
+                        special_first.is_some() && special_id(&pair[0]) == special_first,
+                    );
+                    let stop = if special_last.is_some()
+                        && special_id(&pair[pair.len() - 1]) == special_last
+                    {
+                        pair.len() - 1
+                    } else {
+                        pair.len()
+                    };
+                    let pair = if start < stop {
+                        &pair[start..stop]
+                    } else {
+                        &[][..]
+                    };
+                    let seq = |v: &Value| {
+                        v.get("Sequence")
+                            .and_then(|s| s.get("id"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    };
+                    if !pair.is_empty()
+                        && seq(&pair[0]).as_deref() == Some("A")
+                        && seq(&pair[pair.len() - 1]).as_deref() == Some("B")
+                        && pair.len() > 2
+                    {
+                        let mid = &pair[1..pair.len() - 1];
+                        let is_sep_or_eos = |e: &Option<String>| {
+                            e.is_some() && (*e == special_sep || *e == special_eos)
+                        };
+                        let mut add_sep = false;
+                        let e0 = special_id(&mid[0]);
+                        if is_sep_or_eos(&e0) && special_last.is_none() {
+                            add_sep = true;
+                        }
+                        if mid.len() == 2 && is_sep_or_eos(&special_id(&mid[1])) {
+                            add_sep = true;
+                        }
+                        sp.set_add("sep", add_sep, true);
+                        if add_sep && special_sep.is_none() && has_tc(tc) {
+                            set_tc(tc, "sep_token", special_eos.clone());
+                        }
+                    }
+                }
             }
             _ => {}
         }
