@@ -45,6 +45,7 @@ mod inflate;
 mod layout;
 mod npy;
 mod npz;
+pub mod registration;
 
 pub use array::DEFAULT_SCRATCH;
 pub use npy::{open_npy, open_npy_dir, probe_npy, NpySource};

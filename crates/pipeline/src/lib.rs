@@ -20,6 +20,7 @@ pub mod exec;
 pub mod input;
 pub mod mix;
 pub mod plan;
+pub mod quantize;
 pub mod registry;
 pub mod txn;
 pub mod verify;

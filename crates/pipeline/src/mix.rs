@@ -247,7 +247,7 @@ fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DT
             return o;
         }
         let blk = u64::from(block_elems(ty));
-        if p.arch == "falcon" || t.ne0 % blk != 0 {
+        if p.arch == "falcon" || !t.ne0.is_multiple_of(blk) {
             return DType::Q8_0;
         }
         return if ty != DType::Q8_0 { DType::Q6_K } else { ty };
@@ -346,7 +346,7 @@ fn block_elems(d: DType) -> u32 {
 /// `tensor_type_fallback`: a type whose block divides the row, or F16.
 fn fallback(t: &MixTensor, ty: DType) -> (DType, Option<String>) {
     let blk = u64::from(block_elems(ty));
-    if t.ne0 % blk == 0 {
+    if t.ne0.is_multiple_of(blk) {
         return (ty, None);
     }
     let to = match ty {
@@ -364,7 +364,7 @@ fn fallback(t: &MixTensor, ty: DType) -> (DType, Option<String>) {
         DType::Q6_K => DType::Q8_0,
         other => other,
     };
-    let to = if t.ne0 % u64::from(block_elems(to)) != 0 {
+    let to = if !t.ne0.is_multiple_of(u64::from(block_elems(to))) {
         DType::F16
     } else {
         to
@@ -544,7 +544,11 @@ mod tests {
         let of = |n: &str| c[t.iter().position(|x| x.name == n).unwrap()].clone();
         assert_eq!(of("blk.0.attn_q.weight").dtype, DType::Q5_0);
         assert_eq!(of("blk.0.attn_v.weight").dtype, DType::Q5_0);
-        assert_eq!(of("blk.1.attn_v.weight").dtype, DType::Q8_0, "Q6_K falls back to Q8_0");
+        assert_eq!(
+            of("blk.1.attn_v.weight").dtype,
+            DType::Q8_0,
+            "Q6_K falls back to Q8_0"
+        );
         assert_eq!(of("output.weight").dtype, DType::Q8_0);
         assert!(of("blk.0.attn_q.weight").note.unwrap().contains("896"));
         let t = llama(1, 100);

@@ -57,10 +57,14 @@ fn outputs() -> Vec<&'static OutputFormat> {
 
 /// Input formats, probed in order. safetensors has no magic and its probe also accepts
 /// unrecognised bytes (so its reader can say precisely what is wrong): it stays last.
-pub static INPUTS: &[InputFormat] = &[weightport_safetensors::INPUT];
+pub static INPUTS: &[InputFormat] = &[
+    weightport_npz::registration::NPZ,
+    weightport_npz::registration::NPY,
+    weightport_safetensors::INPUT,
+];
 
 /// Repo layouts, tried in order.
-pub static REPOS: &[RepoFormat] = &[weightport_hf::REPO];
+pub static REPOS: &[RepoFormat] = &[weightport_npz::registration::NPY_DIR, weightport_hf::REPO];
 
 /// Output formats; the first that claims `-o` wins.
 pub static OUTPUTS: &[OutputFormat] = &[weightport_safetensors::OUTPUT, weightport_hf::OUTPUT];

@@ -16,16 +16,34 @@ fn every_mix_chooses_what_llama_quantize_chose() {
         let p = e.unwrap().path();
         let file = p.file_name().unwrap().to_str().unwrap().to_string();
         let (model, ty) = file.trim_end_matches(".json").split_once('.').unwrap();
-        let n_layer: usize = model.trim_start_matches("llama").split('_').next().unwrap().parse().unwrap();
+        let n_layer: usize = model
+            .trim_start_matches("llama")
+            .split('_')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
         let tensors = v["tensors"].as_array().unwrap();
-        let names: Vec<&str> = tensors.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = tensors
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
         let order = quantize_order(&names);
-        assert_eq!(order, (0..names.len()).collect::<Vec<_>>(), "{file}: llama-quantize's order");
+        assert_eq!(
+            order,
+            (0..names.len()).collect::<Vec<_>>(),
+            "{file}: llama-quantize's order"
+        );
         let input: Vec<MixTensor> = tensors
             .iter()
             .map(|t| {
-                let ne: Vec<u64> = t["ne"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+                let ne: Vec<u64> = t["ne"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect();
                 let n_dims = ne.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
                 MixTensor {
                     name: t["name"].as_str().unwrap().into(),
@@ -48,7 +66,12 @@ fn every_mix_chooses_what_llama_quantize_chose() {
             n_expert: 0,
         };
         for ((t, c), want) in input.iter().zip(choose(&input, &params)).zip(tensors) {
-            assert_eq!(c.dtype.name(), want["type"].as_str().unwrap(), "{file}: {}", t.name);
+            assert_eq!(
+                c.dtype.name(),
+                want["type"].as_str().unwrap(),
+                "{file}: {}",
+                t.name
+            );
         }
         checked += 1;
     }

@@ -210,7 +210,7 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         return Err(unsupported);
     }
     let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
-    if src.len() % elems != 0 {
+    if !src.len().is_multiple_of(elems) {
         return Err(QuantError::PartialBlock {
             dtype,
             len: src.len(),
@@ -241,7 +241,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         return Err(unsupported);
     }
     let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
-    if src.len() % bytes != 0 {
+    if !src.len().is_multiple_of(bytes) {
         return Err(QuantError::PartialBlock {
             dtype,
             len: src.len(),

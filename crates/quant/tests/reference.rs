@@ -328,14 +328,14 @@ fn big_input() -> Vec<f32> {
                 5 => r.uniform() + 0.5,
                 6 => c,
                 _ => {
-                    if r.next() % 4 == 0 {
+                    if r.next().is_multiple_of(4) {
                         r.uniform()
                     } else {
                         0.0
                     }
                 }
             };
-            if r.next() % 64 == 0 {
+            if r.next().is_multiple_of(64) {
                 a *= 64.0;
             }
             x.push(a * scale);

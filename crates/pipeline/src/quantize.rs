@@ -1,0 +1,194 @@
+//! Quantization and dequantization as transforms of the output plan, over the bit-exact kernels
+//! of weightport-quant. Both work in whole blocks: a quantized tensor's unit is one block of
+//! bytes, a dequantized one's the elements of one block; rows are whole numbers of blocks (the
+//! plan's fallback guarantees it), so a chunk never splits a block or crosses a row mid-block.
+//!
+//! A quantized tensor also reports its error against its source (RMSE and max abs error,
+//! computed while the bytes pass through by dequantizing each chunk it wrote): no reference
+//! tool prints it, and it tells a user which tensors a mix hurt.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
+use weightport_core::{DType, Error, Layout, Result};
+
+use crate::plan::Transform;
+
+fn block(d: DType) -> (u64, u64) {
+    match d.layout() {
+        Layout::Block { elems, bytes } => (u64::from(elems), u64::from(bytes)),
+        _ => (1, d.granule()),
+    }
+}
+
+fn elem_size(d: DType) -> u64 {
+    u64::from(d.elem_bytes().unwrap_or(4))
+}
+
+/// Decodes F32/F16/BF16 little-endian bytes into f32.
+pub fn to_f32(d: DType, src: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    match d {
+        DType::F16 | DType::BF16 => {
+            let bits: Vec<u16> = src
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            out.resize(bits.len(), 0.0);
+            if d == DType::F16 {
+                bits.reinterpret_cast::<f16>().convert_to_f32_slice(out);
+            } else {
+                bits.reinterpret_cast::<bf16>().convert_to_f32_slice(out);
+            }
+        }
+        _ => out.extend(
+            src.chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+        ),
+    }
+}
+
+fn kernel_error(e: weightport_quant::QuantError) -> Error {
+    Error::Unsupported {
+        at: weightport_core::Location::default(),
+        format: weightport_core::Format::Gguf,
+        what: e.to_string(),
+    }
+}
+
+#[derive(Default)]
+struct ErrorStats {
+    sum_sq: f64,
+    max_abs: f32,
+    n: u64,
+}
+
+/// F32/F16/BF16 → a block type.
+pub struct Quantize {
+    from: DType,
+    to: DType,
+    stats: Mutex<ErrorStats>,
+}
+
+impl Quantize {
+    /// A quantization of `from` (F32, F16 or BF16) into the block type `to`.
+    pub fn new(from: DType, to: DType) -> Result<Quantize> {
+        if !matches!(from, DType::F32 | DType::F16 | DType::BF16)
+            || !weightport_quant::can_quantize(to)
+        {
+            return Err(Error::Usage(format!("cannot quantize {from} to {to}")));
+        }
+        Ok(Quantize {
+            from,
+            to,
+            stats: Mutex::new(ErrorStats::default()),
+        })
+    }
+}
+
+impl Transform for Quantize {
+    fn describe(&self) -> String {
+        format!("{}→{}", self.from, self.to)
+    }
+    fn unit(&self) -> u64 {
+        block(self.to).1
+    }
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (be, bb) = block(self.to);
+        let per_block = be * elem_size(self.from);
+        vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
+    }
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let mut vals = Vec::new();
+        to_f32(self.from, inputs[0], &mut vals);
+        weightport_quant::quantize(self.to, &vals, dst).map_err(kernel_error)?;
+        let mut back = vec![0f32; vals.len()];
+        weightport_quant::dequantize(self.to, dst, &mut back).map_err(kernel_error)?;
+        let (mut sum_sq, mut max_abs) = (0f64, 0f32);
+        for (a, b) in vals.iter().zip(&back) {
+            let d = (a - b).abs();
+            sum_sq += f64::from(d) * f64::from(d);
+            max_abs = max_abs.max(d);
+        }
+        let mut s = self.stats.lock().expect("stats lock");
+        s.sum_sq += sum_sq;
+        s.max_abs = s.max_abs.max(max_abs);
+        s.n += vals.len() as u64;
+        Ok(())
+    }
+    fn outcome(&self) -> Option<String> {
+        let s = self.stats.lock().ok()?;
+        (s.n > 0).then(|| {
+            format!(
+                "{}: rmse {:.3e}, max abs error {:.3e}",
+                self.describe(),
+                (s.sum_sq / s.n as f64).sqrt(),
+                s.max_abs
+            )
+        })
+    }
+}
+
+/// A block type → F32, F16 or BF16 (through f32, as ggml's `dequantize_row_*`).
+pub struct Dequantize {
+    from: DType,
+    to: DType,
+}
+
+impl Dequantize {
+    /// A dequantization of the block type `from` into `to` (F32, F16 or BF16).
+    pub fn new(from: DType, to: DType) -> Result<Dequantize> {
+        if !matches!(to, DType::F32 | DType::F16 | DType::BF16)
+            || !weightport_quant::can_dequantize(from)
+        {
+            return Err(Error::Unsupported {
+                at: weightport_core::Location::default(),
+                format: weightport_core::Format::Gguf,
+                what: format!("dequantizing {from} is not supported"),
+            });
+        }
+        Ok(Dequantize { from, to })
+    }
+}
+
+impl Transform for Dequantize {
+    fn describe(&self) -> String {
+        format!("{}→{}", self.from, self.to)
+    }
+    fn unit(&self) -> u64 {
+        block(self.from).0 * elem_size(self.to)
+    }
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (_, bb) = block(self.from);
+        let u = self.unit();
+        vec![(0, out.start / u * bb..out.end / u * bb)]
+    }
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let (be, bb) = block(self.from);
+        let mut vals = vec![0f32; (inputs[0].len() as u64 / bb * be) as usize];
+        weightport_quant::dequantize(self.from, inputs[0], &mut vals).map_err(kernel_error)?;
+        match self.to {
+            DType::F32 => {
+                for (o, v) in dst.chunks_exact_mut(4).zip(&vals) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            _ => {
+                let mut bits = vec![0u16; vals.len()];
+                if self.to == DType::F16 {
+                    bits.reinterpret_cast_mut::<f16>()
+                        .convert_from_f32_slice(&vals);
+                } else {
+                    bits.reinterpret_cast_mut::<bf16>()
+                        .convert_from_f32_slice(&vals);
+                }
+                for (o, b) in dst.chunks_exact_mut(2).zip(&bits) {
+                    o.copy_from_slice(&b.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+}
