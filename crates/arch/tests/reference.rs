@@ -221,6 +221,32 @@ fn scalar_matches(ours: &MetaValue, want: &Value) -> bool {
     }
 }
 
+/// Same keys in the same order, same types, same values.
+fn compare_kv(what: &str, kv: &[(String, MetaValue)], ref_kv: &[Value]) {
+    let ours: Vec<&str> = kv.iter().map(|(k, _)| k.as_str()).collect();
+    let theirs: Vec<&str> = ref_kv.iter().map(|e| e["key"].as_str().unwrap()).collect();
+    assert_eq!(ours, theirs, "{what}: KV keys or order differ");
+    for ((k, v), e) in kv.iter().zip(ref_kv) {
+        assert_eq!(type_name(v), e["type"], "{what}: type of {k}");
+        match v {
+            MetaValue::TypedArray { elem, items } => {
+                assert_eq!(elem_name(*elem), e["elem"], "{what}: element type of {k}");
+                assert_eq!(
+                    items.len() as u64,
+                    e["count"].as_u64().unwrap(),
+                    "{what}: {k}"
+                );
+                assert_eq!(stored_sha(items), e["sha256"], "{what}: elements of {k}");
+            }
+            _ => assert!(
+                scalar_matches(v, &e["value"]),
+                "{what}: {k} = {v:?}, want {}",
+                e["value"]
+            ),
+        }
+    }
+}
+
 fn expected(name: &str) -> Value {
     let p = fixtures().join(format!("expected/arch/{name}.json"));
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
@@ -250,29 +276,7 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
     };
     let p = plan(&dir, &srcs, &opts).unwrap();
 
-    // ---- KVs: same keys in the same order, same types, same values.
-    let ours: Vec<&str> = p.kv.iter().map(|(k, _)| k.as_str()).collect();
-    let theirs: Vec<&str> = ref_kv.iter().map(|e| e["key"].as_str().unwrap()).collect();
-    assert_eq!(ours, theirs, "{name}/{outtype}: KV keys or order differ");
-    for ((k, v), e) in p.kv.iter().zip(ref_kv) {
-        assert_eq!(type_name(v), e["type"], "{name}: type of {k}");
-        match v {
-            MetaValue::TypedArray { elem, items } => {
-                assert_eq!(elem_name(*elem), e["elem"], "{name}: element type of {k}");
-                assert_eq!(
-                    items.len() as u64,
-                    e["count"].as_u64().unwrap(),
-                    "{name}: {k}"
-                );
-                assert_eq!(stored_sha(items), e["sha256"], "{name}: elements of {k}");
-            }
-            _ => assert!(
-                scalar_matches(v, &e["value"]),
-                "{name}: {k} = {v:?}, want {}",
-                e["value"]
-            ),
-        }
-    }
+    compare_kv(&format!("{name}/{outtype}"), &p.kv, ref_kv);
 
     // ---- tensors: order, names, ne, types; f32 bytes.
     let ref_t = ref_out["tensors"].as_array().unwrap();
@@ -400,6 +404,35 @@ fn llama3_bpe_rope_freqs_matches_reference() {
     assert_eq!(p.tensors[0].name, "rope_freqs.weight");
     assert!(matches!(p.tensors[0].origin, Origin::Generated(_)));
     check("llama3", "f16", Some(pre));
+}
+
+/// transformers-4 style config.json files (top-level rope_theta, `rope_scaling` with `type`,
+/// no head_dim, no num_key_value_heads): the reference's --vocab-only KVs.
+#[test]
+fn legacy_configs_match_reference_hparams() {
+    for name in [
+        "cfg_llama2_legacy",
+        "cfg_llama_linear",
+        "cfg_mistral_v01",
+        "cfg_qwen25_yarn",
+        "cfg_qwen3_legacy",
+    ] {
+        let exp = expected(name);
+        let dir = fixtures().join("good/arch").join(name);
+        let ref_kv = exp["kv"].as_array().unwrap();
+        let opts = PlanOptions {
+            outtype: OutType::F16,
+            name: ref_kv
+                .iter()
+                .find(|e| e["key"] == "general.name")
+                .map(|e| e["value"].as_str().unwrap().to_owned()),
+            pre_tokenizer: exp["pre_override"].as_str().map(str::to_owned),
+            vocab: true,
+        };
+        let p = plan(&dir, &[], &opts).unwrap();
+        assert!(p.tensors.is_empty());
+        compare_kv(name, &p.kv, ref_kv);
+    }
 }
 
 #[test]
