@@ -148,3 +148,53 @@ fn safetensors_py_reads_casts_equal_to_torch() {
         check_with(&py, &["--nan-equal"], &out, &want);
     }
 }
+
+/// Every NumPy fixture (written by numpy 2.4.6: stored and deflated members, Fortran order,
+/// big-endian, scalars, empty, ZIP64, npy versions 1-3, a directory of .npy files) converted to
+/// safetensors and read back by safetensors-py equals what `np.load` returns.
+#[test]
+fn numpy_files_convert_to_what_np_load_returns() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = root().join("fixtures/good/npz");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let src = e.unwrap().path();
+        let name = src.file_name().unwrap().to_str().unwrap().to_string();
+        if name.ends_with(".md") {
+            continue;
+        }
+        let out = tmp.path().join(format!("{name}.safetensors"));
+        let mut args = vec![
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        if name.starts_with("bf16") {
+            args.extend(["--void2-as", "bf16"]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let c = Command::new(&py)
+            .arg(root().join("tests/interop_npz.py"))
+            .arg(&out)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            c.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&c.stderr)
+        );
+        n += 1;
+    }
+    assert!(n >= 20, "{n} files");
+}

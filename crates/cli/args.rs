@@ -85,6 +85,17 @@ pub struct ReadArgs {
     /// or its total_size disagrees.
     #[arg(long)]
     pub index_only: bool,
+    /// NumPy: read the ambiguous 2-byte void dtype `<V2` (ml_dtypes/JAX bfloat16) as this.
+    #[arg(long, value_name = "bf16", value_parser = ["bf16"])]
+    pub void2_as: Option<String>,
+    /// PyTorch: the dotted path of the nested dict of tensors to convert (`state_dict`,
+    /// `model.ema`, …); by default the top-level dict or its single state_dict-like child.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// PyTorch: tensors sharing storage: `auto` keeps one name per exact alias (as convert.py),
+    /// `copy` writes every name.
+    #[arg(long, value_name = "auto|copy", default_value = "auto", value_parser = ["auto", "copy"])]
+    pub shared: String,
 }
 
 #[derive(Args, Debug)]

@@ -55,10 +55,14 @@ pub struct Global {
 }
 
 fn open_request(r: &ReadArgs) -> OpenRequest {
+    let mut read = weightport_core::ReadOptions::default();
+    read.void2_as_bf16 = r.void2_as.is_some();
+    read.key = r.key.clone();
+    read.shared_copy = r.shared == "copy";
     OpenRequest {
+        read,
         from: r.from.clone(),
         index_only: r.index_only,
-        ..OpenRequest::default()
     }
 }
 
