@@ -28,6 +28,10 @@ pub const MAX_ARRAY: u64 = 1 << 30;
 /// arrays would need 40 GB. The largest real vocabularies hold about 1.5 M values (262k tokens
 /// with scores and types, plus merges); 16 M leaves ten times that room.
 pub const MAX_META_VALUES: u64 = 1 << 24;
+/// Most key/value pairs in one file. Real files have under 100 (45 in the largest llama.cpp
+/// vocab file); the cap keeps a crafted file of millions of tiny keys from making
+/// [`Metadata::insert`] (a linear search per key) quadratic.
+pub const MAX_KEYS: u64 = 10_000;
 /// Longest tensor name, in bytes (`GGML_MAX_NAME` is 64 including the NUL).
 pub const MAX_NAME: usize = 63;
 /// Most dimensions of a tensor (`GGML_MAX_DIMS`).
@@ -278,6 +282,14 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                     c.remaining()
                 ),
             ));
+        }
+        if what == "key/value count" && n > MAX_KEYS {
+            return Err(Error::Limit {
+                at: Location::file(path).at(at as u64),
+                what: "number of gguf key/value pairs",
+                needed: n,
+                limit: MAX_KEYS,
+            });
         }
         if what == "tensor count" && n > limits.max_tensors {
             return Err(Error::Limit {

@@ -184,6 +184,10 @@ fn huge_counts_are_bounded_by_the_bytes_present() {
     g.n_kv = Some(1 << 50);
     assert_malformed(&g.bytes(), None, "key/value count");
     let mut g = G::new();
+    g.n_kv = Some(20_000);
+    g.data = vec![0; 14 * 20_000];
+    assert_limit(&g.bytes(), "number of gguf key/value pairs");
+    let mut g = G::new();
     g.n_tensors = Some(5_000_000);
     g.data = vec![0; 24 * 5_000_000 + 100];
     let r = parse(
