@@ -486,3 +486,52 @@ fn split_by_size_follows_gguf_split() {
     assert_eq!(no_first, vec![vec![], vec![0, 1, 2], vec![3]]);
     assert_eq!(split::parse_size("4G"), Some(4_000_000_000));
 }
+
+#[test]
+fn sink_takes_parallel_chunked_writes_and_cleans_up_when_dropped() {
+    let src = open(&good("py_tensors.gguf"), &ReadOptions::default()).unwrap();
+    for i in 0..src.tensors().len() {
+        assert_eq!(src.access(i), weightport_core::Access::Mapped);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("out.gguf");
+    let specs: Vec<GgufTensorSpec> = src
+        .gguf_tensors()
+        .iter()
+        .map(GgufTensorSpec::from_gguf)
+        .collect();
+    let mut sink = GgufSink::new(target.clone()).specs(specs.clone());
+    let plan = sink.plan(src.tensors(), src.metadata()).unwrap();
+    assert_eq!(plan.files.len(), 1);
+    let staged = sink.staged();
+    let name = staged[0]
+        .temp
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with(".out.gguf.") && name.ends_with(".wp-tmp"),
+        "{name}"
+    );
+    assert_eq!(staged[0].size, src.file_len());
+    // Every tensor in 7-byte pieces, from several threads, in reverse order.
+    std::thread::scope(|s| {
+        for i in (0..src.tensors().len()).rev() {
+            let sink = &sink;
+            let src = &src;
+            s.spawn(move || {
+                let b = src.bytes(i).unwrap();
+                for (k, piece) in b.chunks(7).enumerate().rev() {
+                    sink.write_at(i, 7 * k as u64, piece).unwrap();
+                }
+            });
+        }
+    });
+    assert!(sink.write_at(0, src.tensors()[0].byte_len, &[1]).is_err());
+    let temp = staged[0].temp.clone();
+    assert!(std::fs::read(&temp).unwrap() == std::fs::read(good("py_tensors.gguf")).unwrap());
+    drop(sink);
+    assert!(!temp.exists(), "temp file left behind");
+    assert!(!target.exists());
+}
