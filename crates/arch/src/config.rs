@@ -173,6 +173,7 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
     let heads = raw.get("num_attention_heads").and_then(Value::as_u64);
     if raw.get("num_key_value_heads").is_none_or(Value::is_null) {
         let kv = match d.kv_heads {
+            KvHeadsDefault::Absent => None,
             KvHeadsDefault::Heads => heads,
             KvHeadsDefault::Const(n) => Some(n),
         };
@@ -213,10 +214,12 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 .get("rope_theta")
                 .filter(|v| !v.is_null())
                 .cloned()
-                .unwrap_or_else(|| serde_json::from_str(d.rope_theta).expect("JSON"));
-            rp.insert("rope_theta".into(), theta);
+                .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
+            if let Some(theta) = theta {
+                rp.insert("rope_theta".into(), theta);
+            }
         }
-        if !rp.contains_key("rope_type") {
+        if d.rope_theta.is_some() && !rp.contains_key("rope_type") {
             let t = rp
                 .get("type")
                 .cloned()

@@ -176,6 +176,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             what: "sentence-transformers releases (pooling modules) are not supported yet".into(),
         });
     }
+    if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
+        let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
+        if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Format::Gguf,
+                what: "classifier labels (id2label) are not supported yet".into(),
+            });
+        }
+    }
     if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
@@ -205,7 +215,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         });
     }
     let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
-    let n_head_kv = hp.need_u32(&["n_kv_heads", "num_key_value_heads"])?;
+    let n_head_kv = hp
+        .u32(&["n_kv_heads", "num_key_value_heads"])?
+        .unwrap_or(n_head);
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| {
         (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
@@ -217,7 +229,24 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             dropped.push((t.name.clone(), "not used by llama.cpp"));
             continue;
         }
-        let Some(gguf_name) = map_name(spec, &t.name, block_count) else {
+        let rules = &spec.names;
+        let mut hf = t.name.as_str();
+        for p in rules.strip_prefix {
+            hf = hf.strip_prefix(p).unwrap_or(hf);
+        }
+        let mut hf = hf.to_owned();
+        for (from, to) in rules.suffix_renames {
+            if let Some(stem) = hf.strip_suffix(from) {
+                hf = format!("{stem}{to}");
+            }
+        }
+        if rules.drop.contains(&hf.as_str())
+            || rules.drop_prefixes.iter().any(|p| hf.starts_with(p))
+        {
+            dropped.push((t.name.clone(), "not used by llama.cpp"));
+            continue;
+        }
+        let Some(gguf_name) = map_name(spec, &hf, block_count) else {
             return Err(Error::Unsupported {
                 at: Location::file(config_dir).tensor(&t.name),
                 format: Format::Gguf,
@@ -425,6 +454,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 let v = hp.need_u32(&["vocab_size"])?;
                 put(a("vocab_size"), MetaValue::U32(v));
             }
+            ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
             ExtraKv::RopeDimensionCount => {
                 let d = match hp.u32(&["head_dim"])? {
                     Some(d) => d,

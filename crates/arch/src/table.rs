@@ -14,6 +14,8 @@
 /// What the transformers config class fills in for a missing `num_key_value_heads`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvHeadsDefault {
+    /// The class has no such attribute: the key stays absent.
+    Absent,
     /// `num_attention_heads`.
     Heads,
     /// A constant.
@@ -40,8 +42,8 @@ pub struct ConfigDefaults {
     pub kv_heads: KvHeadsDefault,
     /// Missing `head_dim`.
     pub head_dim: HeadDimDefault,
-    /// Missing `rope_theta` (JSON number).
-    pub rope_theta: &'static str,
+    /// Missing `rope_theta` (JSON number); `None` for classes without rotary embeddings.
+    pub rope_theta: Option<&'static str>,
 }
 
 /// An architecture-specific key written after the common `{arch}.*` keys and
@@ -52,7 +54,31 @@ pub enum ExtraKv {
     VocabSize,
     /// `{arch}.rope.dimension_count` u32 ← `head_dim`, else `hidden_size / num_attention_heads`.
     RopeDimensionCount,
+    /// `{arch}.attention.causal` bool = false (encoders).
+    NonCausal,
 }
+
+/// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
+/// checkpoints, `conversion/bert.py` `filter_tensors`).
+#[derive(Debug, Clone, Copy)]
+pub struct NameRules {
+    /// A leading prefix removed (`bert.` of `BertFor*` heads).
+    pub strip_prefix: &'static [&'static str],
+    /// Suffix renames (`.gamma` → `.weight`, `.beta` → `.bias`).
+    pub suffix_renames: &'static [(&'static str, &'static str)],
+    /// Names dropped (after the rewrites).
+    pub drop: &'static [&'static str],
+    /// Name prefixes dropped (after the rewrites).
+    pub drop_prefixes: &'static [&'static str],
+}
+
+/// No rewrites.
+pub const NO_RULES: NameRules = NameRules {
+    strip_prefix: &[],
+    suffix_renames: &[],
+    drop: &[],
+    drop_prefixes: &[],
+};
 
 /// How the vocabulary is exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +89,9 @@ pub enum VocabKind {
     Llama,
     /// SentencePiece `tokenizer.model` if present, else GPT-2 style BPE (Qwen2).
     SpmElseGpt2,
+    /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
+    /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
+    Bert,
 }
 
 /// One GGUF architecture.
@@ -87,6 +116,8 @@ pub struct ArchSpec {
     pub pooling_from_modules: bool,
     /// `rope_type: llama3` generates a `rope_freqs.weight` tensor (Llama 3.x).
     pub llama3_rope_freqs: bool,
+    /// HF name rewrites and drops applied before the map.
+    pub names: NameRules,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -152,6 +183,37 @@ const QWEN3_TENSORS: &[(&str, &str)] = &[
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
+const BERT_TENSORS: &[(&str, &str)] = &[
+    ("embeddings.word_embeddings", "token_embd"),
+    ("embeddings.position_embeddings", "position_embd"),
+    ("embeddings.token_type_embeddings", "token_types"),
+    ("embeddings.LayerNorm", "token_embd_norm"),
+    (
+        "encoder.layer.{bid}.attention.self.query",
+        "blk.{bid}.attn_q",
+    ),
+    ("encoder.layer.{bid}.attention.self.key", "blk.{bid}.attn_k"),
+    (
+        "encoder.layer.{bid}.attention.self.value",
+        "blk.{bid}.attn_v",
+    ),
+    (
+        "encoder.layer.{bid}.attention.output.dense",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "encoder.layer.{bid}.attention.output.LayerNorm",
+        "blk.{bid}.attn_output_norm",
+    ),
+    ("encoder.layer.{bid}.intermediate.dense", "blk.{bid}.ffn_up"),
+    ("encoder.layer.{bid}.output.dense", "blk.{bid}.ffn_down"),
+    (
+        "encoder.layer.{bid}.output.LayerNorm",
+        "blk.{bid}.layer_output_norm",
+    ),
+];
+
 /// Every supported architecture.
 pub const ARCHS: &[ArchSpec] = &[
     ArchSpec {
@@ -174,12 +236,13 @@ pub const ARCHS: &[ArchSpec] = &[
             ],
             kv_heads: KvHeadsDefault::Heads,
             head_dim: HeadDimDefault::Derived,
-            rope_theta: "10000.0",
+            rope_theta: Some("10000.0"),
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
         pooling_from_modules: false,
         llama3_rope_freqs: true,
+        names: NO_RULES,
     },
     ArchSpec {
         arch: "llama",
@@ -201,12 +264,13 @@ pub const ARCHS: &[ArchSpec] = &[
             ],
             kv_heads: KvHeadsDefault::Const(8),
             head_dim: HeadDimDefault::Derived,
-            rope_theta: "10000.0",
+            rope_theta: Some("10000.0"),
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
         pooling_from_modules: false,
         llama3_rope_freqs: true,
+        names: NO_RULES,
     },
     ArchSpec {
         arch: "qwen2",
@@ -226,12 +290,13 @@ pub const ARCHS: &[ArchSpec] = &[
             ],
             kv_heads: KvHeadsDefault::Const(32),
             head_dim: HeadDimDefault::Absent,
-            rope_theta: "10000.0",
+            rope_theta: Some("10000.0"),
         },
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
         pooling_from_modules: true,
         llama3_rope_freqs: false,
+        names: NO_RULES,
     },
     ArchSpec {
         arch: "qwen3",
@@ -251,12 +316,50 @@ pub const ARCHS: &[ArchSpec] = &[
             ],
             kv_heads: KvHeadsDefault::Const(32),
             head_dim: HeadDimDefault::Const(128),
-            rope_theta: "10000.0",
+            rope_theta: Some("10000.0"),
         },
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
         pooling_from_modules: true,
         llama3_rope_freqs: false,
+        names: NO_RULES,
+    },
+    ArchSpec {
+        arch: "bert",
+        hf_archs: &["BertModel"],
+        tensors: BERT_TENSORS,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "30522"),
+                ("max_position_embeddings", "512"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "12"),
+                ("num_attention_heads", "12"),
+                ("layer_norm_eps", "1e-12"),
+                ("type_vocab_size", "2"),
+                ("pad_token_id", "0"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::NonCausal],
+        vocab: VocabKind::Bert,
+        pooling_from_modules: true,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &["bert."],
+            suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
+            drop: &[
+                "embeddings.position_ids",
+                "pooler.dense.weight",
+                "pooler.dense.bias",
+            ],
+            drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
+        },
     },
 ];
 

@@ -436,6 +436,16 @@ fn legacy_configs_match_reference_hparams() {
 }
 
 #[test]
+fn bert_wordpiece_matches_reference() {
+    let exp = expected("bert");
+    let pre = exp["pre_override"].as_str().unwrap();
+    let p = check("bert", "f32", Some(pre));
+    assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
+    assert!(p.dropped.iter().any(|(n, _)| n.starts_with("pooler.")));
+    check("bert", "f16", Some(pre));
+}
+
+#[test]
 fn unknown_pre_tokenizer_hash_is_refused_with_the_hash() {
     let exp = expected("qwen2");
     let dir = fixtures().join("good/arch/qwen2");

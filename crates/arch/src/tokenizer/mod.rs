@@ -181,6 +181,9 @@ pub fn export(
         }
     }
     let vocab_size = hp.uint(&["vocab_size"])?;
+    if kind == VocabKind::Bert {
+        return export_bert(dir, hp, vocab_size, pre_override);
+    }
     if dir.join("tokenizer.model").is_file() {
         let v = spm::load(dir, vocab_size)?;
         kv.push((
@@ -217,22 +220,7 @@ pub fn export(
         });
     }
     let v = bpe::load(dir, vocab_size)?;
-    let pre = match (pre_name(&v.chkhsh), pre_override) {
-        (Some(name), _) => name.to_owned(),
-        (None, Some(name)) => name.to_owned(),
-        (None, None) => {
-            return Err(Error::Unsupported {
-                at: Location::file(dir.join("tokenizer.json")),
-                format: Format::Gguf,
-                what: format!(
-                    "BPE pre-tokenizer not recognized (check hash {}); name it with \
-                     --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
-                     qwen2, gpt-2)",
-                    v.chkhsh
-                ),
-            })
-        }
-    };
+    let pre = resolve_pre(dir, &v.chkhsh, pre_override)?;
     kv.push(("tokenizer.ggml.model".into(), MetaValue::Str("gpt2".into())));
     kv.push(("tokenizer.ggml.pre".into(), MetaValue::Str(pre)));
     if !v.tokens.is_empty() {
@@ -247,6 +235,69 @@ pub fn export(
     Ok(VocabExport {
         kv,
         chkhsh: Some(v.chkhsh),
+    })
+}
+
+/// BERT: `token_type_count`, then the WordPiece vocabulary in "phantom space" form.
+fn export_bert(
+    dir: &Path,
+    hp: &HParams,
+    vocab_size: Option<u64>,
+    pre_override: Option<&str>,
+) -> Result<VocabExport> {
+    let mut kv = Vec::new();
+    let v = bpe::load(dir, vocab_size)?;
+    let pre = resolve_pre(dir, &v.chkhsh, pre_override)?;
+    let ttc = hp.u32(&["type_vocab_size"])?.unwrap_or(1);
+    kv.push((
+        "tokenizer.ggml.token_type_count".into(),
+        MetaValue::U32(ttc),
+    ));
+    kv.push(("tokenizer.ggml.model".into(), MetaValue::Str("bert".into())));
+    kv.push(("tokenizer.ggml.pre".into(), MetaValue::Str(pre)));
+    let n = v.tokens.len();
+    let tokens: Vec<String> = v
+        .tokens
+        .into_iter()
+        .zip(&v.types)
+        .map(|(t, ty)| {
+            if *ty == TokenType::Control {
+                t
+            } else if let Some(rest) = t.strip_prefix("##") {
+                rest.to_owned()
+            } else {
+                format!("\u{2581}{t}")
+            }
+        })
+        .collect();
+    if n > 0 {
+        kv.push(("tokenizer.ggml.tokens".into(), str_array(tokens)));
+        kv.push(("tokenizer.ggml.token_type".into(), types_array(&v.types)));
+    }
+    let sp = special::load(dir, false, Some(n))?;
+    kv.extend(sp.to_kv());
+    Ok(VocabExport {
+        kv,
+        chkhsh: Some(v.chkhsh),
+    })
+}
+
+fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<String> {
+    Ok(match (pre_name(chkhsh), pre_override) {
+        (Some(name), _) => name.to_owned(),
+        (None, Some(name)) => name.to_owned(),
+        (None, None) => {
+            return Err(Error::Unsupported {
+                at: Location::file(dir.join("tokenizer.json")),
+                format: Format::Gguf,
+                what: format!(
+                    "BPE pre-tokenizer not recognized (check hash {}); name it with \
+                     --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
+                     qwen2, gpt-2)",
+                    chkhsh
+                ),
+            })
+        }
     })
 }
 
