@@ -149,14 +149,11 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
                 path.push(one.to_string());
             }
             [] => {
-                let cands: Vec<String> = root_items
-                    .iter()
-                    .filter(|&&(_, v)| has_tensors(arena, v))
-                    .filter_map(|(k, _)| arena.str(*k).map(weightport_core::sanitize))
-                    .collect();
+                let cands = find_tensor_dicts(arena, root);
                 if cands.is_empty() {
                     return unsupported(
-                        "no tensors at the top level or under state_dict/model_state_dict/model/module",
+                        "no tensors at the top level or under state_dict/model_state_dict/model/module, \
+                         and no nested dict of tensors; nothing to convert",
                     );
                 }
                 return unsupported(format!(
@@ -297,6 +294,39 @@ fn charge(
     }
     *budget -= n;
     Ok(())
+}
+
+/// Dotted paths of nested dicts that hold tensors (breadth-first, bounded: depth 4, 10,000
+/// dicts visited, 10 paths reported), for the error that asks for `--key`.
+fn find_tensor_dicts(arena: &Arena, root: Id) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(String::new(), root, 0u32)]);
+    let mut visited = 0;
+    while let Some((path, id, depth)) = queue.pop_front() {
+        visited += 1;
+        if visited > 10_000 || out.len() >= 10 {
+            break;
+        }
+        let Some(items) = dict_items(arena, id) else {
+            continue;
+        };
+        for (k, v) in items {
+            let Some(name) = arena.str(k) else {
+                continue;
+            };
+            let p = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            if has_tensors(arena, v) {
+                out.push(weightport_core::sanitize(&p));
+            } else if depth < 4 && matches!(arena.get(v), Node::Dict { .. }) {
+                queue.push_back((p, v, depth + 1));
+            }
+        }
+    }
+    out
 }
 
 fn key_text(arena: &Arena, k: Id, limits: &VmLimits, budget: &mut u64) -> R<String> {

@@ -340,3 +340,29 @@ fn scan_of_a_good_file_is_safe_and_lists_globals() {
     assert!(r.opcodes.iter().any(|(n, _)| *n == "BINPERSID"));
     assert!(r.records.iter().all(|rec| rec.referenced != Some(false)));
 }
+
+#[test]
+fn key_selection_errors_name_what_exists() {
+    let f = fixtures().join("good/pickle/checkpoint.pt");
+    let e = weightport_pickle::open_checkpoint(&f, &opts(Some("nope".into()), false)).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string().contains("not found") && e.to_string().contains("optimizer"),
+        "{e}"
+    );
+    // An explicit key reaching the same dict as the default.
+    let c = weightport_pickle::open_checkpoint(&f, &opts(Some("model".into()), false)).unwrap();
+    assert_eq!(c.report().selected, ["model"]);
+    // custom_key.pt has no state-dict-like child: the error lists the candidate.
+    let f = fixtures().join("good/pickle/custom_key.pt");
+    let e = weightport_pickle::open_checkpoint(&f, &ReadOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("--key"), "{e}");
+}
+
+#[test]
+fn whole_module_pickle_says_to_save_a_state_dict() {
+    let f = fixtures().join("hostile/pickle/62_whole_module_pickle.pt");
+    let e = weightport_pickle::open_checkpoint(&f, &ReadOptions::default()).unwrap_err();
+    assert_eq!(e.exit_code(), 3);
+    assert!(e.to_string().contains("state_dict()"), "{e}");
+}
