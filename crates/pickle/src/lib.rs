@@ -22,6 +22,7 @@ use weightport_core::{Error, Format, Location, ReadOptions, Result, TensorSource
 pub mod allow;
 pub mod container;
 pub mod legacy;
+pub mod registration;
 pub mod scan;
 pub mod select;
 pub mod source;
@@ -34,27 +35,14 @@ pub use source::{Checkpoint, CheckpointReport};
 pub use vm::VmLimits;
 
 /// True when `path` (whose first bytes are `head`) is a PyTorch checkpoint this crate reads:
-/// a ZIP whose central directory holds a `*/data.pkl`, or a pickle of the legacy magic number.
-///
-/// It also claims what only this crate can refuse properly: any binary pickle (a `PROTO 2..5`
-/// header not followed by a safetensors-like length/`{`) and the legacy tar format, so that a
-/// raw malicious pickle named `.bin` is refused (exit 3) rather than reported as unknown.
-/// Register it after safetensors.
+/// [`probe_zip`] or [`probe_legacy`].
 pub fn probe(path: &Path, head: &[u8]) -> bool {
-    if head.starts_with(&legacy::magic_prefix()) {
-        return true;
-    }
-    if head.len() >= 3
-        && head[0] == 0x80
-        && (2..=5).contains(&head[1])
-        && head[2] != 0
-        && head.get(8) != Some(&b'{')
-    {
-        return true;
-    }
-    if container::is_tar(head) {
-        return true;
-    }
+    probe_legacy(path, head) || probe_zip(path, head)
+}
+
+/// A torch ZIP: a ZIP whose central directory holds `<prefix>/data.pkl` (told from `.npz`,
+/// whose entries are `*.npy`).
+pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
     if !head.starts_with(b"PK\x03\x04") {
         return false;
     }
@@ -72,6 +60,21 @@ pub fn probe(path: &Path, head: &[u8]) -> bool {
             .is_some_and(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
     });
     found
+}
+
+/// A legacy checkpoint (a pickle of the magic number). It also claims what only this crate
+/// can refuse properly: any binary pickle (a `PROTO 2..5` header not followed by a
+/// safetensors-like length/`{`) and the legacy tar format (needs 262 bytes of `head`), so a raw
+/// malicious pickle named `.bin` is refused (exit 3) rather than reported as unknown.
+/// Probe it before safetensors.
+pub fn probe_legacy(_path: &Path, head: &[u8]) -> bool {
+    head.starts_with(&legacy::magic_prefix())
+        || (head.len() >= 3
+            && head[0] == 0x80
+            && (2..=5).contains(&head[1])
+            && head[2] != 0
+            && head.get(8) != Some(&b'{'))
+        || container::is_tar(head)
 }
 
 /// The limits the VM runs with for `opts` (rank from [`weightport_core::Limits`]).
