@@ -606,8 +606,14 @@ impl TensorSource for Checkpoint {
     fn release(&self, index: usize, offset: u64, len: u64) {
         if let Some(b) = self.bytes(index) {
             let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let start = (base + offset as usize).next_multiple_of(4096);
-            let end = (base + (offset + len) as usize).min(base + b.len()) / 4096 * 4096;
+            let start = base
+                .saturating_add(offset as usize)
+                .checked_next_multiple_of(4096)
+                .unwrap_or(usize::MAX);
+            let end = (base.saturating_add(offset.saturating_add(len) as usize))
+                .min(base + b.len())
+                / 4096
+                * 4096;
             if end > start {
                 // SAFETY: a private read-only file mapping; MADV_DONTNEED only drops resident
                 // pages, which fault back in from the unchanged file on the next access.
@@ -622,8 +628,9 @@ impl TensorSource for Checkpoint {
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         if let Some(b) = self.bytes(index) {
             let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let start = (base + offset as usize) / 4096 * 4096;
-            let end = (base + (offset + len) as usize).min(base + b.len());
+            let start = base.saturating_add(offset as usize) / 4096 * 4096;
+            let end =
+                (base.saturating_add(offset.saturating_add(len) as usize)).min(base + b.len());
             if end > start {
                 // A hint; failure (old kernels) is harmless.
                 let _ = self
