@@ -106,7 +106,7 @@ fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
-/// The tensor's elements widened to f32 (or kept as stored f16 bits when `keep_f16`), rows
+/// The tensor's elements widened to f32 (or kept as stored f16/bf16 bits when `keep_f16`), rows
 /// gathered through the plan's permutation (or not, when `permute` is false).
 fn output_bytes(
     p: &ArchPlan,
@@ -136,7 +136,7 @@ fn output_bytes(
         _ => (0..rows as u32).collect(),
     };
     if keep_f16 {
-        assert_eq!(src.dtype, DType::F16);
+        assert!(matches!(src.dtype, DType::F16 | DType::BF16));
         let row_bytes = raw.len() / rows;
         return perm
             .iter()
@@ -252,6 +252,19 @@ fn expected(name: &str) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
+/// The output types the reference was run with for `name`, other than f32 and f16 (checked by
+/// name: KVs, tensor names, ne and types).
+fn other_outtypes(name: &str) -> Vec<String> {
+    let exp = expected(name);
+    exp["outtypes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "f32" && *k != "f16")
+        .cloned()
+        .collect()
+}
+
 /// Plans `name` for `outtype` and compares with the reference; returns the plan.
 fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
     let dir = fixtures().join("good/arch").join(name);
@@ -268,6 +281,8 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         outtype: match outtype {
             "f32" => OutType::F32,
             "f16" => OutType::F16,
+            "bf16" => OutType::Bf16,
+            "q8_0" => OutType::Q8_0,
             _ => unreachable!(),
         },
         name: ref_name,
@@ -305,9 +320,10 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             Origin::Hf { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,
         };
-        // Exact byte comparisons: f32 output, or f16 output of an f16 source.
-        if outtype == "f32" || (t.dtype == DType::F16 && src_dtype == DType::F16) {
-            let keep = t.dtype == DType::F16;
+        // Exact byte comparisons: f32 output, or f16/bf16 output of a source of the same type.
+        let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
+        if outtype == "f32" || same16 {
+            let keep = same16;
             let bytes = output_bytes(&p, &sts, &srcs, i, keep, true);
             assert_eq!(
                 hex(&Sha256::digest(&bytes)),
@@ -359,6 +375,9 @@ fn llama_spm_f32_matches_reference() {
 #[test]
 fn llama_spm_f16_matches_reference() {
     check("llama", "f16", None);
+    for o in other_outtypes("llama") {
+        check("llama", &o, None);
+    }
 }
 
 #[test]
@@ -366,6 +385,9 @@ fn mistral_spm_matches_reference() {
     let p = check("mistral", "f32", None);
     assert_eq!(p.hf_arch, "MistralForCausalLM");
     check("mistral", "f16", None);
+    for o in other_outtypes("mistral") {
+        check("mistral", &o, None);
+    }
 }
 
 #[test]
@@ -379,6 +401,9 @@ fn qwen2_bpe_tied_matches_reference() {
     assert!(!p.tensors.iter().any(|t| t.name == "output.weight"));
     assert!(p.tensors.iter().all(|t| t.permute.is_none()));
     check("qwen2", "f16", Some(pre));
+    for o in other_outtypes("qwen2") {
+        check("qwen2", &o, Some(pre));
+    }
 }
 
 #[test]
@@ -393,6 +418,9 @@ fn qwen3_bpe_untied_matches_reference() {
         .iter()
         .any(|t| t.name == "blk.1.attn_k_norm.weight" && t.force_f32));
     check("qwen3", "f16", Some(pre));
+    for o in other_outtypes("qwen3") {
+        check("qwen3", &o, Some(pre));
+    }
 }
 
 #[test]
@@ -404,6 +432,9 @@ fn llama3_bpe_rope_freqs_matches_reference() {
     assert_eq!(p.tensors[0].name, "rope_freqs.weight");
     assert!(matches!(p.tensors[0].origin, Origin::Generated(_)));
     check("llama3", "f16", Some(pre));
+    for o in other_outtypes("llama3") {
+        check("llama3", &o, Some(pre));
+    }
 }
 
 /// transformers-4 style config.json files (top-level rope_theta, `rope_scaling` with `type`,
@@ -443,6 +474,9 @@ fn bert_wordpiece_matches_reference() {
     assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
     assert!(p.dropped.iter().any(|(n, _)| n.starts_with("pooler.")));
     check("bert", "f16", Some(pre));
+    for o in other_outtypes("bert") {
+        check("bert", &o, Some(pre));
+    }
 }
 
 #[test]
