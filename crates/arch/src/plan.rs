@@ -36,7 +36,10 @@ pub struct SourceTensor {
     pub shape: Vec<u64>,
     /// Stored element type.
     pub dtype: DType,
-    /// The file it is stored in, relative to the release directory (orders the output).
+    /// The file it is stored in, relative to the release directory. The output is ordered by
+    /// `(file, name)`, which is the reference's order for safetensors releases (parts in sorted
+    /// file-name order, names sorted within a part); for a `.bin` release the reference keeps
+    /// the state dict's own order instead.
     pub file: String,
 }
 
