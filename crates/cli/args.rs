@@ -27,11 +27,22 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Convert, reshard or merge weights (verified, atomic).
-    Convert(ConvertArgs),
+    Convert(Box<ConvertArgs>),
     /// Show format, tensors, dtypes, shapes, metadata and sizes (reads headers only).
     Inspect(InspectArgs),
     /// Strictly validate a file or repo and hash every tensor; compare with another source.
     Verify(VerifyArgs),
+    /// Audit PyTorch pickles without running them: every global, opcode counts, records,
+    /// non-tensor entries; verdict safe (exit 0) or unsafe (exit 3). A directory scans every
+    /// checkpoint under it.
+    Scan(ScanArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ScanArgs {
+    /// A checkpoint file, or a directory to scan recursively.
+    #[arg(value_name = "INPUT")]
+    pub input: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -43,9 +54,9 @@ pub struct ConvertArgs {
     /// (`model.safetensors`, or `model-0000i-of-0000n.safetensors` + index).
     #[arg(short, long, value_name = "OUTPUT")]
     pub output: PathBuf,
-    /// Largest shard of a repo output: `500MB`, `5GB` (decimal), `5GiB` (binary) or bytes.
-    /// Default 5GB, as huggingface_hub.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    /// Largest shard of a repo output, or split of a GGUF output: `500MB`, `5GB` (decimal),
+    /// `5GiB` (binary) or bytes. Default 5GB for repos, unsplit for GGUF.
+    #[arg(long, alias = "split-max-size", value_name = "SIZE", value_parser = parse_size)]
     pub shard_size: Option<u64>,
     /// Print the plan (files, sizes, disk needed) and write nothing.
     #[arg(long)]
@@ -73,6 +84,38 @@ pub struct ConvertArgs {
     pub rename: Vec<String>,
     #[command(flatten)]
     pub read: ReadArgs,
+    #[command(flatten)]
+    pub quant: QuantArgs,
+}
+
+/// GGUF outputs: llama-quantize's options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct QuantArgs {
+    /// Quantize to this llama-quantize file type: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S,
+    /// Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1 (also F16, BF16, F32).
+    #[arg(long, value_name = "TYPE")]
+    pub quant: Option<String>,
+    /// Every quantizable tensor gets the default type of --quant (no mix rules).
+    #[arg(long, requires = "quant")]
+    pub pure: bool,
+    /// Override a tensor's type: `REGEX=TYPE` (repeatable; first match wins).
+    #[arg(long, value_name = "REGEX=TYPE", requires = "quant")]
+    pub tensor_type: Vec<String>,
+    /// Type of output.weight.
+    #[arg(long, value_name = "TYPE", requires = "quant")]
+    pub output_tensor_type: Option<String>,
+    /// Type of token_embd.weight.
+    #[arg(long, value_name = "TYPE", requires = "quant")]
+    pub token_embedding_type: Option<String>,
+    /// Keep output.weight as it is.
+    #[arg(long, requires = "quant")]
+    pub leave_output_tensor: bool,
+    /// Allow quantizing already-quantized tensors again.
+    #[arg(long, requires = "quant")]
+    pub allow_requantize: bool,
+    /// `general.architecture` of a GGUF output (default: the source's, else `generic`).
+    #[arg(long, value_name = "NAME")]
+    pub arch: Option<String>,
 }
 
 /// How inputs are read (convert, inspect, verify).

@@ -142,6 +142,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Inspect(a) => output::inspect(&a, json, &mut out)?,
         Command::Verify(a) => output::verify(&a, json, &mut out)?,
+        Command::Scan(a) => output::scan(&a, json, &mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -7,11 +7,12 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use weightport_core::{sanitize, Error, MetaValue};
 use weightport_pipeline::convert::ConvertOptions;
-use weightport_pipeline::plan::{Rename, TransformOptions};
+use weightport_pipeline::mix::Ftype;
+use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
 use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest};
 
-use crate::args::{ConvertArgs, InspectArgs, ReadArgs, VerifyArgs};
+use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, ScanArgs, VerifyArgs};
 use crate::progress::Bar;
 use crate::Failure;
 
@@ -84,7 +85,50 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         dtype_filter,
         allow_lossy: a.allow_lossy,
         renames,
+        quant: quant_options(&a.quant)?,
+        arch: a.quant.arch.clone(),
     })
+}
+
+fn ggml_type(s: &str) -> Result<weightport_core::DType, Error> {
+    weightport_core::DType::from_name(&s.to_ascii_uppercase())
+        .filter(|d| d.is_block() || matches!(d.name(), "F32" | "F16" | "BF16"))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "`{s}`: not a ggml tensor type (Q4_K, Q8_0, F16, …)"
+            ))
+        })
+}
+
+fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
+    let Some(t) = &q.quant else {
+        return Ok(None);
+    };
+    let tensor_types = q
+        .tensor_type
+        .iter()
+        .map(|r| {
+            let (re, ty) = r
+                .rsplit_once('=')
+                .ok_or_else(|| Error::Usage(format!("--tensor-type `{r}`: expected REGEX=TYPE")))?;
+            let re = regex::Regex::new(re)
+                .map_err(|e| Error::Usage(format!("--tensor-type `{r}`: {e}")))?;
+            Ok((re, ggml_type(ty)?))
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok(Some(QuantOptions {
+        ftype: Ftype::parse(t)?,
+        pure: q.pure,
+        tensor_types,
+        output_type: q.output_tensor_type.as_deref().map(ggml_type).transpose()?,
+        token_embd_type: q
+            .token_embedding_type
+            .as_deref()
+            .map(ggml_type)
+            .transpose()?,
+        leave_output: q.leave_output_tensor,
+        allow_requantize: q.allow_requantize,
+    }))
 }
 
 pub fn convert(
@@ -381,5 +425,80 @@ pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Fa
     } else {
         eprintln!("weightport: {}: {} differences", p(&a.path), diffs.len());
         Err(Failure::Findings(1))
+    }
+}
+
+fn scan_json(r: &weightport_pipeline::scan::ScanReport) -> Value {
+    use weightport_pipeline::scan::Verdict;
+    json!({
+        "path": r.path.display().to_string(),
+        "format": r.format.map(|f| f.name()),
+        "verdict": if r.verdict == Verdict::Safe { "safe" } else { "unsafe" },
+        "findings": r.findings.iter().map(|f| json!({"offset": f.offset, "what": f.what, "unsafe": f.unsafe_})).collect::<Vec<_>>(),
+        "globals": r.globals.iter().map(|g| json!({"offset": g.offset, "module": g.module, "name": g.name, "allowed": g.allowed})).collect::<Vec<_>>(),
+        "opcodes": r.opcodes.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "records": r.records.iter().map(|x| json!({"name": x.name, "size": x.size, "method": x.method, "referenced": x.referenced})).collect::<Vec<_>>(),
+        "entries": r.entries.iter().map(|(k, v)| (k.clone(), meta_json(v))).collect::<serde_json::Map<_, _>>(),
+        "tensors": r.tensors,
+        "error": r.error,
+    })
+}
+
+pub fn scan(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    use weightport_pipeline::scan::Verdict;
+    let reports = weightport_pipeline::scan::scan(&a.input)?;
+    let unsafe_n = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Unsafe)
+        .count();
+    if json {
+        let v = json!({
+            "ok": unsafe_n == 0,
+            "command": "scan",
+            "files": reports.iter().map(scan_json).collect::<Vec<_>>(),
+            "unsafe": unsafe_n,
+        });
+        writeln!(out, "{v}")?;
+    } else {
+        for r in &reports {
+            let verdict = if r.verdict == Verdict::Safe {
+                "safe"
+            } else {
+                "UNSAFE"
+            };
+            writeln!(
+                out,
+                "{verdict:<6} {}  ({} tensors, {} globals)",
+                p(&r.path),
+                r.tensors,
+                r.globals.len()
+            )?;
+            for f in r
+                .findings
+                .iter()
+                .filter(|f| f.unsafe_ || reports.len() == 1)
+            {
+                let at = f.offset.map(|o| format!("byte {o}: ")).unwrap_or_default();
+                writeln!(out, "       {at}{}", sanitize(&f.what))?;
+            }
+            if reports.len() == 1 {
+                for g in &r.globals {
+                    let mark = if g.allowed { "allowed" } else { "REFUSED" };
+                    writeln!(
+                        out,
+                        "       global {}.{} at byte {} ({mark})",
+                        sanitize(&g.module),
+                        sanitize(&g.name),
+                        g.offset
+                    )?;
+                }
+            }
+        }
+        writeln!(out, "{} files scanned, {unsafe_n} unsafe", reports.len())?;
+    }
+    if unsafe_n > 0 {
+        Err(Failure::Findings(3))
+    } else {
+        Ok(())
     }
 }

@@ -8,7 +8,8 @@
 //!   callback), so a repo of `.bin` shards works like one of safetensors shards.
 //! * An [`OutputFormat`] is a pure `plan` (every file, its exact size, and the extra files such
 //!   as index.json and copied companions: what `--dry-run` and the free-space check use), and a
-//!   `sink` that writes exactly that plan.
+//!   `sink` that writes exactly that plan. It also says which dtypes it can store (`stores`):
+//!   the output plan dequantizes what it cannot.
 
 use std::path::{Path, PathBuf};
 
@@ -79,6 +80,8 @@ pub struct OutputRequest<'a> {
     pub shard_size: Option<u64>,
     /// The input repo directory, whose companion files are copied into a repo output.
     pub companions_from: Option<&'a Path>,
+    /// The input's container format (a GGUF rewrite keeps llama.cpp's dims convention).
+    pub source_format: Format,
 }
 
 /// One weights file of an output plan.
@@ -151,4 +154,6 @@ pub struct OutputFormat {
     pub plan: fn(&OutputRequest) -> Result<OutputPlan>,
     /// A sink writing exactly `plan`.
     pub sink: fn(&OutputRequest, &OutputPlan) -> Result<Box<dyn TensorSink>>,
+    /// True when the format can store tensors of this dtype as they are.
+    pub stores: fn(crate::DType) -> bool,
 }

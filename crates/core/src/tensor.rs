@@ -211,6 +211,20 @@ impl Metadata {
         }
     }
 
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<MetaValue> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    /// Sets `key` as the last entry (removing it first where it was): what llama.cpp's
+    /// `gguf_set_val_*` does, so rewritten keys move to the end.
+    pub fn push_last(&mut self, key: impl Into<String>, value: MetaValue) {
+        let key = key.into();
+        self.remove(&key);
+        self.entries.push((key, value));
+    }
+
     /// Looks a key up.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
         self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)

@@ -30,6 +30,7 @@
 
 pub mod header;
 pub mod reader;
+pub mod registration;
 pub mod split;
 pub mod types;
 pub mod writer;

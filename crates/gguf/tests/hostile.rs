@@ -86,7 +86,7 @@ impl G {
             b.extend_from_slice(t);
         }
         if self.pad && !self.tensors.is_empty() {
-            while b.len() % 32 != 0 {
+            while !b.len().is_multiple_of(32) {
                 b.push(0);
             }
         }

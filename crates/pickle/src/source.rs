@@ -576,7 +576,7 @@ impl TensorSource for Checkpoint {
         let e = &self.entries[index];
         let len = dst.len() as u64;
         let total = self.infos[index].byte_len;
-        if offset % e.itemsize != 0 || len % e.itemsize != 0 {
+        if !offset.is_multiple_of(e.itemsize) || !len.is_multiple_of(e.itemsize) {
             return Err(self.err(
                 index,
                 offset,

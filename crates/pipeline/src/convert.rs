@@ -10,7 +10,7 @@ use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 
 use crate::exec::{run, worker_bytes, Progress};
 use crate::input::open_inputs;
-use crate::plan::{build, OutTensor, TransformOptions};
+use crate::plan::{build, output_metadata, OutTensor, TransformOptions};
 use crate::registry::output_for;
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
@@ -194,14 +194,16 @@ pub fn convert_source(
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let outs = build(source, &opts.transform)?;
+    let outs = build(source, &opts.transform, fmt.stores)?;
     let infos: Vec<TensorInfo> = outs.iter().map(|o| o.info.clone()).collect();
+    let metadata = output_metadata(source, &opts.transform, fmt.format == Format::Gguf);
     let req = OutputRequest {
         target: &opts.output,
         tensors: &infos,
-        metadata: source.metadata(),
+        metadata: &metadata,
         shard_size: opts.shard_size,
         companions_from: repo_dir,
+        source_format: source.format(),
     };
     let plan = (fmt.plan)(&req)?;
     let (threads, memory) = threads_for(source, &outs, opts)?;
@@ -218,7 +220,7 @@ pub fn convert_source(
         .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
     let committed = pool.install(|| {
         let mut sink = (fmt.sink)(&req, &plan)?;
-        let staged = sink.plan(&infos, source.metadata())?;
+        let staged = sink.plan(&infos, &metadata)?;
         progress.start("write", report.data_bytes);
         let hashes = run(source, &outs, opts.chunk, progress, |k, off, b| {
             sink.write_at(k, off, b)

@@ -22,6 +22,7 @@ pub mod mix;
 pub mod plan;
 pub mod quantize;
 pub mod registry;
+pub mod scan;
 pub mod txn;
 pub mod verify;
 

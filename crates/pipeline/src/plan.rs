@@ -10,9 +10,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use regex::Regex;
-use weightport_core::{sanitize, DType, Error, Result, TensorInfo, TensorSource};
+use weightport_core::{
+    sanitize, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
+};
 
 use crate::cast::{is_float, Cast};
+use crate::mix::{self, Ftype, MixParams, MixTensor};
+use crate::quantize::{Dequantize, Quantize, Requantize};
 
 /// An operation producing an output tensor from input bytes.
 pub trait Transform: Send + Sync {
@@ -138,12 +142,34 @@ pub struct TransformOptions {
     pub allow_lossy: bool,
     /// `--rename` rules, applied in order.
     pub renames: Vec<Rename>,
+    /// `--quant` (GGUF outputs).
+    pub quant: Option<QuantOptions>,
+    /// `--arch`: `general.architecture` of a GGUF output.
+    pub arch: Option<String>,
 }
 
-/// Builds the output plan for `source`.
-pub fn build(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<OutTensor>> {
-    let mut outs = Vec::with_capacity(source.tensors().len());
+/// `--quant` and llama-quantize's other options.
+#[derive(Debug, Clone)]
+pub struct QuantOptions {
+    /// The target file type (`Q4_K_M`, …).
+    pub ftype: Ftype,
+    /// `--pure`.
+    pub pure: bool,
+    /// `--tensor-type REGEX=TYPE`.
+    pub tensor_types: Vec<(Regex, DType)>,
+    /// `--output-tensor-type`.
+    pub output_type: Option<DType>,
+    /// `--token-embedding-type`.
+    pub token_embd_type: Option<DType>,
+    /// `--leave-output-tensor`.
+    pub leave_output: bool,
+    /// `--allow-requantize`.
+    pub allow_requantize: bool,
+}
+
+fn renamed(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<String>> {
     let mut seen = std::collections::HashMap::new();
+    let mut names = Vec::with_capacity(source.tensors().len());
     for (i, t) in source.tensors().iter().enumerate() {
         let name = opts.renames.iter().fold(t.name.clone(), |n, r| r.apply(&n));
         if let Some(prev) = seen.insert(name.clone(), i) {
@@ -154,41 +180,214 @@ pub fn build(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<O
                 sanitize(&name)
             )));
         }
-        let target = match opts.dtype {
-            DtypeChoice::To(d)
-                if d != t.dtype
-                    && is_float(t.dtype)
-                    && opts.dtype_filter.as_ref().is_none_or(|f| f.is_match(&name)) =>
+        names.push(name);
+    }
+    Ok(names)
+}
+
+fn meta_u64(m: &Metadata, key: &str) -> Option<u64> {
+    match m.get(key)? {
+        MetaValue::U32(v) => Some(u64::from(*v)),
+        MetaValue::U64(v) => Some(*v),
+        MetaValue::I32(v) => u64::try_from(*v).ok(),
+        MetaValue::I64(v) => u64::try_from(*v).ok(),
+        _ => None,
+    }
+}
+
+/// The model facts llama-quantize's rules need, from GGUF metadata (or the names).
+fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams {
+    let arch = meta
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .unwrap_or("llama")
+        .to_string();
+    let key = |k: &str| meta_u64(meta, &format!("{arch}.{k}"));
+    let layers_by_name = names
+        .iter()
+        .filter_map(|n| {
+            n.strip_prefix("blk.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |m| m + 1);
+    let heads = key("attention.head_count").unwrap_or(1).max(1);
+    let kv_heads = key("attention.head_count_kv").unwrap_or(heads).max(1);
+    MixParams {
+        ftype: q.ftype,
+        pure: q.pure,
+        tensor_types: q.tensor_types.clone(),
+        output_type: q.output_type,
+        token_embd_type: q.token_embd_type,
+        leave_output: q.leave_output,
+        n_layer: key("block_count").map_or(layers_by_name, |v| v as usize),
+        n_gqa: (heads / kv_heads) as u32,
+        n_expert: key("expert_count").unwrap_or(0) as u32,
+        arch,
+    }
+}
+
+/// ggml's `n_dims`: dimensions without the trailing 1s of `ne` (leading 1s of the shape), at
+/// least one.
+fn ggml_n_dims(shape: &[u64]) -> usize {
+    let leading_ones = shape.iter().take_while(|&&d| d == 1).count();
+    (shape.len() - leading_ones).max(1)
+}
+
+/// Each tensor's target dtype, and the output order (llama-quantize's for `--quant`).
+fn targets(
+    source: &dyn TensorSource,
+    names: &[String],
+    opts: &TransformOptions,
+) -> (Vec<usize>, Vec<DType>) {
+    let ts = source.tensors();
+    let mut dtypes: Vec<DType> = ts.iter().map(|t| t.dtype).collect();
+    if let Some(q) = &opts.quant {
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let order = mix::quantize_order(&refs);
+        let input: Vec<MixTensor> = order
+            .iter()
+            .map(|&i| {
+                let shape = &ts[i].shape;
+                MixTensor {
+                    name: names[i].clone(),
+                    ne0: shape.last().copied().unwrap_or(1),
+                    n_dims: ggml_n_dims(shape),
+                    dtype: ts[i].dtype,
+                }
+            })
+            .collect();
+        let chosen = mix::choose(&input, &mix_params(q, source.metadata(), names));
+        for (&i, c) in order.iter().zip(chosen) {
+            dtypes[i] = c.dtype;
+        }
+        return (order, dtypes);
+    }
+    if let DtypeChoice::To(d) = opts.dtype {
+        for (i, t) in ts.iter().enumerate() {
+            if is_float(t.dtype)
+                && opts
+                    .dtype_filter
+                    .as_ref()
+                    .is_none_or(|f| f.is_match(&names[i]))
             {
-                Some(d)
+                dtypes[i] = d;
             }
-            _ => None,
-        };
-        let (info, op): (TensorInfo, Option<Arc<dyn Transform>>) = match target {
-            None => (TensorInfo { name, ..t.clone() }, None),
-            Some(d) => {
-                let cast = Cast::new(t.dtype, d, &name, opts.allow_lossy)?;
-                let byte_len = d
-                    .byte_len(&t.shape)
-                    .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&name))))?;
-                (
-                    TensorInfo {
-                        name,
-                        dtype: d,
-                        shape: t.shape.clone(),
-                        byte_len,
-                    },
-                    Some(Arc::new(cast)),
-                )
+        }
+    }
+    ((0..ts.len()).collect(), dtypes)
+}
+
+/// The operation turning `from` into `to` for tensor `name`.
+fn op_for(
+    from: DType,
+    to: DType,
+    name: &str,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    if from == to {
+        return Ok(None);
+    }
+    let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
+        (false, false) => Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
+        (false, true) => Arc::new(Quantize::new(from, to)?),
+        (true, false) => Arc::new(Dequantize::new(from, to)?),
+        (true, true) => {
+            if !opts.quant.as_ref().is_some_and(|q| q.allow_requantize) {
+                return Err(Error::Refused {
+                    at: weightport_core::Location::default().tensor(name.to_string()),
+                    reason: format!(
+                        "already quantized ({from}); requantizing to {to} loses quality twice: \
+                         pass --allow-requantize, or start from an F32/F16/BF16 model"
+                    ),
+                });
             }
-        };
+            Arc::new(Requantize::new(from, to)?)
+        }
+    };
+    Ok(Some(op))
+}
+
+/// Builds the output plan for `source`: renames, each tensor's target type (`--quant` mix,
+/// `--dtype`, and what the output format can store: block types are dequantized to F32, or to
+/// `--dtype`, for formats that cannot hold them), the operation, and the order.
+pub fn build(
+    source: &dyn TensorSource,
+    opts: &TransformOptions,
+    stores: fn(DType) -> bool,
+) -> Result<Vec<OutTensor>> {
+    let names = renamed(source, opts)?;
+    let (order, mut dtypes) = targets(source, &names, opts);
+    let mut outs = Vec::with_capacity(order.len());
+    for i in order {
+        let t = &source.tensors()[i];
+        if !stores(dtypes[i]) && dtypes[i].is_block() {
+            dtypes[i] = match opts.dtype {
+                DtypeChoice::To(d) => d,
+                DtypeChoice::Keep => DType::F32,
+            };
+        }
+        let to = dtypes[i];
+        if !stores(to) {
+            return Err(Error::Unsupported {
+                at: weightport_core::Location::file(source.file_of(i)).tensor(t.name.clone()),
+                format: source.format(),
+                what: format!(
+                    "tensor `{}` is {to}, which the output format cannot store",
+                    sanitize(&names[i])
+                ),
+            });
+        }
+        let byte_len = to
+            .byte_len(&t.shape)
+            .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&names[i]))))?;
         outs.push(OutTensor {
-            info,
+            op: op_for(t.dtype, to, &names[i], opts).map_err(|e| in_file(e, source, i))?,
+            info: TensorInfo {
+                name: names[i].clone(),
+                dtype: to,
+                shape: t.shape.clone(),
+                byte_len,
+            },
             inputs: vec![i],
-            op,
         });
     }
     Ok(outs)
+}
+
+fn in_file(e: Error, source: &dyn TensorSource, i: usize) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            at.path = source.file_of(i);
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
+}
+
+/// The metadata an output carries: the source's, and for `--quant` llama-quantize's edits
+/// (`split.*` removed, `general.quantization_version` and `general.file_type` set last); a
+/// GGUF output always names an architecture (`--arch`, else the source's, else `generic`).
+pub fn output_metadata(source: &dyn TensorSource, opts: &TransformOptions, gguf: bool) -> Metadata {
+    let mut m = source.metadata().clone();
+    if let Some(q) = &opts.quant {
+        for k in ["split.no", "split.count", "split.tensors.count"] {
+            m.remove(k);
+        }
+        m.push_last("general.quantization_version", MetaValue::U32(2));
+        m.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
+    }
+    if gguf {
+        if let Some(a) = &opts.arch {
+            m.insert("general.architecture", MetaValue::Str(a.clone()));
+        } else if m.get("general.architecture").is_none() {
+            m.insert("general.architecture", MetaValue::Str("generic".into()));
+        }
+    }
+    m
 }
 
 #[cfg(test)]

@@ -192,3 +192,55 @@ impl Transform for Dequantize {
         Ok(())
     }
 }
+
+/// One block type into another (`--allow-requantize`), through f32, in units of
+/// `lcm(elements per block)` so both sides are whole blocks.
+pub struct Requantize {
+    from: DType,
+    to: DType,
+    elems: u64,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Requantize {
+    /// A requantization of block type `from` into block type `to`.
+    pub fn new(from: DType, to: DType) -> Result<Requantize> {
+        Dequantize::new(from, DType::F32)?;
+        Quantize::new(DType::F32, to)?;
+        let (a, b) = (block(from).0, block(to).0);
+        Ok(Requantize {
+            from,
+            to,
+            elems: a / gcd(a, b) * b,
+        })
+    }
+}
+
+impl Transform for Requantize {
+    fn describe(&self) -> String {
+        format!("{}→{} (requantized)", self.from, self.to)
+    }
+    fn unit(&self) -> u64 {
+        self.elems / block(self.to).0 * block(self.to).1
+    }
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (u, v) = (
+            self.unit(),
+            self.elems / block(self.from).0 * block(self.from).1,
+        );
+        vec![(0, out.start / u * v..out.end / u * v)]
+    }
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let (be, bb) = block(self.from);
+        let mut vals = vec![0f32; (inputs[0].len() as u64 / bb * be) as usize];
+        weightport_quant::dequantize(self.from, inputs[0], &mut vals).map_err(kernel_error)?;
+        weightport_quant::quantize(self.to, &vals, dst).map_err(kernel_error)
+    }
+}

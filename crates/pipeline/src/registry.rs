@@ -58,6 +58,9 @@ fn outputs() -> Vec<&'static OutputFormat> {
 /// Input formats, probed in order. safetensors has no magic and its probe also accepts
 /// unrecognised bytes (so its reader can say precisely what is wrong): it stays last.
 pub static INPUTS: &[InputFormat] = &[
+    weightport_gguf::registration::INPUT,
+    weightport_pickle::registration::ZIP,
+    weightport_pickle::registration::LEGACY,
     weightport_npz::registration::NPZ,
     weightport_npz::registration::NPY,
     weightport_safetensors::INPUT,
@@ -67,7 +70,11 @@ pub static INPUTS: &[InputFormat] = &[
 pub static REPOS: &[RepoFormat] = &[weightport_npz::registration::NPY_DIR, weightport_hf::REPO];
 
 /// Output formats; the first that claims `-o` wins.
-pub static OUTPUTS: &[OutputFormat] = &[weightport_safetensors::OUTPUT, weightport_hf::OUTPUT];
+pub static OUTPUTS: &[OutputFormat] = &[
+    weightport_safetensors::OUTPUT,
+    weightport_gguf::registration::OUTPUT,
+    weightport_hf::OUTPUT,
+];
 
 /// Names of the registered formats of a list, for messages.
 fn names<T>(list: &[&T], name: fn(&T) -> &'static str) -> String {

@@ -170,6 +170,7 @@ static OUTPUT: OutputFormat = OutputFormat {
             size: 0,
         }))
     },
+    stores: |d| d == DType::Q8_0,
 };
 
 #[test]

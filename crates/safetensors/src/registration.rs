@@ -102,7 +102,13 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     claims: names_file,
     plan: plan_file,
     sink: sink_for,
+    stores,
 };
+
+/// The dtypes safetensors can hold (no ggml block types).
+pub fn stores(d: weightport_core::DType) -> bool {
+    crate::dtypes::rank(d).is_some()
+}
 
 /// A sink writing `plan`'s files (one or many shards) as safetensors.
 pub fn sink_for(req: &OutputRequest, plan: &OutputPlan) -> Result<Box<dyn TensorSink>> {

@@ -1,0 +1,120 @@
+//! GGUF through the pipeline against llama.cpp: every model × mix of fixtures/gguf-mix,
+//! converted by `weightport convert IN.f16.gguf -o OUT.gguf --quant TYPE`, is byte-identical
+//! to what the pinned `llama-quantize IN OUT TYPE` wrote (its sha256, recorded by
+//! fixtures/gen/gen_mix.py). That covers the mix, the tensor order, the KV edits, the layout
+//! and every quantization kernel on real data.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn wp(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn quantized_outputs_are_byte_identical_to_llama_quantize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for e in std::fs::read_dir(fixtures().join("expected/gguf-mix")).unwrap() {
+        let p = e.unwrap().path();
+        let file = p.file_name().unwrap().to_str().unwrap().to_string();
+        let (model, ty) = file.trim_end_matches(".json").split_once('.').unwrap();
+        let want: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        let src = fixtures().join(format!("good/gguf-mix/{model}.f16.gguf"));
+        let out = tmp.path().join(format!("{model}.{ty}.gguf"));
+        let o = wp(&[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--quant",
+            ty,
+        ]);
+        assert!(
+            o.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = format!("{:x}", Sha256::digest(std::fs::read(&out).unwrap()));
+        assert_eq!(
+            got,
+            want["file_sha256"].as_str().unwrap(),
+            "{model} {ty}: differs from llama-quantize"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 42);
+}
+
+#[test]
+fn quantized_inputs_need_allow_requantize_and_dry_run_lists_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/gguf-mix/llama10_256.f16.gguf");
+    let q = tmp.path().join("q.gguf");
+    assert!(wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        q.to_str().unwrap(),
+        "--quant",
+        "Q4_K_M"
+    ])
+    .status
+    .success());
+    let again = tmp.path().join("q2.gguf");
+    let o = wp(&[
+        "convert",
+        q.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+        "--quant",
+        "Q4_0",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-requantize"));
+    assert!(!again.exists());
+    let o = wp(&[
+        "convert",
+        q.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+        "--quant",
+        "Q4_0",
+        "--allow-requantize",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // GGUF → safetensors dequantizes (to F32 by default).
+    let st = tmp.path().join("deq.safetensors");
+    let o = wp(&[
+        "--json",
+        "convert",
+        q.to_str().unwrap(),
+        "-o",
+        st.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["transforms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["op"] == "Q4_K→F32"),
+        "{v}"
+    );
+}
