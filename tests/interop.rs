@@ -10,7 +10,7 @@ use std::process::Command;
 
 fn has_packages(py: &str) -> bool {
     Command::new(py)
-        .args(["-c", "import numpy, safetensors"])
+        .args(["-c", "import numpy, safetensors, gguf"])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
@@ -33,7 +33,11 @@ fn make_venv() -> Result<String, String> {
     run(Command::new(staging.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
         .arg(root().join(".ci/requirements.txt")))?;
-    // Another test binary may have won the race: either venv is complete.
+    // An older venv without every package is replaced; another test binary may have won the
+    // race meanwhile: either complete venv will do.
+    if !has_packages(&py) {
+        let _ = std::fs::remove_dir_all(&venv);
+    }
     if std::fs::rename(&staging, &venv).is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
@@ -197,4 +201,41 @@ fn numpy_files_convert_to_what_np_load_returns() {
         n += 1;
     }
     assert!(n >= 20, "{n} files");
+}
+
+/// A safetensors checkpoint converted to GGUF (no architecture knowledge: names kept) is read
+/// back by gguf-py with the same tensors.
+#[test]
+fn gguf_py_reads_our_gguf_back() {
+    let Some(py) = python() else { return };
+    if !Command::new(&py)
+        .args(["-c", "import gguf"])
+        .status()
+        .unwrap()
+        .success()
+    {
+        panic!("{py} lacks gguf (pip install -r .ci/requirements.txt)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = root().join("fixtures/good/safetensors/llama_tiny.safetensors");
+    let out = tmp.path().join("tiny.gguf");
+    let o = Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args([
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--arch",
+            "llama",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = Command::new(&py)
+        .arg(root().join("tests/interop_gguf.py"))
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
 }

@@ -266,10 +266,31 @@ pub fn convert(
     Ok(())
 }
 
-fn meta_json(v: &MetaValue) -> Value {
+/// Arrays longer than this are summarized (`[str; 32000]`) in `inspect`.
+const SHOW_ITEMS: usize = 16;
+
+fn long_array(v: &MetaValue) -> Option<(String, usize)> {
     match v {
-        MetaValue::Str(s) => Value::String(s.clone()),
-        other => Value::String(other.to_text()),
+        MetaValue::TypedArray { elem, items } if items.len() > SHOW_ITEMS => {
+            Some((elem.name().to_string(), items.len()))
+        }
+        MetaValue::Array(items) if items.len() > SHOW_ITEMS => Some(("any".into(), items.len())),
+        _ => None,
+    }
+}
+
+fn meta_text(v: &MetaValue) -> String {
+    match long_array(v) {
+        Some((elem, n)) => format!("[{elem}; {n}]"),
+        None => v.to_text(),
+    }
+}
+
+fn meta_json(v: &MetaValue) -> Value {
+    match (v, long_array(v)) {
+        (_, Some((elem, n))) => json!({"array_of": elem, "len": n}),
+        (MetaValue::Str(s), _) => Value::String(s.clone()),
+        (other, _) => Value::String(other.to_text()),
     }
 }
 
@@ -326,7 +347,7 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
             out,
             "metadata  {} = {}",
             sanitize(k),
-            sanitize(&v.to_text())
+            sanitize(&meta_text(v))
         )?;
     }
     if !tensors.is_empty() {

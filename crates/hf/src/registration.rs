@@ -47,8 +47,16 @@ fn check_shard(
 ) -> Result<()> {
     let file = src.file_of(0);
     let names: BTreeSet<&str> = src.tensors().iter().map(|t| t.name.as_str()).collect();
+    // A tied weight the reader kept under one name is recorded as `{dropped: kept}` metadata
+    // (convert.py's convention): the index may still name the dropped one.
+    let alias_of = |t: &str| {
+        src.metadata()
+            .get(t)
+            .and_then(|v| v.as_str())
+            .is_some_and(|kept| names.contains(kept))
+    };
     for (t, _) in index.weight_map.iter().filter(|(_, f)| *f == shard) {
-        if !names.contains(t.as_str()) {
+        if !names.contains(t.as_str()) && !alias_of(t) {
             return Err(Error::malformed(
                 Location::file(&file).tensor(t.clone()),
                 src.format(),

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use weightport_core::staging::TempFile;
 use weightport_core::{
-    sanitize, Error, FinishedFile, Format, Location, Metadata, Plan, Result, StagedFile,
+    sanitize, Error, FinishedFile, Format, Location, MetaValue, Metadata, Plan, Result, StagedFile,
     TensorInfo, TensorSink,
 };
 
@@ -38,9 +38,20 @@ pub struct FileLayout {
     pub total_len: u64,
 }
 
-/// Converts core metadata to safetensors' string map (non-strings rendered as text).
+/// Largest array (GGUF tokenizer vocabularies, merges…) carried into `__metadata__`.
+pub const MAX_METADATA_ARRAY: usize = 64;
+
+/// Converts core metadata to safetensors' string map (non-strings rendered as text). Arrays
+/// longer than [`MAX_METADATA_ARRAY`] items (a GGUF vocabulary has 32,000+) are left out: they
+/// belong to the tokenizer files, not the weights header.
 pub fn string_metadata(meta: &Metadata) -> BTreeMap<String, String> {
     meta.iter()
+        .filter(|(_, v)| match v {
+            MetaValue::Array(a) | MetaValue::TypedArray { items: a, .. } => {
+                a.len() <= MAX_METADATA_ARRAY
+            }
+            _ => true,
+        })
         .map(|(k, v)| (k.to_string(), v.to_text()))
         .collect()
 }

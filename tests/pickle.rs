@@ -1,0 +1,168 @@
+//! PyTorch checkpoints through `convert`: every fixture written by torch 2.15 becomes a
+//! safetensors file whose tensors have the bytes `torch.load(weights_only=True)` gives
+//! (fixtures/expected/pickle, sha256 of each tensor's contiguous bytes), with exact aliases
+//! (tied weights) kept once and recorded in `__metadata__` as convert.py does; the sharded
+//! `.bin` repo becomes a safetensors repo equal to the checkpoint; the hostile corpus is
+//! refused by `convert` and `scan` with exit 3.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use weightport_core::TensorSource;
+use weightport_safetensors::SafetensorsFile;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn wp(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn checkpoints_convert_to_what_torch_load_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for e in std::fs::read_dir(fixtures().join("expected/pickle")).unwrap() {
+        let want: Value =
+            serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap();
+        let file = want["file"].as_str().unwrap();
+        if want.get("weightport").is_some() || file.contains("bin_repo") {
+            continue; // refused on purpose (complex128), or checked as a repo below
+        }
+        let src = fixtures().join(file);
+        let out = tmp.path().join(format!("{n}.safetensors"));
+        let select: Vec<&str> = want["select"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        let key = select.join(".");
+        let mut args = vec![
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        if select.len() > 1 {
+            args.extend(["--key", key.as_str()]);
+        }
+        let o = wp(&args);
+        assert!(
+            o.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = SafetensorsFile::open(&out).unwrap();
+        let dropped: Vec<(&str, &str)> = want["aliases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[1].as_str().unwrap(), p[0].as_str().unwrap()))
+            .collect();
+        for t in want["tensors"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            if let Some((_, kept)) = dropped.iter().find(|(d, _)| *d == name) {
+                let kept_in = got.metadata().get(name).and_then(|v| v.as_str());
+                assert_eq!(kept_in, Some(*kept), "{file}: alias `{name}` recorded");
+                continue;
+            }
+            let i = got
+                .tensors()
+                .iter()
+                .position(|x| x.name == name)
+                .unwrap_or_else(|| panic!("{file}: `{name}` missing"));
+            let h = format!("{:x}", Sha256::digest(got.bytes(i).unwrap()));
+            assert_eq!(
+                h,
+                t["sha256"].as_str().unwrap(),
+                "{file}: `{name}` differs from torch"
+            );
+            assert_eq!(
+                got.tensors()[i].shape,
+                t["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_u64().unwrap())
+                    .collect::<Vec<_>>()
+            );
+        }
+        n += 1;
+    }
+    assert!(n >= 20, "{n}");
+}
+
+#[test]
+fn a_sharded_bin_repo_becomes_an_equal_safetensors_repo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/pickle/bin_repo");
+    let out = tmp.path().join("out");
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--shard-size",
+        "1KB",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("model.safetensors.index.json").exists());
+    let v = wp(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--against",
+        src.to_str().unwrap(),
+    ]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
+}
+
+#[test]
+fn hostile_checkpoints_are_refused_by_convert_and_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixtures().join("hostile/pickle");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json" || x == "md") {
+            continue;
+        }
+        let out = tmp.path().join("o.safetensors");
+        let o = wp(&["convert", p.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}: {}",
+            p.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!out.exists());
+        n += 1;
+    }
+    assert!(n >= 60, "{n}");
+    let o = wp(&["--json", "scan", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["unsafe"].as_u64().unwrap() as usize, n);
+    let o = wp(&[
+        "scan",
+        fixtures().join("good/pickle/tied.pt").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // No payload ever ran.
+    assert!(std::fs::read_dir("/tmp").unwrap().flatten().all(|e| !e
+        .file_name()
+        .to_string_lossy()
+        .starts_with("weightport-pwned")));
+}
