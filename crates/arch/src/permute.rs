@@ -26,7 +26,7 @@ pub fn permute_rows(n_rows: usize, n_head: u32, n_head_kv: Option<u32>) -> Resul
         Some(kv) if kv != n_head => kv,
         _ => n_head,
     } as usize;
-    if heads == 0 || n_rows % (2 * heads) != 0 {
+    if heads == 0 || !n_rows.is_multiple_of(2 * heads) {
         return Err(Error::Usage(format!(
             "q/k permutation: {n_rows} rows cannot be split into {heads} heads of an even number of rows"
         )));
