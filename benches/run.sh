@@ -11,6 +11,8 @@
 #   casts of the 1x model (CASTS=1):            --dtype f32 (4.7 GiB out) and --dtype bf16, each
 #                                               against cp (+ sync) of a file of the output's size
 #                                               and benches/py_cast.py (load_file + .to + save_file)
+#   the 1x model as .bin, .npz, compressed .npz (FORMATS=1) → safetensors, against cp (+ sync)
+#                                               and the Python path (benches/py_formats.py)
 # plus `strace -c` of `weightport inspect` (shows it reads only the header).
 # Rows for weightport are skipped (with a message) if $WP does not exist.
 #
@@ -34,6 +36,7 @@ LAYERS="${LAYERS:-5}"
 LAYERS_2X="${LAYERS_2X:-10}"
 RUN_2X="${RUN_2X:-1}"
 CASTS="${CASTS:-1}"
+FORMATS="${FORMATS:-1}"
 ONLY_CASTS="${ONLY_CASTS:-0}"
 PY_2X="${PY_2X:-0}"
 
@@ -179,9 +182,33 @@ bench_casts() {  # $1 = input
     done
 }
 
+bench_formats() {  # $1 = input safetensors: the same model as .bin, .npz and compressed .npz
+    local in=$1 f
+    [[ $HAVE_WP == 1 ]] || { skip_row "formats" "weightport"; return 0; }
+    local bin="$SCRATCH/llama.bin" npz="$SCRATCH/llama.npz" npzz="$SCRATCH/llama-z.npz"
+    if "$PY" -c "import torch" 2>/dev/null; then
+        [[ -s "$bin" ]] || "$PY" "$ROOT/benches/py_formats.py" make-bin "$in" "$bin"
+    fi
+    [[ -s "$npz" ]] || "$PY" "$ROOT/benches/py_formats.py" make-npz "$in" "$npz"
+    [[ -s "$npzz" ]] || "$PY" "$ROOT/benches/py_formats.py" make-npz "$in" "$npzz" -z
+    for f in "$bin" "$npz" "$npzz"; do
+        [[ -s "$f" ]] || continue
+        local model; model="$(basename "$f") → safetensors"
+        warm "$f"
+        measure "$model" cp cp "$f" "$OUT/copy"
+        measure "$model" "cp + sync" sh -c 'cp "$1" "$2" && sync' sh "$f" "$OUT/copy"
+        measure "$model" "weightport convert" "$WP" convert "$f" -o "$OUT/c.safetensors" --force
+        case "$f" in
+            *.bin) measure "$model" "torch.load(weights_only)+save_file" "$PY" "$ROOT/benches/py_formats.py" bin2st "$f" "$OUT/py.safetensors" ;;
+            *) measure "$model" "np.load+save_file" "$PY" "$ROOT/benches/py_formats.py" npz2st "$f" "$OUT/py.safetensors" ;;
+        esac
+    done
+}
+
 M1="1x (${LAYERS}L, $(( $(size_of "$IN1") / 2**20 )) MiB)"
 [[ "$ONLY_CASTS" == 1 ]] || bench_model "$M1" "$IN1" 1 1
 [[ "$CASTS" == 1 ]] && bench_casts "$IN1"
+[[ "$FORMATS" == 1 ]] && bench_formats "$IN1"
 [[ "$ONLY_CASTS" == 1 ]] && IN2=""
 if [[ -n "$IN2" ]]; then
     M2="2x (${LAYERS_2X}L, $(( $(size_of "$IN2") / 2**20 )) MiB)"
