@@ -175,6 +175,7 @@ pub fn convert(
             "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
             "tensors": r.tensors,
             "data_bytes": r.data_bytes,
+            "elements": r.elements,
             "total_bytes": r.total_bytes,
             "needed_bytes": r.needed_bytes,
             "free_bytes": r.free_bytes,
@@ -248,7 +249,15 @@ pub fn convert(
         }
     }
     for (op, n) in casts {
-        writeln!(out, "  cast {op}: {n} tensors")?;
+        writeln!(out, "  {op}: {n} tensors")?;
+    }
+    if !r.transforms.is_empty() && r.elements > 0 {
+        let bpw = r.data_bytes as f64 * 8.0 / r.elements as f64;
+        writeln!(
+            out,
+            "  {bpw:.2} bits per weight over {} parameters",
+            r.elements
+        )?;
     }
     for n in &r.notes {
         writeln!(out, "note: {}", sanitize(n))?;

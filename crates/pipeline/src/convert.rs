@@ -131,6 +131,8 @@ pub struct ConvertReport {
     pub tensors: usize,
     /// Tensor data bytes written.
     pub data_bytes: u64,
+    /// Elements (parameters) written.
+    pub elements: u64,
     /// Bytes the output weights files occupy.
     pub total_bytes: u64,
     /// Bytes needed on disk, in filesystem blocks, with index and companions.
@@ -304,6 +306,7 @@ fn report_of(
         notes: Vec::new(),
         tensors: outs.len(),
         data_bytes: outs.iter().map(|o| o.info.byte_len).sum(),
+        elements: outs.iter().map(|o| o.info.numel()).sum(),
         needed_bytes: prepared.needed_bytes,
         free_bytes: prepared.free_bytes,
         verified: false,
