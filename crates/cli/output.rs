@@ -242,11 +242,21 @@ pub fn convert(
         )?;
     }
     let mut casts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    let with_outcome = r.transforms.iter().filter(|t| t.outcome.is_some()).count();
     for t in &r.transforms {
         *casts.entry(t.op.as_str()).or_default() += 1;
-        if let Some(o) = &t.outcome {
-            writeln!(out, "  tensor `{}`: {}", sanitize(&t.tensor), sanitize(o))?;
+        match &t.outcome {
+            Some(o) if with_outcome <= 8 => {
+                writeln!(out, "  tensor `{}`: {}", sanitize(&t.tensor), sanitize(o))?
+            }
+            _ => {}
         }
+    }
+    if with_outcome > 8 {
+        writeln!(
+            out,
+            "  {with_outcome} tensors report overflow counts or quantization error: see --json"
+        )?;
     }
     for (op, n) in casts {
         writeln!(out, "  {op}: {n} tensors")?;
