@@ -206,6 +206,34 @@ impl Array {
         }
     }
 
+    /// Drops the resident pages of a consumed range of a stored array, so resident memory stays
+    /// bounded by the chunks in flight, not the file (as the safetensors reader does).
+    pub(crate) fn release(&self, backing: &Backing, offset: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        if let (Backing::Map(map), Body::Stored { data: start, .. }, true) =
+            (backing, &self.body, self.header.is_identity())
+        {
+            let begin = start.saturating_add(offset).div_ceil(PAGE) * PAGE;
+            let end = (start.saturating_add(offset.saturating_add(len).min(self.header.byte_len))
+                / PAGE
+                * PAGE)
+                .min(map.len() as u64 / PAGE * PAGE);
+            if end > begin {
+                // SAFETY: a shared read-only file mapping nobody writes through; DONTNEED only
+                // drops resident pages, which fault back in from the file on the next access
+                // (same bytes, under the no-modification contract of `Backing::map`). No
+                // reference into the range relies on particular pages being resident.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        begin as usize,
+                        (end - begin) as usize,
+                    )
+                };
+            }
+        }
+    }
+
     pub(crate) fn access(&self) -> Access {
         match &self.body {
             Body::Stored { .. } if self.header.is_identity() => Access::Mapped,

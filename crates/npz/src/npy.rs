@@ -242,4 +242,9 @@ impl TensorSource for NpySource {
         let a = &self.arrays[index];
         a.will_need(&self.backings[a.file], offset, len);
     }
+
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        let a = &self.arrays[index];
+        a.release(&self.backings[a.file], offset, len);
+    }
 }

@@ -341,4 +341,8 @@ impl TensorSource for NpzSource {
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         self.arrays[index].will_need(&self.backing, offset, len);
     }
+
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        self.arrays[index].release(&self.backing, offset, len);
+    }
 }
