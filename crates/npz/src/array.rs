@@ -60,6 +60,29 @@ impl Backing {
         let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, "mmap", e))?;
         Ok(Backing::Map(map))
     }
+
+    /// Drops the resident pages wholly inside `[begin, end)` of a mapped file.
+    pub(crate) fn release_range(&self, begin: u64, end: u64) {
+        const PAGE: u64 = 4096;
+        let Backing::Map(map) = self else {
+            return;
+        };
+        let begin = begin.div_ceil(PAGE) * PAGE;
+        let end = end.min(map.len() as u64) / PAGE * PAGE;
+        if end > begin {
+            // SAFETY: a shared read-only file mapping nobody writes through; DONTNEED only
+            // drops resident pages, which fault back in from the file on the next access (same
+            // bytes, under the no-modification contract of `Backing::map`). No reference into
+            // the range relies on particular pages being resident.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    begin as usize,
+                    (end - begin) as usize,
+                )
+            };
+        }
+    }
 }
 
 /// Where an array's bytes are.
@@ -206,31 +229,22 @@ impl Array {
         }
     }
 
-    /// Drops the resident pages of a consumed range of a stored array, so resident memory stays
-    /// bounded by the chunks in flight, not the file (as the safetensors reader does).
+    /// Drops the resident pages of a consumed range, so resident memory stays bounded by the
+    /// chunks in flight, not the file (as the safetensors reader does): for a stored array the
+    /// range itself, for a deflated one the compressed bytes the inflater has consumed.
     pub(crate) fn release(&self, backing: &Backing, offset: u64, len: u64) {
-        const PAGE: u64 = 4096;
-        if let (Backing::Map(map), Body::Stored { data: start, .. }, true) =
-            (backing, &self.body, self.header.is_identity())
-        {
-            let begin = start.saturating_add(offset).div_ceil(PAGE) * PAGE;
-            let end = (start.saturating_add(offset.saturating_add(len).min(self.header.byte_len))
-                / PAGE
-                * PAGE)
-                .min(map.len() as u64 / PAGE * PAGE);
-            if end > begin {
-                // SAFETY: a shared read-only file mapping nobody writes through; DONTNEED only
-                // drops resident pages, which fault back in from the file on the next access
-                // (same bytes, under the no-modification contract of `Backing::map`). No
-                // reference into the range relies on particular pages being resident.
-                let _ = unsafe {
-                    map.unchecked_advise_range(
-                        memmap2::UncheckedAdvice::DontNeed,
-                        begin as usize,
-                        (end - begin) as usize,
-                    )
-                };
+        match &self.body {
+            Body::Stored { data: start } if self.header.is_identity() => {
+                let end = offset.saturating_add(len).min(self.header.byte_len);
+                backing.release_range(start.saturating_add(offset), start.saturating_add(end));
             }
+            Body::Deflated(d) if !self.header.needs_transpose() => {
+                let cursor = d.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                // No cursor: not started or finished; either way the pages may go.
+                let used = cursor.as_ref().map_or(d.comp_len, |z| z.consumed());
+                backing.release_range(d.comp_start, d.comp_start.saturating_add(used));
+            }
+            _ => {}
         }
     }
 

@@ -74,6 +74,11 @@ impl Inflater {
         self.out
     }
 
+    /// Compressed bytes consumed so far.
+    pub(crate) fn consumed(&self) -> u64 {
+        self.in_pos as u64
+    }
+
     /// Fills all of `dst` with the next uncompressed bytes of the member whose compressed bytes
     /// are `comp`.
     pub(crate) fn fill(&mut self, comp: &[u8], dst: &mut [u8]) -> Result<(), InflateError> {

@@ -235,6 +235,7 @@ where
         None => {
             buf.out.resize(n as usize, 0);
             source.read_into(i, start, &mut buf.out)?;
+            source.release(i, start, n);
             emit(k, start, &buf.out)?;
             Ok((hash::leaf(&buf.out), None))
         }
