@@ -8,6 +8,7 @@
 //! * [`Error`]: one error enum, with exit codes; [`Limits`]: caps on sizes read from files.
 //! * [`hash`]: container-independent content hashes used to verify every emitted file.
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
+//! * [`mapped`]: page hints (release, populate) for read-only file maps.
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks.
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod error;
 pub mod format;
 pub mod hash;
 pub mod limits;
+pub mod mapped;
 pub mod multi;
 pub mod registry;
 pub mod source;

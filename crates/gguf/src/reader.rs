@@ -7,15 +7,14 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Advice, Mmap, UncheckedAdvice};
+use memmap2::Mmap;
+use weightport_core::mapped;
 use weightport_core::{
     sniff, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed, TensorInfo,
     TensorSource,
 };
 
 use crate::header::{self, GgufHeader, GgufTensor};
-
-const PAGE: usize = 4096;
 
 /// A validated GGUF file.
 pub struct GgufFile {
@@ -223,27 +222,14 @@ impl TensorSource for GgufFile {
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        let map = &self.map;
         let (a, b) = self.range(index);
-        let start = (a + offset as usize) / PAGE * PAGE;
-        let end = (a.saturating_add(offset.saturating_add(len) as usize)).min(b);
-        if end > start {
-            // Populating page tables ahead of reads: a hint, failure is harmless (old kernels).
-            let _ = map.advise_range(Advice::PopulateRead, start, end - start);
-        }
+        let end = a.saturating_add(offset.saturating_add(len) as usize).min(b);
+        mapped::will_need(&self.map, a + offset as usize, end);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        let map = &self.map;
         let (a, b) = self.range(index);
-        let start = (a + offset as usize).next_multiple_of(PAGE);
-        let end = (a.saturating_add(offset.saturating_add(len) as usize)).min(b) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: the mapping is a private read-only file mapping; MADV_DONTNEED only drops
-            // resident pages, which fault back in from the unchanged file on the next access.
-            let _ = unsafe {
-                map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
-            };
-        }
+        let end = a.saturating_add(offset.saturating_add(len) as usize).min(b);
+        mapped::release(&self.map, a + offset as usize, end);
     }
 }

@@ -63,24 +63,8 @@ impl Backing {
 
     /// Drops the resident pages wholly inside `[begin, end)` of a mapped file.
     pub(crate) fn release_range(&self, begin: u64, end: u64) {
-        const PAGE: u64 = 4096;
-        let Backing::Map(map) = self else {
-            return;
-        };
-        let begin = begin.div_ceil(PAGE) * PAGE;
-        let end = end.min(map.len() as u64) / PAGE * PAGE;
-        if end > begin {
-            // SAFETY: a shared read-only file mapping nobody writes through; DONTNEED only
-            // drops resident pages, which fault back in from the file on the next access (same
-            // bytes, under the no-modification contract of `Backing::map`). No reference into
-            // the range relies on particular pages being resident.
-            let _ = unsafe {
-                map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    begin as usize,
-                    (end - begin) as usize,
-                )
-            };
+        if let Backing::Map(map) = self {
+            weightport_core::mapped::release(map, begin as usize, end as usize);
         }
     }
 }
@@ -210,22 +194,15 @@ impl Array {
 
     /// Asks the kernel to populate page tables for a range about to be read through `bytes`.
     pub(crate) fn will_need(&self, backing: &Backing, offset: u64, len: u64) {
-        const PAGE: u64 = 4096;
         if let (Backing::Map(map), Body::Stored { data: start, .. }, true) =
             (backing, &self.body, self.header.is_identity())
         {
-            let end = start
-                .saturating_add(offset.saturating_add(len).min(self.header.byte_len))
-                .min(map.len() as u64);
-            let begin = start.saturating_add(offset) / PAGE * PAGE;
-            if end > begin {
-                // A hint: failure (an old kernel) is harmless.
-                let _ = map.advise_range(
-                    memmap2::Advice::PopulateRead,
-                    begin as usize,
-                    (end - begin) as usize,
-                );
-            }
+            let end = start.saturating_add(offset.saturating_add(len).min(self.header.byte_len));
+            weightport_core::mapped::will_need(
+                map,
+                start.saturating_add(offset) as usize,
+                end as usize,
+            );
         }
     }
 

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use flate2::read::DeflateDecoder;
-use memmap2::{Advice, Mmap, UncheckedAdvice};
+use memmap2::Mmap;
+use weightport_core::mapped;
 use weightport_core::{
     Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
     TensorSource,
@@ -602,41 +603,23 @@ impl TensorSource for Checkpoint {
         Ok(())
     }
 
-    #[allow(unsafe_code)]
     fn release(&self, index: usize, offset: u64, len: u64) {
         if let Some(b) = self.bytes(index) {
             let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let start = base
-                .saturating_add(offset as usize)
-                .checked_next_multiple_of(4096)
-                .unwrap_or(usize::MAX);
-            let end = (base.saturating_add(offset.saturating_add(len) as usize))
-                .min(base + b.len())
-                / 4096
-                * 4096;
-            if end > start {
-                // SAFETY: a private read-only file mapping; MADV_DONTNEED only drops resident
-                // pages, which fault back in from the unchanged file on the next access.
-                let _ = unsafe {
-                    self.map
-                        .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
-                };
-            }
+            let end = base
+                .saturating_add(offset.saturating_add(len) as usize)
+                .min(base + b.len());
+            mapped::release(&self.map, base.saturating_add(offset as usize), end);
         }
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         if let Some(b) = self.bytes(index) {
             let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let start = base.saturating_add(offset as usize) / 4096 * 4096;
-            let end =
-                (base.saturating_add(offset.saturating_add(len) as usize)).min(base + b.len());
-            if end > start {
-                // A hint; failure (old kernels) is harmless.
-                let _ = self
-                    .map
-                    .advise_range(Advice::PopulateRead, start, end - start);
-            }
+            let end = base
+                .saturating_add(offset.saturating_add(len) as usize)
+                .min(base + b.len());
+            mapped::will_need(&self.map, base.saturating_add(offset as usize), end);
         }
     }
 }

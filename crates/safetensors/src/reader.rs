@@ -10,17 +10,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Advice, Mmap, UncheckedAdvice};
+use memmap2::Mmap;
+use weightport_core::mapped;
 
-/// The page size, from the OS (4 KiB on x86-64, 16/64 KiB on some aarch64 kernels).
-fn page() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
-    })
-}
 use weightport_core::{
     sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
     TensorSource,
@@ -254,29 +246,19 @@ impl TensorSource for SafetensorsFile {
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         let (a, b) = self.range(index);
-        let start = (a + offset as usize) / page() * page();
-        let end = (a + (offset + len) as usize).min(b);
-        if end > start {
-            // Populating page tables ahead of reads: a hint, failure is harmless (old kernels).
-            let _ = self
-                .map
-                .advise_range(Advice::PopulateRead, start, end - start);
-        }
+        mapped::will_need(
+            &self.map,
+            a + offset as usize,
+            (a + (offset + len) as usize).min(b),
+        );
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
         let (a, b) = self.range(index);
-        let start = (a + offset as usize).next_multiple_of(page());
-        let end = ((a + (offset + len) as usize).min(b)) / page() * page();
-        if end > start {
-            // SAFETY: the mapping is a shared read-only file mapping that nobody writes through;
-            // MADV_DONTNEED only drops resident pages, which fault back in from the file on the
-            // next access (same bytes, under the no-modification contract above). No reference
-            // into the range relies on particular pages being resident.
-            let _ = unsafe {
-                self.map
-                    .unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start)
-            };
-        }
+        mapped::release(
+            &self.map,
+            a + offset as usize,
+            (a + (offset + len) as usize).min(b),
+        );
     }
 }
