@@ -70,8 +70,10 @@ pub struct ConvertArgs {
     /// Output format instead of the guess from OUTPUT (`safetensors`, `hf-repo`).
     #[arg(long, value_name = "FORMAT")]
     pub to: Option<String>,
-    /// Cast floating-point tensors: keep (default), f32, f16 or bf16.
-    #[arg(long, value_name = "DTYPE", default_value = "keep", value_parser = parse_dtype)]
+    /// Cast floating-point tensors: keep (default), f32, f16 or bf16. An HF release going to
+    /// GGUF follows convert_hf_to_gguf.py's --outtype: auto (= keep: BF16 stays BF16, else
+    /// F16), f32, f16, bf16 or q8_0; 1-D and norm tensors stay F32.
+    #[arg(long, alias = "outtype", value_name = "DTYPE", default_value = "keep", value_parser = parse_dtype)]
     pub dtype: DtypeChoice,
     /// Cast only tensors whose (output) name matches this regex.
     #[arg(long, value_name = "REGEX")]
@@ -113,9 +115,18 @@ pub struct QuantArgs {
     /// Allow quantizing already-quantized tensors again.
     #[arg(long, requires = "quant")]
     pub allow_requantize: bool,
-    /// `general.architecture` of a GGUF output (default: the source's, else `generic`).
+    /// `general.architecture` of a GGUF output (default: the source's, else `generic`). Given,
+    /// an HF release keeps its tensor names instead of being converted by its architecture.
     #[arg(long, value_name = "NAME")]
     pub arch: Option<String>,
+    /// HF release → GGUF: `general.name` (default: the directory name, as the reference
+    /// converter titles it).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// HF release → GGUF: the pre-tokenizer (`llama-bpe`, `qwen2`, …) for a BPE tokenizer whose
+    /// check hash is not a known one.
+    #[arg(long, value_name = "NAME")]
+    pub pre_tokenizer: Option<String>,
 }
 
 /// How inputs are read (convert, inspect, verify).
@@ -168,10 +179,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_dtype(s: &str) -> Result<DtypeChoice, String> {
     match s.to_ascii_lowercase().as_str() {
-        "keep" => Ok(DtypeChoice::Keep),
+        "keep" | "auto" => Ok(DtypeChoice::Keep),
+        "q8_0" => Ok(DtypeChoice::To(DType::Q8_0)),
         "f32" | "float32" => Ok(DtypeChoice::To(DType::F32)),
         "f16" | "float16" => Ok(DtypeChoice::To(DType::F16)),
         "bf16" | "bfloat16" => Ok(DtypeChoice::To(DType::BF16)),
-        _ => Err(format!("`{s}`: expected keep, f32, f16 or bf16")),
+        _ => Err(format!(
+            "`{s}`: expected keep, f32, f16 or bf16 (auto and q8_0 for HF → GGUF)"
+        )),
     }
 }

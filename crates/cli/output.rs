@@ -87,6 +87,8 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         renames,
         quant: quant_options(&a.quant)?,
         arch: a.quant.arch.clone(),
+        name: a.quant.name.clone(),
+        pre_tokenizer: a.quant.pre_tokenizer.clone(),
     })
 }
 
@@ -173,6 +175,9 @@ pub fn convert(
             "recovered": paths(&r.recovered),
             "notes": r.notes,
             "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
+            "architecture": r.architecture,
+            "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
+            "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
             "tensors": r.tensors,
             "data_bytes": r.data_bytes,
             "elements": r.elements,
@@ -207,6 +212,17 @@ pub fn convert(
             r.files.len(),
             human(r.total_bytes)
         )?;
+    }
+    if let Some(a) = &r.architecture {
+        writeln!(
+            out,
+            "  architecture {}; {} tensors of the release not written",
+            sanitize(a),
+            r.dropped.len()
+        )?;
+    }
+    if r.dry_run {
+        plan_lines(&r, out)?;
     }
     for f in &r.files {
         writeln!(
@@ -281,6 +297,28 @@ pub fn convert(
             human(r.memory_bytes),
             r.threads
         )?;
+    }
+    Ok(())
+}
+
+/// The dry run's per-tensor plan: name (and source name), type, shape, size, fallback reason.
+fn plan_lines(r: &weightport_pipeline::ConvertReport, out: &mut impl Write) -> std::io::Result<()> {
+    for t in &r.plan {
+        let from = t.from.as_deref().map(|f| format!(" ← {}", sanitize(f)));
+        let note = t.note.as_deref().map(|n| format!("  ({})", sanitize(n)));
+        writeln!(
+            out,
+            "  {:<32} {:<6} {:>18} {:>11}{}{}",
+            sanitize(&t.name),
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            human(t.bytes),
+            from.unwrap_or_default(),
+            note.unwrap_or_default()
+        )?;
+    }
+    for (n, why) in &r.dropped {
+        writeln!(out, "  {} not written: {}", sanitize(n), sanitize(why))?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use weightport_core::registry::{OpenRequest, OutputPlan, OutputRequest};
 use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 
 use crate::exec::{run, worker_bytes, Progress};
+use crate::hf_gguf::{self, WithGenerated};
 use crate::input::open_inputs;
 use crate::plan::{build, output_metadata, OutTensor, TransformOptions};
 use crate::registry::output_for;
@@ -102,6 +103,24 @@ pub struct TransformReport {
     pub outcome: Option<String>,
 }
 
+/// One output tensor as planned.
+#[derive(Debug, Clone)]
+pub struct TensorReport {
+    /// Output name.
+    pub name: String,
+    /// The source tensor it comes from, when the name changed (HF → GGUF); `None` otherwise or
+    /// when generated.
+    pub from: Option<String>,
+    /// Written type.
+    pub dtype: weightport_core::DType,
+    /// Shape, outermost first.
+    pub shape: Vec<u64>,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Why the type is not the one asked for (a `--quant` fallback).
+    pub note: Option<String>,
+}
+
 /// What a conversion did (or, with `dry_run`, would do).
 #[derive(Debug, Clone)]
 pub struct ConvertReport {
@@ -125,6 +144,12 @@ pub struct ConvertReport {
     pub recovered: Vec<PathBuf>,
     /// Transformed tensors.
     pub transforms: Vec<TransformReport>,
+    /// Every output tensor, in output order.
+    pub plan: Vec<TensorReport>,
+    /// HF release → GGUF: `arch (HF architecture)`.
+    pub architecture: Option<String>,
+    /// HF release → GGUF: tensors of the release not written, and why.
+    pub dropped: Vec<(String, String)>,
     /// Things worth knowing about how the input was read.
     pub notes: Vec<String>,
     /// Number of tensors.
@@ -151,6 +176,8 @@ pub struct ConvertReport {
 
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
+    let fmt = output_for(&opts.output, opts.to.as_deref())?;
+    hf_gguf::precheck(&opts.inputs, fmt.format == Format::Gguf, &opts.transform)?;
     let input = open_inputs(&opts.inputs, &opts.open)?;
     let mut r = convert_source(
         input.source.as_ref(),
@@ -196,9 +223,28 @@ pub fn convert_source(
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let outs = build(source, &opts.transform, fmt.stores)?;
+    let gguf = fmt.format == Format::Gguf;
+    let with_generated;
+    let (source, outs, metadata, arch) = match hf_gguf::wanted(repo_dir, gguf, &opts.transform) {
+        Some(dir) => {
+            let job = hf_gguf::build(source, dir, &opts.transform)?;
+            with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
+            let arch = (job.architecture, job.dropped, job.from);
+            (
+                &with_generated as &dyn TensorSource,
+                job.outs,
+                job.metadata,
+                Some(arch),
+            )
+        }
+        None => (
+            source,
+            build(source, &opts.transform, fmt.stores)?,
+            output_metadata(source, &opts.transform, gguf),
+            None,
+        ),
+    };
     let infos: Vec<TensorInfo> = outs.iter().map(|o| o.info.clone()).collect();
-    let metadata = output_metadata(source, &opts.transform, fmt.format == Format::Gguf);
     let req = OutputRequest {
         target: &opts.output,
         tensors: &infos,
@@ -211,6 +257,13 @@ pub fn convert_source(
     let (threads, memory) = threads_for(source, &outs, opts)?;
     let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);
+    if let Some((architecture, dropped, from)) = arch {
+        report.architecture = Some(architecture);
+        report.dropped = dropped;
+        for (t, f) in report.plan.iter_mut().zip(from) {
+            t.from = f;
+        }
+    }
     report.threads = threads;
     report.memory_bytes = memory;
     if opts.dry_run {
@@ -303,6 +356,19 @@ fn report_of(
         cleaned: prepared.cleaned.clone(),
         recovered: prepared.recovered.clone(),
         transforms: transforms_of(outs),
+        plan: outs
+            .iter()
+            .map(|o| TensorReport {
+                name: o.info.name.clone(),
+                from: None,
+                dtype: o.info.dtype,
+                shape: o.info.shape.clone(),
+                bytes: o.info.byte_len,
+                note: o.note.clone(),
+            })
+            .collect(),
+        architecture: None,
+        dropped: Vec::new(),
         notes: Vec::new(),
         tensors: outs.len(),
         data_bytes: outs.iter().map(|o| o.info.byte_len).sum(),

@@ -286,6 +286,7 @@ pub fn identity_plan(source: &dyn TensorSource) -> Vec<OutTensor> {
             info: t.clone(),
             inputs: vec![i],
             op: None,
+            note: None,
         })
         .collect()
 }

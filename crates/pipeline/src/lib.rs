@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! inputs ─registry (probe by content)→ TensorSource
-//!        ─plan→ output tensors, each an input + an operation (identity, cast, …)
+//!        ─plan→ output tensors, each an input + an operation (identity, cast, …); an HF
+//!               release going to GGUF is planned by its architecture table (hf_gguf)
 //!        ─registry (output format)→ every file, header and offset fixed
 //!        ─prepare→ lock the output, finish killed commits, refuse overwrites, check space
 //!        ─execute (rayon, unit-aligned chunks, zero-copy)→ positional writes into temp files
@@ -15,8 +16,10 @@
 
 pub mod cancel;
 pub mod cast;
+pub mod compose;
 pub mod convert;
 pub mod exec;
+pub mod hf_gguf;
 pub mod input;
 pub mod mix;
 pub mod plan;

@@ -53,6 +53,8 @@ pub struct OutTensor {
     pub inputs: Vec<usize>,
     /// `None`: the input's bytes unchanged (zero-copy where the source is mapped).
     pub op: Option<Arc<dyn Transform>>,
+    /// Why the tensor's type is not the one asked for (a `--quant` fallback), if it is not.
+    pub note: Option<String>,
 }
 
 /// `--dtype`.
@@ -144,8 +146,13 @@ pub struct TransformOptions {
     pub renames: Vec<Rename>,
     /// `--quant` (GGUF outputs).
     pub quant: Option<QuantOptions>,
-    /// `--arch`: `general.architecture` of a GGUF output.
+    /// `--arch`: `general.architecture` of a GGUF output. Given, an HF release is converted
+    /// with its tensor names kept instead of through its architecture's table.
     pub arch: Option<String>,
+    /// HF release → GGUF: `general.name` (default: the reference's title of the directory name).
+    pub name: Option<String>,
+    /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
+    pub pre_tokenizer: Option<String>,
 }
 
 /// `--quant` and llama-quantize's other options.
@@ -196,7 +203,7 @@ fn meta_u64(m: &Metadata, key: &str) -> Option<u64> {
 }
 
 /// The model facts llama-quantize's rules need, from GGUF metadata (or the names).
-fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams {
+pub(crate) fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams {
     let arch = meta
         .get("general.architecture")
         .and_then(MetaValue::as_str)
@@ -232,7 +239,7 @@ fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams 
 
 /// ggml's `n_dims`: dimensions without the trailing 1s of `ne` (leading 1s of the shape), at
 /// least one.
-fn ggml_n_dims(shape: &[u64]) -> usize {
+pub(crate) fn ggml_n_dims(shape: &[u64]) -> usize {
     let leading_ones = shape.iter().take_while(|&&d| d == 1).count();
     (shape.len() - leading_ones).max(1)
 }
@@ -242,9 +249,10 @@ fn targets(
     source: &dyn TensorSource,
     names: &[String],
     opts: &TransformOptions,
-) -> (Vec<usize>, Vec<DType>) {
+) -> (Vec<usize>, Vec<DType>, Vec<Option<String>>) {
     let ts = source.tensors();
     let mut dtypes: Vec<DType> = ts.iter().map(|t| t.dtype).collect();
+    let mut notes = vec![None; ts.len()];
     if let Some(q) = &opts.quant {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let order = mix::quantize_order(&refs);
@@ -263,8 +271,9 @@ fn targets(
         let chosen = mix::choose(&input, &mix_params(q, source.metadata(), names));
         for (&i, c) in order.iter().zip(chosen) {
             dtypes[i] = c.dtype;
+            notes[i] = c.note;
         }
-        return (order, dtypes);
+        return (order, dtypes, notes);
     }
     if let DtypeChoice::To(d) = opts.dtype {
         for (i, t) in ts.iter().enumerate() {
@@ -278,11 +287,11 @@ fn targets(
             }
         }
     }
-    ((0..ts.len()).collect(), dtypes)
+    ((0..ts.len()).collect(), dtypes, notes)
 }
 
 /// The operation turning `from` into `to` for tensor `name`.
-fn op_for(
+pub(crate) fn op_for(
     from: DType,
     to: DType,
     name: &str,
@@ -320,7 +329,14 @@ pub fn build(
     stores: fn(DType) -> bool,
 ) -> Result<Vec<OutTensor>> {
     let names = renamed(source, opts)?;
-    let (order, mut dtypes) = targets(source, &names, opts);
+    if let DtypeChoice::To(d) = opts.dtype {
+        if d.is_block() {
+            return Err(Error::Usage(format!(
+                "--dtype {d} applies to an HF release converted to GGUF; use --quant {d}"
+            )));
+        }
+    }
+    let (order, mut dtypes, mut notes) = targets(source, &names, opts);
     let mut outs = Vec::with_capacity(order.len());
     for i in order {
         let t = &source.tensors()[i];
@@ -353,6 +369,7 @@ pub fn build(
                 byte_len,
             },
             inputs: vec![i],
+            note: notes[i].take(),
         });
     }
     Ok(outs)

@@ -155,6 +155,7 @@ fn verify_lossless(
                 info: sources[s].clone(),
                 inputs: vec![i],
                 op: Some(inv),
+                note: None,
             },
         ));
     }
@@ -314,6 +315,7 @@ pub fn comparable_hashes(
                     },
                     inputs: vec![i],
                     op,
+                    note: None,
                 })
             })
             .collect::<Result<_>>()?;

@@ -1,0 +1,433 @@
+//! HF release → GGUF: the architecture plan of `weightport-arch` (names, KVs, tokenizer, q/k
+//! permutation, F32 decisions) turned into output tensors of the pipeline, each one pass of
+//! permute → cast (`--dtype`, the reference's `--outtype`) → quantize (`--quant`, llama-quantize's
+//! mix applied to what the reference converter would have written).
+//!
+//! The output equals `convert_hf_to_gguf.py --outtype T` (and, with `--quant Q`, that file run
+//! through `llama-quantize … Q`) byte for byte, without the intermediate file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weightport_arch::{Origin, OutType, PlanOptions, SourceTensor};
+use weightport_core::{
+    sanitize, Access, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
+};
+
+use crate::compose::{Chain, PermuteRows};
+use crate::mix::{self, MixTensor};
+use crate::plan::{ggml_n_dims, mix_params, op_for, DtypeChoice, OutTensor, TransformOptions};
+
+/// What the architecture plan adds to a job.
+pub struct ArchJob {
+    /// Tensors computed from the hyper-parameters (Llama 3's `rope_freqs.weight`), as F32 bytes;
+    /// the output plan refers to them as source tensors after the release's own.
+    pub generated: Vec<(TensorInfo, Vec<u8>)>,
+    /// The output tensors, in the reference's order (llama-quantize's with `--quant`).
+    pub outs: Vec<OutTensor>,
+    /// The GGUF KVs, in the reference's order.
+    pub metadata: Metadata,
+    /// `general.architecture (HF architectures[0])`.
+    pub architecture: String,
+    /// HF tensors not written, with the reason.
+    pub dropped: Vec<(String, String)>,
+    /// Per output tensor: the HF tensor it comes from (`None`: generated).
+    pub from: Vec<Option<String>>,
+}
+
+/// The release directory when this job is an HF release → GGUF conversion: the output is GGUF,
+/// the input a repo with a `config.json`, and `--arch` (names kept) was not given.
+pub fn wanted<'a>(
+    repo_dir: Option<&'a Path>,
+    gguf_output: bool,
+    opts: &TransformOptions,
+) -> Option<&'a Path> {
+    let dir = repo_dir?;
+    (gguf_output && opts.arch.is_none() && dir.join("config.json").is_file()).then_some(dir)
+}
+
+/// Refuses an unsupported architecture from `config.json` alone, before any input file is
+/// opened: `inputs` is one HF release directory going to a GGUF output.
+pub fn precheck(inputs: &[PathBuf], gguf_output: bool, opts: &TransformOptions) -> Result<()> {
+    if let [dir] = inputs {
+        if let Some(dir) = wanted(Some(dir), gguf_output, opts) {
+            weightport_arch::check_supported(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// gguf-py's `Metadata.id_to_title`: `-` to spaces, all-lowercase words title-cased unless they
+/// are versions (`v0.2`) or start with a digit (`7b`).
+fn id_to_title(id: &str) -> String {
+    id.trim()
+        .replace('-', " ")
+        .split_whitespace()
+        .map(|w| {
+            let cased = w.chars().any(char::is_alphabetic);
+            let lower = cased && !w.chars().any(char::is_uppercase);
+            let version = w.starts_with(|c: char| c.is_ascii_digit())
+                || (w.starts_with('v')
+                    && w.len() > 1
+                    && w[1..]
+                        .split('.')
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())));
+            if lower && !version {
+                title(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Python's `str.title()`: the first letter of every run of letters upper-cased.
+fn title(w: &str) -> String {
+    let mut out = String::with_capacity(w.len());
+    let mut prev_alpha = false;
+    for c in w.chars() {
+        if c.is_alphabetic() && !prev_alpha {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev_alpha = c.is_alphabetic();
+    }
+    out
+}
+
+/// `general.name` as the reference derives it from the directory; for an HF cache snapshot
+/// (`models--org--name/snapshots/<commit>`) the repo name instead of the commit hash.
+fn default_name(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let base = dir.file_name()?.to_string_lossy().into_owned();
+    let parent = dir.parent();
+    let in_cache = parent
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "snapshots");
+    let id = match parent.and_then(Path::parent).and_then(Path::file_name) {
+        Some(repo) if in_cache => {
+            let repo = repo.to_string_lossy();
+            repo.rsplit("--").next().unwrap_or(&repo).to_string()
+        }
+        _ => base,
+    };
+    Some(id_to_title(&id))
+}
+
+/// The reference's `--outtype` for `--dtype` (`keep` is its `auto`: the first ≥2-D tensor's
+/// BF16 or F16 is kept, anything else becomes F16).
+fn outtype(opts: &TransformOptions, tensors: &[SourceTensor]) -> Result<OutType> {
+    Ok(match opts.dtype {
+        DtypeChoice::Keep => {
+            let mut order: Vec<&SourceTensor> = tensors.iter().collect();
+            order.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
+            match order.iter().find(|t| t.shape.len() >= 2).map(|t| t.dtype) {
+                Some(DType::BF16) => OutType::Bf16,
+                _ => OutType::F16,
+            }
+        }
+        DtypeChoice::To(DType::F32) => OutType::F32,
+        DtypeChoice::To(DType::F16) => OutType::F16,
+        DtypeChoice::To(DType::BF16) => OutType::Bf16,
+        DtypeChoice::To(DType::Q8_0) => OutType::Q8_0,
+        DtypeChoice::To(d) => {
+            return Err(Error::Usage(format!(
+                "--dtype {d}: an HF release converts to GGUF as auto, f32, f16, bf16 or q8_0"
+            )))
+        }
+    })
+}
+
+fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
+    source
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| SourceTensor {
+            name: t.name.clone(),
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            file: source
+                .file_of(i)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Plans the conversion of the HF release at `dir` (opened as `source`) to GGUF.
+pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> Result<ArchJob> {
+    if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
+        return Err(Error::Usage(
+            "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
+             (its architecture decides names and types; pass --arch NAME to keep names)"
+                .into(),
+        ));
+    }
+    let tensors = source_tensors(source);
+    let plan = weightport_arch::plan(
+        dir,
+        &tensors,
+        &PlanOptions {
+            outtype: outtype(opts, &tensors)?,
+            name: opts.name.clone().or_else(|| default_name(dir)),
+            pre_tokenizer: opts.pre_tokenizer.clone(),
+            vocab: true,
+        },
+    )?;
+    let mut metadata = Metadata::new();
+    for (k, v) in &plan.kv {
+        metadata.insert(k.clone(), v.clone());
+    }
+    let n = tensors.len();
+    let mut generated = Vec::new();
+    let mut inputs = Vec::with_capacity(plan.tensors.len());
+    for t in &plan.tensors {
+        inputs.push(match &t.origin {
+            Origin::Hf { index, .. } => *index,
+            Origin::Generated(v) => {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let info = TensorInfo {
+                    name: t.name.clone(),
+                    dtype: DType::F32,
+                    shape: t.shape.clone(),
+                    byte_len: bytes.len() as u64,
+                };
+                generated.push((info, bytes));
+                n + generated.len() - 1
+            }
+        });
+    }
+    let src_dtype = |i: usize| {
+        if i < n {
+            tensors[i].dtype
+        } else {
+            DType::F32
+        }
+    };
+    // --quant: llama-quantize's order and mix, over the types the reference would have written.
+    let names: Vec<String> = plan.tensors.iter().map(|t| t.name.clone()).collect();
+    let (order, finals, mut notes) = match &opts.quant {
+        Some(q) => {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let order = mix::quantize_order(&refs);
+            let input: Vec<MixTensor> = order
+                .iter()
+                .map(|&i| {
+                    let t = &plan.tensors[i];
+                    MixTensor {
+                        name: t.name.clone(),
+                        ne0: t.shape.last().copied().unwrap_or(1),
+                        n_dims: ggml_n_dims(&t.shape),
+                        dtype: t.dtype,
+                    }
+                })
+                .collect();
+            let chosen = mix::choose(&input, &mix_params(q, &metadata, &names));
+            let mut finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
+            let mut notes = vec![None; names.len()];
+            for (&i, c) in order.iter().zip(chosen) {
+                finals[i] = c.dtype;
+                notes[i] = c.note;
+            }
+            (order, finals, notes)
+        }
+        None => (
+            (0..names.len()).collect(),
+            plan.tensors.iter().map(|t| t.dtype).collect(),
+            vec![None; names.len()],
+        ),
+    };
+    if let Some(q) = &opts.quant {
+        metadata.push_last("general.quantization_version", MetaValue::U32(2));
+        metadata.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
+    }
+    let mut outs = Vec::with_capacity(order.len());
+    let mut from = Vec::with_capacity(order.len());
+    for i in order {
+        let t = &plan.tensors[i];
+        let input = inputs[i];
+        let sdt = src_dtype(input);
+        let located = |e: Error| in_tensor(e, source, input, n, &t.name);
+        let permute = match &t.permute {
+            Some(p) => {
+                let rows = t.shape.first().copied().unwrap_or(1).max(1);
+                let bytes = sdt
+                    .byte_len(&t.shape)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let order = p
+                    .rows(rows as usize)
+                    .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
+                Some(
+                    Arc::new(PermuteRows::new(order, bytes / rows, sdt.granule()))
+                        as Arc<dyn crate::plan::Transform>,
+                )
+            }
+            None => None,
+        };
+        let cast = op_for(sdt, t.dtype, &t.name, opts).map_err(located)?;
+        let quant = op_for(t.dtype, finals[i], &t.name, opts).map_err(located)?;
+        let op = Chain::of(Chain::of(permute, cast), quant);
+        let to = finals[i];
+        outs.push(OutTensor {
+            info: TensorInfo {
+                name: t.name.clone(),
+                dtype: to,
+                byte_len: to
+                    .byte_len(&t.shape)
+                    .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?,
+                shape: t.shape.clone(),
+            },
+            inputs: vec![input],
+            op,
+            note: notes[i].take(),
+        });
+        from.push(match &t.origin {
+            Origin::Hf { name, .. } => Some(name.clone()),
+            Origin::Generated(_) => None,
+        });
+    }
+    Ok(ArchJob {
+        generated,
+        outs,
+        metadata,
+        architecture: format!("{} ({})", plan.arch, plan.hf_arch),
+        dropped: plan
+            .dropped
+            .into_iter()
+            .map(|(n, why)| (n, why.to_string()))
+            .collect(),
+        from,
+    })
+}
+
+fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            if i < n {
+                at.path = source.file_of(i);
+                at.tensor = Some(source.tensors()[i].name.clone());
+            } else {
+                at.tensor = Some(name.to_string());
+            }
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
+}
+
+/// A source plus tensors computed in memory (appended after the source's own).
+pub struct WithGenerated<'a> {
+    inner: &'a dyn TensorSource,
+    tensors: Vec<TensorInfo>,
+    data: Vec<Vec<u8>>,
+    origin: PathBuf,
+}
+
+impl<'a> WithGenerated<'a> {
+    /// `inner`'s tensors followed by `generated` (computed from `origin`, e.g. a config.json).
+    pub fn new(
+        inner: &'a dyn TensorSource,
+        generated: Vec<(TensorInfo, Vec<u8>)>,
+        origin: PathBuf,
+    ) -> Self {
+        let mut tensors = inner.tensors().to_vec();
+        let mut data = Vec::with_capacity(generated.len());
+        for (info, bytes) in generated {
+            tensors.push(info);
+            data.push(bytes);
+        }
+        WithGenerated {
+            inner,
+            tensors,
+            data,
+            origin,
+        }
+    }
+
+    fn own(&self, index: usize) -> Option<&[u8]> {
+        let n = self.inner.tensors().len();
+        (index >= n).then(|| self.data[index - n].as_slice())
+    }
+}
+
+impl TensorSource for WithGenerated<'_> {
+    fn format(&self) -> weightport_core::Format {
+        self.inner.format()
+    }
+    fn metadata(&self) -> &Metadata {
+        self.inner.metadata()
+    }
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.inner.files()
+    }
+    fn file_of(&self, index: usize) -> PathBuf {
+        match self.own(index) {
+            Some(_) => self.origin.clone(),
+            None => self.inner.file_of(index),
+        }
+    }
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        match self.own(index) {
+            Some(b) => Some(b),
+            None => self.inner.bytes(index),
+        }
+    }
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        match self.own(index) {
+            Some(b) => {
+                let s = offset as usize;
+                dst.copy_from_slice(&b[s..s + dst.len()]);
+                Ok(())
+            }
+            None => self.inner.read_into(index, offset, dst),
+        }
+    }
+    fn access(&self, index: usize) -> Access {
+        match self.own(index) {
+            Some(_) => Access::Mapped,
+            None => self.inner.access(index),
+        }
+    }
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        if self.own(index).is_none() {
+            self.inner.release(index, offset, len)
+        }
+    }
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        if self.own(index).is_none() {
+            self.inner.will_need(index, offset, len)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_like_gguf_py() {
+        // Expected values: gguf-py 0.19 `Metadata.load(None, Path(dir), None, 1000).name`.
+        assert_eq!(id_to_title("llama"), "Llama");
+        assert_eq!(
+            id_to_title("Mistral-7B-Instruct-v0.2"),
+            "Mistral 7B Instruct v0.2"
+        );
+        assert_eq!(id_to_title("Llama-2-7b-hf"), "Llama 2 7b Hf");
+        assert_eq!(
+            id_to_title("qwen2.5-0.5b-instruct"),
+            "Qwen2.5 0.5b Instruct"
+        );
+        assert_eq!(id_to_title("my_model"), "My_Model");
+        assert_eq!(
+            id_to_title("TinyLlama-1.1B-Chat-v1.0"),
+            "TinyLlama 1.1B Chat v1.0"
+        );
+    }
+}

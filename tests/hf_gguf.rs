@@ -1,0 +1,243 @@
+//! HF release → GGUF against llama.cpp's own tools. Each tiny release of fixtures/good/arch
+//! (written by transformers; real SentencePiece/BPE/WordPiece vocabularies) is converted by
+//! `weightport convert DIR -o OUT.gguf` and compared, as whole files, with the sha256 of what the
+//! pinned reference wrote (fixtures/gen/gen_arch_files.py → fixtures/expected/arch/files.json):
+//! * `--dtype T` against `convert_hf_to_gguf.py --outtype T` for f32, f16, bf16 and q8_0;
+//! * `--dtype f16 --quant Q` (one pass, no intermediate file) against
+//!   `convert_hf_to_gguf.py --outtype f16` followed by `llama-quantize … Q`.
+//!
+//! Whole-file equality covers every KV (keys, types, values, order), the tokenizer, the tensor
+//! order, names, types, the q/k permutation, the quantized bytes and the layout.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn wp(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn expected() -> Value {
+    serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch/files.json")).unwrap())
+        .unwrap()
+}
+
+/// The pre-tokenizer name gen_arch.py gave the reference for the made-up BPE vocabularies.
+fn pre(name: &str) -> Option<&'static str> {
+    match name {
+        "qwen2" | "qwen3" => Some("qwen2"),
+        "llama3" => Some("llama-bpe"),
+        "bert" => Some("bert-bge"),
+        _ => None,
+    }
+}
+
+fn sha_file(p: &Path) -> String {
+    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
+}
+
+fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) {
+    let mut args = vec![
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    if let Some(p) = pre(name) {
+        args.extend(["--pre-tokenizer", p]);
+    }
+    args.extend(extra);
+    let o = wp(&args);
+    assert!(
+        o.status.success(),
+        "{name} {extra:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = expected();
+    let mut n = 0;
+    for (name, e) in exp.as_object().unwrap() {
+        for (outtype, want) in e["outtypes"].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-{outtype}.gguf"));
+            let src = fixtures().join("good/arch").join(name);
+            convert(&src, &out, name, &["--dtype", outtype]);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} --outtype {outtype}: differs from convert_hf_to_gguf.py"
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 24, "6 releases × 4 output types");
+}
+
+#[test]
+fn one_pass_quant_equals_convert_then_llama_quantize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = expected();
+    let mut n = 0;
+    for (name, e) in exp.as_object().unwrap() {
+        for (ty, want) in e["quantized"].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-{ty}.gguf"));
+            let src = fixtures().join("good/arch").join(name);
+            convert(&src, &out, name, &["--outtype", "f16", "--quant", ty]);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} {ty}: differs from convert_hf_to_gguf.py --outtype f16 + llama-quantize"
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 24, "6 releases × 4 types");
+}
+
+/// The HF cache layout: `snapshots/<commit>/` holds symlinks into `blobs/`.
+#[test]
+fn hf_cache_snapshot_converts_like_the_release() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("models--org--llama");
+    let blobs = repo.join("blobs");
+    let snap = repo.join("snapshots/0123456789abcdef");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    for e in std::fs::read_dir(fixtures().join("good/arch/llama")).unwrap() {
+        let p = e.unwrap().path();
+        let bytes = std::fs::read(&p).unwrap();
+        let blob = format!("{:x}", Sha256::digest(&bytes));
+        std::fs::write(blobs.join(&blob), &bytes).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../blobs/{blob}"),
+            snap.join(p.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    let out = tmp.path().join("llama.gguf");
+    // general.name comes from the repo name (`llama` → `Llama`), not the commit hash.
+    convert(&snap, &out, "llama", &["--dtype", "f16"]);
+    assert_eq!(
+        sha_file(&out),
+        expected()["llama"]["outtypes"]["f16"]["sha256"]
+            .as_str()
+            .unwrap()
+    );
+}
+
+/// An unsupported architecture is refused from config.json alone: the weights here are not
+/// even a valid file, and the message names the architecture and the supported list.
+#[test]
+fn unsupported_architecture_is_refused_before_reading_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("falcon");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["FalconForCausalLM"], "model_type": "falcon"}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("model.safetensors"), b"not a safetensors file").unwrap();
+    let out = tmp.path().join("x.gguf");
+    let o = wp(&[
+        "convert",
+        dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("FalconForCausalLM"), "{err}");
+    assert!(err.contains("LlamaForCausalLM"), "{err}");
+    assert!(
+        !err.contains("safetensors"),
+        "read the weights first: {err}"
+    );
+    assert!(!out.exists());
+}
+
+/// The dry run shows the architecture, the name mapping, each type and every fallback reason.
+#[test]
+fn dry_run_shows_mapping_types_and_fallbacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/arch/llama");
+    let out = tmp.path().join("x.gguf");
+    let o = wp(&[
+        "--json",
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q4_K_M",
+        "--dry-run",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["architecture"], "llama (LlamaForCausalLM)");
+    let plan = v["plan"].as_array().unwrap();
+    let q = plan
+        .iter()
+        .find(|t| t["name"] == "blk.0.attn_q.weight")
+        .unwrap();
+    assert_eq!(q["from"], "model.layers.0.self_attn.q_proj.weight");
+    // Rows of 64 cannot hold Q4_K's 256-element blocks: llama-quantize's fallback, with why.
+    assert_eq!(q["dtype"], "Q5_0");
+    assert!(q["note"].as_str().unwrap().contains("256"), "{q}");
+    let norm = plan
+        .iter()
+        .find(|t| t["name"] == "output_norm.weight")
+        .unwrap();
+    assert_eq!(norm["dtype"], "F32");
+    assert!(!out.exists());
+}
+
+/// Names and types HF → GGUF cannot honour are usage errors, not silent changes.
+#[test]
+fn renames_and_block_dtypes_are_refused_where_they_do_not_apply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/arch/llama");
+    let gguf = tmp.path().join("x.gguf");
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        gguf.to_str().unwrap(),
+        "--rename",
+        "s/a/b/",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let st = tmp.path().join("x.safetensors");
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        st.to_str().unwrap(),
+        "--dtype",
+        "q8_0",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!gguf.exists() && !st.exists());
+}
