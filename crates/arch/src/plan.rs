@@ -79,6 +79,10 @@ pub struct PlanOptions {
     pub pre_tokenizer: Option<String>,
     /// Export the tokenizer (`tokenizer.*` keys). Default true.
     pub vocab: bool,
+    /// Order tensors within a file by name (the reference's order for safetensors parts);
+    /// `false` keeps the given order within a file (its order for `.bin` parts: the state
+    /// dict's). Default true.
+    pub sort_names: bool,
 }
 
 impl Default for PlanOptions {
@@ -88,6 +92,7 @@ impl Default for PlanOptions {
             name: None,
             pre_tokenizer: None,
             vocab: true,
+            sort_names: true,
         }
     }
 }
@@ -222,9 +227,13 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
     let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| {
-        (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
-    });
+    if opts.sort_names {
+        order.sort_by(|&a, &b| {
+            (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
+        });
+    } else {
+        order.sort_by(|&a, &b| tensors[a].file.cmp(&tensors[b].file));
+    }
     let mut dropped = Vec::new();
     for i in order {
         let t = &tensors[i];

@@ -288,6 +288,7 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         name: ref_name,
         pre_tokenizer: pre.map(str::to_owned),
         vocab: true,
+        sort_names: true,
     };
     let p = plan(&dir, &srcs, &opts).unwrap();
 
@@ -459,6 +460,7 @@ fn legacy_configs_match_reference_hparams() {
                 .map(|e| e["value"].as_str().unwrap().to_owned()),
             pre_tokenizer: exp["pre_override"].as_str().map(str::to_owned),
             vocab: true,
+            sort_names: true,
         };
         let p = plan(&dir, &[], &opts).unwrap();
         assert!(p.tensors.is_empty());

@@ -118,11 +118,15 @@ fn default_name(dir: &Path) -> Option<String> {
 
 /// The reference's `--outtype` for `--dtype` (`keep` is its `auto`: the first ≥2-D tensor's
 /// BF16 or F16 is kept, anything else becomes F16).
-fn outtype(opts: &TransformOptions, tensors: &[SourceTensor]) -> Result<OutType> {
+fn outtype(opts: &TransformOptions, tensors: &[SourceTensor], sort_names: bool) -> Result<OutType> {
     Ok(match opts.dtype {
         DtypeChoice::Keep => {
             let mut order: Vec<&SourceTensor> = tensors.iter().collect();
-            order.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
+            if sort_names {
+                order.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
+            } else {
+                order.sort_by(|a, b| a.file.cmp(&b.file));
+            }
             match order.iter().find(|t| t.shape.len() >= 2).map(|t| t.dtype) {
                 Some(DType::BF16) => OutType::Bf16,
                 _ => OutType::F16,
@@ -168,14 +172,21 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         ));
     }
     let tensors = source_tensors(source);
+    // The reference lists a safetensors part's tensors by name, a `.bin` part's in the state
+    // dict's order.
+    let sort_names = !matches!(
+        source.format(),
+        weightport_core::Format::PytorchZip | weightport_core::Format::PytorchLegacy
+    );
     let plan = weightport_arch::plan(
         dir,
         &tensors,
         &PlanOptions {
-            outtype: outtype(opts, &tensors)?,
+            outtype: outtype(opts, &tensors, sort_names)?,
             name: opts.name.clone().or_else(|| default_name(dir)),
             pre_tokenizer: opts.pre_tokenizer.clone(),
             vocab: true,
+            sort_names,
         },
     )?;
     let mut metadata = Metadata::new();

@@ -331,30 +331,6 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 // ---------------------------------------------------------------- dispatch
 
-/// Defines `pub(crate) fn $name`, which runs `$portable` compiled for AVX2 when the CPU has
-/// it. The code is the same; AVX2 only widens the lanes (IEEE f32 ops are identical, no FMA is
-/// enabled and Rust never contracts), so the bytes are the same as the portable build's; the
-/// reference tests check both.
-macro_rules! multiversion {
-    ($name:ident, $portable:ident, $blk:ty) => {
-        pub(crate) fn $name(x: &[f32], y: &mut [$blk]) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [$blk]) {
-                        $portable(x, y)
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    unsafe { avx2(x, y) };
-                    return;
-                }
-            }
-            $portable(x, y)
-        }
-    };
-}
-
 multiversion!(quantize_q2_k, quantize_q2_k_portable, BlockQ2K);
 multiversion!(quantize_q3_k, quantize_q3_k_portable, BlockQ3K);
 multiversion!(quantize_q4_k, quantize_q4_k_portable, BlockQ4K);

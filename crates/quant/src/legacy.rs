@@ -45,7 +45,10 @@ pub(crate) fn amax_macro(x: &[f32]) -> f32 {
     amax
 }
 
-pub(crate) fn quantize_q4_0(x: &[f32], y: &mut [BlockQ4_0]) {
+multiversion!(quantize_q4_0, quantize_q4_0_portable, BlockQ4_0);
+
+#[inline(always)]
+fn quantize_q4_0_portable(x: &[f32], y: &mut [BlockQ4_0]) {
     for (x, b) in x.chunks_exact(32).zip(y) {
         let d = signed_max(x) / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -68,7 +71,10 @@ pub(crate) fn dequantize_q4_0(x: &[BlockQ4_0], y: &mut [f32]) {
     }
 }
 
-pub(crate) fn quantize_q4_1(x: &[f32], y: &mut [BlockQ4_1]) {
+multiversion!(quantize_q4_1, quantize_q4_1_portable, BlockQ4_1);
+
+#[inline(always)]
+fn quantize_q4_1_portable(x: &[f32], y: &mut [BlockQ4_1]) {
     for (x, b) in x.chunks_exact(32).zip(y) {
         let (min, max) = min_max(x);
         let d = (max - min) / 15.0;
@@ -93,7 +99,10 @@ pub(crate) fn dequantize_q4_1(x: &[BlockQ4_1], y: &mut [f32]) {
     }
 }
 
-pub(crate) fn quantize_q5_0(x: &[f32], y: &mut [BlockQ5_0]) {
+multiversion!(quantize_q5_0, quantize_q5_0_portable, BlockQ5_0);
+
+#[inline(always)]
+fn quantize_q5_0_portable(x: &[f32], y: &mut [BlockQ5_0]) {
     for (x, b) in x.chunks_exact(32).zip(y) {
         let d = signed_max(x) / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -123,7 +132,10 @@ pub(crate) fn dequantize_q5_0(x: &[BlockQ5_0], y: &mut [f32]) {
     }
 }
 
-pub(crate) fn quantize_q5_1(x: &[f32], y: &mut [BlockQ5_1]) {
+multiversion!(quantize_q5_1, quantize_q5_1_portable, BlockQ5_1);
+
+#[inline(always)]
+fn quantize_q5_1_portable(x: &[f32], y: &mut [BlockQ5_1]) {
     for (x, b) in x.chunks_exact(32).zip(y) {
         let (min, max) = min_max(x);
         let d = (max - min) / 31.0;
@@ -156,7 +168,10 @@ pub(crate) fn dequantize_q5_1(x: &[BlockQ5_1], y: &mut [f32]) {
     }
 }
 
-pub(crate) fn quantize_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+multiversion!(quantize_q8_0, quantize_q8_0_portable, BlockQ8_0);
+
+#[inline(always)]
+fn quantize_q8_0_portable(x: &[f32], y: &mut [BlockQ8_0]) {
     for (x, b) in x.chunks_exact(32).zip(y) {
         let d = amax_macro(x) / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };

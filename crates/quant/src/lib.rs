@@ -19,6 +19,30 @@
 
 #![deny(missing_docs)]
 
+/// Defines `pub(crate) fn $name`, which runs `$portable` compiled for AVX2 when the CPU has
+/// it. The code is the same; AVX2 only widens the lanes (IEEE f32 ops are identical, no FMA is
+/// enabled and Rust never contracts), so the bytes are the same as the portable build's; the
+/// reference tests check both.
+macro_rules! multiversion {
+    ($name:ident, $portable:ident, $blk:ty) => {
+        pub(crate) fn $name(x: &[f32], y: &mut [$blk]) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+                    #[target_feature(enable = "avx2")]
+                    unsafe fn avx2(x: &[f32], y: &mut [$blk]) {
+                        $portable(x, y)
+                    }
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    unsafe { avx2(x, y) };
+                    return;
+                }
+            }
+            $portable(x, y)
+        }
+    };
+}
+
 pub mod blocks;
 pub mod cast;
 mod grids;
