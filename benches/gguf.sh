@@ -27,7 +27,7 @@
 # converter for F16, convert + quantize for Q4_K_M); "output" = cmp against the reference file.
 #
 # Inputs: $SCRATCH/llama-${LAYERS}l.safetensors (benches/gen_llama.py, the file run.sh makes;
-# generated if missing) hard-linked as model.safetensors into $SCRATCH/llama-hf-${LAYERS}l/, with a
+# generated if missing) hard-linked as model.safetensors into $SCRATCH/hf-${LAYERS}l/llama/, with a
 # config.json for LlamaForCausalLM derived from the safetensors header and the tokenizer files of
 # fixtures/good/arch/llama/ (560-piece SentencePiece vocab; the converter pads it to vocab_size
 # with [PAD] tokens). HIDDEN/INTERMEDIATE/VOCAB change the generated shape (default = run.sh's,
@@ -76,13 +76,15 @@ if [[ "$HIDDEN/$INTERMEDIATE/$VOCAB" != 4096/11008/32000 ]]; then
     TAG="${LAYERS}l-h${HIDDEN}-i${INTERMEDIATE}-v${VOCAB}"
 fi
 IN_ST="$SCRATCH/llama-${TAG}.safetensors"
-HF="$SCRATCH/llama-hf-${TAG}"
+# The release directory is named plainly: the reference derives general.basename/finetune/version
+# from a name like llama-hf-5l (weightport writes only general.name), see the issue-10 note.
+HF="$SCRATCH/hf-${TAG}/llama"
 REF_F16="$SCRATCH/llama-hf-${TAG}.ref-f16.gguf"
 LOGS="$SCRATCH/gguf-logs"
 
 if [[ "${1:-}" == "--clean" ]]; then
     [[ "$SCRATCH" == /* && "$SCRATCH" != "/" ]] || die "refusing to clean SCRATCH=$SCRATCH"
-    rm -rf -- "$HF" "$REF_F16" "$LOGS" "$SCRATCH/results-gguf.md"
+    rm -rf -- "$SCRATCH/hf-${TAG}" "$REF_F16" "$LOGS" "$SCRATCH/results-gguf.md"
     echo "removed $HF, $REF_F16, $LOGS, $SCRATCH/results-gguf.md"
     exit 0
 fi
@@ -387,7 +389,7 @@ if want B; then
         rm -f -- "$KEEP/wp-f16.gguf"
         warm "$IN_ST"
         measure "weightport HF→GGUF --quant Q4_K_M" "$OUT/wp.gguf" "$KEEP/wp-q4km.gguf" \
-            "$WP" --threads "$THREADS" convert "$HF" -o "$OUT/wp.gguf" --quant Q4_K_M --force
+            "$WP" --threads "$THREADS" convert "$HF" -o "$OUT/wp.gguf" --dtype f16 --quant Q4_K_M --force
         if [[ $M_OK == 1 ]]; then
             row B "weightport convert DIR --quant Q4_K_M" "$TWO_WALL" "$(same "$KEEP/wp-q4km.gguf" "$KEEP/ref-Q4_K_M.gguf")"
             check_arch "$KEEP/wp-q4km.gguf"

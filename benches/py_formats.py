@@ -5,6 +5,10 @@
     python benches/py_formats.py make-npz IN.safetensors OUT.npz [-z]    # np.savez / savez_compressed
     python benches/py_formats.py bin2st IN.bin OUT.safetensors           # torch.load(weights_only) + save_file
     python benches/py_formats.py npz2st IN.npz OUT.safetensors           # np.load + safetensors.numpy.save_file
+    python benches/py_formats.py make-bin-repo IN.safetensors OUTDIR SIZE  # sharded .bin repo, as
+        # huggingface_hub's split_torch_state_dict_into_shards + torch.save per shard write it
+    python benches/py_formats.py binrepo2st INDIR OUTDIR SIZE            # per shard torch.load(weights_only),
+        # then split_torch_state_dict_into_shards + save_file per shard + index (what users script)
 """
 import sys
 
@@ -28,8 +32,40 @@ def main() -> None:
         from safetensors.numpy import save_file
         with np.load(src) as z:
             save_file({k: z[k] for k in z.files}, dst)
+    elif cmd == "make-bin-repo":
+        import torch
+        from safetensors.torch import load_file
+        save_repo(load_file(src), dst, sys.argv[4], "pytorch_model{suffix}.bin", torch.save)
+    elif cmd == "binrepo2st":
+        import json
+        import os
+        import torch
+        from safetensors.torch import save_file
+        with open(os.path.join(src, "pytorch_model.bin.index.json")) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        state = {}
+        for name in files:
+            state.update(torch.load(os.path.join(src, name), weights_only=True))
+        save_repo(state, dst, sys.argv[4], "model{suffix}.safetensors",
+                  lambda sd, path: save_file(sd, path, metadata={"format": "pt"}))
     else:
         raise SystemExit(__doc__)
+
+
+def save_repo(state, out, size, pattern, save) -> None:
+    import json
+    import os
+    from huggingface_hub import split_torch_state_dict_into_shards
+    os.makedirs(out, exist_ok=True)
+    split = split_torch_state_dict_into_shards(state, filename_pattern=pattern, max_shard_size=size)
+    for filename, names in split.filename_to_tensors.items():
+        save({n: state[n].contiguous() for n in names}, os.path.join(out, filename))
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        name = pattern.format(suffix="").replace(".bin", ".bin.index.json").replace(
+            ".safetensors", ".safetensors.index.json")
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(index, f, indent=2, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 #   casts of the 1x model (CASTS=1):            --dtype f32 (4.7 GiB out) and --dtype bf16, each
 #                                               against cp (+ sync) of a file of the output's size
 #                                               and benches/py_cast.py (load_file + .to + save_file)
-#   the 1x model as .bin, .npz, compressed .npz (FORMATS=1) → safetensors, against cp (+ sync)
+#   the 1x model as .bin, .npz, compressed .npz (FORMATS=1) → safetensors, and as a sharded .bin
+#                                               repo → sharded safetensors repo, against cp (+ sync)
 #                                               and the Python path (benches/py_formats.py)
 # plus `strace -c` of `weightport inspect` (shows it reads only the header).
 # Rows for weightport are skipped (with a message) if $WP does not exist.
@@ -95,7 +96,7 @@ need=$(( $(size_of "$IN1") * 2 ))
 free_b=$(( $(df -Pk "$SCRATCH" | awk 'NR==2 {print $4}') * 1024 ))
 (( free_b > need )) || die "not enough free space in $SCRATCH: need ~$((need / 2**20)) MiB for outputs, have $((free_b / 2**20)) MiB"
 
-warm() { cat "$1" > /dev/null; }
+warm() { cat "$@" > /dev/null; }
 
 # --- measurement ------------------------------------------------------------------------------
 declare -a ROWS=()
@@ -202,7 +203,18 @@ bench_formats() {  # $1 = input safetensors: the same model as .bin, .npz and co
             *.bin) measure "$model" "torch.load(weights_only)+save_file" "$PY" "$ROOT/benches/py_formats.py" bin2st "$f" "$OUT/py.safetensors" ;;
             *) measure "$model" "np.load+save_file" "$PY" "$ROOT/benches/py_formats.py" npz2st "$f" "$OUT/py.safetensors" ;;
         esac
-    done
+    done    # A sharded .bin repo (500MB shards) → a sharded safetensors repo of the same shard size.
+    local binrepo="$SCRATCH/llama-bin-repo"
+    if "$PY" -c "import torch" 2>/dev/null; then
+        [[ -s "$binrepo/pytorch_model.bin.index.json" ]] \
+            || "$PY" "$ROOT/benches/py_formats.py" make-bin-repo "$in" "$binrepo" "$SHARD"
+        local model="sharded .bin repo → st repo"
+        warm "$binrepo"/*.bin
+        measure "$model" cp cp -r "$binrepo" "$OUT/copy"
+        measure "$model" "cp + sync" sh -c 'cp -r "$1" "$2" && sync' sh "$binrepo" "$OUT/copy"
+        measure "$model" "weightport convert --shard-size $SHARD" "$WP" convert "$binrepo" -o "$OUT/repo" --shard-size "$SHARD" --force
+        measure "$model" "torch.load per shard + split + save_file" "$PY" "$ROOT/benches/py_formats.py" binrepo2st "$binrepo" "$OUT/py" "$SHARD"
+    fi
 }
 
 M1="1x (${LAYERS}L, $(( $(size_of "$IN1") / 2**20 )) MiB)"
