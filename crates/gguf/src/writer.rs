@@ -383,6 +383,10 @@ struct Staged {
     temp: TempFile,
     size: u64,
     tensors: Vec<usize>,
+    /// Serializes writers of this file in user space: ext4 takes the inode lock for every
+    /// buffered write, and threads spinning on it in the kernel burn the CPU the other
+    /// workers (and the kernel's writeback) need.
+    write_lock: std::sync::Mutex<()>,
 }
 
 /// A sink writing one GGUF file, or a gguf-split set (see [`GgufSink::split`]).
@@ -493,6 +497,7 @@ impl TensorSink for GgufSink {
                 temp,
                 size: pf.layout.total_len,
                 tensors: pf.tensors,
+                write_lock: std::sync::Mutex::new(()),
             });
         }
         Ok(Plan {
@@ -516,10 +521,8 @@ impl TensorSink for GgufSink {
             )));
         }
         let f = &self.files[fi];
-        f.temp
-            .file()
-            .write_all_at(bytes, base + offset)
-            .map_err(|e| Error::io(f.temp.path(), "write", e))
+        let _one_writer = f.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        f.temp.write_at(bytes, base + offset)
     }
 
     fn staged(&self) -> Vec<StagedFile> {

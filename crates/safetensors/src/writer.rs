@@ -241,10 +241,7 @@ impl TensorSink for SafetensorsSink {
                 "write past the end of tensor {tensor}"
             )));
         }
-        f.temp
-            .file()
-            .write_all_at(bytes, base + offset)
-            .map_err(|e| Error::io(f.temp.path(), "write", e))
+        f.temp.write_at(bytes, base + offset)
     }
 
     fn staged(&self) -> Vec<StagedFile> {
