@@ -244,3 +244,112 @@ fn renames_and_block_dtypes_are_refused_where_they_do_not_apply() {
     );
     assert!(!gguf.exists() && !st.exists());
 }
+
+/// A copy of the `llama` release in a temp dir, with `edit` applied to it.
+fn edited_llama(tmp: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
+    let dir = tmp.join("llama");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(fixtures().join("good/arch/llama")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    edit(&dir);
+    dir
+}
+
+fn set_config(dir: &Path, key: &str, value: Value) {
+    let p = dir.join("config.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v[key] = value;
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// Hostile or broken releases: each is refused with a message naming the file (or tensor) at
+/// fault, a non-zero exit, no output and no temp file; nothing panics.
+#[test]
+fn broken_releases_are_refused_cleanly() {
+    type Edit = Box<dyn FnOnce(&Path)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "config.json not JSON",
+            Box::new(|d: &Path| std::fs::write(d.join("config.json"), b"{\"archi").unwrap()),
+            "config.json",
+        ),
+        (
+            "zero heads",
+            Box::new(|d: &Path| set_config(d, "num_attention_heads", 0.into())),
+            "",
+        ),
+        (
+            "heads that do not divide the q rows",
+            Box::new(|d: &Path| set_config(d, "num_attention_heads", 3.into())),
+            "q_proj",
+        ),
+        (
+            "4 billion layers",
+            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 4_294_967_295u64.into())),
+            "",
+        ),
+        (
+            "layers beyond u32",
+            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 1u64.wrapping_shl(40).into())),
+            "config.json",
+        ),
+        (
+            "fewer layers than the weights hold",
+            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 1.into())),
+            "layers.1",
+        ),
+        (
+            "tokenizer.model garbage",
+            Box::new(|d: &Path| std::fs::write(d.join("tokenizer.model"), [0xffu8; 64]).unwrap()),
+            "tokenizer.model",
+        ),
+        (
+            "a truncated shard",
+            Box::new(|d: &Path| {
+                let p = d.join("model-00002-of-00003.safetensors");
+                let len = std::fs::metadata(&p).unwrap().len();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .unwrap()
+                    .set_len(len - 100)
+                    .unwrap();
+            }),
+            "model-00002-of-00003.safetensors",
+        ),
+    ];
+    for (what, edit, names) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = edited_llama(tmp.path(), edit);
+        let out = tmp.path().join("out.gguf");
+        let o = wp(&[
+            "convert",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{what}: accepted");
+        assert!(
+            matches!(o.status.code(), Some(1..=4)),
+            "{what}: exit {:?} ({err})",
+            o.status.code()
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("internal error"),
+            "{what}: {err}"
+        );
+        assert!(
+            err.contains(names),
+            "{what}: message does not name `{names}`: {err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != "llama")
+            .collect();
+        assert!(left.is_empty(), "{what}: left {left:?}");
+    }
+}

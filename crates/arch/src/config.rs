@@ -35,8 +35,38 @@ pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
     Error::malformed(Location::file(path), Format::Gguf, reason)
 }
 
+/// Largest release side file read (config, tokenizer files, chat template, model card): the
+/// largest real `tokenizer.json` files are tens of MB.
+pub const MAX_SIDE_FILE: u64 = 256 << 20;
+
+/// Reads a release's side file, refusing one larger than [`MAX_SIDE_FILE`] before reading it.
+pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    if len > MAX_SIDE_FILE {
+        return Err(bad(
+            path,
+            format!("{len} bytes: larger than the {MAX_SIDE_FILE}-byte limit for a side file"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(MAX_SIDE_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, "read", e))?;
+    if bytes.len() as u64 > MAX_SIDE_FILE {
+        return Err(bad(path, "grew past the side-file limit while read"));
+    }
+    Ok(bytes)
+}
+
+/// [`read_capped`] as UTF-8 text.
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    String::from_utf8(read_capped(path)?).map_err(|_| bad(path, "not UTF-8 text"))
+}
+
 pub(crate) fn read_json(path: &Path) -> Result<Value> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    let bytes = read_capped(path)?;
     serde_json::from_slice(&bytes).map_err(|e| bad(path, format!("not valid JSON: {e}")))
 }
 

@@ -325,6 +325,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         });
     }
 
+    if !tensors.is_empty() {
+        check_layers(&out, block_count, &hp)?;
+    }
+
     // ---- KVs
     let mut kv: Vec<(String, MetaValue)> = Vec::new();
     let mut put = |k: String, v: MetaValue| kv.push((k, v));
@@ -497,9 +501,37 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     })
 }
 
+/// Refuses a release whose weights do not hold every layer config.json announces (llama.cpp
+/// would fail to load the file; the reference converter does not check). Not checked for a
+/// vocabulary-only plan (no tensors given).
+fn check_layers(out: &[OutTensor], block_count: u32, hp: &HParams) -> Result<()> {
+    let mut seen = vec![false; out.len().min(block_count as usize)];
+    let mut held = 0usize;
+    for t in out {
+        let bid = t
+            .name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|b| b.parse::<usize>().ok());
+        if let Some(slot) = bid.and_then(|b| seen.get_mut(b)) {
+            if !*slot {
+                *slot = true;
+                held += 1;
+            }
+        }
+    }
+    if held as u64 != u64::from(block_count) {
+        return Err(bad(
+            &hp.path,
+            format!("announces {block_count} layers, the weights hold {held}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The reference's reranker detection for Qwen3 (README heading or name hints).
 fn is_qwen3_reranker(dir: &Path, hp: &HParams) -> bool {
-    let readme = std::fs::read_to_string(dir.join("README.md"))
+    let readme = crate::config::read_text(&dir.join("README.md"))
         .unwrap_or_default()
         .to_lowercase();
     if readme.contains("# qwen3-reranker") || readme.contains("# qwen3-vl-reranker") {

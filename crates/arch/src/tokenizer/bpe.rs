@@ -38,7 +38,8 @@ pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer> {
             std::io::Error::new(std::io::ErrorKind::NotFound, "no tokenizer.json"),
         ));
     }
-    Tokenizer::from_file(&path).map_err(|e| bad(&path, format!("tokenizers cannot load it: {e}")))
+    let bytes = crate::config::read_capped(&path)?;
+    Tokenizer::from_bytes(&bytes).map_err(|e| bad(&path, format!("tokenizers cannot load it: {e}")))
 }
 
 /// The reference's pre-tokenizer check hash for `tok`.

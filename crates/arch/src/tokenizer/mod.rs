@@ -143,7 +143,7 @@ fn merges_txt(dir: &Path) -> Result<Vec<String>> {
     if !path.is_file() {
         return Ok(Vec::new());
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let text = crate::config::read_text(&path)?;
     let mut lines = text.lines().peekable();
     if lines.peek().is_some_and(|l| l.trim().starts_with('#')) {
         lines.next();

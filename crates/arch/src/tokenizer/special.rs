@@ -204,9 +204,7 @@ pub fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<Spe
         let jinja = dir.join("chat_template.jinja");
         let json = dir.join("chat_template.json");
         let alt = if jinja.is_file() {
-            Some(Value::String(std::fs::read_to_string(&jinja).map_err(
-                |e| weightport_core::Error::io(&jinja, "read", e),
-            )?))
+            Some(Value::String(crate::config::read_text(&jinja)?))
         } else if json.is_file() {
             read_json(&json)?.get("chat_template").cloned()
         } else {

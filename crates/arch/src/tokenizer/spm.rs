@@ -17,7 +17,7 @@ use std::path::Path;
 
 use prost::Message;
 use serde_json::Value;
-use weightport_core::{Error, Result};
+use weightport_core::Result;
 
 use super::{looks_special, TokenType};
 use crate::config::{bad, read_json};
@@ -57,7 +57,7 @@ pub struct SpmVocab {
 /// Parses `dir/tokenizer.model` and applies the reference's overrides.
 pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<SpmVocab> {
     let path = dir.join("tokenizer.model");
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+    let bytes = crate::config::read_capped(&path)?;
     let model = ModelProto::decode(bytes.as_slice())
         .map_err(|e| bad(&path, format!("not a SentencePiece model: {e}")))?;
     let n = match vocab_size {
