@@ -85,7 +85,7 @@ fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
             n += 1;
         }
     }
-    assert_eq!(n, 28, "7 releases × 4 output types");
+    assert_eq!(n, 32, "8 releases × 4 output types");
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn one_pass_quant_equals_convert_then_llama_quantize() {
             n += 1;
         }
     }
-    assert_eq!(n, 28, "7 releases × 4 types");
+    assert_eq!(n, 32, "8 releases × 4 types");
 }
 
 /// The HF cache layout: `snapshots/<commit>/` holds symlinks into `blobs/`.

@@ -24,7 +24,7 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
-use crate::table::{self, ArchSpec, ExtraKv, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::table::{self, ArchSpec, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
 use crate::tokenizer;
 
 /// One tensor of the HF release, from headers alone.
@@ -124,6 +124,9 @@ pub struct OutTensor {
     pub permute: Option<QkPermute>,
     /// The tensor must stay F32 whatever the output type (1-D, `*_norm.weight`, biases, …).
     pub force_f32: bool,
+    /// Add 1 to every value before the output cast (Gemma norms), in F16 when the source is
+    /// F16 and in F32 otherwise, as the reference does.
+    pub plus_one: bool,
     /// The output element type for the plan's [`OutType`].
     pub dtype: DType,
 }
@@ -219,6 +222,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             origin: Origin::Generated(v),
             permute: None,
             force_f32: true,
+            plus_one: false,
             dtype: DType::F32,
         });
     }
@@ -321,6 +325,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             shape: t.shape.clone(),
             permute,
             force_f32,
+            plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
             dtype,
         });
     }
@@ -348,137 +353,189 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         );
     }
     let a = |k: &str| format!("{arch}.{k}");
-    put(a("block_count"), MetaValue::U32(block_count));
-    let u32s: &[(&str, &[&str])] = &[
-        (
-            "context_length",
-            &[
-                "max_position_embeddings",
-                "n_ctx",
-                "n_positions",
-                "max_length",
-                "max_sequence_length",
-                "model_max_length",
-            ],
-        ),
-        ("embedding_length", &["hidden_size", "n_embd", "dim"]),
-        (
-            "feed_forward_length",
-            &[
-                "prefix_dense_intermediate_size",
-                "dense_intermediate_size",
-                "intermediate_size",
-                "n_inner",
-                "hidden_dim",
-            ],
-        ),
-        (
-            "attention.head_count",
-            &["num_attention_heads", "n_head", "n_heads"],
-        ),
-        (
-            "attention.head_count_kv",
-            &["num_key_value_heads", "n_kv_heads"],
-        ),
-    ];
-    for (key, hkeys) in u32s {
-        if let Some(v) = hp.u32(hkeys)? {
-            put(a(key), MetaValue::U32(v));
+    if spec.kv_layout == KvLayout::Gemma2 {
+        // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
+        let need_f32 = |k: &str| -> Result<MetaValue> {
+            hp.float(&[k])?
+                .map(f32v)
+                .ok_or_else(|| bad(&hp.path, format!("{k} is missing")))
+        };
+        let heads = hp.need_u32(&["num_attention_heads"])?;
+        put(
+            a("context_length"),
+            MetaValue::U32(hp.need_u32(&["max_position_embeddings"])?),
+        );
+        put(
+            a("embedding_length"),
+            MetaValue::U32(hp.need_u32(&["hidden_size"])?),
+        );
+        put(a("block_count"), MetaValue::U32(block_count));
+        put(
+            a("feed_forward_length"),
+            MetaValue::U32(hp.need_u32(&["intermediate_size"])?),
+        );
+        put(a("attention.head_count"), MetaValue::U32(heads));
+        put(
+            a("attention.head_count_kv"),
+            MetaValue::U32(hp.u32(&["num_key_value_heads"])?.unwrap_or(heads)),
+        );
+        put(
+            a("attention.layer_norm_rms_epsilon"),
+            need_f32("rms_norm_eps")?,
+        );
+        let head_dim = hp.need_u32(&["head_dim"])?;
+        put(a("attention.key_length"), MetaValue::U32(head_dim));
+        put(a("attention.value_length"), MetaValue::U32(head_dim));
+        put(
+            "general.file_type".into(),
+            MetaValue::U32(opts.outtype.file_type()),
+        );
+        put(
+            a("attn_logit_softcapping"),
+            need_f32("attn_logit_softcapping")?,
+        );
+        put(
+            a("final_logit_softcapping"),
+            need_f32("final_logit_softcapping")?,
+        );
+        put(
+            a("attention.sliding_window"),
+            MetaValue::U32(hp.need_u32(&["sliding_window"])?),
+        );
+    } else {
+        put(a("block_count"), MetaValue::U32(block_count));
+        let u32s: &[(&str, &[&str])] = &[
+            (
+                "context_length",
+                &[
+                    "max_position_embeddings",
+                    "n_ctx",
+                    "n_positions",
+                    "max_length",
+                    "max_sequence_length",
+                    "model_max_length",
+                ],
+            ),
+            ("embedding_length", &["hidden_size", "n_embd", "dim"]),
+            (
+                "feed_forward_length",
+                &[
+                    "prefix_dense_intermediate_size",
+                    "dense_intermediate_size",
+                    "intermediate_size",
+                    "n_inner",
+                    "hidden_dim",
+                ],
+            ),
+            (
+                "attention.head_count",
+                &["num_attention_heads", "n_head", "n_heads"],
+            ),
+            (
+                "attention.head_count_kv",
+                &["num_key_value_heads", "n_kv_heads"],
+            ),
+        ];
+        for (key, hkeys) in u32s {
+            if let Some(v) = hp.u32(hkeys)? {
+                put(a(key), MetaValue::U32(v));
+            }
         }
-    }
-    if hp.bool("is_causal") == Some(false) {
-        put(a("attention.causal"), MetaValue::Bool(false));
-    }
-    let rope = hp.rope();
-    let rf = |k: &str| rope.get(k).and_then(Value::as_f64);
-    if let Some(rope_type) = rope.get("rope_type").and_then(Value::as_str) {
-        match rope_type {
-            "linear" if rf("factor").is_some() => {
-                put(a("rope.scaling.type"), MetaValue::Str("linear".into()));
-                put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
-            }
-            "yarn" if rf("factor").is_some() => {
-                put(a("rope.scaling.type"), MetaValue::Str("yarn".into()));
-                put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
-                let orig = rope
-                    .get("original_max_position_embeddings")
-                    .and_then(Value::as_u64)
-                    .and_then(|v| u32::try_from(v).ok())
-                    .ok_or_else(|| {
-                        bad(
-                            &hp.path,
-                            "yarn rope without original_max_position_embeddings",
-                        )
-                    })?;
-                put(
-                    a("rope.scaling.original_context_length"),
-                    MetaValue::U32(orig),
-                );
-                if let Some(v) = rf("extrapolation_factor") {
-                    put(a("rope.scaling.yarn_ext_factor"), f32v(v));
-                }
-                if let Some(v) = rf("attention_factor").or_else(|| rf("attn_factor")) {
-                    put(a("rope.scaling.yarn_attn_factor"), f32v(v));
-                }
-                if let Some(v) = rf("beta_fast") {
-                    put(a("rope.scaling.yarn_beta_fast"), f32v(v));
-                }
-                if let Some(v) = rf("beta_slow") {
-                    put(a("rope.scaling.yarn_beta_slow"), f32v(v));
-                }
-            }
-            "su" | "longrope" => {
-                put(a("rope.scaling.type"), MetaValue::Str("longrope".into()));
-            }
-            t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
-                return Err(Error::Unsupported {
-                    at: Location::file(&hp.path),
-                    format: Format::Gguf,
-                    what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
-                });
-            }
-            _ => {}
+        if hp.bool("is_causal") == Some(false) {
+            put(a("attention.causal"), MetaValue::Bool(false));
         }
-    }
-    if hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts") {
-        return Err(Error::Unsupported {
-            at: Location::file(&hp.path),
-            format: Format::Gguf,
-            what: "mixture-of-experts models are not supported yet".into(),
-        });
-    }
-    if let Some(theta) = rf("rope_theta") {
-        put(a("rope.freq_base"), f32v(theta));
-    }
-    if let Some(v) = hp.float(&["rms_norm_eps", "norm_eps"])? {
-        put(a("attention.layer_norm_rms_epsilon"), f32v(v));
-    }
-    if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
-        put(a("attention.layer_norm_epsilon"), f32v(v));
-    }
-    if let Some(hd) = hp.u32(&["head_dim"])? {
-        put(a("attention.key_length"), MetaValue::U32(hd));
-        put(a("attention.value_length"), MetaValue::U32(hd));
-    }
-    put(
-        "general.file_type".into(),
-        MetaValue::U32(opts.outtype.file_type()),
-    );
-    for extra in spec.extra_kv {
-        match extra {
-            ExtraKv::VocabSize => {
-                let v = hp.need_u32(&["vocab_size"])?;
-                put(a("vocab_size"), MetaValue::U32(v));
-            }
-            ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
-            ExtraKv::RopeDimensionCount => {
-                let d = match hp.u32(&["head_dim"])? {
-                    Some(d) => d,
-                    None => {
-                        hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?
+        let rope = hp.rope();
+        let rf = |k: &str| rope.get(k).and_then(Value::as_f64);
+        if let Some(rope_type) = rope.get("rope_type").and_then(Value::as_str) {
+            match rope_type {
+                "linear" if rf("factor").is_some() => {
+                    put(a("rope.scaling.type"), MetaValue::Str("linear".into()));
+                    put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
+                }
+                "yarn" if rf("factor").is_some() => {
+                    put(a("rope.scaling.type"), MetaValue::Str("yarn".into()));
+                    put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
+                    let orig = rope
+                        .get("original_max_position_embeddings")
+                        .and_then(Value::as_u64)
+                        .and_then(|v| u32::try_from(v).ok())
+                        .ok_or_else(|| {
+                            bad(
+                                &hp.path,
+                                "yarn rope without original_max_position_embeddings",
+                            )
+                        })?;
+                    put(
+                        a("rope.scaling.original_context_length"),
+                        MetaValue::U32(orig),
+                    );
+                    if let Some(v) = rf("extrapolation_factor") {
+                        put(a("rope.scaling.yarn_ext_factor"), f32v(v));
                     }
-                };
-                put(a("rope.dimension_count"), MetaValue::U32(d));
+                    if let Some(v) = rf("attention_factor").or_else(|| rf("attn_factor")) {
+                        put(a("rope.scaling.yarn_attn_factor"), f32v(v));
+                    }
+                    if let Some(v) = rf("beta_fast") {
+                        put(a("rope.scaling.yarn_beta_fast"), f32v(v));
+                    }
+                    if let Some(v) = rf("beta_slow") {
+                        put(a("rope.scaling.yarn_beta_slow"), f32v(v));
+                    }
+                }
+                "su" | "longrope" => {
+                    put(a("rope.scaling.type"), MetaValue::Str("longrope".into()));
+                }
+                t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
+                    return Err(Error::Unsupported {
+                        at: Location::file(&hp.path),
+                        format: Format::Gguf,
+                        what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
+                    });
+                }
+                _ => {}
+            }
+        }
+        if hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts") {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Format::Gguf,
+                what: "mixture-of-experts models are not supported yet".into(),
+            });
+        }
+        if let Some(theta) = rf("rope_theta") {
+            put(a("rope.freq_base"), f32v(theta));
+        }
+        if let Some(v) = hp.float(&["rms_norm_eps", "norm_eps"])? {
+            put(a("attention.layer_norm_rms_epsilon"), f32v(v));
+        }
+        if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
+            put(a("attention.layer_norm_epsilon"), f32v(v));
+        }
+        if let Some(hd) = hp.u32(&["head_dim"])? {
+            put(a("attention.key_length"), MetaValue::U32(hd));
+            put(a("attention.value_length"), MetaValue::U32(hd));
+        }
+        put(
+            "general.file_type".into(),
+            MetaValue::U32(opts.outtype.file_type()),
+        );
+        for extra in spec.extra_kv {
+            match extra {
+                ExtraKv::VocabSize => {
+                    let v = hp.need_u32(&["vocab_size"])?;
+                    put(a("vocab_size"), MetaValue::U32(v));
+                }
+                ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
+                ExtraKv::RopeDimensionCount => {
+                    let d = match hp.u32(&["head_dim"])? {
+                        Some(d) => d,
+                        None => {
+                            hp.need_u32(&["hidden_size"])?
+                                / hp.need_u32(&["num_attention_heads"])?
+                        }
+                    };
+                    put(a("rope.dimension_count"), MetaValue::U32(d));
+                }
             }
         }
     }

@@ -80,6 +80,18 @@ pub const NO_RULES: NameRules = NameRules {
     drop_prefixes: &[],
 };
 
+/// Which hyper-parameter keys are written, in which order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvLayout {
+    /// `TextModel.set_gguf_parameters` (each key when its hparam exists), then the
+    /// architecture's [`ExtraKv`]s.
+    Common,
+    /// Gemma 2's own list (`conversion/gemma.py` `Gemma2Model.set_gguf_parameters`):
+    /// context, embedding, blocks, feed-forward, heads, KV heads, RMS eps, key/value length,
+    /// file type, attention and final logit soft-capping, sliding window.
+    Gemma2,
+}
+
 /// How the vocabulary is exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VocabKind {
@@ -89,6 +101,8 @@ pub enum VocabKind {
     Llama,
     /// SentencePiece `tokenizer.model` if present, else GPT-2 style BPE (Qwen2).
     SpmElseGpt2,
+    /// SentencePiece `tokenizer.model`, then `tokenizer.ggml.add_space_prefix` = false (Gemma).
+    SpmNoSpacePrefix,
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
@@ -118,6 +132,11 @@ pub struct ArchSpec {
     pub llama3_rope_freqs: bool,
     /// HF name rewrites and drops applied before the map.
     pub names: NameRules,
+    /// Hyper-parameter keys written.
+    pub kv_layout: KvLayout,
+    /// `*norm.weight` tensors are stored as `w` and used as `1 + w` (Gemma's RMSNorm): the
+    /// reference adds 1 while converting (in the tensor's own precision for F16, else F32).
+    pub norm_plus_one: bool,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -177,6 +196,36 @@ const QWEN3_TENSORS: &[(&str, &str)] = &[
     (
         "model.layers.{bid}.post_attention_layernorm",
         "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Gemma 2: Llama-style attention and MLP, four norms per block (`tensor_mapping.py`, the
+/// names of `MODEL_TENSORS[GEMMA2]`).
+const GEMMA2_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    (
+        "model.layers.{bid}.pre_feedforward_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm",
+        "blk.{bid}.post_ffw_norm",
     ),
     ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
@@ -243,6 +292,8 @@ pub const ARCHS: &[ArchSpec] = &[
         pooling_from_modules: false,
         llama3_rope_freqs: true,
         names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
     },
     ArchSpec {
         arch: "llama",
@@ -271,6 +322,8 @@ pub const ARCHS: &[ArchSpec] = &[
         pooling_from_modules: false,
         llama3_rope_freqs: true,
         names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
     },
     ArchSpec {
         arch: "qwen2",
@@ -297,6 +350,8 @@ pub const ARCHS: &[ArchSpec] = &[
         pooling_from_modules: true,
         llama3_rope_freqs: false,
         names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
     },
     ArchSpec {
         arch: "qwen3",
@@ -323,6 +378,8 @@ pub const ARCHS: &[ArchSpec] = &[
         pooling_from_modules: true,
         llama3_rope_freqs: false,
         names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
     },
     ArchSpec {
         arch: "bert",
@@ -360,6 +417,48 @@ pub const ARCHS: &[ArchSpec] = &[
             ],
             drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
         },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+    },
+    ArchSpec {
+        arch: "gemma2",
+        hf_archs: &["Gemma2ForCausalLM"],
+        tensors: GEMMA2_TENSORS,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "256000"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "2304"),
+                ("intermediate_size", "9216"),
+                ("num_hidden_layers", "26"),
+                ("num_attention_heads", "8"),
+                ("rms_norm_eps", "1e-06"),
+                ("attn_logit_softcapping", "50.0"),
+                ("final_logit_softcapping", "30.0"),
+                ("sliding_window", "4096"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "2"),
+                ("eos_token_id", "1"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmNoSpacePrefix,
+        pooling_from_modules: false,
+        llama3_rope_freqs: false,
+        // `filter_tensors`: an lm_head (AutoAWQ adds one) is never used by llama.cpp.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[],
+            drop: &["lm_head.weight"],
+            drop_prefixes: &[],
+        },
+        kv_layout: KvLayout::Gemma2,
+        norm_plus_one: true,
     },
 ];
 

@@ -6,7 +6,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
-use weightport_core::Result;
+use half::{bf16, f16};
+use weightport_core::{DType, Result};
 
 use crate::plan::Transform;
 
@@ -66,6 +67,75 @@ impl Transform for PermuteRows {
     // Not `lossless`: verification maps outputs back leaf by leaf, and a permuted leaf's source
     // bytes are not one contiguous leaf of the input. The written bytes are still verified
     // against the hashes computed while writing.
+}
+
+/// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
+/// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
+/// else in F32 (BF16 widened first).
+pub struct PlusOne {
+    from: DType,
+    /// F16 for an F16 input, else F32.
+    pub out: DType,
+}
+
+impl PlusOne {
+    /// `+1` for a float tensor of type `from`.
+    pub fn new(from: DType) -> Result<PlusOne> {
+        let out = match from {
+            DType::F16 => DType::F16,
+            DType::F32 | DType::BF16 => DType::F32,
+            other => {
+                return Err(weightport_core::Error::Usage(format!(
+                    "cannot add 1 to a {other} tensor"
+                )))
+            }
+        };
+        Ok(PlusOne { from, out })
+    }
+
+    fn size(d: DType) -> u64 {
+        u64::from(d.elem_bytes().unwrap_or(4))
+    }
+}
+
+impl Transform for PlusOne {
+    fn describe(&self) -> String {
+        "1 + w".into()
+    }
+
+    fn unit(&self) -> u64 {
+        Self::size(self.out)
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (i, o) = (Self::size(self.from), Self::size(self.out));
+        vec![(0, out.start / o * i..out.end / o * i)]
+    }
+
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let src = inputs[0];
+        match (self.from, self.out) {
+            (DType::F16, _) => {
+                for (o, b) in dst.chunks_exact_mut(2).zip(src.chunks_exact(2)) {
+                    let v = f16::from_le_bytes([b[0], b[1]]).to_f32() + 1.0;
+                    o.copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+            (DType::BF16, _) => {
+                for (o, b) in dst.chunks_exact_mut(4).zip(src.chunks_exact(2)) {
+                    let v = bf16::from_le_bytes([b[0], b[1]]).to_f32() + 1.0;
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            _ => {
+                for (o, b) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+                    let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]) + 1.0;
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `second ∘ first`: `first`'s output is `second`'s input.
@@ -178,7 +248,6 @@ impl Transform for Chain {
 mod tests {
     use super::*;
     use crate::cast::Cast;
-    use weightport_core::DType;
 
     fn run(op: &dyn Transform, input: &[u8], out_len: u64, step: u64) -> Vec<u8> {
         let mut out = vec![0u8; out_len as usize];

@@ -14,7 +14,7 @@ use weightport_core::{
     sanitize, Access, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
 };
 
-use crate::compose::{Chain, PermuteRows};
+use crate::compose::{Chain, PermuteRows, PlusOne};
 use crate::mix::{self, MixTensor};
 use crate::plan::{ggml_n_dims, mix_params, op_for, DtypeChoice, OutTensor, TransformOptions};
 
@@ -279,9 +279,17 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             }
             None => None,
         };
-        let cast = op_for(sdt, t.dtype, &t.name, opts).map_err(located)?;
+        let (plus_one, mid) = match t.plus_one {
+            true => {
+                let p = PlusOne::new(sdt)?;
+                let mid = p.out;
+                (Some(Arc::new(p) as Arc<dyn crate::plan::Transform>), mid)
+            }
+            false => (None, sdt),
+        };
+        let cast = op_for(mid, t.dtype, &t.name, opts).map_err(located)?;
         let quant = op_for(t.dtype, finals[i], &t.name, opts).map_err(located)?;
-        let op = Chain::of(Chain::of(permute, cast), quant);
+        let op = Chain::of(Chain::of(Chain::of(permute, plus_one), cast), quant);
         let to = finals[i];
         outs.push(OutTensor {
             info: TensorInfo {

@@ -208,7 +208,20 @@ pub fn export(
         }
         let sp = special::load(dir, false, Some(n))?;
         kv.extend(sp.to_kv());
+        if kind == VocabKind::SpmNoSpacePrefix {
+            kv.push((
+                "tokenizer.ggml.add_space_prefix".into(),
+                MetaValue::Bool(false),
+            ));
+        }
         return Ok(VocabExport { kv, chkhsh: None });
+    }
+    if kind == VocabKind::SpmNoSpacePrefix {
+        return Err(Error::Unsupported {
+            at: Location::file(dir.join("tokenizer.model")),
+            format: Format::Gguf,
+            what: "this architecture needs a SentencePiece tokenizer.model".into(),
+        });
     }
     if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
         return Err(Error::Unsupported {
