@@ -353,3 +353,33 @@ fn broken_releases_are_refused_cleanly() {
         assert!(left.is_empty(), "{what}: left {left:?}");
     }
 }
+
+/// A fuzz finding: tokenizers 0.22 panics (`expect("Helper")`) on this malformed decoder in a
+/// `tokenizer.json`; weightport reports it as a broken file instead of an internal error.
+#[test]
+fn a_tokenizer_that_panics_the_tokenizers_crate_is_a_clean_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("qwen2");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(fixtures().join("good/arch/qwen2")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(
+        fixtures().join("hostile/arch/decoder_panic.tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    let out = tmp.path().join("x.gguf");
+    let o = wp(&[
+        "convert",
+        dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("tokenizer.json"), "{err}");
+    assert!(!err.contains("internal error"), "{err}");
+    assert!(!out.exists());
+}

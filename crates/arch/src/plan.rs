@@ -543,7 +543,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
 
     let mut chkhsh = None;
     if opts.vocab {
-        let vocab = tokenizer::export(config_dir, spec.vocab, &hp, opts.pre_tokenizer.as_deref())?;
+        // The tokenizers crate runs on hostile files here: a panic in it is an error, not a crash.
+        let vocab = weightport_core::contain_panic(|| {
+            tokenizer::export(config_dir, spec.vocab, &hp, opts.pre_tokenizer.as_deref())
+        })
+        .map_err(|p| {
+            bad(
+                config_dir,
+                format!("the tokenizer files could not be read: {p}"),
+            )
+        })??;
         chkhsh = vocab.chkhsh;
         kv.extend(vocab.kv);
     }

@@ -12,6 +12,7 @@
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks.
 #![deny(missing_docs)]
 
+pub mod contain;
 pub mod dtype;
 pub mod error;
 pub mod format;
@@ -24,6 +25,7 @@ pub mod source;
 pub mod staging;
 pub mod tensor;
 
+pub use contain::{contain_panic, panic_is_contained};
 pub use dtype::{DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Sniffed};

@@ -9,14 +9,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use weightport_arch::{Origin, OutType, PlanOptions, SourceTensor};
+use weightport_arch::{
+    ArchPlan, Origin, OutTensor as PlannedTensor, OutType, PlanOptions, SourceTensor,
+};
 use weightport_core::{
     sanitize, Access, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
 };
 
 use crate::compose::{Chain, PermuteRows, PlusOne};
 use crate::mix::{self, MixTensor};
-use crate::plan::{ggml_n_dims, mix_params, op_for, DtypeChoice, OutTensor, TransformOptions};
+use crate::plan::{
+    ggml_n_dims, mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions,
+};
 
 /// What the architecture plan adds to a job.
 pub struct ArchJob {
@@ -172,86 +176,13 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         ));
     }
     let tensors = source_tensors(source);
-    // The reference lists a safetensors part's tensors by name, a `.bin` part's in the state
-    // dict's order.
-    let sort_names = !matches!(
-        source.format(),
-        weightport_core::Format::PytorchZip | weightport_core::Format::PytorchLegacy
-    );
-    let plan = weightport_arch::plan(
-        dir,
-        &tensors,
-        &PlanOptions {
-            outtype: outtype(opts, &tensors, sort_names)?,
-            name: opts.name.clone().or_else(|| default_name(dir)),
-            pre_tokenizer: opts.pre_tokenizer.clone(),
-            vocab: true,
-            sort_names,
-        },
-    )?;
+    let plan = arch_plan(source, &tensors, dir, opts)?;
     let mut metadata = Metadata::new();
     for (k, v) in &plan.kv {
         metadata.insert(k.clone(), v.clone());
     }
-    let n = tensors.len();
-    let mut generated = Vec::new();
-    let mut inputs = Vec::with_capacity(plan.tensors.len());
-    for t in &plan.tensors {
-        inputs.push(match &t.origin {
-            Origin::Hf { index, .. } => *index,
-            Origin::Generated(v) => {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                let info = TensorInfo {
-                    name: t.name.clone(),
-                    dtype: DType::F32,
-                    shape: t.shape.clone(),
-                    byte_len: bytes.len() as u64,
-                };
-                generated.push((info, bytes));
-                n + generated.len() - 1
-            }
-        });
-    }
-    let src_dtype = |i: usize| {
-        if i < n {
-            tensors[i].dtype
-        } else {
-            DType::F32
-        }
-    };
-    // --quant: llama-quantize's order and mix, over the types the reference would have written.
-    let names: Vec<String> = plan.tensors.iter().map(|t| t.name.clone()).collect();
-    let (order, finals, mut notes) = match &opts.quant {
-        Some(q) => {
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let order = mix::quantize_order(&refs);
-            let input: Vec<MixTensor> = order
-                .iter()
-                .map(|&i| {
-                    let t = &plan.tensors[i];
-                    MixTensor {
-                        name: t.name.clone(),
-                        ne0: t.shape.last().copied().unwrap_or(1),
-                        n_dims: ggml_n_dims(&t.shape),
-                        dtype: t.dtype,
-                    }
-                })
-                .collect();
-            let chosen = mix::choose(&input, &mix_params(q, &metadata, &names));
-            let mut finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
-            let mut notes = vec![None; names.len()];
-            for (&i, c) in order.iter().zip(chosen) {
-                finals[i] = c.dtype;
-                notes[i] = c.note;
-            }
-            (order, finals, notes)
-        }
-        None => (
-            (0..names.len()).collect(),
-            plan.tensors.iter().map(|t| t.dtype).collect(),
-            vec![None; names.len()],
-        ),
-    };
+    let (inputs, generated) = inputs_of(&plan, tensors.len());
+    let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
     if let Some(q) = &opts.quant {
         metadata.push_last("general.quantization_version", MetaValue::U32(2));
         metadata.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
@@ -261,35 +192,9 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
     for i in order {
         let t = &plan.tensors[i];
         let input = inputs[i];
-        let sdt = src_dtype(input);
-        let located = |e: Error| in_tensor(e, source, input, n, &t.name);
-        let permute = match &t.permute {
-            Some(p) => {
-                let rows = t.shape.first().copied().unwrap_or(1).max(1);
-                let bytes = sdt
-                    .byte_len(&t.shape)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
-                let order = p
-                    .rows(rows as usize)
-                    .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
-                Some(
-                    Arc::new(PermuteRows::new(order, bytes / rows, sdt.granule()))
-                        as Arc<dyn crate::plan::Transform>,
-                )
-            }
-            None => None,
-        };
-        let (plus_one, mid) = match t.plus_one {
-            true => {
-                let p = PlusOne::new(sdt)?;
-                let mid = p.out;
-                (Some(Arc::new(p) as Arc<dyn crate::plan::Transform>), mid)
-            }
-            false => (None, sdt),
-        };
-        let cast = op_for(mid, t.dtype, &t.name, opts).map_err(located)?;
-        let quant = op_for(t.dtype, finals[i], &t.name, opts).map_err(located)?;
-        let op = Chain::of(Chain::of(Chain::of(permute, plus_one), cast), quant);
+        let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
+        let op = op_of(t, src, finals[i], opts)
+            .map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
         let to = finals[i];
         outs.push(OutTensor {
             info: TensorInfo {
@@ -321,6 +226,130 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             .collect(),
         from,
     })
+}
+
+/// The architecture plan, with the reference's tensor order for the source's format (a
+/// safetensors part's tensors by name, a `.bin` part's in the state dict's order).
+fn arch_plan(
+    source: &dyn TensorSource,
+    tensors: &[SourceTensor],
+    dir: &Path,
+    opts: &TransformOptions,
+) -> Result<ArchPlan> {
+    let sort_names = !matches!(
+        source.format(),
+        weightport_core::Format::PytorchZip | weightport_core::Format::PytorchLegacy
+    );
+    weightport_arch::plan(
+        dir,
+        tensors,
+        &PlanOptions {
+            outtype: outtype(opts, tensors, sort_names)?,
+            name: opts.name.clone().or_else(|| default_name(dir)),
+            pre_tokenizer: opts.pre_tokenizer.clone(),
+            vocab: true,
+            sort_names,
+        },
+    )
+}
+
+/// Each planned tensor's source index; generated tensors become F32 sources numbered after the
+/// release's `n` tensors.
+fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<usize>, Vec<(TensorInfo, Vec<u8>)>) {
+    let mut generated = Vec::new();
+    let inputs = plan
+        .tensors
+        .iter()
+        .map(|t| match &t.origin {
+            Origin::Hf { index, .. } => *index,
+            Origin::Generated(v) => {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let info = TensorInfo {
+                    name: t.name.clone(),
+                    dtype: DType::F32,
+                    shape: t.shape.clone(),
+                    byte_len: bytes.len() as u64,
+                };
+                generated.push((info, bytes));
+                n + generated.len() - 1
+            }
+        })
+        .collect();
+    (inputs, generated)
+}
+
+/// The output order and each tensor's final type and fallback note: the plan's own without
+/// `--quant`; with it, llama-quantize's order and mix over the types the reference writes.
+fn quant_targets(
+    plan: &ArchPlan,
+    metadata: &Metadata,
+    opts: &TransformOptions,
+) -> (Vec<usize>, Vec<DType>, Vec<Option<String>>) {
+    let mut finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
+    let mut notes = vec![None; finals.len()];
+    let Some(q) = &opts.quant else {
+        return ((0..finals.len()).collect(), finals, notes);
+    };
+    let names: Vec<String> = plan.tensors.iter().map(|t| t.name.clone()).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let order = mix::quantize_order(&refs);
+    let input: Vec<MixTensor> = order
+        .iter()
+        .map(|&i| {
+            let t = &plan.tensors[i];
+            MixTensor {
+                name: t.name.clone(),
+                ne0: t.shape.last().copied().unwrap_or(1),
+                n_dims: ggml_n_dims(&t.shape),
+                dtype: t.dtype,
+            }
+        })
+        .collect();
+    let chosen = mix::choose(&input, &mix_params(q, metadata, &names));
+    for (&i, c) in order.iter().zip(chosen) {
+        finals[i] = c.dtype;
+        notes[i] = c.note;
+    }
+    (order, finals, notes)
+}
+
+/// The one-pass operation for tensor `t` stored as `src`: q/k permutation, `1 + w`, the cast
+/// to the reference's output type, the quantization to `to`; `None` when the bytes pass as is.
+fn op_of(
+    t: &PlannedTensor,
+    src: DType,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    let permute = match &t.permute {
+        Some(p) => {
+            let rows = t.shape.first().copied().unwrap_or(1).max(1);
+            let bytes = src
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            let order = p
+                .rows(rows as usize)
+                .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
+            Some(
+                Arc::new(PermuteRows::new(order, bytes / rows, src.granule()))
+                    as Arc<dyn Transform>,
+            )
+        }
+        None => None,
+    };
+    let (plus_one, mid) = if t.plus_one {
+        let p = PlusOne::new(src)?;
+        let mid = p.out;
+        (Some(Arc::new(p) as Arc<dyn Transform>), mid)
+    } else {
+        (None, src)
+    };
+    let cast = op_for(mid, t.dtype, &t.name, opts)?;
+    let quant = op_for(t.dtype, to, &t.name, opts)?;
+    Ok(Chain::of(
+        Chain::of(Chain::of(permute, plus_one), cast),
+        quant,
+    ))
 }
 
 fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str) -> Error {

@@ -39,7 +39,15 @@ pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer> {
         ));
     }
     let bytes = crate::config::read_capped(&path)?;
-    Tokenizer::from_bytes(&bytes).map_err(|e| bad(&path, format!("tokenizers cannot load it: {e}")))
+    // tokenizers 0.22 panics on some malformed decoders (`expect("Helper")`): contained.
+    weightport_core::contain_panic(|| Tokenizer::from_bytes(&bytes))
+        .map_err(|p| {
+            bad(
+                &path,
+                format!("tokenizers cannot load it (it panicked: {p})"),
+            )
+        })?
+        .map_err(|e| bad(&path, format!("tokenizers cannot load it: {e}")))
 }
 
 /// The reference's pre-tokenizer check hash for `tok`.
