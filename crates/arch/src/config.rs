@@ -42,6 +42,12 @@ pub const MAX_SIDE_FILE: u64 = 256 << 20;
 /// Reads a release's side file, refusing one larger than [`MAX_SIDE_FILE`] before reading it.
 pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
+    // A FIFO or device would block or never end: only regular files (after symlinks) are read,
+    // and the type is checked before opening, since opening a FIFO blocks.
+    let kind = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?;
+    if !kind.is_file() {
+        return Err(bad(path, "not a regular file"));
+    }
     let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
     if len > MAX_SIDE_FILE {
