@@ -271,7 +271,7 @@ pub fn convert(
     if with_outcome > 8 {
         writeln!(
             out,
-            "  {with_outcome} tensors report overflow counts or quantization error: see --json"
+            "  {with_outcome} tensors report quantization error or overflow counts: see --json"
         )?;
     }
     for (op, n) in casts {

@@ -61,6 +61,9 @@ impl LeafHasher {
 /// the dtype only, so hashes stay independent of containers and scheduling.
 pub fn leaf_bytes(dtype: DType, base: u64) -> u64 {
     let g = dtype.granule().max(1);
+    // A quantized leaf is computed from 3.5-8× its size of float input (plus a chained
+    // transform's intermediate copy): a quarter of the base keeps a worker's memory near it.
+    let base = if dtype.is_block() { base / 4 } else { base };
     (base / g).max(1) * g
 }
 
