@@ -383,3 +383,37 @@ fn a_tokenizer_that_panics_the_tokenizers_crate_is_a_clean_error() {
     assert!(!err.contains("internal error"), "{err}");
     assert!(!out.exists());
 }
+
+/// `--split-max-size` writes a gguf-split set (each part verified on its own before the
+/// commit); read back as one input and merged, it is the reference's single file again.
+#[test]
+fn split_output_verifies_and_merges_back_to_the_reference_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/arch/llama");
+    let out = tmp.path().join("m.gguf");
+    convert(
+        &src,
+        &out,
+        "llama",
+        &["--dtype", "f16", "--split-max-size", "100KB"],
+    );
+    let parts: Vec<PathBuf> = (1..=4)
+        .map(|i| tmp.path().join(format!("m-{i:05}-of-00004.gguf")))
+        .collect();
+    assert!(parts.iter().all(|p| p.is_file()), "expected 4 splits");
+    assert!(!out.exists());
+    let merged = tmp.path().join("merged.gguf");
+    let o = wp(&[
+        "convert",
+        parts[2].to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        sha_file(&merged),
+        expected()["llama"]["outtypes"]["f16"]["sha256"]
+            .as_str()
+            .unwrap()
+    );
+}

@@ -57,6 +57,9 @@ pub struct ReadOptions {
     /// PyTorch: write every name of tensors that share storage (`--shared copy`), instead of
     /// keeping one name per exact alias.
     pub shared_copy: bool,
+    /// Read this one file even if it is a part of a set (a GGUF split): verification reopens
+    /// each staged file on its own, under its temp name.
+    pub one_part: bool,
 }
 
 impl ReadOptions {

@@ -24,6 +24,9 @@ pub const INPUT: InputFormat = InputFormat {
     format: Format::Gguf,
     probe: |_, head| probe(head),
     open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+        if opts.one_part {
+            return Ok(Box::new(crate::GgufFile::open(path, opts)?));
+        }
         Ok(Box::new(open_split(path, opts)?))
     },
 };

@@ -40,10 +40,11 @@ pub fn verify_staged(
     progress: &dyn Progress,
 ) -> Result<()> {
     let shown = &file.path;
-    let plain = OpenRequest {
+    let mut plain = OpenRequest {
         from: None,
         ..req.clone()
     };
+    plain.read.one_part = true;
     let reopened = open_file(&file.temp, &plain).map_err(|e| {
         fail(
             shown,
