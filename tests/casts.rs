@@ -3,22 +3,13 @@
 //! 2.15 (fixtures/gen/gen_cast_repo.py). Our output must be the same file, bit for bit, except
 //! that a NaN only has to stay a NaN (torch's NaN payload depends on its code path).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{fixtures, wp};
+
+use std::path::Path;
 
 use weightport_core::{DType, TensorSource};
 use weightport_safetensors::SafetensorsFile;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn is_nan(d: DType, b: &[u8]) -> bool {
     match d {

@@ -3,23 +3,15 @@
 //! (a rewrite of a `save_file` file is byte-identical to it) or a property (no partial file,
 //! input untouched, no temp left).
 
+mod common;
+use common::{fixtures, wp};
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .expect("run weightport")
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()

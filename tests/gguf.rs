@@ -4,22 +4,11 @@
 //! fixtures/gen/gen_mix.py). That covers the mix, the tensor order, the KV edits, the layout
 //! and every quantization kernel on real data.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{fixtures, wp};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn quantized_outputs_are_byte_identical_to_llama_quantize() {

@@ -12,22 +12,13 @@
 //! Whole-file equality covers every KV (keys, types, values, order), the tokenizer, the tensor
 //! order, names, types, the q/k permutation, the quantized bytes and the layout.
 
+mod common;
+use common::{fixtures, wp};
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn expected() -> Value {
     serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch/files.json")).unwrap())
@@ -42,6 +33,22 @@ fn pre(name: &str) -> Option<&'static str> {
         "bert" => Some("bert-bge"),
         _ => None,
     }
+}
+
+/// A tiny release of fixtures/good/arch.
+fn release(name: &str) -> PathBuf {
+    fixtures().join("good/arch").join(name)
+}
+
+/// A writable copy of release `name` under `tmp`.
+fn copy_release(name: &str, tmp: &Path) -> PathBuf {
+    let dir = tmp.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(release(name)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    dir
 }
 
 fn sha_file(p: &Path) -> String {
@@ -67,45 +74,43 @@ fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) {
     );
 }
 
-#[test]
-fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
+/// Converts every release of `files.json` once per entry of its `section` (the entry's key
+/// becomes the flags `args` gives) and compares the whole file with the reference's sha256.
+fn against_reference(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
     let tmp = tempfile::tempdir().unwrap();
-    let exp = expected();
     let mut n = 0;
-    for (name, e) in exp.as_object().unwrap() {
-        for (outtype, want) in e["outtypes"].as_object().unwrap() {
-            let out = tmp.path().join(format!("{name}-{outtype}.gguf"));
-            let src = fixtures().join("good/arch").join(name);
-            convert(&src, &out, name, &["--dtype", outtype]);
+    for (name, e) in expected().as_object().unwrap() {
+        for (key, want) in e[section].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-{key}.gguf"));
+            convert(&release(name), &out, name, &args(key));
             assert_eq!(
                 sha_file(&out),
                 want["sha256"].as_str().unwrap(),
-                "{name} --outtype {outtype}: differs from convert_hf_to_gguf.py"
+                "{name} {key}: differs from {reference}"
             );
             n += 1;
         }
     }
+    n
+}
+
+#[test]
+fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
+    let n = against_reference(
+        "outtypes",
+        |t| vec!["--dtype", t],
+        "convert_hf_to_gguf.py --outtype",
+    );
     assert_eq!(n, 32, "8 releases × 4 output types");
 }
 
 #[test]
 fn one_pass_quant_equals_convert_then_llama_quantize() {
-    let tmp = tempfile::tempdir().unwrap();
-    let exp = expected();
-    let mut n = 0;
-    for (name, e) in exp.as_object().unwrap() {
-        for (ty, want) in e["quantized"].as_object().unwrap() {
-            let out = tmp.path().join(format!("{name}-{ty}.gguf"));
-            let src = fixtures().join("good/arch").join(name);
-            convert(&src, &out, name, &["--outtype", "f16", "--quant", ty]);
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {ty}: differs from convert_hf_to_gguf.py --outtype f16 + llama-quantize"
-            );
-            n += 1;
-        }
-    }
+    let n = against_reference(
+        "quantized",
+        |q| vec!["--outtype", "f16", "--quant", q],
+        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+    );
     assert_eq!(n, 32, "8 releases × 4 types");
 }
 
@@ -118,7 +123,7 @@ fn hf_cache_snapshot_converts_like_the_release() {
     let snap = repo.join("snapshots/0123456789abcdef");
     std::fs::create_dir_all(&blobs).unwrap();
     std::fs::create_dir_all(&snap).unwrap();
-    for e in std::fs::read_dir(fixtures().join("good/arch/llama")).unwrap() {
+    for e in std::fs::read_dir(release("llama")).unwrap() {
         let p = e.unwrap().path();
         let bytes = std::fs::read(&p).unwrap();
         let blob = format!("{:x}", Sha256::digest(&bytes));
@@ -175,7 +180,7 @@ fn unsupported_architecture_is_refused_before_reading_weights() {
 #[test]
 fn dry_run_shows_mapping_types_and_fallbacks() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = fixtures().join("good/arch/llama");
+    let src = release("llama");
     let out = tmp.path().join("x.gguf");
     let o = wp(&[
         "--json",
@@ -211,7 +216,7 @@ fn dry_run_shows_mapping_types_and_fallbacks() {
 #[test]
 fn renames_and_block_dtypes_are_refused_where_they_do_not_apply() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = fixtures().join("good/arch/llama");
+    let src = release("llama");
     let gguf = tmp.path().join("x.gguf");
     let o = wp(&[
         "convert",
@@ -247,12 +252,7 @@ fn renames_and_block_dtypes_are_refused_where_they_do_not_apply() {
 
 /// A copy of the `llama` release in a temp dir, with `edit` applied to it.
 fn edited_llama(tmp: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
-    let dir = tmp.join("llama");
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(fixtures().join("good/arch/llama")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
+    let dir = copy_release("llama", tmp);
     edit(&dir);
     dir
 }
@@ -359,12 +359,7 @@ fn broken_releases_are_refused_cleanly() {
 #[test]
 fn a_tokenizer_that_panics_the_tokenizers_crate_is_a_clean_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("qwen2");
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(fixtures().join("good/arch/qwen2")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
+    let dir = copy_release("qwen2", tmp.path());
     std::fs::copy(
         fixtures().join("hostile/arch/decoder_panic.tokenizer.json"),
         dir.join("tokenizer.json"),
@@ -389,7 +384,7 @@ fn a_tokenizer_that_panics_the_tokenizers_crate_is_a_clean_error() {
 #[test]
 fn split_output_verifies_and_merges_back_to_the_reference_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = fixtures().join("good/arch/llama");
+    let src = release("llama");
     let out = tmp.path().join("m.gguf");
     convert(
         &src,

@@ -5,24 +5,13 @@
 //! `.bin` repo becomes a safetensors repo equal to the checkpoint; the hostile corpus is
 //! refused by `convert` and `scan` with exit 3.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{fixtures, wp};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use weightport_core::TensorSource;
 use weightport_safetensors::SafetensorsFile;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn checkpoints_convert_to_what_torch_load_returns() {

@@ -2,21 +2,13 @@
 //! libraries (see fixtures/README.md): byte identity with safetensors-py and
 //! huggingface_hub's sharding, exit codes, JSON output, and the refusal cases.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::{fixtures, wp};
+
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-fn wp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .expect("run weightport")
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
