@@ -32,17 +32,34 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Strictly validate a file or repo and hash every tensor; compare with another source.
     Verify(VerifyArgs),
-    /// Audit PyTorch pickles without running them: every global, opcode counts, records,
-    /// non-tensor entries; verdict safe (exit 0) or unsafe (exit 3). A directory scans every
-    /// checkpoint under it.
+    /// Audit files that can carry code (pickles of any protocol, torch ZIP/legacy/TorchScript,
+    /// NumPy) without running them: every global and call, opcode counts, records, non-tensor
+    /// entries; verdict safe (exit 0) or unsafe (exit 3, also when a file could not be read).
+    /// A directory scans every file under it.
     Scan(ScanArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct ScanArgs {
-    /// A checkpoint file, or a directory to scan recursively.
+    /// A file, or a directory to scan recursively (every file is sniffed by content;
+    /// symlinks are followed under convert's rule).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
+    /// Report format: a table, one JSON document (as --json), or SARIF 2.1.0 for code
+    /// scanning services.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: ScanFormat,
+}
+
+/// How `scan` reports.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanFormat {
+    /// A table.
+    Text,
+    /// One JSON document.
+    Json,
+    /// SARIF 2.1.0.
+    Sarif,
 }
 
 #[derive(Args, Debug)]

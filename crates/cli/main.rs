@@ -8,6 +8,7 @@
 mod args;
 mod output;
 mod progress;
+mod scan;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -145,7 +146,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Inspect(a) => output::inspect(&a, json, &mut out)?,
         Command::Verify(a) => output::verify(&a, json, &mut out)?,
-        Command::Scan(a) => output::scan(&a, json, &mut out)?,
+        Command::Scan(a) => scan::run(&a, json, &mut out)?,
     }
     out.flush()?;
     Ok(())

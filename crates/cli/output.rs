@@ -12,7 +12,7 @@ use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
 use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest};
 
-use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, ScanArgs, VerifyArgs};
+use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
 use crate::progress::Bar;
 use crate::Failure;
 
@@ -37,7 +37,7 @@ fn human(bytes: u64) -> String {
     }
 }
 
-fn p(path: &Path) -> String {
+pub fn p(path: &Path) -> String {
     sanitize(&path.display().to_string())
 }
 
@@ -343,7 +343,7 @@ fn meta_text(v: &MetaValue) -> String {
     }
 }
 
-fn meta_json(v: &MetaValue) -> Value {
+pub fn meta_json(v: &MetaValue) -> Value {
     match (v, long_array(v)) {
         (_, Some((elem, n))) => json!({"array_of": elem, "len": n}),
         (MetaValue::Str(s), _) => Value::String(s.clone()),
@@ -503,80 +503,5 @@ pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Fa
     } else {
         eprintln!("weightport: {}: {} differences", p(&a.path), diffs.len());
         Err(Failure::Findings(1))
-    }
-}
-
-fn scan_json(r: &weightport_pipeline::scan::ScanReport) -> Value {
-    use weightport_pipeline::scan::Verdict;
-    json!({
-        "path": r.path.display().to_string(),
-        "format": r.format.map(|f| f.name()),
-        "verdict": if r.verdict == Verdict::Safe { "safe" } else { "unsafe" },
-        "findings": r.findings.iter().map(|f| json!({"offset": f.offset, "what": f.what, "unsafe": f.unsafe_})).collect::<Vec<_>>(),
-        "globals": r.globals.iter().map(|g| json!({"offset": g.offset, "module": g.module, "name": g.name, "allowed": g.allowed})).collect::<Vec<_>>(),
-        "opcodes": r.opcodes.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        "records": r.records.iter().map(|x| json!({"name": x.name, "size": x.size, "method": x.method, "referenced": x.referenced})).collect::<Vec<_>>(),
-        "entries": r.entries.iter().map(|(k, v)| (k.clone(), meta_json(v))).collect::<serde_json::Map<_, _>>(),
-        "tensors": r.tensors,
-        "error": r.error,
-    })
-}
-
-pub fn scan(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    use weightport_pipeline::scan::Verdict;
-    let reports = weightport_pipeline::scan::scan(&a.input)?;
-    let unsafe_n = reports
-        .iter()
-        .filter(|r| r.verdict == Verdict::Unsafe)
-        .count();
-    if json {
-        let v = json!({
-            "ok": unsafe_n == 0,
-            "command": "scan",
-            "files": reports.iter().map(scan_json).collect::<Vec<_>>(),
-            "unsafe": unsafe_n,
-        });
-        writeln!(out, "{v}")?;
-    } else {
-        for r in &reports {
-            let verdict = if r.verdict == Verdict::Safe {
-                "safe"
-            } else {
-                "UNSAFE"
-            };
-            writeln!(
-                out,
-                "{verdict:<6} {}  ({} tensors, {} globals)",
-                p(&r.path),
-                r.tensors,
-                r.globals.len()
-            )?;
-            for f in r
-                .findings
-                .iter()
-                .filter(|f| f.unsafe_ || reports.len() == 1)
-            {
-                let at = f.offset.map(|o| format!("byte {o}: ")).unwrap_or_default();
-                writeln!(out, "       {at}{}", sanitize(&f.what))?;
-            }
-            if reports.len() == 1 {
-                for g in &r.globals {
-                    let mark = if g.allowed { "allowed" } else { "REFUSED" };
-                    writeln!(
-                        out,
-                        "       global {}.{} at byte {} ({mark})",
-                        sanitize(&g.module),
-                        sanitize(&g.name),
-                        g.offset
-                    )?;
-                }
-            }
-        }
-        writeln!(out, "{} files scanned, {unsafe_n} unsafe", reports.len())?;
-    }
-    if unsafe_n > 0 {
-        Err(Failure::Findings(3))
-    } else {
-        Ok(())
     }
 }

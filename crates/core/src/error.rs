@@ -176,6 +176,18 @@ impl Error {
         }
     }
 
+    /// Where the error is, when it names a place in a file.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            Error::Malformed { at, .. }
+            | Error::Unsupported { at, .. }
+            | Error::Refused { at, .. }
+            | Error::Limit { at, .. }
+            | Error::Verify { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+
     /// The CLI exit code for this error: 1 failed, 2 usage, 3 refused by policy or a limit,
     /// 130 interrupted.
     pub fn exit_code(&self) -> i32 {

@@ -58,8 +58,83 @@ pub enum Sniffed {
     Html,
     /// Zero bytes.
     Empty,
+    /// A model format weightport does not read, recognised so the message can name it.
+    Lookalike(Lookalike),
     /// Nothing recognisable.
     Unknown,
+}
+
+/// Model formats weightport does not read, told by their first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookalike {
+    /// HDF5 (Keras `.h5`, TensorFlow weights).
+    Hdf5,
+    /// Protocol buffers (an ONNX model, a TensorFlow `saved_model.pb`).
+    Protobuf,
+    /// llama.cpp's formats before GGUF (`ggml`, `ggmf`, `ggjt`, `ggla`).
+    Ggml,
+    /// TensorFlow Lite (`TFL3`).
+    Tflite,
+    /// A CTranslate2 `model.bin`.
+    Ctranslate2,
+}
+
+impl Lookalike {
+    fn describe(self) -> &'static str {
+        match self {
+            Lookalike::Hdf5 => "is an HDF5 file (Keras .h5 or TensorFlow weights), which weightport does not read; load the model in Python and save its state dict as safetensors",
+            Lookalike::Protobuf => "is a protocol-buffers file (an ONNX model or a TensorFlow SavedModel .pb), which weightport does not read",
+            Lookalike::Ggml => "is a pre-GGUF GGML file (llama.cpp before August 2023), which weightport does not read; convert it with llama.cpp's convert_llama_ggml_to_gguf.py",
+            Lookalike::Tflite => "is a TensorFlow Lite model, which weightport does not read",
+            Lookalike::Ctranslate2 => "is a CTranslate2 model (its model.bin), which weightport does not read; convert from the original Hugging Face release instead",
+        }
+    }
+
+    /// Recognises `prefix`.
+    fn sniff(prefix: &[u8]) -> Option<Lookalike> {
+        let at = |i: usize| prefix.get(i).copied().unwrap_or(0);
+        if prefix.starts_with(b"\x89HDF\r\n\x1a\n") {
+            return Some(Lookalike::Hdf5);
+        }
+        if [b"lmgg", b"fmgg", b"tjgg", b"algg"]
+            .iter()
+            .any(|m| prefix.starts_with(*m))
+        {
+            return Some(Lookalike::Ggml);
+        }
+        if prefix.get(4..8) == Some(b"TFL3") {
+            return Some(Lookalike::Tflite);
+        }
+        if ctranslate2(prefix) {
+            return Some(Lookalike::Ctranslate2);
+        }
+        // A protobuf message opening with field 1 as a small varint, then a length-delimited
+        // field (ONNX: ir_version, producer_name; SavedModel: schema version, meta graphs).
+        if at(0) == 0x08 && at(1) < 0x20 && matches!(at(2), 0x12 | 0x1a | 0x22 | 0x2a | 0x3a | 0x42)
+        {
+            return Some(Lookalike::Protobuf);
+        }
+        None
+    }
+}
+
+/// CTranslate2's `model.bin`: a u32 format version, then the spec name as a u16 length
+/// (NUL included) and that many bytes of an identifier ending in NUL.
+fn ctranslate2(prefix: &[u8]) -> bool {
+    if prefix.len() < 8 {
+        return false;
+    }
+    let version = u32::from_le_bytes(prefix[..4].try_into().expect("4"));
+    let len = usize::from(u16::from_le_bytes(prefix[4..6].try_into().expect("2")));
+    let Some(name) = prefix.get(6..6 + len) else {
+        return false;
+    };
+    (1..=16).contains(&version)
+        && len >= 2
+        && name.last() == Some(&0)
+        && name[..len - 1]
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"_/.".contains(b))
 }
 
 impl Sniffed {
@@ -89,6 +164,7 @@ impl Sniffed {
                     .into()
             }
             Sniffed::Empty => "is empty (0 bytes); the download is incomplete".into(),
+            Sniffed::Lookalike(l) => l.describe().into(),
             Sniffed::Unknown => "is not a recognised weights file".into(),
         }
     }
@@ -135,7 +211,10 @@ pub fn sniff(prefix: &[u8]) -> Sniffed {
     if prefix.len() >= 2 && prefix[0] == 0x80 && (2..=5).contains(&prefix[1]) {
         return Sniffed::Format(Format::PytorchLegacy);
     }
-    Sniffed::Unknown
+    match Lookalike::sniff(prefix) {
+        Some(l) => Sniffed::Lookalike(l),
+        None => Sniffed::Unknown,
+    }
 }
 
 fn trim_ascii_start(b: &[u8]) -> &[u8] {

@@ -28,7 +28,7 @@ pub mod tensor;
 pub use contain::{contain_panic, panic_is_contained};
 pub use dtype::{DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
-pub use format::{sniff, Format, Sniffed};
+pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;
 pub use limits::{Budget, Limits, ReadOptions};
 pub use multi::MultiSource;

@@ -26,6 +26,10 @@ pub enum Sym {
     RebuildFromTypeV2,
     /// A torch rebuild function weightport recognises but does not convert.
     UnsupportedTensor(&'static str),
+    /// `torch.serialization._get_layout`: a layout name (`torch.sparse_coo`, ...).
+    GetLayout,
+    /// A quantization scheme constant (`torch.per_tensor_affine`, ...).
+    QScheme(&'static str),
     /// `collections.OrderedDict`.
     OrderedDict,
     /// `collections.Counter`.
@@ -98,6 +102,8 @@ const fn e(
 const VIEW: &str =
     "pure view descriptor; offset, sizes and strides bounds-checked against the storage";
 const UNSUP: &str = "recognised so the error can name the tensor kind; never converted";
+const QSCHEME: &str = "an argument of _rebuild_qtensor";
+const CONST: &str = "a constant";
 
 /// The fixed entries (storage classes and dtypes are matched by [`lookup`] from their tables).
 pub const ENTRIES: &[Entry] = &[
@@ -114,13 +120,20 @@ pub const ENTRIES: &[Entry] = &[
     e("torch._tensor", "_rebuild_from_type_v2", Sym::RebuildFromTypeV2,
       "REDUCE (one of the tensor rebuilders, torch.Tensor | Parameter, args:tuple, state:dict)",
       "restricted: in Python a call forwarder, here only a tensor rebuilder may be forwarded"),
-    e("torch._utils", "_rebuild_qtensor", Sym::UnsupportedTensor("quantized tensor"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_sparse_tensor", Sym::UnsupportedTensor("sparse tensor"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_meta_tensor_no_storage", Sym::UnsupportedTensor("meta tensor without storage"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_wrapper_subclass", Sym::UnsupportedTensor("tensor wrapper subclass"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_device_tensor_from_numpy", Sym::UnsupportedTensor("device tensor from numpy"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_device_tensor_from_cpu_tensor", Sym::UnsupportedTensor("device tensor from a cpu tensor"), "refused when called", UNSUP),
-    e("torch._utils", "_rebuild_nested_tensor", Sym::UnsupportedTensor("nested tensor"), "refused when called", UNSUP),
+    e("torch._utils", "_rebuild_qtensor", Sym::UnsupportedTensor("quantized tensor"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_sparse_tensor", Sym::UnsupportedTensor("sparse tensor"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_meta_tensor_no_storage", Sym::UnsupportedTensor("meta tensor without storage"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_wrapper_subclass", Sym::UnsupportedTensor("tensor wrapper subclass"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_device_tensor_from_numpy", Sym::UnsupportedTensor("device tensor from numpy"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_device_tensor_from_cpu_tensor", Sym::UnsupportedTensor("device tensor from a cpu tensor"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch._utils", "_rebuild_nested_tensor", Sym::UnsupportedTensor("nested tensor"), "REDUCE: kept as an inert record", UNSUP),
+    e("torch.serialization", "_get_layout", Sym::GetLayout, "REDUCE (str,)",
+      "a layout name for a sparse tensor's description"),
+    e("torch", "per_tensor_affine", Sym::QScheme("per_tensor_affine"), QSCHEME, CONST),
+    e("torch", "per_channel_affine", Sym::QScheme("per_channel_affine"), QSCHEME, CONST),
+    e("torch", "per_tensor_symmetric", Sym::QScheme("per_tensor_symmetric"), QSCHEME, CONST),
+    e("torch", "per_channel_symmetric", Sym::QScheme("per_channel_symmetric"), QSCHEME, CONST),
+    e("torch", "per_channel_affine_float_qparams", Sym::QScheme("per_channel_affine_float_qparams"), QSCHEME, CONST),
     e("collections", "OrderedDict", Sym::OrderedDict,
       "REDUCE () | ([(k, v), ...],); BUILD with a dict state (_metadata)", "an ordered map plus inert attributes"),
     e("collections", "Counter", Sym::Counter, "REDUCE () | ({...},)", "a map"),

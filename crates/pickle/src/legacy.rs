@@ -31,6 +31,18 @@ pub fn magic_prefix() -> [u8; 14] {
     b
 }
 
+/// True when `head` begins with a pickle (any protocol, 0 to 5) of the legacy magic number:
+/// `torch.save(..., _use_new_zipfile_serialization=False, pickle_protocol=N)` writes it first.
+pub fn starts_with_magic(head: &[u8]) -> bool {
+    if head.starts_with(&magic_prefix()) {
+        return true;
+    }
+    let head = &head[..head.len().min(64)];
+    Vm::new(head, VmLimits::default(), PidStyle::Forbidden, false)
+        .run(true)
+        .is_ok_and(|p| matches!(p.arena.get(p.root), Node::BigInt(s) if s == MAGIC))
+}
+
 /// The parsed pickles.
 pub(crate) struct LegacyParse {
     pub object: Parsed,

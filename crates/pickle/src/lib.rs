@@ -21,6 +21,7 @@ use weightport_core::{Error, Format, Location, ReadOptions, Result, TensorSource
 
 pub mod allow;
 pub mod container;
+mod intlit;
 pub mod legacy;
 pub mod registration;
 pub mod scan;
@@ -29,6 +30,7 @@ pub mod source;
 pub mod torch;
 pub mod value;
 pub mod vm;
+pub mod walk;
 
 pub use scan::{scan, ScanReport, Verdict};
 pub use source::{Checkpoint, CheckpointReport};
@@ -62,19 +64,38 @@ pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
     found
 }
 
+/// Whether a ZIP archive holds any pickle entry (`*.pkl`: torch checkpoints, TorchScript);
+/// `None` when its central directory cannot be read.
+pub fn zip_has_pickle(path: &Path) -> Option<bool> {
+    let file = std::fs::File::open(path).ok()?;
+    let ar = zip::ZipArchive::new(std::io::BufReader::new(file)).ok()?;
+    let found = ar.file_names_raw().any(|n| n.ends_with(b".pkl"));
+    Some(found)
+}
+
 /// A legacy checkpoint (a pickle of the magic number). It also claims what only this crate
 /// can refuse properly: any binary pickle (a `PROTO 2..5` header not followed by a
 /// safetensors-like length/`{`) and the legacy tar format (needs 262 bytes of `head`), so a raw
 /// malicious pickle named `.bin` is refused (exit 3) rather than reported as unknown.
 /// Probe it before safetensors.
 pub fn probe_legacy(_path: &Path, head: &[u8]) -> bool {
-    head.starts_with(&legacy::magic_prefix())
+    legacy::starts_with_magic(head)
+        || is_text_pickle(head)
         || (head.len() >= 3
             && head[0] == 0x80
             && (2..=5).contains(&head[1])
             && head[2] != 0
             && head.get(8) != Some(&b'{'))
         || container::is_tar(head)
+}
+
+/// A protocol 0/1 pickle (no `PROTO` header): the static walk of the first bytes reaches
+/// `STOP`, or meets a global or a call before anything CPython would stop at. Never a file
+/// whose first bytes are a safetensors header.
+pub fn is_text_pickle(head: &[u8]) -> bool {
+    use weightport_core::Sniffed;
+    let sniffed = weightport_core::sniff(head);
+    matches!(sniffed, Sniffed::Unknown) && walk::walk(head, 1 << 16).looks_like_pickle()
 }
 
 /// The limits the VM runs with for `opts` (rank from [`weightport_core::Limits`]).
@@ -99,7 +120,7 @@ pub fn open_checkpoint(path: &Path, opts: &ReadOptions) -> Result<Checkpoint> {
         drop(map);
         return container::open(path, opts, &limits);
     }
-    if map.starts_with(&legacy::magic_prefix()) || matches!(map.first(), Some(0x80 | b'c' | b'(')) {
+    if legacy::starts_with_magic(&map) || matches!(map.first(), Some(0x80 | b'c' | b'(')) {
         return legacy::open(path, opts, &limits, map);
     }
     if container::is_tar(&map) {

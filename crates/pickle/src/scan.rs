@@ -7,6 +7,9 @@
 //! them, ZIP anomalies, the non-tensor entries, and the verdict of the strict reader.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+
+use memmap2::Mmap;
 use std::path::{Path, PathBuf};
 
 use weightport_core::{Format, MetaValue, ReadOptions, Result};
@@ -14,6 +17,7 @@ use weightport_core::{Format, MetaValue, ReadOptions, Result};
 use crate::container;
 use crate::legacy;
 use crate::vm::{GlobalRef, Parsed, PidStyle, Vm, VmErrorKind, VmLimits};
+use crate::walk::{self, HazardKind, Walk};
 
 /// Safe or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,46 @@ pub struct ScanFinding {
     pub what: String,
     /// True when the safety policy refuses it (false: a note, e.g. an unreferenced record).
     pub unsafe_: bool,
+    /// A stable id of the kind of finding ([`rules`]), for SARIF and `--json`.
+    pub rule: &'static str,
+}
+
+/// The kinds of findings, as stable ids with a one-line description each.
+pub mod rules {
+    /// A global outside the allowlist.
+    pub const GLOBAL: &str = "non-allowlisted-global";
+    /// A call whose callable is not provably allowlisted.
+    pub const CALL: &str = "unsafe-call";
+    /// A global the walk cannot resolve (`STACK_GLOBAL` of non-constants, `EXT*`).
+    pub const UNRESOLVED: &str = "unresolved-global";
+    /// Bytes that cannot be read as a pickle to its end.
+    pub const UNREADABLE: &str = "unreadable-pickle";
+    /// A construct the interpreter's policy refuses (argument schemas, SETITEM on a tensor, ...).
+    pub const POLICY: &str = "policy-violation";
+    /// A size or count over a cap.
+    pub const LIMIT: &str = "limit-exceeded";
+    /// A container anomaly (ZIP records, tar format, duplicate or hidden pickles).
+    pub const CONTAINER: &str = "container-anomaly";
+    /// The strict reader refuses the file, so nothing vouches for it.
+    pub const NOT_VERIFIED: &str = "not-verified";
+    /// A NumPy object array: its data is a pickle.
+    pub const OBJECT_ARRAY: &str = "numpy-object-array";
+    /// Information only.
+    pub const NOTE: &str = "note";
+
+    /// Every rule with its description.
+    pub const ALL: &[(&str, &str)] = &[
+        (GLOBAL, "The pickle names a global outside weightport's allowlist; torch.load (weights_only=False) imports it."),
+        (CALL, "The pickle calls something that is not provably an allowlisted, data-only function."),
+        (UNRESOLVED, "A global whose name cannot be known without running the pickle (STACK_GLOBAL of computed values, EXT codes)."),
+        (UNREADABLE, "The pickle cannot be read to its end; whatever follows the break is not proven harmless."),
+        (POLICY, "A construct the restricted interpreter refuses (argument schema, container type, persistent id)."),
+        (LIMIT, "A size or count over weightport's caps."),
+        (CONTAINER, "A container anomaly: ZIP record mismatch, duplicate or hidden pickle, legacy tar format."),
+        (NOT_VERIFIED, "The strict reader refuses the file, so no check vouches for it."),
+        (OBJECT_ARRAY, "A NumPy object array, whose data is a pickle that numpy.load(allow_pickle=True) runs."),
+        (NOTE, "Information, not a risk."),
+    ];
 }
 
 /// A ZIP record.
@@ -153,83 +197,216 @@ struct Acc {
     globals: Vec<GlobalRef>,
     counts: Vec<(&'static str, u64)>,
     storages: HashSet<String>,
+    calls: u64,
+}
+
+fn finding(offset: Option<u64>, what: String, unsafe_: bool, rule: &'static str) -> ScanFinding {
+    ScanFinding {
+        offset,
+        what,
+        unsafe_,
+        rule,
+    }
+}
+
+fn hazard_rule(kind: HazardKind) -> &'static str {
+    match kind {
+        HazardKind::Global => rules::GLOBAL,
+        HazardKind::Call => rules::CALL,
+        HazardKind::Unresolved => rules::UNRESOLVED,
+        HazardKind::Unreadable => rules::UNREADABLE,
+    }
 }
 
 impl Acc {
-    fn add_parsed(&mut self, p: &Parsed, base: u64) {
-        for g in &p.globals {
-            let mut g = g.clone();
-            g.offset += base;
-            self.globals.push(g);
+    fn new() -> Self {
+        Acc {
+            findings: Vec::new(),
+            globals: Vec::new(),
+            counts: Vec::new(),
+            storages: HashSet::new(),
+            calls: 0,
         }
-        for f in &p.findings {
-            self.findings.push(ScanFinding {
-                offset: Some(base + f.offset),
-                what: f.what.clone(),
-                unsafe_: true,
-            });
-        }
-        for &(op, c) in &p.op_counts {
+    }
+
+    fn push(&mut self, f: ScanFinding) {
+        self.findings.push(f);
+    }
+
+    fn count_ops(&mut self, op_counts: &[(u8, u64)]) {
+        for &(op, c) in op_counts {
             let n = op_name(op);
             match self.counts.iter_mut().find(|(m, _)| *m == n) {
                 Some(slot) => slot.1 += c,
                 None => self.counts.push((n, c)),
             }
         }
+    }
+
+    /// The interpreter's findings; where the walk saw the same opcode, its rule id.
+    fn add_parsed(&mut self, p: &Parsed, base: u64, walk: &Walk) {
+        for f in &p.findings {
+            let rule = walk
+                .hazards
+                .iter()
+                .find(|h| h.offset == f.offset)
+                .map_or(rules::POLICY, |h| hazard_rule(h.kind));
+            self.push(finding(Some(base + f.offset), f.what.clone(), true, rule));
+        }
         for s in &p.storages {
             self.storages.insert(s.key.clone());
         }
     }
 
-    fn error(&mut self, base: u64, e: crate::vm::VmError) {
-        let unsafe_ = matches!(e.kind, VmErrorKind::Refused(_) | VmErrorKind::Limit { .. });
-        let what = match e.kind {
-            VmErrorKind::Refused(m) => format!("refused: {m}"),
+    /// The walk's globals and counts, and its hazards at opcodes the interpreter did not
+    /// already report.
+    fn add_walk(&mut self, walk: &Walk, base: u64) {
+        for g in &walk.globals {
+            let mut g = g.clone();
+            g.offset += base;
+            self.globals.push(g);
+        }
+        self.count_ops(&walk.op_counts);
+        self.calls += walk.calls.len() as u64;
+        for h in &walk.hazards {
+            let at = base + h.offset;
+            if !self
+                .findings
+                .iter()
+                .any(|f| f.offset == Some(at) && f.unsafe_)
+            {
+                self.push(finding(Some(at), h.what.clone(), true, hazard_rule(h.kind)));
+            }
+        }
+    }
+
+    /// The interpreter stopped before `STOP`: never a pass, whatever the reason. The walk,
+    /// which goes on past the stop, says what remains.
+    fn vm_stopped(&mut self, base: u64, e: crate::vm::VmError, walk: &Walk) {
+        let (what, rule) = match e.kind {
+            VmErrorKind::Refused(m) => (format!("refused: {m}"), rules::POLICY),
             VmErrorKind::Limit {
                 what,
                 needed,
                 limit,
-            } => {
-                format!("{what} is {needed}, over the limit of {limit}")
-            }
-            VmErrorKind::Malformed(m) => format!("malformed pickle: {m}"),
-            VmErrorKind::Unsupported(m) => format!("unsupported: {m}"),
+            } => (
+                format!("{what} is {needed}, over the limit of {limit}"),
+                rules::LIMIT,
+            ),
+            VmErrorKind::Malformed(m) => (format!("malformed pickle: {m}"), rules::UNREADABLE),
+            VmErrorKind::Unsupported(m) => (format!("unsupported: {m}"), rules::UNREADABLE),
         };
-        self.findings.push(ScanFinding {
-            offset: Some(base + e.offset),
-            what,
-            unsafe_,
-        });
+        let after: Vec<&GlobalRef> = walk
+            .globals
+            .iter()
+            .filter(|g| g.offset > e.offset)
+            .collect();
+        let calls = walk.calls.iter().filter(|c| c.offset > e.offset).count();
+        let rest = format!(
+            "; the interpreter stopped here, so the rest of the pickle is not proven harmless \
+             (the static walk found {} globals and {calls} calls after this point)",
+            after.len()
+        );
+        self.push(finding(Some(base + e.offset), what + &rest, true, rule));
     }
 
-    /// Scans `data` as one or more pickles (everything after a STOP is scanned too).
+    /// Scans `data` as one or more pickles (everything after a STOP is scanned too). Each
+    /// pickle is walked statically over its whole length and run by the interpreter.
     fn pickles(&mut self, data: &[u8], base: u64, pid: PidStyle, limits: &VmLimits, max: usize) {
         let mut pos = 0usize;
         for i in 0..max {
             if pos >= data.len() {
                 break;
             }
+            let at = base + pos as u64;
             if i > 0 && pid != PidStyle::Legacy {
-                self.findings.push(ScanFinding {
-                    offset: Some(base + pos as u64),
-                    what: format!(
-                        "{} bytes after STOP: scanned as a further pickle",
-                        data.len() - pos
-                    ),
-                    unsafe_: true,
-                });
+                let what = format!(
+                    "{} bytes after STOP: scanned as a further pickle",
+                    data.len() - pos
+                );
+                self.push(finding(Some(at), what, true, rules::CONTAINER));
             }
-            match Vm::new(&data[pos..], limits.clone(), pid, true).run(true) {
+            let rest = &data[pos..];
+            let walk = walk::walk(rest, limits.max_opcodes);
+            match Vm::new(rest, limits.clone(), pid, true).run(true) {
                 Ok(p) => {
-                    self.add_parsed(&p, base + pos as u64);
-                    pos += p.end;
+                    self.add_parsed(&p, at, &walk);
+                    if walk.end != Some(p.end) {
+                        let what = "the interpreter and the static walk disagree on where the \
+                                    pickle ends"
+                            .to_string();
+                        self.push(finding(Some(at), what, true, rules::UNREADABLE));
+                    }
                 }
-                Err(e) => {
-                    self.error(base + pos as u64, e);
-                    break;
+                Err(e) => self.vm_stopped(at, e, &walk),
+            }
+            self.add_walk(&walk, at);
+            match walk.end {
+                Some(end) => pos += end,
+                None => break,
+            }
+        }
+    }
+
+    fn zip(&mut self, path: &Path, map: &Arc<Mmap>, limits: &VmLimits) -> Vec<ScanRecord> {
+        let layout = match container::layout(path, map) {
+            Ok(l) => l,
+            Err(e) => {
+                self.push(finding(None, e.to_string(), true, rules::CONTAINER));
+                return Vec::new();
+            }
+        };
+        for a in &layout.anomalies {
+            self.push(finding(
+                Some(a.offset),
+                a.what.clone(),
+                a.refused,
+                rules::CONTAINER,
+            ));
+        }
+        for x in &layout.extra {
+            let what = format!("entry `{x}` is not one torch writes (ignored)");
+            self.push(finding(None, what, false, rules::NOTE));
+        }
+        // Every data.pkl-like entry is scanned (a duplicate or second prefix may hide one).
+        for e in layout.entries.iter().filter(|e| e.name.ends_with(".pkl")) {
+            match container::entry_bytes(path, map, e, limits.max_pickle_bytes, "pickle size") {
+                Ok(data) => {
+                    let base = if e.method == 0 { e.data_start } else { 0 };
+                    self.pickles(&data, base, PidStyle::Zip, limits, 16);
+                }
+                Err(err) => {
+                    let what = format!("{err}; this pickle was not scanned");
+                    self.push(finding(Some(e.header_start), what, true, rules::UNREADABLE));
                 }
             }
         }
+        self.records(&layout)
+    }
+
+    fn records(&mut self, layout: &container::ZipLayout) -> Vec<ScanRecord> {
+        let data_prefix = format!("{}/data/", layout.prefix);
+        let mut records = Vec::new();
+        for e in &layout.entries {
+            let referenced = e
+                .name
+                .strip_prefix(&data_prefix)
+                .map(|k| self.storages.contains(k));
+            if referenced == Some(false) {
+                let what = format!(
+                    "record `{}` is never referenced by the pickle",
+                    weightport_core::sanitize(&e.name)
+                );
+                self.push(finding(Some(e.header_start), what, false, rules::NOTE));
+            }
+            records.push(ScanRecord {
+                name: e.name.clone(),
+                size: e.usize,
+                method: e.method,
+                referenced,
+            });
+        }
+        records
     }
 }
 
@@ -237,101 +414,21 @@ impl Acc {
 pub fn scan(path: &Path) -> Result<ScanReport> {
     let limits = VmLimits::default();
     let map = container::map_file(path)?;
-    let mut acc = Acc {
-        findings: Vec::new(),
-        globals: Vec::new(),
-        counts: Vec::new(),
-        storages: HashSet::new(),
-    };
+    let mut acc = Acc::new();
     let mut records = Vec::new();
     let mut format = None;
     if map.starts_with(b"PK\x03\x04") {
         format = Some(Format::PytorchZip);
-        match container::layout(path, &map) {
-            Ok(layout) => {
-                for a in &layout.anomalies {
-                    acc.findings.push(ScanFinding {
-                        offset: Some(a.offset),
-                        what: a.what.clone(),
-                        unsafe_: a.refused,
-                    });
-                }
-                for x in &layout.extra {
-                    acc.findings.push(ScanFinding {
-                        offset: None,
-                        what: format!("entry `{x}` is not one torch writes (ignored)"),
-                        unsafe_: false,
-                    });
-                }
-                // Every data.pkl-like entry is scanned (a duplicate or second prefix may hide one).
-                for e in layout
-                    .entries
-                    .iter()
-                    .filter(|e| e.name.ends_with("data.pkl") || e.name.ends_with(".pkl"))
-                {
-                    match container::entry_bytes(
-                        path,
-                        &map,
-                        e,
-                        limits.max_pickle_bytes,
-                        "pickle size",
-                    ) {
-                        Ok(data) => {
-                            let base = if e.method == 0 { e.data_start } else { 0 };
-                            acc.pickles(&data, base, PidStyle::Zip, &limits, 16);
-                        }
-                        Err(err) => acc.findings.push(ScanFinding {
-                            offset: Some(e.header_start),
-                            what: err.to_string(),
-                            unsafe_: err.exit_code() == 3,
-                        }),
-                    }
-                }
-                let data_prefix = format!("{}/data/", layout.prefix);
-                for e in &layout.entries {
-                    let referenced = e
-                        .name
-                        .strip_prefix(&data_prefix)
-                        .map(|k| acc.storages.contains(k));
-                    if referenced == Some(false) {
-                        acc.findings.push(ScanFinding {
-                            offset: Some(e.header_start),
-                            what: format!(
-                                "record `{}` is never referenced by the pickle",
-                                weightport_core::sanitize(&e.name)
-                            ),
-                            unsafe_: false,
-                        });
-                    }
-                    records.push(ScanRecord {
-                        name: e.name.clone(),
-                        size: e.usize,
-                        method: e.method,
-                        referenced,
-                    });
-                }
-            }
-            Err(e) => acc.findings.push(ScanFinding {
-                offset: None,
-                what: e.to_string(),
-                unsafe_: e.exit_code() == 3,
-            }),
-        }
-    } else if map.starts_with(&legacy::magic_prefix()) {
+        records = acc.zip(path, &map, &limits);
+    } else if legacy::starts_with_magic(&map) {
         format = Some(Format::PytorchLegacy);
         acc.pickles(&map, 0, PidStyle::Legacy, &limits, 5);
     } else if container::is_tar(&map) {
-        acc.findings.push(ScanFinding {
-            offset: Some(257),
-            what: "legacy tar-format checkpoint (torch <= 0.1.9): refused".into(),
-            unsafe_: true,
-        });
+        let what = "legacy tar-format checkpoint (torch <= 0.1.9): refused".to_string();
+        acc.push(finding(Some(257), what, true, rules::CONTAINER));
     } else {
-        acc.findings.push(ScanFinding {
-            offset: Some(0),
-            what: "not a PyTorch checkpoint; scanned as a raw pickle".into(),
-            unsafe_: true,
-        });
+        let what = "not a PyTorch checkpoint; scanned as a raw pickle".to_string();
+        acc.push(finding(Some(0), what, true, rules::NOT_VERIFIED));
         acc.pickles(&map, 0, PidStyle::Zip, &limits, 16);
     }
     drop(map);
@@ -347,25 +444,59 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
         tensors: 0,
         error: None,
     };
-    match crate::open_checkpoint(path, &ReadOptions::default()) {
+    strict_read(&mut report);
+    report.settle();
+    Ok(report)
+}
+
+/// What the strict reader makes of the file. A refusal of what weightport does not convert
+/// (a quantized tensor, a top-level list) is a note: the pickle was read whole by both the
+/// interpreter and the walk. Any other failure means nothing vouches for the file.
+fn strict_read(report: &mut ScanReport) {
+    match crate::open_checkpoint(&report.path, &ReadOptions::default()) {
         Ok(c) => {
             report.entries = c.report().entries.clone();
             report.tensors = weightport_core::TensorSource::tensors(&c).len();
         }
         Err(e) => {
-            let refused = e.exit_code() == 3;
-            if refused && !report.findings.iter().any(|f| f.unsafe_) {
-                report.findings.push(ScanFinding {
-                    offset: None,
-                    what: e.to_string(),
-                    unsafe_: true,
-                });
+            let convertible_only = matches!(e, weightport_core::Error::Unsupported { .. });
+            if !convertible_only {
+                let what = format!("the strict reader refuses the file: {e}");
+                report
+                    .findings
+                    .push(finding(None, what, true, rules::NOT_VERIFIED));
             }
             report.error = Some(e.to_string());
         }
     }
-    if report.findings.iter().any(|f| f.unsafe_) {
-        report.verdict = Verdict::Unsafe;
+}
+
+impl ScanReport {
+    /// A report for a file that was not read through the pickle paths (`format`, the finding
+    /// that says why, and whether it is unsafe).
+    pub fn single(path: &Path, format: Option<Format>, f: ScanFinding) -> ScanReport {
+        let mut r = ScanReport {
+            path: path.to_path_buf(),
+            format,
+            verdict: Verdict::Safe,
+            findings: vec![f],
+            globals: Vec::new(),
+            opcodes: Vec::new(),
+            records: Vec::new(),
+            entries: Vec::new(),
+            tensors: 0,
+            error: None,
+        };
+        r.settle();
+        r
     }
-    Ok(report)
+
+    /// Sets the verdict from the findings: unsafe when any finding is.
+    pub fn settle(&mut self) {
+        self.verdict = if self.findings.iter().any(|f| f.unsafe_) {
+            Verdict::Unsafe
+        } else {
+            Verdict::Safe
+        };
+    }
 }

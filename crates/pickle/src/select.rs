@@ -75,7 +75,7 @@ fn has_tensors(arena: &Arena, id: Id) -> bool {
     dict_items(arena, id).is_some_and(|items| {
         items
             .iter()
-            .any(|&(_, v)| matches!(arena.get(v), Node::Tensor(_)))
+            .any(|&(_, v)| matches!(arena.get(v), Node::Tensor(_) | Node::Unconvertible { .. }))
     })
 }
 
@@ -181,6 +181,13 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
     for (k, v) in dict_items(arena, target).expect("a dict") {
         match (arena.get(k), arena.get(v)) {
             (Node::Str(name), Node::Tensor(t)) => out.tensors.push((name.clone(), (**t).clone())),
+            (_, Node::Unconvertible { kind, rebuild }) => {
+                return unsupported(unconvertible_message(
+                    &key_text(arena, k, limits, &mut budget)?,
+                    kind,
+                    rebuild,
+                ))
+            }
             (_, Node::Tensor(_)) => {
                 return unsupported(format!(
                     "a tensor is stored under the non-string key {}",
@@ -229,6 +236,25 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
         node = str_key(arena, &items, seg).expect("walked");
     }
     Ok(out)
+}
+
+/// Why a tensor of `kind` is refused, and what to do instead.
+fn unconvertible_message(name: &str, kind: &str, rebuild: &str) -> String {
+    let what = match kind {
+        "quantized tensor" => {
+            "safetensors and GGUF hold plain arrays, not torch's quantized tensors (integer values \
+             with a scale and zero point); dequantize in Python (`t.dequantize()`) and save that"
+        }
+        "sparse tensor" => {
+            "safetensors holds dense arrays only; save `t.to_dense()`, or its indices and values \
+             as separate tensors"
+        }
+        _ => "the file holds no values for it that weightport can convert",
+    };
+    format!(
+        "tensor `{}` is a {kind} (`{rebuild}`): {what}",
+        weightport_core::sanitize(name)
+    )
 }
 
 /// How many values converting `id` to metadata would produce (memo references counted at
@@ -409,6 +435,10 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
         Node::Unknown(s) => MetaValue::Object {
             class: s.clone(),
             state: Box::new(MetaValue::Null),
+        },
+        Node::Unconvertible { kind, rebuild } => MetaValue::Object {
+            class: rebuild.clone(),
+            state: Box::new(MetaValue::Str((*kind).into())),
         },
         Node::Storage(s) => MetaValue::Object {
             class: "torch.storage".into(),

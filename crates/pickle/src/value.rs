@@ -65,6 +65,14 @@ pub enum Node {
     Global(Sym),
     /// A symbol outside the allowlist (only in scan mode, which keeps going to list them all).
     Unknown(String),
+    /// A tensor of a kind torch's `weights_only` loads but weightport does not convert
+    /// (quantized, sparse, meta, nested, ...): an inert record, refused by name when selected.
+    Unconvertible {
+        /// What kind of tensor.
+        kind: &'static str,
+        /// The rebuild function that built it.
+        rebuild: String,
+    },
     /// A storage persistent id.
     Storage(Box<StorageRef>),
     /// A tensor description.
@@ -123,6 +131,7 @@ impl Node {
             Node::Set(_) => "set".into(),
             Node::Global(s) => format!("global {}", s.qualname()),
             Node::Unknown(s) => format!("global {s}"),
+            Node::Unconvertible { kind, .. } => format!("torch.Tensor ({kind})"),
             Node::Storage(_) => "storage".into(),
             Node::Tensor(_) => "torch.Tensor".into(),
             Node::Device(_) => "torch.device".into(),

@@ -260,10 +260,29 @@ impl<'a> Vm<'a> {
         }
     }
 
+    /// UTF-8 as CPython's unpickler decodes it (`surrogatepass`): an encoded lone surrogate
+    /// (`ED A0..BF 80..BF`) is accepted and kept as U+FFFD; any other invalid byte is refused.
     fn utf8(&self, b: &[u8], what: &str) -> R<String> {
-        match std::str::from_utf8(b) {
-            Ok(s) => Ok(s.to_string()),
-            Err(_) => malformed(self.at, format!("{what} is not valid UTF-8")),
+        let mut out = String::with_capacity(b.len());
+        let mut rest = b;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    out.push_str(s);
+                    return Ok(out);
+                }
+                Err(e) => {
+                    let (ok, bad) = rest.split_at(e.valid_up_to());
+                    out.push_str(std::str::from_utf8(ok).expect("valid prefix"));
+                    match bad {
+                        [0xED, 0xA0..=0xBF, 0x80..=0xBF, ..] => {
+                            out.push('\u{FFFD}');
+                            rest = &bad[3..];
+                        }
+                        _ => return malformed(self.at, format!("{what} is not valid UTF-8")),
+                    }
+                }
+            }
         }
     }
 
@@ -853,20 +872,25 @@ impl<'a> Vm<'a> {
 
     // ---- opcode helpers ----------------------------------------------------------------
 
+    /// A text `INT`/`LONG` argument as CPython's unpickler reads it: C `strtol` with base 0
+    /// (`0x10`, `010` octal, a sign, surrounding blanks), else Python's `int(s, 0)` (`0o17`,
+    /// `0b101`, `1_000`).
     fn parse_int_text(&self, l: &[u8]) -> R<Node> {
         let s = self.utf8(l, "INT")?;
-        let s = s.trim();
-        if let Ok(v) = s.parse::<i64>() {
+        if let Some(v) = crate::intlit::parse(&s) {
             return Ok(Node::Int(v));
         }
-        let digits = s.strip_prefix('-').unwrap_or(s);
+        let t = s.trim();
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
         if !digits.is_empty()
             && digits.len() <= self.limits.max_long_bytes * 3
             && digits.bytes().all(|b| b.is_ascii_digit())
         {
-            return Ok(Node::BigInt(s.to_string()));
+            let sign = if t.starts_with('-') { "-" } else { "" };
+            let digits = digits.trim_start_matches('0');
+            return Ok(Node::BigInt(format!("{sign}{digits}")));
         }
-        malformed(self.at, "INT/LONG is not a decimal integer")
+        malformed(self.at, "INT/LONG is not an integer literal")
     }
 
     fn long_bytes(&self, b: &[u8]) -> R<Node> {
@@ -1378,13 +1402,22 @@ impl<'a> Vm<'a> {
                 }
                 self.apply(func, &inner)
             }
-            Sym::UnsupportedTensor(kind) => Err(VmError {
-                offset: self.at as u64,
-                kind: VmErrorKind::Unsupported(format!(
-                    "unsupported tensor kind: {kind} (`{}`)",
-                    sym.qualname()
-                )),
-            }),
+            // Kept as an inert record: scan reads on past it, and selection refuses it by name
+            // when it is among the tensors to convert.
+            Sym::UnsupportedTensor(kind) => Ok(Applied::Node(
+                Node::Unconvertible {
+                    kind,
+                    rebuild: sym.qualname(),
+                },
+                vec![],
+            )),
+            Sym::GetLayout => match args {
+                [x] => match a.get(*x) {
+                    Node::Str(l) => Ok(Applied::Node(Node::Str(l.clone()), vec![])),
+                    _ => self.schema_err(sym, "the layout is not a str"),
+                },
+                _ => self.schema_err(sym, "expected one argument"),
+            },
             Sym::OrderedDict | Sym::Counter => {
                 let kind = if sym == Sym::OrderedDict {
                     DictKind::Ordered
@@ -1427,7 +1460,11 @@ impl<'a> Vm<'a> {
                     children,
                 ))
             }
-            Sym::Storage(_) | Sym::DType(_) | Sym::TensorType | Sym::ParameterType => {
+            Sym::Storage(_)
+            | Sym::DType(_)
+            | Sym::QScheme(_)
+            | Sym::TensorType
+            | Sym::ParameterType => {
                 refused(self.at, format!("`{}` may not be called", sym.qualname()))
             }
             Sym::Size => {

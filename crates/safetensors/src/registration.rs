@@ -18,16 +18,25 @@ use crate::{SafetensorsFile, SafetensorsSink};
 pub const INPUT: InputFormat = InputFormat {
     name: "safetensors",
     format: Format::Safetensors,
-    probe: |_, head| {
-        matches!(
-            sniff(head),
-            Sniffed::Format(Format::Safetensors) | Sniffed::Unknown | Sniffed::Empty
-        )
+    probe: |_, head| match sniff(head) {
+        Sniffed::Format(Format::Safetensors) | Sniffed::Empty => true,
+        // A length prefix a safetensors header could have: the reader says what is wrong.
+        // Larger ones are another format, which the registry names.
+        Sniffed::Unknown => head.len() < 8 || header_length(head) <= MAX_HEADER_PROBE,
+        _ => false,
     },
     open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
         Ok(Box::new(SafetensorsFile::open_with(path, &opts.limits)?))
     },
 };
+
+/// The largest header length prefix the probe takes for a (possibly broken) safetensors file:
+/// the reader's own cap.
+const MAX_HEADER_PROBE: u64 = 100_000_000;
+
+fn header_length(head: &[u8]) -> u64 {
+    u64::from_le_bytes(head[..8].try_into().expect("8 bytes"))
+}
 
 /// True when `path` names a `.safetensors` file (any case; a trailing `/` means a directory).
 pub fn names_file(path: &Path) -> bool {

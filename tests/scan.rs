@@ -1,0 +1,377 @@
+//! `weightport scan`'s verdict, through the CLI, on files written by torch.save and numpy
+//! (`fixtures/gen/gen_scan.py`): fail-closed on everything that runs code under `torch.load` or
+//! `numpy.load(allow_pickle=True)`, including what a reader that stops early or picks files by
+//! name misses; safe on what `torch.load(weights_only=True)` loads (quantized and sparse state
+//! dicts); directories sniffed by content with HF-cache symlinks followed; SARIF 2.1.0 valid
+//! against its schema.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{fixtures, wp};
+use serde_json::Value;
+
+fn hostile() -> Vec<(String, PathBuf)> {
+    let dir = fixtures().join("hostile/scan");
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("MANIFEST.json")).unwrap()).unwrap();
+    m.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let f = e["file"].as_str().unwrap();
+            (e["name"].as_str().unwrap().to_string(), dir.join(f))
+        })
+        .collect()
+}
+
+fn scan_json(path: &Path) -> (i32, Value) {
+    let o = wp(&["--json", "scan", path.to_str().unwrap()]);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stdout)
+        )
+    });
+    (o.status.code().unwrap(), v)
+}
+
+fn globals(file: &Value) -> Vec<String> {
+    file["globals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            format!(
+                "{}.{}",
+                g["module"].as_str().unwrap(),
+                g["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_evasion_is_unsafe_and_its_payload_listed() {
+    let corpus = hostile();
+    assert!(corpus.len() >= 10);
+    for (name, path) in corpus {
+        let (code, v) = scan_json(&path);
+        assert_eq!(code, 3, "{name}: {v}");
+        let file = &v["files"][0];
+        assert_eq!(file["verdict"], "unsafe", "{name}: {v}");
+        let is_numpy = name.contains("object_array");
+        if is_numpy {
+            assert!(
+                file["findings"][0]["rule"] == "numpy-object-array",
+                "{name}: {v}"
+            );
+        } else {
+            // The os.system call after the point where a reader could stop is reported.
+            let g = globals(file);
+            assert!(
+                g.iter().any(|g| g == "posix.system" || g == "os.system"),
+                "{name}: {g:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn convert_refuses_every_evasion() {
+    for (name, path) in hostile() {
+        let out =
+            std::env::temp_dir().join(format!("wp-scan-{}-{name}.safetensors", std::process::id()));
+        let o = wp(&[
+            "convert",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn what_weights_only_loads_scans_safe() {
+    let dir = fixtures().join("good/scan");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let (code, v) = scan_json(&path);
+        assert_eq!(code, 0, "{}: {v}", path.display());
+        assert_eq!(v["files"][0]["verdict"], "safe");
+        n += 1;
+    }
+    assert!(n >= 7);
+    let (_, v) = scan_json(&dir);
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+#[test]
+fn quantized_and_sparse_are_refused_by_name_not_as_off_the_allowlist() {
+    for (file, tensor, kind) in [
+        ("quantized_per_tensor.pt", "w", "quantized tensor"),
+        ("quantized_per_channel.pt", "w", "quantized tensor"),
+        ("sparse_coo.pt", "s", "sparse tensor"),
+        ("sparse_csr.pt", "s", "sparse tensor"),
+    ] {
+        let p = fixtures().join("good/scan").join(file);
+        let out =
+            std::env::temp_dir().join(format!("wp-q-{}-{file}.safetensors", std::process::id()));
+        let o = wp(&["convert", p.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{file}");
+        assert!(
+            err.contains(&format!("tensor `{tensor}` is a {kind}")),
+            "{err}"
+        );
+        assert!(!err.contains("allowlist"), "{err}");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn legacy_protocol_1_checkpoint_converts() {
+    // torch.save(..., _use_new_zipfile_serialization=False, pickle_protocol=1) of arange(4).
+    let p = fixtures().join("good/scan/legacy_protocol1.pt");
+    let out = std::env::temp_dir().join(format!("wp-l1-{}.safetensors", std::process::id()));
+    let o = wp(&[
+        "convert",
+        p.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = std::fs::read(&out).unwrap();
+    let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
+    let data: Vec<f32> = f[8 + n..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(data, [0.0, 1.0, 2.0, 3.0]);
+    std::fs::remove_file(out).unwrap();
+}
+
+/// An HF cache entry: `snapshots/<rev>/` holds only symlinks into `blobs/`.
+fn hf_cache(root: &Path, weights: &Path) -> PathBuf {
+    let entry = root.join("models--org--tiny");
+    let blobs = entry.join("blobs");
+    let snap = entry.join("snapshots/0123abcd");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::copy(weights, blobs.join("e3b0c442")).unwrap();
+    std::fs::write(blobs.join("c0ffee"), b"{\"model_type\": \"llama\"}").unwrap();
+    std::os::unix::fs::symlink("../../blobs/e3b0c442", snap.join("pytorch_model.bin")).unwrap();
+    std::os::unix::fs::symlink("../../blobs/c0ffee", snap.join("config.json")).unwrap();
+    snap
+}
+
+#[test]
+fn hf_cache_snapshot_symlinks_are_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let evil = fixtures().join("hostile/pickle/01_rce_global_os_system.pt");
+    let snap = hf_cache(t.path(), &evil);
+    let (code, v) = scan_json(&snap);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["unsafe"], 1, "{v}");
+    assert!(v["files"][0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("pytorch_model.bin"));
+    // config.json is listed as skipped, with its reason.
+    let skipped = v["skipped"].as_array().unwrap();
+    assert!(skipped
+        .iter()
+        .any(|s| s["path"].as_str().unwrap().ends_with("config.json")));
+
+    let t2 = tempfile::tempdir().unwrap();
+    let good = fixtures().join("good/pickle/checkpoint.pt");
+    let snap = hf_cache(t2.path(), &good);
+    let (code, v) = scan_json(&snap);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["files"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
+fn files_are_chosen_by_content_not_name() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixtures().join("hostile/scan/protocol0_pickle_named_pth_tar.pth.tar");
+    std::fs::copy(&src, t.path().join("model_best.pth.tar")).unwrap();
+    std::fs::copy(&src, t.path().join("weights")).unwrap();
+    std::fs::write(
+        t.path().join("README.md"),
+        "# a model\n\ncall it with care\n",
+    )
+    .unwrap();
+    std::fs::write(t.path().join("notes.txt"), "cat\nnot a pickle\n").unwrap();
+    let (code, v) = scan_json(t.path());
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["unsafe"], 2, "{v}");
+    let skipped: Vec<&str> = v["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped.len(), 2, "{v}");
+}
+
+#[test]
+fn a_symlink_outside_the_tree_is_not_a_pass() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("repo");
+    std::fs::create_dir(&dir).unwrap();
+    let evil = fixtures().join("hostile/pickle/01_rce_global_os_system.pt");
+    std::os::unix::fs::symlink(&evil, dir.join("pytorch_model.bin")).unwrap();
+    let (code, v) = scan_json(&dir);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["unverified"], 1, "{v}");
+    assert_eq!(v["ok"], false);
+    let text = wp(&["scan", dir.to_str().unwrap()]);
+    let s = String::from_utf8_lossy(&text.stdout);
+    assert!(s.contains("UNREAD") && s.contains("not followed"), "{s}");
+}
+
+#[test]
+fn npz_verdict_matches_convert() {
+    let evil = fixtures().join("hostile/scan/npz_object_array.npz");
+    let (code, _) = scan_json(&evil);
+    let out = std::env::temp_dir().join(format!("wp-npz-{}.safetensors", std::process::id()));
+    let c = wp(&[
+        "convert",
+        evil.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!((code, c.status.code()), (3, Some(3)));
+    let good = fixtures().join("good/scan/numeric.npz");
+    let (code, v) = scan_json(&good);
+    assert_eq!(code, 0);
+    assert_eq!(v["files"][0]["tensors"], 2);
+}
+
+// ---- SARIF ---------------------------------------------------------------------------------
+
+/// The SARIF 2.1.0 JSON schema (OASIS `sarif-2.1.0-rtm.5.json`), as shipped in the npm package
+/// `@microsoft/jest-sarif`: `WEIGHTPORT_SARIF_SCHEMA` (CI fetches it), else fetched here with
+/// npm. Outside CI the test is skipped with a printed reason when neither can be had.
+fn sarif_schema() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("WEIGHTPORT_SARIF_SCHEMA") {
+        return Some(PathBuf::from(p));
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sarif-schema");
+    let schema = dir.join("package/lib/schemas/sarif-2.1.0-rtm.5.json");
+    if !schema.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg("npm pack --silent @microsoft/jest-sarif@1.0.0-beta.0 >/dev/null && tar xzf microsoft-jest-sarif-1.0.0-beta.0.tgz")
+            .current_dir(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must provide the SARIF schema"
+            );
+            eprintln!("SKIPPED sarif schema validation: npm could not fetch @microsoft/jest-sarif");
+            return None;
+        }
+    }
+    Some(schema)
+}
+
+fn python_with_jsonschema() -> Option<String> {
+    let cands = [
+        std::env::var("WEIGHTPORT_PYTHON").ok(),
+        Some("python3".into()),
+    ];
+    let found = cands.into_iter().flatten().find(|py| {
+        Command::new(py)
+            .args(["-c", "import jsonschema"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI's python must have jsonschema"
+        );
+        eprintln!("SKIPPED sarif schema validation: no python with jsonschema");
+    }
+    found
+}
+
+#[test]
+fn sarif_is_valid_and_carries_offsets_rules_and_hashes() {
+    let dir = fixtures().join("hostile/scan");
+    let o = wp(&["scan", "--format", "sarif", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let run = &v["runs"][0];
+    let results = run["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    let rules: Vec<&str> = run["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    for r in results {
+        let id = r["ruleId"].as_str().unwrap();
+        assert_eq!(rules[r["ruleIndex"].as_u64().unwrap() as usize], id);
+    }
+    // The os.system global of the hex-int evasion, at its byte offset in the file.
+    let hex = results
+        .iter()
+        .find(|r| {
+            r["ruleId"] == "non-allowlisted-global"
+                && r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("hex_int_before_payload.pt")
+        })
+        .expect("a global finding for the hex-int file");
+    let off = hex["locations"][0]["physicalLocation"]["region"]["byteOffset"]
+        .as_u64()
+        .unwrap() as usize;
+    let bytes = std::fs::read(dir.join("hex_int_before_payload.pt")).unwrap();
+    assert!(
+        bytes[off..].starts_with(b"cposix\nsystem\n") || bytes[off..].starts_with(b"cos\nsystem\n")
+    );
+    for a in run["artifacts"].as_array().unwrap() {
+        let h = a["hashes"]["sha-256"].as_str().unwrap();
+        assert_eq!(h.len(), 64);
+    }
+    let (Some(schema), Some(py)) = (sarif_schema(), python_with_jsonschema()) else {
+        return;
+    };
+    let doc = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(doc.path(), &o.stdout).unwrap();
+    let check = Command::new(py)
+        .args([
+            "-c",
+            "import json,sys,jsonschema; s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2])); \
+             jsonschema.validators.validator_for(s)(s).validate(d); print('valid')",
+            schema.to_str().unwrap(),
+            doc.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
