@@ -47,9 +47,11 @@ impl Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", sanitize(&self.path.display().to_string()))?;
+        let path = self.path.display().to_string();
+        write!(f, "{}", sanitize(&path))?;
         if let Some(t) = &self.tensor {
-            write!(f, ": tensor `{}`", sanitize(t))?;
+            let sep = if path.is_empty() { "" } else { ": " };
+            write!(f, "{sep}tensor `{}`", sanitize(t))?;
         }
         if let Some(o) = self.offset {
             write!(f, " (byte {o})")?;

@@ -82,10 +82,15 @@ impl GgufTensorSpec {
     pub fn check(&self) -> Result<(u32, u64)> {
         let bad = |m: String| Error::Usage(format!("gguf tensor `{}`: {m}", sanitize(&self.name)));
         if self.name.len() > MAX_NAME {
-            return Err(bad(format!(
-                "name is {} bytes; llama.cpp allows at most {MAX_NAME}",
-                self.name.len()
-            )));
+            return Err(Error::Unsupported {
+                at: Location::default().tensor(shortened(&self.name)),
+                format: Format::Gguf,
+                what: format!(
+                    "the tensor name is {} bytes; llama.cpp allows at most {MAX_NAME} \
+                     (GGML_MAX_NAME): shorten it with --rename s/PATTERN/REPLACEMENT/",
+                    self.name.len()
+                ),
+            });
         }
         if self.ne.len() > MAX_DIMS as usize {
             return Err(bad(format!(
@@ -587,6 +592,16 @@ pub fn write_file(
         sync_dir(d)?;
     }
     Ok(out)
+}
+
+/// A name cut to what a message can show: its first 48 characters, then how much was cut.
+fn shortened(name: &str) -> String {
+    let shown: String = sanitize(name).chars().take(48).collect();
+    if shown.len() < name.len() {
+        format!("{shown}… ({} bytes)", name.len())
+    } else {
+        shown
+    }
 }
 
 #[cfg(test)]

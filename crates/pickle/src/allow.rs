@@ -30,6 +30,12 @@ pub enum Sym {
     GetLayout,
     /// A quantization scheme constant (`torch.per_tensor_affine`, ...).
     QScheme(&'static str),
+    /// `collections.defaultdict`: a dict whose factory is only ever called on a missing key,
+    /// never while unpickling.
+    DefaultDict,
+    /// A builtin type as a constant (`builtins.dict`, `list`, `tuple`, `int`, `float`, `str`,
+    /// `bool`): a defaultdict factory, or called to make an empty or copied container.
+    BuiltinType(&'static str),
     /// `collections.OrderedDict`.
     OrderedDict,
     /// `collections.Counter`.
@@ -137,6 +143,15 @@ pub const ENTRIES: &[Entry] = &[
     e("collections", "OrderedDict", Sym::OrderedDict,
       "REDUCE () | ([(k, v), ...],); BUILD with a dict state (_metadata)", "an ordered map plus inert attributes"),
     e("collections", "Counter", Sym::Counter, "REDUCE () | ({...},)", "a map"),
+    e("collections", "defaultdict", Sym::DefaultDict, "REDUCE () | (None | builtin type,)",
+      "a map; its factory is a builtin type constant and is never called while unpickling"),
+    e("builtins", "dict", Sym::BuiltinType("dict"), "a defaultdict factory; REDUCE () | ({...} | [(k, v), ...],)", "a map"),
+    e("builtins", "list", Sym::BuiltinType("list"), "a defaultdict factory; REDUCE () | ([...] | (...),)", "a list"),
+    e("builtins", "tuple", Sym::BuiltinType("tuple"), "a defaultdict factory; REDUCE () | ([...] | (...),)", "a tuple"),
+    e("builtins", "int", Sym::BuiltinType("int"), "a defaultdict factory only", CONST),
+    e("builtins", "float", Sym::BuiltinType("float"), "a defaultdict factory only", CONST),
+    e("builtins", "str", Sym::BuiltinType("str"), "a defaultdict factory only", CONST),
+    e("builtins", "bool", Sym::BuiltinType("bool"), "a defaultdict factory only", CONST),
     e("torch", "Size", Sym::Size, "REDUCE ((int >= 0, ...),)", "a tuple of non-negative ints"),
     e("torch", "device", Sym::Device, "REDUCE (str,) | (str, int)", "a string tag"),
     e("torch", "Tensor", Sym::TensorType, "only as _rebuild_from_type_v2's type", "a type tag"),
@@ -172,6 +187,12 @@ pub fn lookup(module: &str, name: &str) -> Option<Entry> {
         "builtins"
     } else {
         module
+    };
+    // Python 2 names that pickle's fix_imports maps (NAME_MAPPING) to builtins.
+    let name = match (module, name) {
+        ("builtins", "long") => "int",
+        ("builtins", "unicode") => "str",
+        _ => name,
     };
     if name.contains('.') || module.is_empty() || name.is_empty() {
         return None;
@@ -236,7 +257,11 @@ impl Sym {
 /// A hint appended to a refusal when the symbol shows the file pickles a whole `nn.Module`
 /// or a TorchScript object rather than a state dict.
 pub fn module_hint(module: &str) -> &'static str {
-    if module.starts_with("torch.nn.modules") || module == "__main__" || module == "torch.nn" {
+    if module == "__main__" {
+        "; `__main__` is the script that saved the file: a class defined there (a model, or a \
+         tensor subclass) is pickled by name; save plain tensors instead \
+         (`model.state_dict()`, `t.as_subclass(torch.Tensor)`)"
+    } else if module.starts_with("torch.nn.modules") || module == "torch.nn" {
         "; the file pickles a whole nn.Module (model object), not a state dict: \
          load it in Python and save `model.state_dict()` instead"
     } else if module.starts_with("__torch__") {

@@ -75,7 +75,7 @@ pub fn zip_has_pickle(path: &Path) -> Option<bool> {
 
 /// A legacy checkpoint (a pickle of the magic number). It also claims what only this crate
 /// can refuse properly: any binary pickle (a `PROTO 2..5` header not followed by a
-/// safetensors-like length/`{`) and the legacy tar format (needs 262 bytes of `head`), so a raw
+/// safetensors header, as [`weightport_core::sniff`] tells) and the legacy tar format (needs 262 bytes of `head`), so a raw
 /// malicious pickle named `.bin` is refused (exit 3) rather than reported as unknown.
 /// Probe it before safetensors.
 pub fn probe_legacy(_path: &Path, head: &[u8]) -> bool {
@@ -85,7 +85,10 @@ pub fn probe_legacy(_path: &Path, head: &[u8]) -> bool {
             && head[0] == 0x80
             && (2..=5).contains(&head[1])
             && head[2] != 0
-            && head.get(8) != Some(&b'{'))
+            && !matches!(
+                weightport_core::sniff(head),
+                weightport_core::Sniffed::Format(Format::Safetensors)
+            ))
         || container::is_tar(head)
 }
 

@@ -151,6 +151,9 @@ pub struct Vm<'a> {
     limits: VmLimits,
     pid: PidStyle,
     scan: bool,
+    /// Foreign objects (globals off the allowlist, and what is built from them) are kept as
+    /// inert records and listed, instead of refused (`--allow-inert-objects`).
+    inert: bool,
     arena: Arena,
     stack: Vec<Id>,
     marks: Vec<usize>,
@@ -201,6 +204,7 @@ impl<'a> Vm<'a> {
             limits,
             pid,
             scan,
+            inert: false,
             arena: Arena::default(),
             stack: Vec::new(),
             marks: Vec::new(),
@@ -213,6 +217,33 @@ impl<'a> Vm<'a> {
             storage_index: HashMap::new(),
             key_dtype: HashMap::new(),
             protocol: 0,
+        }
+    }
+
+    /// Keeps foreign objects as inert, listed records instead of refusing them. Nothing is
+    /// ever called either way; what this changes is that a checkpoint whose metadata holds
+    /// such objects (a Lightning `hyper_parameters` DictConfig) can still have its tensors
+    /// converted. Everything else the policy refuses stays refused.
+    pub fn inert_foreign(mut self, on: bool) -> Self {
+        self.inert = on;
+        self
+    }
+
+    /// Whether unknown objects may flow through containers (scan or inert mode).
+    fn lenient(&self) -> bool {
+        self.scan || self.inert
+    }
+
+    /// A foreign object: recorded (scan, inert) or refused.
+    fn foreign(&mut self, msg: String) -> R<()> {
+        if self.lenient() {
+            self.findings.push(Finding {
+                offset: self.at as u64,
+                what: msg,
+            });
+            Ok(())
+        } else {
+            refused(self.at, msg)
         }
     }
 
@@ -416,7 +447,7 @@ impl<'a> Vm<'a> {
                 } else {
                     "it is not on the allowlist of weightport's restricted unpickler".to_string()
                 };
-                self.refuse(format!(
+                self.foreign(format!(
                     "global `{module}.{name}` refused: {why}{}",
                     allow::module_hint(module)
                 ))?;
@@ -500,6 +531,7 @@ impl<'a> Vm<'a> {
     }
 
     fn step(&mut self, op: u8) -> R<()> {
+        let lenient = self.lenient();
         match op {
             0x80 => {
                 let p = self.u8()?;
@@ -718,7 +750,7 @@ impl<'a> Vm<'a> {
                 self.grow(s, &items)?;
                 match self.arena.get_mut(s) {
                     Node::Set(v) => v.extend(items),
-                    Node::Unknown(_) if self.scan => {}
+                    Node::Unknown(_) if lenient => {}
                     other => {
                         let t = other.type_name();
                         return refused(self.at, format!("ADDITEMS on a {t} (only sets)"));
@@ -802,7 +834,7 @@ impl<'a> Vm<'a> {
                     Node::Unknown(s) => allow::module_hint(s.split('.').next().unwrap_or("")),
                     _ => "",
                 };
-                self.refuse(format!(
+                self.foreign(format!(
                     "{opname} of {name} refused: instantiating classes is not allowed{hint}"
                 ))?;
                 self.push(Node::Unknown(format!("{opname} of {name}")))?;
@@ -814,7 +846,7 @@ impl<'a> Vm<'a> {
                 let n = self.utf8(n, "INST name")?;
                 self.record_global(&m, &n, false);
                 self.pop_mark()?;
-                self.refuse(format!(
+                self.foreign(format!(
                     "INST `{m}.{n}` refused: the INST opcode looks a class up and calls it{}",
                     allow::module_hint(&m)
                 ))?;
@@ -826,7 +858,7 @@ impl<'a> Vm<'a> {
                     Some(&c) => self.arena.get(c).type_name(),
                     None => return malformed(self.at, "OBJ without a class"),
                 };
-                self.refuse(format!(
+                self.foreign(format!(
                     "OBJ of {name} refused: the OBJ opcode calls a class with arguments"
                 ))?;
                 self.push(Node::Unknown(format!("OBJ of {name}")))?;
@@ -1075,13 +1107,14 @@ impl<'a> Vm<'a> {
     }
 
     fn extend_list(&mut self, list: Id, items: Vec<Id>) -> R<()> {
+        let lenient = self.lenient();
         self.grow(list, &items)?;
         match self.arena.get_mut(list) {
             Node::List(v) => {
                 v.extend(items);
                 Ok(())
             }
-            Node::Unknown(_) if self.scan => Ok(()),
+            Node::Unknown(_) if lenient => Ok(()),
             other => {
                 let t = other.type_name();
                 refused(self.at, format!("APPEND on a {t} (only lists)"))
@@ -1090,6 +1123,7 @@ impl<'a> Vm<'a> {
     }
 
     fn check_keys(&self, pairs: &[(Id, Id)]) -> R<()> {
+        let lenient = self.lenient();
         for &(k, _) in pairs {
             match self.arena.get(k) {
                 Node::Str(_)
@@ -1101,7 +1135,7 @@ impl<'a> Vm<'a> {
                 | Node::Bytes(_)
                 | Node::Tuple(_)
                 | Node::Global(Sym::DType(_)) => {}
-                Node::Unknown(_) if self.scan => {}
+                Node::Unknown(_) if lenient => {}
                 other => {
                     let t = other.type_name();
                     return refused(
@@ -1115,6 +1149,7 @@ impl<'a> Vm<'a> {
     }
 
     fn extend_dict(&mut self, d: Id, items: Vec<Id>) -> R<()> {
+        let lenient = self.lenient();
         let pairs: Vec<(Id, Id)> = items.chunks(2).map(|c| (c[0], c[1])).collect();
         self.check_keys(&pairs)?;
         self.grow(d, &items)?;
@@ -1123,7 +1158,7 @@ impl<'a> Vm<'a> {
                 v.extend(pairs);
                 Ok(())
             }
-            Node::Unknown(_) if self.scan => Ok(()),
+            Node::Unknown(_) if lenient => Ok(()),
             other => {
                 let t = other.type_name();
                 refused(
@@ -1137,6 +1172,7 @@ impl<'a> Vm<'a> {
     // ---- persistent ids ----------------------------------------------------------------
 
     fn persistent_load(&mut self, pid: Id) -> R<()> {
+        let lenient = self.lenient();
         if self.pid == PidStyle::Forbidden {
             return refused(
                 self.at,
@@ -1145,7 +1181,7 @@ impl<'a> Vm<'a> {
         }
         let items = match self.arena.get(pid) {
             Node::Tuple(t) => t.clone(),
-            Node::Unknown(_) if self.scan => return self.push(Node::Unknown("pid".into())),
+            Node::Unknown(_) if lenient => return self.push(Node::Unknown("pid".into())),
             other => {
                 let t = other.type_name();
                 return refused(
@@ -1174,7 +1210,7 @@ impl<'a> Vm<'a> {
         }
         let kind = match self.arena.get(items[1]) {
             Node::Global(Sym::Storage(k)) => *k,
-            Node::Unknown(_) if self.scan => return self.push(Node::Unknown("pid".into())),
+            Node::Unknown(_) if lenient => return self.push(Node::Unknown("pid".into())),
             other => {
                 let t = other.type_name();
                 return refused(
@@ -1282,7 +1318,7 @@ impl<'a> Vm<'a> {
             Node::Global(s) => *s,
             Node::Unknown(s) => {
                 let s = s.clone();
-                self.refuse(format!("call of `{s}` refused"))?;
+                self.foreign(format!("call of `{s}` refused"))?;
                 return self.push(Node::Unknown(format!("call of {s}")));
             }
             other => {
@@ -1308,6 +1344,33 @@ impl<'a> Vm<'a> {
             Applied::Node(n, children) => self.push_container(n, &children),
             Applied::Same(id) => self.push_id(id),
         }
+    }
+
+    /// `dict()`, `dict(d)`, `list(x)`, `tuple(x)`: an empty or copied container.
+    fn builtin_call(&mut self, sym: Sym, t: &str, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        let items = match args {
+            [] => Vec::new(),
+            [x] => match a.get(*x) {
+                Node::List(v) | Node::Tuple(v) if t != "dict" => v.clone(),
+                Node::Dict { items, .. } if t == "dict" => {
+                    items.iter().flat_map(|&(k, v)| [k, v]).collect()
+                }
+                _ => return self.schema_err(sym, "argument is not a container of that kind"),
+            },
+            _ => return self.schema_err(sym, "more than one argument"),
+        };
+        let node = match t {
+            "dict" => Node::Dict {
+                kind: DictKind::Plain,
+                items: items.chunks(2).map(|c| (c[0], c[1])).collect(),
+                attrs: None,
+            },
+            "list" => Node::List(items.clone()),
+            "tuple" => Node::Tuple(items.clone()),
+            _ => return self.schema_err(sym, "only a defaultdict factory, never called"),
+        };
+        Ok(Applied::Node(node, items))
     }
 
     fn schema_err<T>(&self, sym: Sym, what: &str) -> R<T> {
@@ -1519,6 +1582,14 @@ impl<'a> Vm<'a> {
                 }
                 _ => self.schema_err(sym, "unexpected arguments"),
             },
+            Sym::DefaultDict => match args {
+                [] => Ok(Applied::Node(empty_dict(), vec![])),
+                [f] if matches!(a.get(*f), Node::None | Node::Global(Sym::BuiltinType(_))) => {
+                    Ok(Applied::Node(empty_dict(), vec![]))
+                }
+                _ => self.schema_err(sym, "the factory is not None or a builtin type"),
+            },
+            Sym::BuiltinType(t) => self.builtin_call(sym, t, args),
             Sym::Set | Sym::FrozenSet => match args {
                 [] => Ok(Applied::Node(Node::Set(vec![]), vec![])),
                 [x] => match a.get(*x) {
@@ -1829,6 +1900,7 @@ impl<'a> Vm<'a> {
     }
 
     fn build(&mut self, target: Id, state: Id) -> R<()> {
+        let lenient = self.lenient();
         let state_ok_dict = |a: &Arena, s: Id| match a.get(s) {
             Node::Dict { .. } | Node::None => true,
             Node::Tuple(t) => {
@@ -1952,13 +2024,21 @@ impl<'a> Vm<'a> {
                 }
                 Ok(())
             }
-            Node::Unknown(_) if self.scan => Ok(()),
+            Node::Unknown(_) if lenient => Ok(()),
             other => {
                 let t = other.type_name();
                 let msg = format!("BUILD on a {t} refused: it would set state (attributes) on an object that is not an OrderedDict");
                 self.refuse(msg)
             }
         }
+    }
+}
+
+fn empty_dict() -> Node {
+    Node::Dict {
+        kind: DictKind::Plain,
+        items: Vec::new(),
+        attrs: None,
     }
 }
 

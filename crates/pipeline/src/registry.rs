@@ -186,11 +186,18 @@ fn unrecognised(path: &Path, head: &[u8]) -> Error {
                 names(&inputs(), |f| f.name)
             ),
         },
-        Sniffed::Zip => Error::Unsupported {
-            at: Location::file(path),
-            format: Format::PytorchZip,
-            what: "a ZIP archive that no registered reader recognises (PyTorch checkpoints and \
-                   .npz archives are recognised by their entries)"
+        Sniffed::Zip if head.starts_with(b"PK\x05\x06") => Error::NotFormat {
+            path: path.to_path_buf(),
+            expected: Format::Npz,
+            what: "is an empty ZIP archive (what np.savez writes with no arrays): there are no \
+                   tensors to convert"
+                .into(),
+        },
+        Sniffed::Zip => Error::NotFormat {
+            path: path.to_path_buf(),
+            expected: Format::PytorchZip,
+            what: "is a ZIP archive with neither a PyTorch `data.pkl` nor NumPy `.npy` members: \
+                   not a weights file weightport reads"
                 .into(),
         },
         other => Error::NotFormat {

@@ -126,7 +126,7 @@ pub fn prepare(plan: &OutputPlan, target: &Path, force: bool, dry_run: bool) -> 
         needed_bytes: 0,
     };
     if !dry_run {
-        if plan.is_repo && !plan.dir.exists() {
+        if !plan.dir.exists() {
             std::fs::create_dir_all(&plan.dir)
                 .map_err(|e| Error::io(&plan.dir, "create directory", e))?;
             p.created_dir = Some(plan.dir.clone());

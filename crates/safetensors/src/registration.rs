@@ -18,11 +18,13 @@ use crate::{SafetensorsFile, SafetensorsSink};
 pub const INPUT: InputFormat = InputFormat {
     name: "safetensors",
     format: Format::Safetensors,
-    probe: |_, head| match sniff(head) {
+    probe: |path, head| match sniff(head) {
         Sniffed::Format(Format::Safetensors) | Sniffed::Empty => true,
-        // A length prefix a safetensors header could have: the reader says what is wrong.
-        // Larger ones are another format, which the registry names.
-        Sniffed::Unknown => head.len() < 8 || header_length(head) <= MAX_HEADER_PROBE,
+        // Named .safetensors, or a length prefix a header could have: the reader says what is
+        // wrong. Other unknown bytes are another format, which the registry names.
+        Sniffed::Unknown => {
+            named_safetensors(path) || head.len() < 8 || header_length(head) <= MAX_HEADER_PROBE
+        }
         _ => false,
     },
     open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
@@ -33,6 +35,11 @@ pub const INPUT: InputFormat = InputFormat {
 /// The largest header length prefix the probe takes for a (possibly broken) safetensors file:
 /// the reader's own cap.
 const MAX_HEADER_PROBE: u64 = 100_000_000;
+
+fn named_safetensors(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+}
 
 fn header_length(head: &[u8]) -> u64 {
     u64::from_le_bytes(head[..8].try_into().expect("8 bytes"))
