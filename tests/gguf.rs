@@ -107,3 +107,55 @@ fn quantized_inputs_need_allow_requantize_and_dry_run_lists_types() {
         "{v}"
     );
 }
+
+fn gguf_fixture(name: &str) -> std::path::PathBuf {
+    fixtures().join("good/gguf").join(name)
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every part of a set written by llama-gguf-split, as a shell glob gives them (and shuffled),
+/// is one input: merged back it is byte for byte the file llama-gguf-split was given.
+#[test]
+fn every_part_of_a_split_set_given_is_one_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parts: Vec<String> = [1, 2, 3]
+        .map(|i| {
+            let p = gguf_fixture(&format!("c_split-{i:05}-of-00003.gguf"));
+            p.to_str().unwrap().to_string()
+        })
+        .to_vec();
+    let whole = std::fs::read(gguf_fixture("c_quant_q4_k_m.gguf")).unwrap();
+    for (k, order) in [[0, 1, 2], [2, 0, 1]].iter().enumerate() {
+        let out = tmp.path().join(format!("merged{k}.gguf"));
+        let mut args = vec!["convert"];
+        args.extend(order.iter().map(|&i| parts[i].as_str()));
+        args.extend(["-o", out.to_str().unwrap()]);
+        let o = wp(&args);
+        assert!(o.status.success(), "{order:?}: {}", stderr(&o));
+        assert!(std::fs::read(&out).unwrap() == whole, "{order:?}: differs");
+    }
+}
+
+/// A file given twice, by the same path or by another path to it (`dir/../`, a symlink), is one
+/// usage error that names it once.
+#[test]
+fn an_input_given_twice_is_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = gguf_fixture("c_split-00002-of-00003.gguf");
+    let p = part.to_str().unwrap();
+    let detour = fixtures().join("good/../good/gguf/c_split-00002-of-00003.gguf");
+    let link = tmp.path().join("link.gguf");
+    std::os::unix::fs::symlink(&part, &link).unwrap();
+    let out = tmp.path().join("o.safetensors");
+    for other in [p, detour.to_str().unwrap(), link.to_str().unwrap()] {
+        let o = wp(&["convert", p, other, "-o", out.to_str().unwrap()]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{other}: {e}");
+        assert!(e.contains("given more than once"), "{e}");
+        assert_eq!(e.matches("c_split-00002-of-00003.gguf").count(), 1, "{e}");
+        assert!(!out.exists());
+    }
+}
