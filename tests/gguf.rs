@@ -159,3 +159,102 @@ fn an_input_given_twice_is_named_once() {
         assert!(!out.exists());
     }
 }
+
+/// sha256 of each tensor's bytes in a safetensors file, by name.
+fn tensor_sha256(p: &std::path::Path) -> std::collections::HashMap<String, String> {
+    use weightport_core::TensorSource;
+    let f = weightport_safetensors::SafetensorsFile::open(p).unwrap();
+    f.tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let h = format!("{:x}", Sha256::digest(f.bytes(i).unwrap()));
+            (t.name.clone(), h)
+        })
+        .collect()
+}
+
+/// The tensors `verify --against` reported as different.
+fn differences(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.ends_with("` differs")).collect()
+}
+
+fn verify_against(file: &std::path::Path, reference: &std::path::Path) -> std::process::Output {
+    wp(&[
+        "verify",
+        file.to_str().unwrap(),
+        "--against",
+        reference.to_str().unwrap(),
+    ])
+}
+
+/// `verify X --against q.gguf` compares a quantized tensor dequantized to the other side's
+/// dtype, as `convert` writes it: the conversions of llama-quantize's Q4_K_M file (whose values
+/// equal gguf-py's dequantization, fixtures/expected/gguf-dequant) verify equal, both ways round
+/// and from the llama-gguf-split parts; a changed byte is still found and named.
+#[test]
+fn verify_against_a_quantized_gguf_compares_dequantized_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = gguf_fixture("c_quant_q4_k_m.gguf");
+    let want: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/gguf-dequant/c_quant_q4_k_m.json")).unwrap(),
+    )
+    .unwrap();
+    for (dtype, key) in [("keep", "f32_sha256"), ("f16", "f16_sha256")] {
+        let out = tmp.path().join(format!("{dtype}.safetensors"));
+        let o = wp(&[
+            "convert",
+            q.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--dtype",
+            dtype,
+        ]);
+        assert!(o.status.success(), "{dtype}: {}", stderr(&o));
+        let got = tensor_sha256(&out);
+        for t in want["tensors"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            if t["type"] != "F32" || dtype == "keep" {
+                assert_eq!(
+                    got[name],
+                    t[key].as_str().unwrap(),
+                    "{dtype} {name}: not gguf-py's values"
+                );
+            }
+        }
+        // With --dtype f16 the F32 norm was narrowed: that one differs, as any lossy cast does.
+        let lossy: &[&str] = if dtype == "f16" {
+            &["  tensor `blk.0.attn_norm.weight` differs"]
+        } else {
+            &[]
+        };
+        for (a, b) in [(&out, &q), (&q, &out)] {
+            let v = verify_against(a, b);
+            let text = String::from_utf8_lossy(&v.stdout);
+            assert_eq!(differences(&text), lossy, "{dtype}: {text}{}", stderr(&v));
+        }
+    }
+    let parts = tmp.path().join("parts.safetensors");
+    let mut args = vec!["convert".to_string()];
+    args.extend((1..=3).map(|i| {
+        let p = gguf_fixture(&format!("c_split-{i:05}-of-00003.gguf"));
+        p.to_str().unwrap().to_string()
+    }));
+    args.extend(["-o".into(), parts.to_str().unwrap().into()]);
+    assert!(wp(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .status
+        .success());
+    assert_eq!(verify_against(&parts, &q).status.code(), Some(0));
+    // One changed byte in the data of a dequantized tensor (the last in the file) is a
+    // difference, named.
+    let mut bytes = std::fs::read(tmp.path().join("keep.safetensors")).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0x40;
+    let bad = tmp.path().join("bad.safetensors");
+    std::fs::write(&bad, bytes).unwrap();
+    let v = verify_against(&bad, &q);
+    let text = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(v.status.code(), Some(1), "{text}");
+    let diffs = differences(&text);
+    assert_eq!(diffs, ["  tensor `token_embd.weight` differs"], "{text}");
+}
