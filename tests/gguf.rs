@@ -258,3 +258,63 @@ fn verify_against_a_quantized_gguf_compares_dequantized_values() {
     let diffs = differences(&text);
     assert_eq!(diffs, ["  tensor `token_embd.weight` differs"], "{text}");
 }
+
+/// The first file of the GGUF output `out` (`out.gguf`, or `out-00001-of-N.gguf` when split).
+fn first_part(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    names.sort();
+    names.remove(0)
+}
+
+/// GGUF → GGUF of gguf-py's file with tensors whose trailing `ne` is 1 (Qwen2-MoE's
+/// `ffn_gate_inp_shexp` [2048, 1]): a copy, `--quant Q8_0` and a split set verify, hold what
+/// gguf-py reads (Q8_0: gguf-py's quantize, which is ggml's), with `ne` as llama.cpp's writer
+/// stores it (trailing 1s dropped).
+#[test]
+fn gguf_rewrites_of_a_trailing_ne_of_1_verify_and_equal_gguf_py() {
+    use weightport_core::{ReadOptions, TensorSource};
+    let src = fixtures().join("good/gguf-ne1/py_trailing_ne1.gguf");
+    let want: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/gguf-ne1/py_trailing_ne1.json")).unwrap(),
+    )
+    .unwrap();
+    let runs: [(&str, &[&str]); 3] = [
+        ("copy", &[]),
+        ("q8_0", &["--quant", "Q8_0"]),
+        ("split", &["--split-max-size", "3000"]),
+    ];
+    for (label, extra) in runs {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.gguf");
+        let mut args = vec![
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = wp(&args);
+        assert!(o.status.success(), "{label}: {}", stderr(&o));
+        let set =
+            weightport_gguf::open_split(&first_part(tmp.path()), &ReadOptions::default()).unwrap();
+        assert_eq!(set.splits().len() > 1, label == "split", "{label}");
+        let mut seen = 0;
+        for t in want["tensors"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            let w = if label == "q8_0" { &t["q8_0"] } else { t };
+            let i = set.tensors().iter().position(|x| x.name == name).unwrap();
+            let (g, bytes) = (set.gguf_tensor(i), set.bytes(i).unwrap());
+            let ne: Vec<u64> = serde_json::from_value(t["ne_c"].clone()).unwrap();
+            assert_eq!(g.ne, ne, "{label} {name}");
+            assert_eq!(g.dtype.name(), w["type"], "{label} {name}");
+            let sha = format!("{:x}", Sha256::digest(bytes));
+            assert_eq!(sha, w["sha256"].as_str().unwrap(), "{label} {name}");
+            seen += 1;
+        }
+        assert_eq!((seen, set.tensors().len()), (5, 5), "{label}");
+    }
+}

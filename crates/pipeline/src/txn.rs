@@ -373,6 +373,7 @@ mod tests {
             files: Vec::new(),
             extras: Vec::new(),
             is_own_file: weightport_hf::shard::is_repo_weights_name,
+            reshaped: Vec::new(),
         }
     }
 

@@ -154,6 +154,7 @@ fn plan(req: &OutputRequest) -> Result<OutputPlan> {
         }],
         extras: vec![],
         is_own_file: |_| false,
+        reshaped: Vec::new(),
     })
 }
 
