@@ -183,3 +183,53 @@ fn widening_is_proven_equal_to_the_source_and_verify_compares_across_dtypes() {
     assert_eq!(v.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&v.stdout).contains("f32_edges"));
 }
+
+/// Indices and bits of the elements of `got` that differ from `want` (exact bytes, NaN too).
+fn differing(got: &[u8], want: &[u8], size: usize) -> Vec<(usize, String, String)> {
+    got.chunks(size)
+        .zip(want.chunks(size))
+        .enumerate()
+        .filter(|(_, (g, w))| g != w)
+        .map(|(i, (g, w))| (i, format!("{g:02x?}"), format!("{w:02x?}")))
+        .collect()
+}
+
+/// F64 → F32/F16/BF16 of every value class (ties, near-ties that round differently directly
+/// than through f32, subnormals of f64 and of each target, overflow, ±inf, ±0, NaN payloads
+/// and signs) equals torch's `.to()` bit for bit, NaN bits included: the expected files are
+/// torch's output (fixtures/gen/gen_f64_casts.py), all of it from torch's vectorised kernels.
+#[test]
+fn f64_casts_equal_torch_bit_for_bit_for_every_value_class() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/casts/f64_classes.safetensors");
+    for d in ["f32", "f16", "bf16"] {
+        let out = tmp.path().join(format!("{d}.safetensors"));
+        let o = wp(&[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--dtype",
+            d,
+        ]);
+        assert!(
+            o.status.success(),
+            "{d}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let want = fixtures().join(format!("expected/casts/f64_classes_to_{d}.safetensors"));
+        let (g, w) = (
+            SafetensorsFile::open(&out).unwrap(),
+            SafetensorsFile::open(&want).unwrap(),
+        );
+        assert_eq!(g.tensors(), w.tensors(), "{d}");
+        let size = w.tensors()[0].dtype.elem_bytes().unwrap() as usize;
+        let bad = differing(g.bytes(0).unwrap(), w.bytes(0).unwrap(), size);
+        assert!(
+            bad.is_empty(),
+            "{d}: {} elements differ from torch: {:?}",
+            bad.len(),
+            &bad[..bad.len().min(8)]
+        );
+    }
+}

@@ -727,3 +727,55 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     assert_eq!(code(&wp(&["verify", s(&repo)])), 0);
     assert!(temps_in(&repo).is_empty());
 }
+
+/// Runs the weightport binary with at most 256 open descriptors (`ulimit -n 256` sets the soft
+/// and the hard limit).
+fn wp_with_256_fds(args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .output()
+        .expect("run weightport under sh")
+}
+
+/// Issue 14 item 18: 700 output shards under a hard limit of 256 descriptors. Staging, writing,
+/// verification and the commit hold no descriptor per shard; every shard read back holds its
+/// tensor of safetensors-py's file (`t{i}` = four times `i`).
+#[test]
+fn seven_hundred_shards_fit_in_256_descriptors() {
+    use weightport_core::TensorSource;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/many/many_tensors.safetensors");
+    let out = tmp.path().join("repo");
+    let o = wp_with_256_fds(&["convert", s(&src), "-o", s(&out), "--shard-size", "16"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let mut shards = 0;
+    for e in std::fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "safetensors") {
+            continue;
+        }
+        let f = weightport_safetensors::SafetensorsFile::open(&p).unwrap();
+        assert_eq!(f.tensors().len(), 1, "{}", p.display());
+        let i: f32 = f.tensors()[0].name[1..].parse().unwrap();
+        assert_eq!(
+            f.bytes(0).unwrap(),
+            i.to_le_bytes().repeat(4),
+            "{}",
+            p.display()
+        );
+        shards += 1;
+    }
+    assert_eq!(shards, 700);
+    let v = wp_with_256_fds(&["verify", s(&out), "--against", s(&src)]);
+    assert_eq!(code(&v), 0, "{}", String::from_utf8_lossy(&v.stdout));
+    // The same for a GGUF output split into 700 parts.
+    let g = tmp.path().join("g.gguf");
+    let o = wp_with_256_fds(&["convert", s(&src), "-o", s(&g), "--split-max-size", "1"]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let first = tmp.path().join("g-00001-of-00700.gguf");
+    let v = wp_with_256_fds(&["verify", s(&first), "--against", s(&src)]);
+    assert_eq!(code(&v), 0, "{}", String::from_utf8_lossy(&v.stdout));
+}

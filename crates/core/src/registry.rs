@@ -140,6 +140,10 @@ pub struct OutputPlan {
     /// one (stale shards, an index beside a single file): removed by `--force` after the new
     /// files are published. Decided by the format, which knows its naming scheme.
     pub is_own_file: fn(name: &str) -> bool,
+    /// Output tensors the format stores under another shape of the same elements, as
+    /// `(index, stored shape)`: a GGUF rewrite drops the trailing 1s of `ne` as llama.cpp's
+    /// writer does. The pipeline plans, reports and verifies these tensors with these shapes.
+    pub reshaped: Vec<(usize, Vec<u64>)>,
 }
 
 /// An output format.

@@ -68,9 +68,15 @@ pub fn emergency_unlink_all() {
 }
 
 /// A temp file beside its final path; removed on drop unless published.
+///
+/// It holds no open descriptor between calls: each write or fsync opens it for the call (and
+/// checks it is still the file created), so an output of thousands of shards stays within any
+/// descriptor limit (`ulimit -n 256`).
 #[derive(Debug)]
 pub struct TempFile {
-    inner: Option<tempfile::NamedTempFile>,
+    inner: Option<tempfile::TempPath>,
+    /// Device and inode of the file created.
+    id: (u64, u64),
     target: PathBuf,
     slot: Option<usize>,
 }
@@ -82,6 +88,12 @@ fn dir_of(path: &Path) -> &Path {
     }
 }
 
+fn file_id(f: &File, path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    Ok((m.dev(), m.ino()))
+}
+
 impl TempFile {
     /// Creates an empty temp file in `target`'s directory.
     pub fn beside(target: &Path) -> Result<TempFile> {
@@ -90,29 +102,47 @@ impl TempFile {
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let inner = tempfile::Builder::new()
+        let created = tempfile::Builder::new()
             .prefix(&format!(".{base}.{}.", std::process::id()))
             .suffix(TEMP_SUFFIX)
             .rand_bytes(6)
             .permissions(Permissions::from_mode(0o666))
             .tempfile_in(dir)
             .map_err(|e| Error::io(dir, "create temp file in", e))?;
-        let slot = remember(inner.path());
+        let id = file_id(created.as_file(), created.path())?;
+        let slot = remember(created.path());
         Ok(TempFile {
-            inner: Some(inner),
+            inner: Some(created.into_temp_path()),
+            id,
             target: target.to_path_buf(),
             slot,
         })
     }
 
-    /// The open file (read/write).
-    pub fn file(&self) -> &File {
-        self.inner.as_ref().expect("live temp file").as_file()
+    /// Opens the temp file for reading and writing (a new descriptor, closed when dropped),
+    /// refusing a path that no longer names the file created (replaced, or a symlink).
+    pub fn open(&self) -> Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.path();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| Error::io(path, "open temp file", e))?;
+        if file_id(&f, path)? != self.id {
+            return Err(Error::io(
+                path,
+                "open temp file",
+                std::io::Error::other("replaced by another file while this run was writing"),
+            ));
+        }
+        Ok(f)
     }
 
     /// The temp file's path.
     pub fn path(&self) -> &Path {
-        self.inner.as_ref().expect("live temp file").path()
+        self.inner.as_ref().expect("live temp file")
     }
 
     /// Where it goes when published.
@@ -125,29 +155,16 @@ impl TempFile {
     /// finds most of the file already on its way to disk instead of all of it.
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.file()
-            .write_all_at(bytes, offset)
+        let f = self.open()?;
+        f.write_all_at(bytes, offset)
             .map_err(|e| Error::io(self.path(), "write", e))?;
-        self.start_writeback(offset, bytes.len() as u64);
+        start_writeback(&f, offset, bytes.len() as u64);
         Ok(())
-    }
-
-    /// Starts write-back of `[offset, offset+len)` without waiting; a hint (errors surface at
-    /// the fsync).
-    pub fn start_writeback(&self, offset: u64, len: u64) {
-        use std::os::fd::AsRawFd;
-        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: a valid open fd; the call only schedules I/O for the range.
-        unsafe {
-            libc::sync_file_range(self.file().as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE);
-        }
     }
 
     /// Flushes data and metadata to disk.
     pub fn sync(&self) -> Result<()> {
-        self.file()
+        self.open()?
             .sync_all()
             .map_err(|e| Error::io(self.path(), "fsync", e))
     }
@@ -155,9 +172,7 @@ impl TempFile {
     /// Renames onto the target: refusing to replace an existing file unless `replace`.
     /// The caller fsyncs the directory afterwards ([`sync_dir`]).
     pub fn publish(mut self, replace: bool) -> Result<PathBuf> {
-        let inner = self.inner.take().expect("live temp file");
-        let (file, tmp) = inner.into_parts();
-        drop(file);
+        let tmp = self.inner.take().expect("live temp file");
         let from = tmp
             .keep()
             .map_err(|e| Error::io(&self.target, "keep temp", e.error))?;
@@ -183,9 +198,22 @@ impl TempFile {
     }
 }
 
+/// Starts write-back of `[offset, offset+len)` of `f` without waiting; a hint (errors surface
+/// at the fsync).
+fn start_writeback(f: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a valid open fd; the call only schedules I/O for the range.
+    unsafe {
+        libc::sync_file_range(f.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
-        // NamedTempFile's own drop removes the file; then forget the path.
+        // TempPath's own drop removes the file; then forget the path.
         self.inner.take();
         forget(self.slot.take());
     }
@@ -360,6 +388,25 @@ mod tests {
         };
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o666 & !(mask as u32));
+    }
+
+    #[test]
+    fn a_temp_file_holds_no_descriptor_and_refuses_a_replaced_path() {
+        let d = tempfile::tempdir().unwrap();
+        let t = TempFile::beside(&d.path().join("m.safetensors")).unwrap();
+        t.write_at(b"abc", 2).unwrap();
+        t.sync().unwrap();
+        assert_eq!(std::fs::read(t.path()).unwrap(), b"\0\0abc");
+        let other = d.path().join("other");
+        std::fs::write(&other, b"x").unwrap();
+        std::fs::remove_file(t.path()).unwrap();
+        std::os::unix::fs::symlink(&other, t.path()).unwrap();
+        assert!(t.write_at(b"!", 0).is_err());
+        // A file that existed beside it (another inode) renamed over it.
+        std::fs::rename(&other, t.path()).unwrap();
+        assert!(t.open().is_err(), "another file under the temp name");
+        std::fs::rename(t.path(), &other).unwrap();
+        assert_eq!(std::fs::read(&other).unwrap(), b"x");
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! cannot (pickle dicts, objects, big integers, nulls). Dims follow the source's convention: a
 //! GGUF source is rewritten as llama.cpp's C writer does (trailing 1s of `ne` dropped), anything
 //! else as gguf-py (and so convert_hf_to_gguf.py) writes it (`ne` = the shape reversed).
+//! The plan reports the tensors whose stored shape so differs from the requested one
+//! (`OutputPlan::reshaped`), so the pipeline verifies them as they are written.
 
 use weightport_core::registry::{
     InputFormat, OutputFormat, OutputPlan, OutputRequest, PlannedFile,
@@ -69,6 +71,18 @@ fn split_options(req: &OutputRequest) -> Option<SplitOptions> {
     })
 }
 
+/// The tensors whose `ne` as written, read back outermost first, is not the requested shape
+/// (trailing 1s of `ne` dropped, as llama.cpp writes a GGUF source's tensors).
+fn reshaped(req: &OutputRequest, specs: &[GgufTensorSpec]) -> Vec<(usize, Vec<u64>)> {
+    specs
+        .iter()
+        .zip(req.tensors)
+        .enumerate()
+        .filter(|(_, (s, t))| s.shape() != t.shape)
+        .map(|(i, (s, _))| (i, s.shape()))
+        .collect()
+}
+
 fn plan(req: &OutputRequest) -> Result<OutputPlan> {
     let specs = specs(req);
     let kv = output_kv(req);
@@ -96,6 +110,7 @@ fn plan(req: &OutputRequest) -> Result<OutputPlan> {
         files,
         extras: Vec::new(),
         is_own_file: |_| false,
+        reshaped: reshaped(req, &specs),
     })
 }
 

@@ -489,11 +489,10 @@ impl TensorSink for GgufSink {
         self.slots = vec![(usize::MAX, 0, 0); tensors.len()];
         for (fi, pf) in files.into_iter().enumerate() {
             let temp = TempFile::beside(&pf.path)?;
-            temp.file()
-                .set_len(pf.layout.total_len)
+            let file = temp.open()?;
+            file.set_len(pf.layout.total_len)
                 .map_err(|e| Error::io(temp.path(), "resize", e))?;
-            temp.file()
-                .write_all_at(&pf.layout.header, 0)
+            file.write_all_at(&pf.layout.header, 0)
                 .map_err(|e| Error::io(temp.path(), "write", e))?;
             for (k, &i) in pf.tensors.iter().enumerate() {
                 self.slots[i] = (fi, pf.layout.offsets[k], pf.layout.nbytes[k]);

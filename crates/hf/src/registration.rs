@@ -271,6 +271,7 @@ fn plan_repo(req: &OutputRequest) -> Result<OutputPlan> {
         files,
         extras,
         is_own_file: shard::is_repo_weights_name,
+        reshaped: Vec::new(),
     })
 }
 

@@ -1,6 +1,8 @@
 //! `--dtype` casts between F64, F32, F16 and BF16, bit for bit as torch's `.to(dtype)`:
 //! round-to-nearest-even (the `half` crate's conversions, vectorised with F16C where the CPU has
-//! it), subnormals kept, ±inf kept, NaN stays NaN. Narrowing casts count the finite values that
+//! it), subnormals kept, ±inf kept, NaN stays NaN. F64 narrows through f32 as torch does
+//! (`half`'s `from_f64` drops the low 32 mantissa bits before rounding, so it rounded
+//! 21.3125+2⁻¹⁷ to 21.25 in BF16, and F16 likewise on CPUs without F16C). Narrowing casts count the finite values that
 //! became ±inf (overflow) and the non-zero values that became ±0 (underflow); BF16→F16 that
 //! overflows is refused unless `--allow-lossy`. Integer, bool and quantized tensors are never
 //! cast (the plan does not ask).
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
 use weightport_core::{sanitize, DType, Error, Location, Result};
+use weightport_quant::cast::{f32_to_bf16, Bf16Rounding};
 
 use crate::plan::Transform;
 
@@ -189,46 +192,75 @@ pub fn cast_slice(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> (u64, u
 }
 
 fn cast_via_f64(from: DType, to: DType, src: &[u8], dst: &mut [u8]) -> (u64, u64) {
-    let vals: Vec<f64> = match from {
-        DType::F64 => src
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect(),
-        _ => {
-            let mut v = Vec::new();
-            read_f32(from, src, &mut v);
-            v.into_iter().map(f64::from).collect()
-        }
-    };
-    let (mut over, mut under) = (0, 0);
-    let w = size(to) as usize;
-    for (o, &v) in dst.chunks_exact_mut(w).zip(&vals) {
-        let (bytes, r): ([u8; 8], f64) = match to {
-            DType::F64 => (v.to_le_bytes(), v),
-            DType::F32 => {
-                let x = v as f32;
-                (pad(&x.to_le_bytes()), f64::from(x))
-            }
-            DType::F16 => {
-                let x = f16::from_f64(v);
-                (pad(&x.to_le_bytes()), x.to_f64())
-            }
-            _ => {
-                let x = bf16::from_f64(v);
-                (pad(&x.to_le_bytes()), x.to_f64())
-            }
-        };
-        o.copy_from_slice(&bytes[..w]);
-        over += u64::from(r.is_infinite() && v.is_finite());
-        under += u64::from(r == 0.0 && v != 0.0);
+    if from == DType::F64 {
+        return narrow_f64(to, src, dst);
     }
-    (over, under)
+    let mut v = Vec::new();
+    read_f32(from, src, &mut v);
+    for (o, &x) in dst.chunks_exact_mut(8).zip(&v) {
+        o.copy_from_slice(&f64::from(x).to_le_bytes());
+    }
+    (0, 0)
 }
 
-fn pad(b: &[u8]) -> [u8; 8] {
-    let mut a = [0u8; 8];
-    a[..b.len()].copy_from_slice(b);
-    a
+/// f64 → f32 as torch's `.to(float32)` (the hardware conversion): round to nearest even; a NaN
+/// keeps its sign and top 22 payload bits and gets the quiet bit. Written out rather than left
+/// to `as`, whose NaN bits Rust does not specify.
+pub fn f64_to_f32(v: f64) -> f32 {
+    if v.is_nan() {
+        let u = v.to_bits();
+        let sign = (u >> 32) as u32 & 0x8000_0000;
+        return f32::from_bits(sign | 0x7FC0_0000 | ((u >> 29) as u32 & 0x003F_FFFF));
+    }
+    v as f32
+}
+
+/// F64 → F32/F16/BF16 exactly as torch 2.15's CPU `.to()`: through f32 (see [`f64_to_f32`]),
+/// then f32's conversion, so a value that f32 rounds onto a tie of the target rounds twice, as
+/// in torch. F16 NaNs keep their payload (F16C); BF16 NaNs become `0xFFFF` (torch's
+/// vectorised kernel; its scalar tail of a tensor gives `0x7FC0`).
+fn narrow_f64(to: DType, src: &[u8], dst: &mut [u8]) -> (u64, u64) {
+    let wide: Vec<f64> = src
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect();
+    let narrow: Vec<f32> = wide.iter().map(|&v| f64_to_f32(v)).collect();
+    let got: Vec<f64> = match to {
+        DType::F32 => {
+            for (o, x) in dst.chunks_exact_mut(4).zip(&narrow) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+            narrow.iter().map(|&x| f64::from(x)).collect()
+        }
+        DType::F16 => {
+            let mut bits = vec![0u16; narrow.len()];
+            bits.reinterpret_cast_mut::<f16>()
+                .convert_from_f32_slice(&narrow);
+            put_u16(dst, &bits);
+            bits.iter().map(|&b| f16::from_bits(b).to_f64()).collect()
+        }
+        _ => {
+            let bits: Vec<u16> = narrow
+                .iter()
+                .map(|&x| f32_to_bf16(x, Bf16Rounding::Torch))
+                .collect();
+            put_u16(dst, &bits);
+            bits.iter().map(|&b| bf16::from_bits(b).to_f64()).collect()
+        }
+    };
+    let over = wide.iter().zip(&got);
+    let under = wide.iter().zip(&got);
+    (
+        over.filter(|(v, r)| v.is_finite() && r.is_infinite())
+            .count() as u64,
+        under.filter(|(v, r)| **v != 0.0 && **r == 0.0).count() as u64,
+    )
+}
+
+fn put_u16(dst: &mut [u8], bits: &[u16]) {
+    for (o, b) in dst.chunks_exact_mut(2).zip(bits) {
+        o.copy_from_slice(&b.to_le_bytes());
+    }
 }
 
 impl Transform for Cast {
@@ -320,6 +352,22 @@ mod tests {
             cast_slice(to, DType::F32, &b[1..], &mut w2[1..]);
             assert_eq!(w1.as_slice(), &w2[1..]);
         }
+    }
+
+    #[test]
+    fn f64_narrows_through_f32_as_torch() {
+        let v = [
+            21.3125 + 2f64.powi(-17),
+            1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+            1e39,
+        ];
+        let src: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut dst = [0u8; 6];
+        // half's bf16::from_f64 drops the low 32 mantissa bits: 21.3125+2⁻¹⁷ became 21.25.
+        assert_eq!(cast_slice(DType::F64, DType::BF16, &src, &mut dst), (1, 0));
+        assert_eq!(dst, [0xab, 0x41, 0x80, 0x3f, 0x80, 0x7f]);
+        let nan = f64::from_bits(0xFFF4_0000_0000_0001);
+        assert_eq!(f64_to_f32(nan).to_bits(), 0xFFE0_0000);
     }
 
     #[test]

@@ -254,6 +254,10 @@ pub fn convert_source(
         source_format: source.format(),
     };
     let plan = (fmt.plan)(&req)?;
+    let mut outs = outs;
+    for (i, shape) in &plan.reshaped {
+        outs[*i].info.shape = shape.clone();
+    }
     let (threads, memory) = threads_for(source, &outs, opts)?;
     let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);

@@ -1,10 +1,11 @@
 //! Opening inputs through the registry: repos (directories, index files) first, then single
 //! files by content. No format is named here.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use weightport_core::registry::OpenRequest;
-use weightport_core::{Error, MultiSource, Result, TensorSource};
+use weightport_core::{shown, Error, MultiSource, Result, TensorSource};
 
 use crate::registry::{open_file, open_repo};
 
@@ -40,11 +41,42 @@ pub fn open_input(path: &Path, req: &OpenRequest) -> Result<Input> {
     })
 }
 
-/// Opens every input and joins them into one source.
+/// A file's identity (device, inode), symlinks followed; `None` if it cannot be stat'ed (the
+/// open then says why).
+fn identity(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Refuses an input given twice (the same path, or two paths to the same file).
+fn refuse_repeats(inputs: &[PathBuf]) -> Result<()> {
+    let mut seen = HashSet::new();
+    for (i, p) in inputs.iter().enumerate() {
+        if identity(p).is_some_and(|id| !seen.insert(id)) {
+            let first = inputs[..i].iter().find(|q| identity(q) == identity(p));
+            return Err(Error::Usage(format!(
+                "{}: given more than once as an input",
+                shown(first.unwrap_or(p))
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Opens every input and joins them into one source. An input that is already part of an
+/// earlier one (every part of a gguf-split set, as a shell glob gives them, or a shard of a
+/// repo given too) is read once, as part of that one.
 pub fn open_inputs(inputs: &[PathBuf], req: &OpenRequest) -> Result<Input> {
-    let mut opened = Vec::new();
+    refuse_repeats(inputs)?;
+    let mut opened: Vec<Input> = Vec::new();
+    let mut covered = HashSet::new();
     for p in inputs {
-        opened.push(open_input(p, req)?);
+        if identity(p).is_some_and(|id| covered.contains(&id)) {
+            continue;
+        }
+        let input = open_input(p, req)?;
+        covered.extend(input.source.files().iter().filter_map(|f| identity(f)));
+        opened.push(input);
     }
     if opened.len() <= 1 {
         return opened

@@ -220,17 +220,18 @@ fn check_space(plan: &OutputPlan, p: &mut Prepared) -> Result<()> {
 
 fn stage_extra(e: &ExtraFile) -> Result<TempFile> {
     let t = TempFile::beside(&e.path)?;
+    let mut file = t.open()?;
     match &e.content {
-        ExtraContent::Bytes(b) => t
-            .file()
+        ExtraContent::Bytes(b) => file
             .write_all(b)
             .map_err(|err| Error::io(t.path(), "write", err))?,
         ExtraContent::CopyOf(src) => {
             let mut from = std::fs::File::open(src).map_err(|err| Error::io(src, "open", err))?;
-            std::io::copy(&mut from, &mut t.file()).map_err(|err| Error::io(src, "copy", err))?;
+            std::io::copy(&mut from, &mut file).map_err(|err| Error::io(src, "copy", err))?;
         }
     }
-    t.sync()?;
+    file.sync_all()
+        .map_err(|err| Error::io(t.path(), "fsync", err))?;
     Ok(t)
 }
 
@@ -247,7 +248,7 @@ fn write_journal(dir: &Path, renames: &[&TempFile], removals: &[PathBuf]) -> Res
         "remove": removals.iter().map(|p| name_of(p)).collect::<Vec<_>>(),
     });
     let j = TempFile::beside(&path)?;
-    j.file()
+    j.open()?
         .write_all(doc.to_string().as_bytes())
         .map_err(|e| Error::io(j.path(), "write", e))?;
     j.sync()?;
@@ -373,6 +374,7 @@ mod tests {
             files: Vec::new(),
             extras: Vec::new(),
             is_own_file: weightport_hf::shard::is_repo_weights_name,
+            reshaped: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@
 //! proven equal to the source's, not only to what the executor computed.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use weightport_core::registry::OpenRequest;
 use weightport_core::{
@@ -14,7 +15,8 @@ use weightport_core::{
 
 use crate::cast::{is_float, Cast};
 use crate::exec::{identity_plan, leaf_of, run, Hashes, Progress};
-use crate::plan::OutTensor;
+use crate::plan::{OutTensor, Transform};
+use crate::quantize::Dequantize;
 use crate::registry::open_file;
 
 fn fail(path: &std::path::Path, tensor: Option<&str>, reason: String) -> Error {
@@ -256,16 +258,36 @@ pub fn compare(a: &[(String, ContentHash)], b: &[(String, ContentHash)]) -> Vec<
     out
 }
 
-/// The widest of two float dtypes' common exact representation (F64 if either is F64, else
-/// F32), or `None` when the two cannot be compared by value.
+/// The dtype two tensors are compared in: their own where they agree; where both are floats the
+/// widest exact representation of both (F64 if either is F64, else F32); a block type against
+/// F32/F16/BF16 dequantized to that float type, exactly as `convert` writes it with that dtype.
+/// `None` when the two cannot be compared by value.
 fn common(a: DType, b: DType) -> Option<DType> {
+    let dequantizes_to =
+        |q: DType, f: DType| q.is_block() && weightport_quant::can_dequantize(q) && f != DType::F64;
     if a == b {
-        return Some(a);
-    }
-    (is_float(a) && is_float(b)).then_some(if a == DType::F64 || b == DType::F64 {
-        DType::F64
+        Some(a)
+    } else if is_float(a) && is_float(b) {
+        Some(if a == DType::F64 || b == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        })
+    } else if is_float(b) && dequantizes_to(a, b) {
+        Some(b)
+    } else if is_float(a) && dequantizes_to(b, a) {
+        Some(a)
     } else {
-        DType::F32
+        None
+    }
+}
+
+/// The operation turning a tensor of `from` into `to` for comparison.
+fn compare_op(from: DType, to: DType, name: &str) -> Result<Option<Arc<dyn Transform>>> {
+    Ok(match (from == to, from.is_block()) {
+        (true, _) => None,
+        (false, true) => Some(Arc::new(Dequantize::new(from, to)?)),
+        (false, false) => Some(Arc::new(Cast::new(from, to, name, true)?)),
     })
 }
 
@@ -273,8 +295,8 @@ fn common(a: DType, b: DType) -> Option<DType> {
 pub type NamedHashes = Vec<(String, ContentHash)>;
 
 /// Hashes of `a` and `b` for `verify --against`: content hashes where dtypes agree; value
-/// hashes (both widened exactly to F32/F64) where they differ but both are floats, so a
-/// checkpoint and its `--dtype f32` conversion compare equal.
+/// hashes where they differ but compare by value (see [`common`]), so a checkpoint and its
+/// `--dtype f32` conversion compare equal, and so do a quantized GGUF and its conversion.
 pub fn comparable_hashes(
     a: &dyn TensorSource,
     b: &dyn TensorSource,
@@ -302,10 +324,7 @@ pub fn comparable_hashes(
                     .get(t.name.as_str())
                     .and_then(|&o| common(t.dtype, o))
                     .unwrap_or(t.dtype);
-                let op = (to != t.dtype).then(|| {
-                    std::sync::Arc::new(Cast::new(t.dtype, to, &t.name, true).expect("float"))
-                        as std::sync::Arc<dyn crate::plan::Transform>
-                });
+                let op = compare_op(t.dtype, to, &t.name)?;
                 Ok(OutTensor {
                     info: TensorInfo {
                         dtype: to,

@@ -108,10 +108,10 @@ impl TensorSink for Sink {
     fn plan(&mut self, tensors: &[TensorInfo], _: &Metadata) -> Result<Plan> {
         let h = header(&tensors[0]);
         let t = TempFile::beside(&self.target)?;
-        t.file().write_all_at(&h, 0).unwrap();
+        t.open()?.write_all_at(&h, 0).unwrap();
         self.data_at = h.len() as u64;
         self.size = self.data_at + tensors[0].byte_len;
-        t.file().set_len(self.size).unwrap();
+        t.open()?.set_len(self.size).unwrap();
         self.temp = Some(t);
         Ok(Plan {
             files: self.staged(),
@@ -119,7 +119,7 @@ impl TensorSink for Sink {
     }
     fn write_at(&self, _: usize, offset: u64, bytes: &[u8]) -> Result<()> {
         let t = self.temp.as_ref().unwrap();
-        t.file().write_all_at(bytes, self.data_at + offset).unwrap();
+        t.write_at(bytes, self.data_at + offset)?;
         Ok(())
     }
     fn staged(&self) -> Vec<StagedFile> {
@@ -154,6 +154,7 @@ fn plan(req: &OutputRequest) -> Result<OutputPlan> {
         }],
         extras: vec![],
         is_own_file: |_| false,
+        reshaped: Vec::new(),
     })
 }
 

@@ -108,6 +108,7 @@ fn plan_file(req: &OutputRequest) -> Result<OutputPlan> {
         }],
         extras: Vec::new(),
         is_own_file: |_| false,
+        reshaped: Vec::new(),
     })
 }
 

@@ -207,11 +207,10 @@ impl TensorSink for SafetensorsSink {
                 other => other,
             })?;
             let temp = TempFile::beside(&path)?;
-            temp.file()
-                .set_len(lay.total_len)
+            let file = temp.open()?;
+            file.set_len(lay.total_len)
                 .map_err(|e| Error::io(temp.path(), "resize", e))?;
-            temp.file()
-                .write_all_at(&lay.header, 0)
+            file.write_all_at(&lay.header, 0)
                 .map_err(|e| Error::io(temp.path(), "write", e))?;
             for (k, &i) in idx.iter().enumerate() {
                 self.slots[i] = (fi, lay.offsets[k], tensors[i].byte_len);
