@@ -75,6 +75,8 @@ pub struct CheckpointReport {
     pub entries: Vec<(String, MetaValue)>,
     /// Names dropped as exact aliases of another (dropped, kept).
     pub aliases: Vec<(String, String)>,
+    /// Tensors and numpy arrays outside the converted dict (dotted path, what and why).
+    pub dropped: Vec<(String, String)>,
     /// Pickle protocol.
     pub protocol: u8,
 }
@@ -354,6 +356,7 @@ impl Checkpoint {
                 selected: sel.path,
                 entries: sel.entries,
                 aliases,
+                dropped: sel.dropped,
                 protocol,
             },
             seq: Mutex::new(HashMap::new()),
@@ -549,6 +552,10 @@ impl TensorSource for Checkpoint {
 
     fn file_of(&self, _index: usize) -> PathBuf {
         self.path.clone()
+    }
+
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.report.dropped.clone()
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {

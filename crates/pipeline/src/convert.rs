@@ -148,7 +148,9 @@ pub struct ConvertReport {
     pub plan: Vec<TensorReport>,
     /// HF release → GGUF: `arch (HF architecture)`.
     pub architecture: Option<String>,
-    /// HF release → GGUF: tensors of the release not written, and why.
+    /// Tensors of the input not written, and why: those outside the converted dict of a
+    /// checkpoint ([`TensorSource::unconverted`]), then (HF release → GGUF) those of the
+    /// release llama.cpp does not use.
     pub dropped: Vec<(String, String)>,
     /// Things worth knowing about how the input was read.
     pub notes: Vec<String>,
@@ -257,9 +259,10 @@ pub fn convert_source(
     let (threads, memory) = threads_for(source, &outs, opts)?;
     let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);
+    report.dropped = source.unconverted();
     if let Some((architecture, dropped, from)) = arch {
         report.architecture = Some(architecture);
-        report.dropped = dropped;
+        report.dropped.extend(dropped);
         for (t, f) in report.plan.iter_mut().zip(from) {
             t.from = f;
         }

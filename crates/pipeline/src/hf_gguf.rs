@@ -437,6 +437,9 @@ impl TensorSource for WithGenerated<'_> {
             None => self.inner.read_into(index, offset, dst),
         }
     }
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.inner.unconverted()
+    }
     fn access(&self, index: usize) -> Access {
         match self.own(index) {
             Some(_) => Access::Mapped,
