@@ -179,8 +179,13 @@ pub struct ConvertReport {
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    hf_gguf::precheck(&opts.inputs, fmt.format == Format::Gguf, &opts.transform)?;
-    let input = open_inputs(&opts.inputs, &opts.open)?;
+    let gguf = fmt.format == Format::Gguf;
+    hf_gguf::precheck(&opts.inputs, gguf, &opts.transform)?;
+    let mut open = opts.open.clone();
+    // The reference reads a release with torch.load/safe_open, which give every name of tied
+    // weights; its architecture code decides what to write.
+    open.read.shared_copy |= hf_gguf::release_dir(&opts.inputs, gguf, &opts.transform).is_some();
+    let input = open_inputs(&opts.inputs, &open)?;
     let mut r = convert_source(
         input.source.as_ref(),
         input.repo_dir.as_deref(),
