@@ -11,7 +11,7 @@ use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 use crate::exec::{run, worker_bytes, Progress};
 use crate::hf_gguf::{self, WithGenerated};
 use crate::input::open_inputs;
-use crate::plan::{build, output_metadata, OutTensor, TransformOptions};
+use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
 use crate::registry::output_for;
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
@@ -259,6 +259,7 @@ pub fn convert_source(
         shard_size: opts.shard_size,
         companions_from: repo_dir,
         source_format: source.format(),
+        float_dtype: float_dtype(&opts.transform, gguf),
     };
     let plan = (fmt.plan)(&req)?;
     let (threads, memory) = threads_for(source, &outs, opts)?;
@@ -312,6 +313,14 @@ pub fn convert_source(
     report.removed = committed.removed;
     report.transforms = transforms_of(&outs);
     Ok(report)
+}
+
+/// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.
+fn float_dtype(t: &TransformOptions, gguf: bool) -> Option<weightport_core::DType> {
+    match t.dtype {
+        DtypeChoice::To(d) if !gguf && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
+        _ => None,
+    }
 }
 
 fn transforms_of(outs: &[OutTensor]) -> Vec<TransformReport> {
