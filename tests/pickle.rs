@@ -280,4 +280,21 @@ fn dropped_checkpoint_tensors_are_in_the_text_summary_and_wrong_keys_list_keys()
         err.contains("keys at optimizer.state: 0, 1, 2, 3, 4, 5"),
         "{err}"
     );
+    // A key naming a dict without tensors of its own converts nothing: refused, with the
+    // dicts of tensors under it.
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--key",
+        "optimizer.state",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`--key optimizer.state.0` (3 tensors, 100 bytes)"),
+        "{err}"
+    );
 }

@@ -123,6 +123,9 @@ pub fn select(
             arena.get(target).type_name()
         ));
     }
+    if let (Some(k), false) = (key, has_tensors(arena, target)) {
+        return Err(no_tensors_at(arena, target, k));
+    }
     let mut out = Selected {
         path: walked
             .iter()
@@ -185,6 +188,28 @@ fn resolve_key(arena: &Arena, root: Id, key: &str) -> R<Vec<(Id, Child)>> {
         (node, rest) = (c.value, tail);
     }
     Ok(walked)
+}
+
+/// A `--key` dict without tensors of its own: the dicts of tensors under it, with their keys.
+fn no_tensors_at(arena: &Arena, target: Id, key: &str) -> VmErrorKind {
+    let key = weightport_core::sanitize(key);
+    let under: Vec<String> = candidates(arena, target)
+        .into_iter()
+        .map(|mut c| {
+            if key != "." {
+                c.key = format!("{key}.{}", c.key);
+            }
+            c.to_string()
+        })
+        .collect();
+    VmErrorKind::Unsupported(if under.is_empty() {
+        format!("key `{key}` holds no tensors and no dict of tensors; nothing to convert")
+    } else {
+        format!(
+            "key `{key}` holds no tensors directly; dicts of tensors under it: {}",
+            under.join(", ")
+        )
+    })
 }
 
 fn path_text(arena: &Arena, walked: &[(Id, Child)]) -> String {
