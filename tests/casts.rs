@@ -233,3 +233,54 @@ fn f64_casts_equal_torch_bit_for_bit_for_every_value_class() {
         );
     }
 }
+
+/// Issue 14 item 16: after `--dtype`, a repo output's config.json says the new dtype exactly as
+/// transformers' `save_pretrained` of the cast model writes it (every other byte of the release's
+/// config kept; fixtures/gen/gen_config_dtype.py), and a `--dtype-filter` cast, which leaves
+/// some floating tensors alone, copies the config unchanged.
+#[test]
+fn dtype_cast_repo_config_says_the_new_dtype_as_save_pretrained_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("hf_repo_single", "good/hf_repo_single", "f32"),
+        ("hf_repo_single", "good/hf_repo_single", "bf16"),
+        ("mistral", "good/arch/mistral", "f32"),
+        ("mistral", "good/arch/mistral", "f16"),
+    ];
+    for (name, rel, d) in cases {
+        let out = tmp.path().join(format!("{name}-{d}"));
+        let src = fixtures().join(rel);
+        let o = wp(&[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--dtype",
+            d,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let want = fixtures().join(format!("expected/config_dtype/{name}.{d}.config.json"));
+        assert_eq!(
+            String::from_utf8(std::fs::read(out.join("config.json")).unwrap()).unwrap(),
+            String::from_utf8(std::fs::read(want).unwrap()).unwrap(),
+            "{name} --dtype {d}"
+        );
+    }
+    let out = tmp.path().join("filtered");
+    let src = fixtures().join("good/hf_repo_single");
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--dtype",
+        "f32",
+        "--dtype-filter",
+        "embed",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(out.join("config.json")).unwrap(),
+        std::fs::read(src.join("config.json")).unwrap()
+    );
+}

@@ -412,3 +412,95 @@ fn split_output_verifies_and_merges_back_to_the_reference_file() {
             .unwrap()
     );
 }
+
+fn tied() -> Value {
+    let p = fixtures().join("expected/arch/tied.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    v["qwen2_tied_bin"].clone()
+}
+
+/// Issue 14 item 8: a `.bin` release of a tied model (`torch.save(model.state_dict())`:
+/// `model.embed_tokens.weight` and `lm_head.weight` on one storage) converts to GGUF exactly as
+/// convert_hf_to_gguf.py does (which reads both names with torch.load and writes
+/// `token_embd.weight` and `output.weight`), for every outtype (fixtures/gen/gen_arch_tied.py).
+#[test]
+fn tied_bin_release_equals_the_reference_converter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let want = tied();
+    for (t, w) in want["outtypes"].as_object().unwrap() {
+        let out = tmp.path().join(format!("{t}.gguf"));
+        convert(&release("qwen2_tied_bin"), &out, "qwen2", &["--dtype", t]);
+        assert_eq!(
+            sha_file(&out),
+            w["sha256"].as_str().unwrap(),
+            "{t}: differs from convert_hf_to_gguf.py"
+        );
+    }
+    let names: Vec<&str> = want["gguf_tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"token_embd.weight") && names.contains(&"output.weight"));
+}
+
+/// The same release to safetensors (one file, and a repo): the tensors transformers'
+/// `save_pretrained` writes (the embedding kept, `lm_head.weight` dropped as its
+/// `_tied_weights_keys` say), with its `"format": "pt"` metadata, plus convert.py's record of
+/// the dropped alias.
+#[test]
+fn tied_bin_to_safetensors_keeps_what_save_pretrained_keeps() {
+    use weightport_core::TensorSource;
+    let tmp = tempfile::tempdir().unwrap();
+    let want = &tied()["save_pretrained"];
+    let bin = release("qwen2_tied_bin").join("pytorch_model.bin");
+    let single = tmp.path().join("m.safetensors");
+    let repo = tmp.path().join("repo");
+    for (src, out, file) in [
+        (&bin, &single, single.clone()),
+        (
+            &release("qwen2_tied_bin"),
+            &repo,
+            repo.join("model.safetensors"),
+        ),
+    ] {
+        let o = wp(&[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got = weightport_safetensors::SafetensorsFile::open(&file).unwrap();
+        let meta = |k: &str| {
+            got.metadata()
+                .get(k)
+                .and_then(|v| v.as_str().map(String::from))
+        };
+        assert_eq!(
+            meta("format").as_deref(),
+            want["metadata"]["format"].as_str()
+        );
+        assert_eq!(
+            meta("lm_head.weight").as_deref(),
+            Some("model.embed_tokens.weight")
+        );
+        let mut names: Vec<&str> = got.tensors().iter().map(|t| t.name.as_str()).collect();
+        names.sort();
+        let mut expect: Vec<&str> = want["tensors"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        expect.sort();
+        assert_eq!(names, expect, "{}", file.display());
+        for (i, t) in got.tensors().iter().enumerate() {
+            let w = &want["tensors"][&t.name];
+            let sha = format!("{:x}", Sha256::digest(got.bytes(i).unwrap()));
+            assert_eq!(sha, w["sha256"].as_str().unwrap(), "{}", t.name);
+            assert_eq!(serde_json::json!(t.shape), w["shape"], "{}", t.name);
+        }
+    }
+}

@@ -155,3 +155,146 @@ fn hostile_checkpoints_are_refused_by_convert_and_scan() {
         .to_string_lossy()
         .starts_with("weightport-pwned")));
 }
+
+/// Output tensors equal the reference's (what torch.load returned, saved by `save_file`): same
+/// names in the same order, dtypes, shapes and bytes.
+fn assert_same_tensors(got: &std::path::Path, want: &std::path::Path, case: &str) {
+    let got = SafetensorsFile::open(got).unwrap();
+    let want = SafetensorsFile::open(want).unwrap();
+    let names = |s: &SafetensorsFile| -> Vec<String> {
+        s.tensors().iter().map(|t| t.name.clone()).collect()
+    };
+    assert_eq!(names(&got), names(&want), "{case}: names");
+    for (i, w) in want.tensors().iter().enumerate() {
+        let g = &got.tensors()[i];
+        assert_eq!(
+            (g.dtype, &g.shape),
+            (w.dtype, &w.shape),
+            "{case}: {}",
+            w.name
+        );
+        assert_eq!(got.bytes(i), want.bytes(i), "{case}: {} bytes", w.name);
+    }
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 14 items 7 and 17: training checkpoints (model + optimizer + RNG state, a stray
+/// `best_acc` tensor, Lightning's layout) convert the state dict, `--key` reaches int keys and
+/// list items, a `torch.save(t)` file converts its one tensor named after the file, and every
+/// tensor outside the converted dict is listed in `--json` `dropped` (fixtures/expected/ckpt,
+/// written by gen_ckpt.py from what torch.load returns).
+#[test]
+fn training_checkpoints_convert_the_state_dict_and_report_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for e in std::fs::read_dir(fixtures().join("expected/ckpt")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let case = p.file_stem().unwrap().to_str().unwrap().to_string();
+        let want: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        let src = fixtures().join(want["file"].as_str().unwrap());
+        let out = tmp.path().join(format!("{case}.safetensors"));
+        let mut args = vec![
+            "convert".to_string(),
+            src.to_str().unwrap().into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+            "--json".into(),
+        ];
+        args.extend(strs(&want["args"]));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = wp(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        if want.get("refused").is_some() {
+            assert_eq!(o.status.code(), Some(1), "{case}: {stderr}");
+            assert!(!out.exists(), "{case}");
+            let text = String::from_utf8_lossy(&o.stdout).to_string() + &stderr;
+            for c in want["candidates"].as_array().unwrap() {
+                let line = format!(
+                    "`--key {}` ({} tensors, {} bytes)",
+                    c["key"].as_str().unwrap(),
+                    c["tensors"],
+                    c["bytes"]
+                );
+                assert!(text.contains(&line), "{case}: {line} not in {text}");
+            }
+            n += 1;
+            continue;
+        }
+        assert!(o.status.success(), "{case}: {stderr}");
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let dropped: Vec<String> = r["dropped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["tensor"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(dropped, strs(&want["dropped"]), "{case}: dropped");
+        let reference = p.with_extension("safetensors");
+        assert_same_tensors(&out, &reference, &case);
+        n += 1;
+    }
+    assert!(n >= 10, "{n}");
+}
+
+#[test]
+fn dropped_checkpoint_tensors_are_in_the_text_summary_and_wrong_keys_list_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/ckpt/train.pt");
+    let out = tmp.path().join("o.safetensors");
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("NOT converted: 19 tensors/arrays"), "{text}");
+    assert!(text.contains("rng_state: uint8 tensor [5056]"), "{text}");
+    assert!(
+        text.contains("optimizer.state.0.exp_avg: float32 tensor [3, 4]"),
+        "{text}"
+    );
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--key",
+        "optimizer.state.9",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("keys at optimizer.state: 0, 1, 2, 3, 4, 5"),
+        "{err}"
+    );
+    // A key naming a dict without tensors of its own converts nothing: refused, with the
+    // dicts of tensors under it.
+    let o = wp(&[
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--key",
+        "optimizer.state",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("`--key optimizer.state.0` (3 tensors, 100 bytes)"),
+        "{err}"
+    );
+}

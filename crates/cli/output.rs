@@ -223,6 +223,8 @@ pub fn convert(
     }
     if r.dry_run {
         plan_lines(&r, out)?;
+    } else if r.architecture.is_none() {
+        not_converted_lines(&r.dropped, out)?;
     }
     for f in &r.files {
         writeln!(
@@ -319,6 +321,34 @@ fn plan_lines(r: &weightport_pipeline::ConvertReport, out: &mut impl Write) -> s
     }
     for (n, why) in &r.dropped {
         writeln!(out, "  {} not written: {}", sanitize(n), sanitize(why))?;
+    }
+    Ok(())
+}
+
+/// Tensors shown one by one in the text summary of what a conversion left out (all are in
+/// `--json`).
+const SHOW_DROPPED: usize = 20;
+
+/// Every tensor/array of the input not converted (a checkpoint's optimizer state, stray
+/// tensors beside the converted state dict), so part of an input is never dropped silently.
+fn not_converted_lines(dropped: &[(String, String)], out: &mut impl Write) -> std::io::Result<()> {
+    if dropped.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  NOT converted: {} tensors/arrays of the input (choose another dict with --key):",
+        dropped.len()
+    )?;
+    for (n, why) in dropped.iter().take(SHOW_DROPPED) {
+        writeln!(out, "    {}: {}", sanitize(n), sanitize(why))?;
+    }
+    if dropped.len() > SHOW_DROPPED {
+        writeln!(
+            out,
+            "    … and {} more: see --json",
+            dropped.len() - SHOW_DROPPED
+        )?;
     }
     Ok(())
 }

@@ -83,6 +83,9 @@ impl TensorSource for MultiSource {
         let (p, l) = self.map[index];
         self.parts[p].access(l)
     }
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.parts.iter().flat_map(|p| p.unconverted()).collect()
+    }
     fn release(&self, index: usize, offset: u64, len: u64) {
         let (p, l) = self.map[index];
         self.parts[p].release(l, offset, len)

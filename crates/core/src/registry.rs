@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::format::Format;
 use crate::limits::ReadOptions;
@@ -82,6 +83,9 @@ pub struct OutputRequest<'a> {
     pub companions_from: Option<&'a Path>,
     /// The input's container format (a GGUF rewrite keeps llama.cpp's dims convention).
     pub source_format: Format,
+    /// Every floating-point tensor was cast to this dtype (`--dtype` without a filter): a repo
+    /// output's copied `config.json` says so, as `save_pretrained` would write it.
+    pub float_dtype: Option<DType>,
 }
 
 /// One weights file of an output plan.

@@ -65,6 +65,13 @@ pub trait TensorSource: Send + Sync {
             Access::Random
         }
     }
+    /// Tensors (or arrays) the input holds that this source does not offer, as `(path, what
+    /// and why)`: a checkpoint's optimizer state, stray tensors beside the converted state
+    /// dict. Conversions report them, so part of an input is never dropped silently. Wrappers
+    /// must forward it.
+    fn unconverted(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Hints that `[offset, offset+len)` of tensor `index` will not be read again soon, so mapped
     /// pages may be dropped from resident memory. Never changes what later reads return.
     fn release(&self, _index: usize, _offset: u64, _len: u64) {}

@@ -8,6 +8,7 @@
 //! * [`registration`]: the repo input ([`REPO`]) and repo output ([`OUTPUT`]) of the registry.
 #![deny(missing_docs)]
 
+pub mod config_dtype;
 pub mod index;
 pub mod registration;
 pub mod repo;

@@ -259,7 +259,7 @@ fn plan_repo(req: &OutputRequest) -> Result<OutputPlan> {
                 let name = c.file_name().expect("listed file has a name").to_owned();
                 extras.push(ExtraFile {
                     path: dir.join(name),
-                    content: ExtraContent::CopyOf(c),
+                    content: companion(c, req),
                     is_index: false,
                 });
             }
@@ -273,6 +273,18 @@ fn plan_repo(req: &OutputRequest) -> Result<OutputPlan> {
         is_own_file: shard::is_repo_weights_name,
         reshaped: Vec::new(),
     })
+}
+
+/// A companion file's content: a copy, except a `config.json` whose floating `dtype` no
+/// longer describes the weights after `--dtype` (rewritten as `save_pretrained` would).
+fn companion(c: PathBuf, req: &OutputRequest) -> ExtraContent {
+    let rewritten = match req.float_dtype {
+        Some(d) if c.file_name().is_some_and(|n| n == "config.json") => {
+            crate::config_dtype::config_for(&c, d)
+        }
+        _ => None,
+    };
+    rewritten.map_or(ExtraContent::CopyOf(c), ExtraContent::Bytes)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

@@ -446,8 +446,14 @@ pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkp
     let map = map_file(path)?;
     let zp = parse(path, &map, limits, false)?;
     let parsed = zp.parsed.expect("strict parse");
-    let sel = select::select(&parsed.arena, parsed.root, opts.key.as_deref(), limits)
-        .map_err(|k| kind_error(Location::file(path), Format::PytorchZip, k))?;
+    let sel = select::select(
+        &parsed.arena,
+        parsed.root,
+        opts.key.as_deref(),
+        select::lone_name(path).as_deref(),
+        limits,
+    )
+    .map_err(|k| kind_error(Location::file(path), Format::PytorchZip, k))?;
     let mut keyed = HashMap::new();
     for e in &zp.layout.entries {
         if let Some(k) = e.name.strip_prefix(&format!("{}/data/", zp.layout.prefix)) {

@@ -138,8 +138,14 @@ pub fn open(
 ) -> Result<Checkpoint> {
     let lp = parse(path, &map, limits, false)?;
     let parsed = lp.object;
-    let sel = select::select(&parsed.arena, parsed.root, opts.key.as_deref(), limits)
-        .map_err(|k| kind_error(Location::file(path), Format::PytorchLegacy, k))?;
+    let sel = select::select(
+        &parsed.arena,
+        parsed.root,
+        opts.key.as_deref(),
+        select::lone_name(path).as_deref(),
+        limits,
+    )
+    .map_err(|k| kind_error(Location::file(path), Format::PytorchLegacy, k))?;
     let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
         .storages
         .iter()

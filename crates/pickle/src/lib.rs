@@ -20,6 +20,7 @@ use std::path::Path;
 use weightport_core::{Error, Format, Location, ReadOptions, Result, TensorSource};
 
 pub mod allow;
+pub mod census;
 pub mod container;
 mod intlit;
 pub mod legacy;

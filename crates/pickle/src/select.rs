@@ -1,10 +1,18 @@
 //! What gets converted: the dict of tensors inside an unpickled checkpoint, and everything else
 //! described as inert metadata.
 //!
-//! Rules (issue #7): a top-level dict of tensors; else the single child dict of tensors under
-//! `state_dict`, `model_state_dict`, `model` or `module`; or the dict named by a dotted key
-//! (`ReadOptions::key`). Dict semantics follow Python: a repeated key overwrites the earlier
-//! value but keeps its position. Metadata conversion is bounded by a depth cap and an expansion
+//! Rules (issues #7, #14.7, #14.17), without `--key`:
+//! * a single `state_dict`-like child holding tensors (`state_dict`, `model_state_dict`,
+//!   `model`, `module`) is converted even when the top level holds a few stray tensors
+//!   (`rng_state`, `best_acc`), unless the top level holds more tensors than the child;
+//! * else the top level, when it is the only dict holding tensors;
+//! * else a refusal listing every candidate dict with its tensor count, bytes and `--key`.
+//!
+//! `--key a.b.0` follows str keys, int keys and list indices (`.` is the top level). A file
+//! holding one tensor (`torch.save(t)`) converts it, named after the file. Every tensor or
+//! numpy array outside the converted dict is listed in [`Selected::dropped`], so nothing is
+//! dropped silently. Dict semantics follow Python: a repeated key overwrites the earlier value
+//! but keeps its position. Metadata conversion is bounded by a depth cap and an expansion
 //! budget, because memo references shared in the VM are expanded here.
 
 use std::collections::HashMap;
@@ -12,6 +20,7 @@ use std::collections::HashMap;
 use weightport_core::MetaValue;
 
 use crate::allow::Sym;
+use crate::census::{candidates, census, children, direct_tensors, Child};
 use crate::torch::TensorDesc;
 use crate::value::{Arena, Id, Node};
 use crate::vm::{VmErrorKind, VmLimits};
@@ -28,6 +37,8 @@ pub struct Selected {
     pub tensors: Vec<(String, TensorDesc)>,
     /// Every other entry (dotted path → inert value).
     pub entries: Vec<(String, MetaValue)>,
+    /// Tensors and numpy arrays outside the converted dict (dotted path, what and why).
+    pub dropped: Vec<(String, String)>,
 }
 
 type R<T> = Result<T, VmErrorKind>;
@@ -64,13 +75,6 @@ pub fn dict_items(arena: &Arena, id: Id) -> Option<Vec<(Id, Id)>> {
     Some(out)
 }
 
-fn str_key(arena: &Arena, items: &[(Id, Id)], key: &str) -> Option<Id> {
-    items
-        .iter()
-        .find(|(k, _)| arena.str(*k) == Some(key))
-        .map(|&(_, v)| v)
-}
-
 fn has_tensors(arena: &Arena, id: Id) -> bool {
     dict_items(arena, id).is_some_and(|items| {
         items
@@ -79,111 +83,217 @@ fn has_tensors(arena: &Arena, id: Id) -> bool {
     })
 }
 
-/// Picks the dict of tensors and describes the rest.
-pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> R<Selected> {
-    let Some(root_items) = dict_items(arena, root) else {
-        return match arena.get(root) {
-            Node::Tensor(_) => unsupported(
-                "the file holds a single tensor, not a dict of tensors; save `{\"name\": tensor}` instead",
-            ),
-            other => unsupported(format!(
-                "the top-level object is a {}, not a dict of tensors",
-                other.type_name()
-            )),
-        };
+/// The tensor name for a file that holds a single tensor: the file name without its extension,
+/// as a lone `.npy` array is named after its file without `.npy` (`None`: not UTF-8).
+pub fn lone_name(path: &std::path::Path) -> Option<String> {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .map(str::to_string)
+}
+
+/// Picks the dict of tensors and describes the rest: the non-tensor entries as inert metadata,
+/// and every tensor or numpy array outside the converted dict in `dropped`. A file holding a
+/// single tensor converts it under `lone` (see [`lone_name`]).
+pub fn select(
+    arena: &Arena,
+    root: Id,
+    key: Option<&str>,
+    lone: Option<&str>,
+    limits: &VmLimits,
+) -> R<Selected> {
+    let key = key.filter(|k| !k.is_empty());
+    if let Node::Tensor(t) = arena.get(root) {
+        return lone_tensor(t, key, lone);
+    }
+    if dict_items(arena, root).is_none() {
+        return unsupported(format!(
+            "the top-level object is a {}, not a dict of tensors",
+            arena.get(root).type_name()
+        ));
+    }
+    let walked = match key {
+        Some(k) => resolve_key(arena, root, k)?,
+        None => default_path(arena, root)?,
     };
-    let mut budget = limits.max_expanded;
-    let mut sizes = HashMap::new();
-    let mut path: Vec<String> = Vec::new();
-    let mut target = root;
-    if let Some(key) = key.filter(|k| !k.is_empty()) {
-        let mut rest = key;
-        while !rest.is_empty() {
-            let items = dict_items(arena, target).ok_or_else(|| {
-                VmErrorKind::Unsupported(format!("key `{key}`: `{}` is not a dict", path.join(".")))
-            })?;
-            // Prefer the whole remaining string as one key (names may contain dots).
-            let (seg, tail) = match str_key(arena, &items, rest) {
-                Some(_) => (rest, ""),
-                None => match rest.split_once('.') {
-                    Some((a, b)) => (a, b),
-                    None => (rest, ""),
-                },
-            };
-            match str_key(arena, &items, seg) {
-                Some(v) => {
-                    target = v;
-                    path.push(seg.to_string());
-                    rest = tail;
-                }
-                None => {
-                    let avail: Vec<String> = items
-                        .iter()
-                        .filter_map(|(k, _)| arena.str(*k).map(weightport_core::sanitize))
-                        .take(20)
-                        .collect();
-                    return unsupported(format!(
-                        "key `{}` not found (keys there: {})",
-                        weightport_core::sanitize(key),
-                        avail.join(", ")
-                    ));
-                }
-            }
-        }
-        if dict_items(arena, target).is_none() {
-            return unsupported(format!(
-                "key `{}` is a {}, not a dict of tensors",
-                weightport_core::sanitize(key),
-                arena.get(target).type_name()
-            ));
-        }
-    } else if !has_tensors(arena, root) {
-        let named: Vec<&str> = STATE_KEYS
-            .iter()
-            .copied()
-            .filter(|k| str_key(arena, &root_items, k).is_some_and(|v| has_tensors(arena, v)))
-            .collect();
-        match named.as_slice() {
-            [one] => {
-                target = str_key(arena, &root_items, one).expect("present");
-                path.push(one.to_string());
-            }
-            [] => {
-                let cands = find_tensor_dicts(arena, root);
-                if cands.is_empty() {
-                    return unsupported(
-                        "no tensors at the top level or under state_dict/model_state_dict/model/module, \
-                         and no nested dict of tensors; nothing to convert",
-                    );
-                }
-                return unsupported(format!(
-                    "no tensors at the top level; dicts of tensors found under: {}; choose one with --key",
-                    cands.join(", ")
-                ));
-            }
-            many => {
-                return unsupported(format!(
-                    "several dicts of tensors ({}); choose one with --key",
-                    many.join(", ")
-                ))
-            }
-        }
+    let target = walked.last().map_or(root, |(_, c)| c.value);
+    if dict_items(arena, target).is_none() {
+        return unsupported(format!(
+            "key `{}` is a {}, not a dict of tensors",
+            weightport_core::sanitize(key.unwrap_or_default()),
+            arena.get(target).type_name()
+        ));
+    }
+    if let (Some(k), false) = (key, has_tensors(arena, target)) {
+        return Err(no_tensors_at(arena, target, k));
     }
     let mut out = Selected {
-        path: path.clone(),
+        path: walked
+            .iter()
+            .map(|(_, c)| c.label(arena).unwrap_or_default())
+            .collect(),
         ..Default::default()
     };
-    let prefix = if path.is_empty() {
+    let mut budget = limits.max_expanded;
+    collect_target(arena, target, limits, &mut budget, &mut out)?;
+    collect_siblings(arena, &walked, limits, &mut budget, &mut out)?;
+    out.dropped = census(arena, root, target)
+        .into_iter()
+        .map(|(p, what)| (p, format!("{what}: not in the converted dict")))
+        .collect();
+    Ok(out)
+}
+
+fn lone_tensor(t: &TensorDesc, key: Option<&str>, lone: Option<&str>) -> R<Selected> {
+    if let Some(k) = key.filter(|k| *k != ".") {
+        return unsupported(format!(
+            "--key `{}`: the file holds a single tensor, not a dict",
+            weightport_core::sanitize(k)
+        ));
+    }
+    let Some(name) = lone else {
+        return unsupported(
+            "the file holds a single tensor, named after the file, but the file name is not UTF-8",
+        );
+    };
+    Ok(Selected {
+        tensors: vec![(name.to_string(), t.clone())],
+        ..Default::default()
+    })
+}
+
+/// Follows a dotted `--key` (`.` alone: the top level). At each level the whole remaining
+/// string is tried as one key first (names may contain dots); a segment matches a str key, an
+/// int key (`optimizer.state.0`) or a list/tuple index.
+fn resolve_key(arena: &Arena, root: Id, key: &str) -> R<Vec<(Id, Child)>> {
+    let mut walked: Vec<(Id, Child)> = Vec::new();
+    let (mut node, mut rest) = (root, if key == "." { "" } else { key });
+    while !rest.is_empty() {
+        let Some(kids) = children(arena, node) else {
+            return unsupported(format!(
+                "key `{}`: `{}` is a {}, not a dict or list",
+                weightport_core::sanitize(key),
+                path_text(arena, &walked),
+                arena.get(node).type_name()
+            ));
+        };
+        let (seg, tail) = if kids.iter().any(|c| c.is(arena, rest)) {
+            (rest, "")
+        } else {
+            rest.split_once('.').unwrap_or((rest, ""))
+        };
+        let Some(c) = kids.iter().find(|c| c.is(arena, seg)) else {
+            return Err(not_found(arena, key, &walked, &kids));
+        };
+        walked.push((node, *c));
+        (node, rest) = (c.value, tail);
+    }
+    Ok(walked)
+}
+
+/// A `--key` dict without tensors of its own: the dicts of tensors under it, with their keys.
+fn no_tensors_at(arena: &Arena, target: Id, key: &str) -> VmErrorKind {
+    let key = weightport_core::sanitize(key);
+    let under: Vec<String> = candidates(arena, target)
+        .into_iter()
+        .map(|mut c| {
+            if key != "." {
+                c.key = format!("{key}.{}", c.key);
+            }
+            c.to_string()
+        })
+        .collect();
+    VmErrorKind::Unsupported(if under.is_empty() {
+        format!("key `{key}` holds no tensors and no dict of tensors; nothing to convert")
+    } else {
+        format!(
+            "key `{key}` holds no tensors directly; dicts of tensors under it: {}",
+            under.join(", ")
+        )
+    })
+}
+
+fn path_text(arena: &Arena, walked: &[(Id, Child)]) -> String {
+    let segs: Vec<String> = walked.iter().map(|(_, c)| c.segment(arena)).collect();
+    if segs.is_empty() {
+        "the top level".into()
+    } else {
+        segs.join(".")
+    }
+}
+
+fn not_found(arena: &Arena, key: &str, walked: &[(Id, Child)], kids: &[Child]) -> VmErrorKind {
+    let mut shown: Vec<String> = kids.iter().take(20).map(|c| c.segment(arena)).collect();
+    if kids.len() > 20 {
+        shown.push(format!("and {} more", kids.len() - 20));
+    }
+    VmErrorKind::Unsupported(format!(
+        "key `{}` not found (keys at {}: {})",
+        weightport_core::sanitize(key),
+        path_text(arena, walked),
+        shown.join(", ")
+    ))
+}
+
+/// The dict converted without `--key`: the single `state_dict`-like child (unless the top level
+/// holds more tensors itself), else the top level when it is the only dict of tensors; anything
+/// else is refused with the candidates, their sizes and the `--key` for each.
+fn default_path(arena: &Arena, root: Id) -> R<Vec<(Id, Child)>> {
+    let kids = children(arena, root).unwrap_or_default();
+    let named: Vec<Child> = STATE_KEYS
+        .iter()
+        .filter_map(|k| {
+            kids.iter()
+                .find(|c| c.key.and_then(|k| arena.str(k)) == Some(*k))
+                .filter(|c| has_tensors(arena, c.value))
+                .copied()
+        })
+        .collect();
+    let direct = direct_tensors(arena, root).0;
+    let cands = candidates(arena, root);
+    match named.as_slice() {
+        [one] if direct <= direct_tensors(arena, one.value).0 => return Ok(vec![(root, *one)]),
+        [] if direct > 0 && cands.len() == 1 => return Ok(Vec::new()),
+        _ => {}
+    }
+    if cands.is_empty() {
+        return unsupported(
+            "no tensors at the top level or under state_dict/model_state_dict/model/module, \
+             and no nested dict of tensors; nothing to convert",
+        );
+    }
+    let why = match (named.len(), direct) {
+        (0, 0) => "no tensors at the top level and no state_dict-like child",
+        (0, _) => "tensors at the top level and in nested dicts",
+        (1, _) => "more tensors at the top level than in the state_dict-like child",
+        _ => "several state_dict-like children",
+    };
+    let list: Vec<String> = cands.iter().map(|c| c.to_string()).collect();
+    unsupported(format!(
+        "{why}; dicts of tensors found: {}; choose one with --key",
+        list.join(", ")
+    ))
+}
+
+/// The target dict's tensors, and its other entries as metadata under the selected path.
+fn collect_target(
+    arena: &Arena,
+    target: Id,
+    limits: &VmLimits,
+    budget: &mut u64,
+    out: &mut Selected,
+) -> R<()> {
+    let mut sizes = HashMap::new();
+    let prefix = if out.path.is_empty() {
         String::new()
     } else {
-        format!("{}.", path.join("."))
+        format!("{}.", out.path.join("."))
     };
     for (k, v) in dict_items(arena, target).expect("a dict") {
         match (arena.get(k), arena.get(v)) {
             (Node::Str(name), Node::Tensor(t)) => out.tensors.push((name.clone(), (**t).clone())),
             (_, Node::Unconvertible { kind, rebuild }) => {
                 return unsupported(unconvertible_message(
-                    &key_text(arena, k, limits, &mut budget)?,
+                    &key_text(arena, k, limits, budget)?,
                     kind,
                     rebuild,
                 ))
@@ -191,7 +301,7 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
             (_, Node::Tensor(_)) => {
                 return unsupported(format!(
                     "a tensor is stored under the non-string key {}",
-                    to_meta(arena, k, limits.max_depth, &mut budget)?.to_text()
+                    to_meta(arena, k, limits.max_depth, budget)?.to_text()
                 ))
             }
             _ => {
@@ -202,30 +312,42 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
                     &mut budget.clone(),
                     limits.max_expanded,
                 )?;
-                let name = key_text(arena, k, limits, &mut budget)?;
-                let val = to_meta(arena, v, limits.max_depth, &mut budget)?;
+                let name = key_text(arena, k, limits, budget)?;
+                let val = to_meta(arena, v, limits.max_depth, budget)?;
                 out.entries.push((format!("{prefix}{name}"), val));
             }
         }
     }
-    // Siblings along the selected path (epoch, optimizer, hyper_parameters, …).
-    let mut node = root;
-    for (depth, seg) in path.iter().enumerate() {
-        let items = dict_items(arena, node).expect("walked");
-        let pre = path[..depth].join(".");
-        for &(k, v) in &items {
-            if arena.str(k) == Some(seg.as_str()) {
+    Ok(())
+}
+
+/// Siblings along the selected path (epoch, optimizer, hyper_parameters, …) as metadata.
+fn collect_siblings(
+    arena: &Arena,
+    walked: &[(Id, Child)],
+    limits: &VmLimits,
+    budget: &mut u64,
+    out: &mut Selected,
+) -> R<()> {
+    let mut sizes = HashMap::new();
+    for (depth, (node, chosen)) in walked.iter().enumerate() {
+        let pre = out.path[..depth].join(".");
+        for c in children(arena, *node).expect("walked") {
+            if c.key == chosen.key && c.index == chosen.index {
                 continue;
             }
             charge(
                 arena,
-                v,
+                c.value,
                 &mut sizes,
                 &mut budget.clone(),
                 limits.max_expanded,
             )?;
-            let name = key_text(arena, k, limits, &mut budget)?;
-            let val = to_meta(arena, v, limits.max_depth, &mut budget)?;
+            let name = match c.key {
+                Some(k) => key_text(arena, k, limits, budget)?,
+                None => c.index.to_string(),
+            };
+            let val = to_meta(arena, c.value, limits.max_depth, budget)?;
             let full = if pre.is_empty() {
                 name
             } else {
@@ -233,9 +355,8 @@ pub fn select(arena: &Arena, root: Id, key: Option<&str>, limits: &VmLimits) -> 
             };
             out.entries.push((full, val));
         }
-        node = str_key(arena, &items, seg).expect("walked");
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Why a tensor of `kind` is refused, and what to do instead.
@@ -320,39 +441,6 @@ fn charge(
     }
     *budget -= n;
     Ok(())
-}
-
-/// Dotted paths of nested dicts that hold tensors (breadth-first, bounded: depth 4, 10,000
-/// dicts visited, 10 paths reported), for the error that asks for `--key`.
-fn find_tensor_dicts(arena: &Arena, root: Id) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut queue = std::collections::VecDeque::from([(String::new(), root, 0u32)]);
-    let mut visited = 0;
-    while let Some((path, id, depth)) = queue.pop_front() {
-        visited += 1;
-        if visited > 10_000 || out.len() >= 10 {
-            break;
-        }
-        let Some(items) = dict_items(arena, id) else {
-            continue;
-        };
-        for (k, v) in items {
-            let Some(name) = arena.str(k) else {
-                continue;
-            };
-            let p = if path.is_empty() {
-                name.to_string()
-            } else {
-                format!("{path}.{name}")
-            };
-            if has_tensors(arena, v) {
-                out.push(weightport_core::sanitize(&p));
-            } else if depth < 4 && matches!(arena.get(v), Node::Dict { .. }) {
-                queue.push_back((p, v, depth + 1));
-            }
-        }
-    }
-    out
 }
 
 fn key_text(arena: &Arena, k: Id, limits: &VmLimits, budget: &mut u64) -> R<String> {

@@ -75,6 +75,8 @@ pub struct CheckpointReport {
     pub entries: Vec<(String, MetaValue)>,
     /// Names dropped as exact aliases of another (dropped, kept).
     pub aliases: Vec<(String, String)>,
+    /// Tensors and numpy arrays outside the converted dict (dotted path, what and why).
+    pub dropped: Vec<(String, String)>,
     /// Pickle protocol.
     pub protocol: u8,
 }
@@ -106,6 +108,49 @@ impl std::fmt::Debug for Checkpoint {
             .field("tensors", &self.infos.len())
             .finish()
     }
+}
+
+/// Output heads transformers ties to an input embedding: the names its `_tied_weights_keys`
+/// drop when saving (transformers 5.24: `lm_head.weight` in 266 models, then these), matched as
+/// the whole name or its dotted suffix.
+const TIED_HEADS: &[&str] = &[
+    "lm_head.weight",
+    "lm_head.decoder.weight",
+    "cls.predictions.decoder.weight",
+    "head.decoder.weight",
+    "mlm_score.decoder.weight",
+    "embed_out.weight",
+    "proj_out.weight",
+    "output_projection.weight",
+    "generator_lm_head.weight",
+    "lm_loss.weight",
+    "vocab_projector.weight",
+    "pred_layer.proj.weight",
+    "decoder.embed_tokens.weight",
+    "encoder.embed_tokens.weight",
+];
+
+fn is_tied_head(name: &str) -> bool {
+    TIED_HEADS.iter().any(|h| {
+        name.strip_suffix(h)
+            .is_some_and(|pre| pre.is_empty() || pre.ends_with('.'))
+    })
+}
+
+/// The name kept of an exact alias group, as safetensors' convert.py does with the discard
+/// names transformers gives it: `sorted(names - tied heads)[0]`, else `sorted(names)[0]`. So a
+/// tied model keeps `model.embed_tokens.weight` and drops `lm_head.weight`, as transformers'
+/// `save_pretrained` does.
+fn keep_of(group: &[usize], tensors: &[(String, TensorDesc)]) -> usize {
+    let name = |i: &usize| tensors[*i].0.as_str();
+    let pick = |heads: bool| {
+        group
+            .iter()
+            .filter(|i| heads || !is_tied_head(name(i)))
+            .min_by_key(|i| name(i))
+            .copied()
+    };
+    pick(false).or_else(|| pick(true)).expect("non-empty")
 }
 
 /// Converts a VM error to the public error, at `base + offset` in `path`.
@@ -252,11 +297,7 @@ impl Checkpoint {
             let mut gs: Vec<&Vec<usize>> = groups.values().filter(|g| g.len() > 1).collect();
             gs.sort();
             for g in gs {
-                // convert.py keeps sorted(names)[0].
-                let keep = *g
-                    .iter()
-                    .min_by(|&&a, &&b| sel.tensors[a].0.cmp(&sel.tensors[b].0))
-                    .expect("non-empty");
+                let keep = keep_of(g, &sel.tensors);
                 for &i in g {
                     if i != keep {
                         drop[i] = true;
@@ -354,6 +395,7 @@ impl Checkpoint {
                 selected: sel.path,
                 entries: sel.entries,
                 aliases,
+                dropped: sel.dropped,
                 protocol,
             },
             seq: Mutex::new(HashMap::new()),
@@ -551,6 +593,10 @@ impl TensorSource for Checkpoint {
         self.path.clone()
     }
 
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.report.dropped.clone()
+    }
+
     fn bytes(&self, index: usize) -> Option<&[u8]> {
         let e = &self.entries[index];
         if !self.plain(e) {
@@ -621,5 +667,19 @@ impl TensorSource for Checkpoint {
                 .min(base + b.len());
             mapped::will_need(&self.map, base.saturating_add(offset as usize), end);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_tied_head;
+
+    #[test]
+    fn tied_heads_match_whole_dotted_suffixes() {
+        assert!(is_tied_head("lm_head.weight"));
+        assert!(is_tied_head("model.lm_head.weight"));
+        assert!(is_tied_head("cls.predictions.decoder.weight"));
+        assert!(!is_tied_head("xlm_head.weight"));
+        assert!(!is_tied_head("model.embed_tokens.weight"));
     }
 }

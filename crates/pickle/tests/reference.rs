@@ -366,3 +366,33 @@ fn whole_module_pickle_says_to_save_a_state_dict() {
     assert_eq!(e.exit_code(), 3);
     assert!(e.to_string().contains("state_dict()"), "{e}");
 }
+
+#[test]
+fn a_single_tensor_file_is_one_tensor_named_after_the_file() {
+    let f = fixtures().join("good/ckpt/single_view.pt");
+    let src = weightport_pickle::open(&f, &ReadOptions::default()).unwrap();
+    let t = &src.tensors()[0];
+    assert_eq!(
+        (t.name.as_str(), &t.shape[..]),
+        ("single_view", &[3u64, 4][..])
+    );
+    // A key into a lone tensor is an error naming the key, not a panic.
+    let e = weightport_pickle::open_checkpoint(&f, &opts(Some("w".into()), false)).unwrap_err();
+    assert!(e.to_string().contains("--key `w`"), "{e}");
+}
+
+#[test]
+fn stray_tensors_never_hide_the_state_dict() {
+    let f = fixtures().join("good/ckpt/best_acc.pt");
+    let c = weightport_pickle::open_checkpoint(&f, &ReadOptions::default()).unwrap();
+    assert_eq!(c.report().selected, ["state_dict"]);
+    assert_eq!(c.report().dropped.len(), 1);
+    assert_eq!(c.report().dropped[0].0, "best_acc");
+    assert_eq!(c.unconverted(), c.report().dropped);
+    // A key that walks through a list and an int key.
+    let f = fixtures().join("good/ckpt/lightning.ckpt");
+    let key = Some("optimizer_states.0.state.1".to_string());
+    let c = weightport_pickle::open_checkpoint(&f, &opts(key, false)).unwrap();
+    assert_eq!(c.report().selected, ["optimizer_states", "0", "state", "1"]);
+    assert_eq!(c.tensors().len(), 3);
+}

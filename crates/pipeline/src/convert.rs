@@ -11,7 +11,7 @@ use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 use crate::exec::{run, worker_bytes, Progress};
 use crate::hf_gguf::{self, WithGenerated};
 use crate::input::open_inputs;
-use crate::plan::{build, output_metadata, OutTensor, TransformOptions};
+use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
 use crate::registry::output_for;
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
@@ -148,7 +148,9 @@ pub struct ConvertReport {
     pub plan: Vec<TensorReport>,
     /// HF release → GGUF: `arch (HF architecture)`.
     pub architecture: Option<String>,
-    /// HF release → GGUF: tensors of the release not written, and why.
+    /// Tensors of the input not written, and why: those outside the converted dict of a
+    /// checkpoint ([`TensorSource::unconverted`]), then (HF release → GGUF) those of the
+    /// release llama.cpp does not use.
     pub dropped: Vec<(String, String)>,
     /// Things worth knowing about how the input was read.
     pub notes: Vec<String>,
@@ -177,8 +179,13 @@ pub struct ConvertReport {
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    hf_gguf::precheck(&opts.inputs, fmt.format == Format::Gguf, &opts.transform)?;
-    let input = open_inputs(&opts.inputs, &opts.open)?;
+    let gguf = fmt.format == Format::Gguf;
+    hf_gguf::precheck(&opts.inputs, gguf, &opts.transform)?;
+    let mut open = opts.open.clone();
+    // The reference reads a release with torch.load/safe_open, which give every name of tied
+    // weights; its architecture code decides what to write.
+    open.read.shared_copy |= hf_gguf::release_dir(&opts.inputs, gguf, &opts.transform).is_some();
+    let input = open_inputs(&opts.inputs, &open)?;
     let mut r = convert_source(
         input.source.as_ref(),
         input.repo_dir.as_deref(),
@@ -252,6 +259,7 @@ pub fn convert_source(
         shard_size: opts.shard_size,
         companions_from: repo_dir,
         source_format: source.format(),
+        float_dtype: float_dtype(&opts.transform, gguf),
     };
     let plan = (fmt.plan)(&req)?;
     let mut outs = outs;
@@ -261,9 +269,10 @@ pub fn convert_source(
     let (threads, memory) = threads_for(source, &outs, opts)?;
     let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);
+    report.dropped = source.unconverted();
     if let Some((architecture, dropped, from)) = arch {
         report.architecture = Some(architecture);
-        report.dropped = dropped;
+        report.dropped.extend(dropped);
         for (t, f) in report.plan.iter_mut().zip(from) {
             t.from = f;
         }
@@ -308,6 +317,14 @@ pub fn convert_source(
     report.removed = committed.removed;
     report.transforms = transforms_of(&outs);
     Ok(report)
+}
+
+/// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.
+fn float_dtype(t: &TransformOptions, gguf: bool) -> Option<weightport_core::DType> {
+    match t.dtype {
+        DtypeChoice::To(d) if !gguf && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
+        _ => None,
+    }
 }
 
 fn transforms_of(outs: &[OutTensor]) -> Vec<TransformReport> {

@@ -53,12 +53,22 @@ pub fn wanted<'a>(
 /// Refuses an unsupported architecture from `config.json` alone, before any input file is
 /// opened: `inputs` is one HF release directory going to a GGUF output.
 pub fn precheck(inputs: &[PathBuf], gguf_output: bool, opts: &TransformOptions) -> Result<()> {
-    if let [dir] = inputs {
-        if let Some(dir) = wanted(Some(dir), gguf_output, opts) {
-            weightport_arch::check_supported(dir)?;
-        }
+    if let Some(dir) = release_dir(inputs, gguf_output, opts) {
+        weightport_arch::check_supported(dir)?;
     }
     Ok(())
+}
+
+/// The HF release directory when `inputs` is one going to a GGUF output.
+pub fn release_dir<'a>(
+    inputs: &'a [PathBuf],
+    gguf_output: bool,
+    opts: &TransformOptions,
+) -> Option<&'a Path> {
+    match inputs {
+        [dir] => wanted(Some(dir), gguf_output, opts),
+        _ => None,
+    }
 }
 
 /// gguf-py's `Metadata.id_to_title`: `-` to spaces, all-lowercase words title-cased unless they
@@ -436,6 +446,9 @@ impl TensorSource for WithGenerated<'_> {
             }
             None => self.inner.read_into(index, offset, dst),
         }
+    }
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.inner.unconverted()
     }
     fn access(&self, index: usize) -> Access {
         match self.own(index) {

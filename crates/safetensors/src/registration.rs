@@ -55,9 +55,19 @@ pub fn names_file(path: &Path) -> bool {
             .is_some_and(|n| n.to_ascii_lowercase().ends_with(".safetensors"))
 }
 
-/// The `__metadata__` a request's metadata becomes (`None` when empty).
+/// The `__metadata__` a request's metadata becomes (`None` when empty). Weights read from a
+/// PyTorch pickle get `"format": "pt"`, as transformers' `save_pretrained` and safetensors'
+/// convert.py write it for torch weights (transformers 4.x and diffusers refuse a header
+/// `__metadata__` without it); other sources keep their metadata as it is, so a safetensors
+/// source still round-trips byte for byte and an npz source matches `save_file`.
 pub fn header_metadata(req: &OutputRequest) -> Option<std::collections::BTreeMap<String, String>> {
-    let m = string_metadata(req.metadata);
+    let mut m = string_metadata(req.metadata);
+    if matches!(
+        req.source_format,
+        Format::PytorchZip | Format::PytorchLegacy
+    ) {
+        m.entry("format".into()).or_insert_with(|| "pt".into());
+    }
     (!m.is_empty()).then_some(m)
 }
 
