@@ -375,3 +375,85 @@ fn sarif_is_valid_and_carries_offsets_rules_and_hashes() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// A Lightning checkpoint whose `hyper_parameters` is an omegaconf DictConfig (written by
+/// torch.save with omegaconf 2.4.0): refused by default, naming the class and its offset;
+/// with `--allow-inert-objects` its state dict converts to what torch.load returns, and every
+/// foreign class is listed; scan still calls it unsafe.
+#[test]
+fn lightning_with_foreign_objects_converts_only_when_asked() {
+    let ck = fixtures().join("bad/misc/lightning_omegaconf.ckpt");
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("o.safetensors");
+    let (i, o) = (ck.to_str().unwrap(), out.to_str().unwrap());
+    let refused = wp(&["convert", i, "-o", o]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("omegaconf.dictconfig.DictConfig") && err.contains("(byte "),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    let ok = wp(&["--json", "convert", i, "-o", o, "--allow-inert-objects"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    let listed = v.to_string();
+    for class in [
+        "omegaconf.dictconfig.DictConfig",
+        "omegaconf.listconfig.ListConfig",
+        "omegaconf.nodes.AnyNode",
+        "typing.Any",
+    ] {
+        assert!(listed.contains(class), "{class} not listed: {v}");
+    }
+    let want = fixtures().join("expected/misc/lightning_omegaconf.safetensors");
+    let same = wp(&["verify", o, "--against", want.to_str().unwrap()]);
+    assert!(
+        same.status.success(),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
+    );
+
+    let (code, s) = scan_json(&ck);
+    assert_eq!(code, 3);
+    assert!(globals(&s["files"][0]).contains(&"omegaconf.dictconfig.DictConfig".to_string()));
+}
+
+/// `--allow-inert-objects` is for foreign *data* classes: every file of the hostile corpora
+/// (os/posix/builtins/torch gadgets, INST, EXT, stdlib runners) is still refused with it.
+#[test]
+fn inert_objects_never_admit_the_hostile_corpus() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("o.safetensors");
+    let mut n = 0;
+    for dir in ["hostile/pickle", "hostile/scan"] {
+        for e in std::fs::read_dir(fixtures().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+            if !["pt", "bin", "tar", "npz", "npy"].contains(&ext) {
+                continue;
+            }
+            let o = wp(&[
+                "convert",
+                p.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+                "--allow-inert-objects",
+            ]);
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 70);
+}

@@ -167,6 +167,12 @@ pub struct ReadArgs {
     /// `copy` writes every name.
     #[arg(long, value_name = "auto|copy", default_value = "auto", value_parser = ["auto", "copy"])]
     pub shared: String,
+    /// PyTorch: convert the tensors of a checkpoint whose other entries hold objects of classes
+    /// off the allowlist (omegaconf configs, typing.Any), keeping each as an inert record that
+    /// is listed, never called. By default such a file is refused (exit 3). `scan` still
+    /// reports them.
+    #[arg(long)]
+    pub allow_inert_objects: bool,
 }
 
 #[derive(Args, Debug)]

@@ -60,6 +60,7 @@ fn open_request(r: &ReadArgs) -> OpenRequest {
     read.void2_as_bf16 = r.void2_as.is_some();
     read.key = r.key.clone();
     read.shared_copy = r.shared == "copy";
+    read.inert_objects = r.allow_inert_objects;
     OpenRequest {
         read,
         from: r.from.clone(),
@@ -337,7 +338,7 @@ fn not_converted_lines(dropped: &[(String, String)], out: &mut impl Write) -> st
     }
     writeln!(
         out,
-        "  NOT converted: {} tensors/arrays of the input (choose another dict with --key):",
+        "  NOT converted: {} parts of the input (another dict of tensors can be chosen with --key):",
         dropped.len()
     )?;
     for (n, why) in dropped.iter().take(SHOW_DROPPED) {

@@ -57,6 +57,10 @@ pub struct ReadOptions {
     /// PyTorch: write every name of tensors that share storage (`--shared copy`), instead of
     /// keeping one name per exact alias.
     pub shared_copy: bool,
+    /// PyTorch: keep objects of classes off the allowlist (a Lightning checkpoint's
+    /// `hyper_parameters` DictConfig) as inert, listed records and convert the tensors, instead
+    /// of refusing the file. Nothing is ever called either way.
+    pub inert_objects: bool,
     /// Read this one file even if it is a part of a set (a GGUF split): verification reopens
     /// each staged file on its own, under its temp name.
     pub one_part: bool,

@@ -254,6 +254,67 @@ impl Sym {
     }
 }
 
+/// Modules whose globals stay refused even when foreign objects are kept inert
+/// (`--allow-inert-objects`): only a malicious file names them, so a conversion stops there
+/// rather than listing them. torch's `weights_only` blocks `sys`, `os`, `posix` and `nt` even
+/// when a user allowlists them; the rest run code or unpickle nested data. Every other
+/// foreign class becomes an inert record (never called) and is listed.
+pub fn never_inert(module: &str) -> bool {
+    const BLOCKED: &[&str] = &[
+        "sys",
+        "os",
+        "posix",
+        "nt",
+        "subprocess",
+        "builtins",
+        "__builtin__",
+        "runpy",
+        "pty",
+        "importlib",
+        "ctypes",
+        "pickle",
+        "_pickle",
+        "marshal",
+        "types",
+        "shutil",
+        "socket",
+        "code",
+        "codeop",
+        "pydoc",
+        "webbrowser",
+        "operator",
+        "_operator",
+        "functools",
+        "copyreg",
+        "copy_reg",
+        "torch",
+        "__torch__",
+        "logging",
+        "pip",
+        "pkgutil",
+        "uuid",
+        "asyncio",
+        "cProfile",
+        "profile",
+        "timeit",
+        "bdb",
+        "trace",
+        "idlelib",
+        "venv",
+        "numpy.testing",
+        "_posixsubprocess",
+        "multiprocessing",
+        "threading",
+        "signal",
+    ];
+    BLOCKED.iter().any(|b| {
+        module == *b
+            || module
+                .strip_prefix(b)
+                .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
 /// A hint appended to a refusal when the symbol shows the file pickles a whole `nn.Module`
 /// or a TorchScript object rather than a state dict.
 pub fn module_hint(module: &str) -> &'static str {

@@ -356,26 +356,25 @@ pub(crate) struct ZipParse {
     pub big_endian: bool,
 }
 
-/// Checks the layout and runs the pickle. In `scan` mode, refusals are collected instead.
+/// Checks the layout and runs the pickle; `inert` keeps foreign objects as inert records
+/// ([`Vm::inert_foreign`]).
 pub(crate) fn parse(
     path: &Path,
     map: &Arc<Mmap>,
     limits: &VmLimits,
-    scan: bool,
+    inert: bool,
 ) -> Result<ZipParse> {
     let layout = layout(path, map)?;
-    if !scan {
-        if let Some(a) = layout.anomalies.first() {
-            let at = Location::file(path).at(a.offset);
-            return Err(if a.refused {
-                Error::Refused {
-                    at,
-                    reason: a.what.clone(),
-                }
-            } else {
-                Error::malformed(at, Format::PytorchZip, a.what.clone())
-            });
-        }
+    if let Some(a) = layout.anomalies.first() {
+        let at = Location::file(path).at(a.offset);
+        return Err(if a.refused {
+            Error::Refused {
+                at,
+                reason: a.what.clone(),
+            }
+        } else {
+            Error::malformed(at, Format::PytorchZip, a.what.clone())
+        });
     }
     let malformed = |o: u64, m: &str| {
         Error::malformed(
@@ -417,7 +416,8 @@ pub(crate) fn parse(
             });
         }
     }
-    let parsed = Vm::new(&data, limits.clone(), PidStyle::Zip, scan)
+    let parsed = Vm::new(&data, limits.clone(), PidStyle::Zip, false)
+        .inert_foreign(inert)
         .run(false)
         .map_err(|e| {
             if pkl.method == 0 {
@@ -444,9 +444,9 @@ pub(crate) fn parse(
 /// Opens a torch ZIP checkpoint.
 pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkpoint> {
     let map = map_file(path)?;
-    let zp = parse(path, &map, limits, false)?;
+    let zp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = zp.parsed.expect("strict parse");
-    let sel = select::select(
+    let mut sel = select::select(
         &parsed.arena,
         parsed.root,
         opts.key.as_deref(),
@@ -454,6 +454,8 @@ pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkp
         limits,
     )
     .map_err(|k| kind_error(Location::file(path), Format::PytorchZip, k))?;
+    sel.dropped
+        .extend(crate::source::inert_objects(&parsed.findings));
     let mut keyed = HashMap::new();
     for e in &zp.layout.entries {
         if let Some(k) = e.name.strip_prefix(&format!("{}/data/", zp.layout.prefix)) {

@@ -68,7 +68,12 @@ fn constant(path: &Path, data: &[u8], base: u64, limits: &VmLimits, what: &str) 
     Ok(p)
 }
 
-pub(crate) fn parse(path: &Path, map: &[u8], limits: &VmLimits, scan: bool) -> Result<LegacyParse> {
+pub(crate) fn parse(
+    path: &Path,
+    map: &[u8],
+    limits: &VmLimits,
+    inert: bool,
+) -> Result<LegacyParse> {
     let bad =
         |o: u64, m: String| Error::malformed(Location::file(path).at(o), Format::PytorchLegacy, m);
     let mut pos = 0u64;
@@ -98,9 +103,15 @@ pub(crate) fn parse(path: &Path, map: &[u8], limits: &VmLimits, scan: bool) -> R
         None => return Err(bad(pos, "sys_info is not a dict".into())),
     }
     pos += p3.end as u64;
-    let object = Vm::new(&map[pos as usize..], limits.clone(), PidStyle::Legacy, scan)
-        .run(true)
-        .map_err(|e| vm_error(path, Format::PytorchLegacy, pos, e))?;
+    let object = Vm::new(
+        &map[pos as usize..],
+        limits.clone(),
+        PidStyle::Legacy,
+        false,
+    )
+    .inert_foreign(inert)
+    .run(true)
+    .map_err(|e| vm_error(path, Format::PytorchLegacy, pos, e))?;
     pos += object.end as u64;
     let p5 = constant(path, &map[pos as usize..], pos, limits, "storage-key list")?;
     let keys = match p5.arena.get(p5.root) {
@@ -136,9 +147,9 @@ pub fn open(
     limits: &VmLimits,
     map: Arc<Mmap>,
 ) -> Result<Checkpoint> {
-    let lp = parse(path, &map, limits, false)?;
+    let lp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = lp.object;
-    let sel = select::select(
+    let mut sel = select::select(
         &parsed.arena,
         parsed.root,
         opts.key.as_deref(),
@@ -146,6 +157,8 @@ pub fn open(
         limits,
     )
     .map_err(|k| kind_error(Location::file(path), Format::PytorchLegacy, k))?;
+    sel.dropped
+        .extend(crate::source::inert_objects(&parsed.findings));
     let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
         .storages
         .iter()

@@ -153,6 +153,42 @@ fn keep_of(group: &[usize], tensors: &[(String, TensorDesc)]) -> usize {
     pick(false).or_else(|| pick(true)).expect("non-empty")
 }
 
+/// What an inert-mode parse kept instead of refusing (`--allow-inert-objects`), as entries of
+/// [`CheckpointReport::dropped`]: one per foreign class (`global`/`INST` findings; the calls
+/// and instantiations that follow them are the same objects), with its first offset in the
+/// pickle and how often it is named.
+pub(crate) fn inert_objects(findings: &[crate::vm::Finding]) -> Vec<(String, String)> {
+    let mut classes: Vec<(String, u64, usize)> = Vec::new();
+    for f in findings {
+        let named = ["global `", "INST `"]
+            .iter()
+            .find_map(|p| f.what.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next());
+        let Some(class) = named else { continue };
+        match classes.iter_mut().find(|c| c.0 == class) {
+            Some(c) => c.2 += 1,
+            None => classes.push((class.to_string(), f.offset, 1)),
+        }
+    }
+    classes
+        .into_iter()
+        .map(|(class, offset, n)| {
+            (
+                format!("<pickle byte {offset}>"),
+                format!(
+                    "`{class}`{}, a class off the allowlist: its objects are kept as inert \
+                     records, never called",
+                    if n > 1 {
+                        format!(" (named {n} times)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+        })
+        .collect()
+}
+
 /// Converts a VM error to the public error, at `base + offset` in `path`.
 pub(crate) fn vm_error(path: &Path, format: Format, base: u64, e: VmError) -> Error {
     let at = Location::file(path).at(base.saturating_add(e.offset));

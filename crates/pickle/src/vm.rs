@@ -447,10 +447,17 @@ impl<'a> Vm<'a> {
                 } else {
                     "it is not on the allowlist of weightport's restricted unpickler".to_string()
                 };
-                self.foreign(format!(
+                let msg = format!(
                     "global `{module}.{name}` refused: {why}{}",
                     allow::module_hint(module)
-                ))?;
+                );
+                if self.inert && !self.scan && allow::never_inert(module) {
+                    return refused(
+                        self.at,
+                        msg + " (never kept inert: a module only malicious files name)",
+                    );
+                }
+                self.foreign(msg)?;
                 self.push(Node::Unknown(format!("{module}.{name}")))
             }
         }
@@ -845,6 +852,9 @@ impl<'a> Vm<'a> {
                 let m = self.utf8(m, "INST module")?;
                 let n = self.utf8(n, "INST name")?;
                 self.record_global(&m, &n, false);
+                if self.inert && !self.scan && allow::never_inert(&m) {
+                    return refused(self.at, format!("INST `{m}.{n}` refused: never kept inert"));
+                }
                 self.pop_mark()?;
                 self.foreign(format!(
                     "INST `{m}.{n}` refused: the INST opcode looks a class up and calls it{}",
