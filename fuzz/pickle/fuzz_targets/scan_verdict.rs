@@ -42,7 +42,7 @@ fn arg_len(data: &[u8], pos: usize) -> Option<usize> {
         b'G' | 0x95 => 8,
         0x8a | b'U' | b'C' | 0x8c => 1 + le(1)?,
         0x8b | b'T' | b'X' | b'B' => 4 + le(4)?,
-        0x8d | 0x8e | 0x96 => 8 + le(8)?,
+        0x8d | 0x8e | 0x96 => le(8)?.checked_add(8)?,
         _ => return None,
     };
     (rest.len() >= n).then_some(n)
