@@ -8,9 +8,36 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::select::dict_items;
 use crate::torch::TensorDesc;
 use crate::value::{Arena, Id, Node};
+
+/// Dict items with Python semantics for repeated str/int keys.
+pub fn dict_items(arena: &Arena, id: Id) -> Option<Vec<(Id, Id)>> {
+    let Node::Dict { items, .. } = arena.get(id) else {
+        return None;
+    };
+    let mut out: Vec<(Id, Id)> = Vec::with_capacity(items.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for &(k, v) in items {
+        let repr = match arena.get(k) {
+            Node::Str(s) => Some(format!("s{s}")),
+            Node::Int(i) => Some(format!("i{i}")),
+            _ => None,
+        };
+        match repr.map(|r| match seen.get(&r) {
+            Some(&i) => Ok(i),
+            None => Err(r),
+        }) {
+            Some(Ok(i)) => out[i].1 = v,
+            Some(Err(r)) => {
+                seen.insert(r, out.len());
+                out.push((k, v));
+            }
+            None => out.push((k, v)),
+        }
+    }
+    Some(out)
+}
 
 /// Longest key text kept in a reported path segment.
 const MAX_SEG: usize = 120;

@@ -23,6 +23,8 @@ use crate::allow::Sym;
 use crate::census::{candidates, census, children, direct_tensors, Child};
 use crate::torch::TensorDesc;
 use crate::value::{Arena, Id, Node};
+
+pub use crate::census::dict_items;
 use crate::vm::{VmErrorKind, VmLimits};
 
 /// The child keys that hold a state dict in common checkpoint layouts.
@@ -45,34 +47,6 @@ type R<T> = Result<T, VmErrorKind>;
 
 fn unsupported<T>(msg: impl Into<String>) -> R<T> {
     Err(VmErrorKind::Unsupported(msg.into()))
-}
-
-/// Dict items with Python semantics for repeated str/int keys.
-pub fn dict_items(arena: &Arena, id: Id) -> Option<Vec<(Id, Id)>> {
-    let Node::Dict { items, .. } = arena.get(id) else {
-        return None;
-    };
-    let mut out: Vec<(Id, Id)> = Vec::with_capacity(items.len());
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for &(k, v) in items {
-        let repr = match arena.get(k) {
-            Node::Str(s) => Some(format!("s{s}")),
-            Node::Int(i) => Some(format!("i{i}")),
-            _ => None,
-        };
-        match repr.map(|r| match seen.get(&r) {
-            Some(&i) => Ok(i),
-            None => Err(r),
-        }) {
-            Some(Ok(i)) => out[i].1 = v,
-            Some(Err(r)) => {
-                seen.insert(r, out.len());
-                out.push((k, v));
-            }
-            None => out.push((k, v)),
-        }
-    }
-    Some(out)
 }
 
 fn has_tensors(arena: &Arena, id: Id) -> bool {
