@@ -91,6 +91,12 @@ impl Walk {
 /// Most entries recorded per list (all are still checked and counted in hazards).
 const MAX_RECORDED: usize = 10_000;
 
+/// Deepest stack (and metastack) walked; the interpreter's cap. Past it nothing is proven.
+const MAX_STACK: usize = 1 << 20;
+
+/// Most memo entries walked; the interpreter's cap.
+const MAX_MEMO: usize = 1 << 24;
+
 /// A value on the walk's stack: only what a verdict needs.
 #[derive(Debug, Clone)]
 enum V {
@@ -183,6 +189,14 @@ impl Walker<'_> {
             }
             if let Err(msg) = self.step(op) {
                 self.unreadable(msg);
+                return;
+            }
+            if self.stack.len() > MAX_STACK || self.marks.len() > MAX_STACK {
+                self.unreadable(format!("a stack deeper than {MAX_STACK} values"));
+                return;
+            }
+            if self.memo.len() > MAX_MEMO {
+                self.unreadable(format!("more than {MAX_MEMO} memo entries"));
                 return;
             }
         }
@@ -683,6 +697,14 @@ mod tests {
         let w = walk(b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01.", 100);
         assert!(w.is_clean(), "{:?}", w.hazards);
         assert_eq!(w.calls.len(), 1);
+    }
+
+    #[test]
+    fn a_stack_past_the_cap_is_unreadable() {
+        let mut p = vec![0x80, 2];
+        p.extend(std::iter::repeat_n(b'N', MAX_STACK + 2));
+        p.push(b'.');
+        assert_eq!(kinds(&walk(&p, u64::MAX)), vec![HazardKind::Unreadable]);
     }
 
     #[test]

@@ -108,11 +108,19 @@ fn classify(path: &Path, head: &[u8]) -> Kind {
     }
 }
 
-/// A protocol 0/1 pickle (no `PROTO` header) is told from text by walking it.
+/// How much of a file of unknown content is walked to tell a text pickle from other bytes: a
+/// pickle names its first global or call long before this.
+const SNIFF_WALK_BYTES: u64 = 64 << 20;
+
+/// A protocol 0/1 pickle (no `PROTO` header) is told from text by walking its start.
 fn looks_like_pickle(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(SNIFF_WALK_BYTES).read_to_end(&mut bytes));
+    if read.is_err() {
         return true; // unreadable here: let the audit report it
-    };
+    }
     weightport_pickle::walk::walk(&bytes, 1 << 28).looks_like_pickle()
 }
 
