@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod mix;
 pub mod permute;
 pub mod plan;
 pub mod table;

@@ -17,10 +17,8 @@ use weightport_core::{
 };
 
 use crate::compose::{Chain, PermuteRows, PlusOne};
-use crate::mix::{self, MixTensor};
-use crate::plan::{
-    ggml_n_dims, mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions,
-};
+use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
+use weightport_arch::mix::{self, MixTensor};
 
 /// What the architecture plan adds to a job.
 pub struct ArchJob {
@@ -310,7 +308,7 @@ fn quant_targets(
             MixTensor {
                 name: t.name.clone(),
                 ne0: t.shape.last().copied().unwrap_or(1),
-                n_dims: ggml_n_dims(&t.shape),
+                n_dims: mix::ggml_n_dims(&t.shape),
                 dtype: t.dtype,
             }
         })

@@ -21,7 +21,7 @@ pub mod convert;
 pub mod exec;
 pub mod hf_gguf;
 pub mod input;
-pub mod mix;
+pub use weightport_arch::mix;
 pub mod plan;
 pub mod quantize;
 pub mod registry;

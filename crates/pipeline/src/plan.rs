@@ -15,8 +15,8 @@ use weightport_core::{
 };
 
 use crate::cast::{is_float, Cast};
-use crate::mix::{self, Ftype, MixParams, MixTensor};
 use crate::quantize::{Dequantize, Quantize, Requantize};
+use weightport_arch::mix::{self, Ftype, MixParams, MixTensor, ModelFacts};
 
 /// An operation producing an output tensor from input bytes.
 pub trait Transform: Send + Sync {
@@ -192,37 +192,10 @@ fn renamed(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<Str
     Ok(names)
 }
 
-fn meta_u64(m: &Metadata, key: &str) -> Option<u64> {
-    match m.get(key)? {
-        MetaValue::U32(v) => Some(u64::from(*v)),
-        MetaValue::U64(v) => Some(*v),
-        MetaValue::I32(v) => u64::try_from(*v).ok(),
-        MetaValue::I64(v) => u64::try_from(*v).ok(),
-        _ => None,
-    }
-}
-
-/// The model facts llama-quantize's rules need, from GGUF metadata (or the names).
+/// llama-quantize's parameters: the `--quant` options and the model facts the arch crate reads
+/// from the metadata.
 pub(crate) fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams {
-    let arch = meta
-        .get("general.architecture")
-        .and_then(MetaValue::as_str)
-        .unwrap_or("llama")
-        .to_string();
-    let key = |k: &str| meta_u64(meta, &format!("{arch}.{k}"));
-    let layers_by_name = names
-        .iter()
-        .filter_map(|n| {
-            n.strip_prefix("blk.")?
-                .split('.')
-                .next()?
-                .parse::<usize>()
-                .ok()
-        })
-        .max()
-        .map_or(0, |m| m + 1);
-    let heads = key("attention.head_count").unwrap_or(1).max(1);
-    let kv_heads = key("attention.head_count_kv").unwrap_or(heads).max(1);
+    let facts = ModelFacts::read(meta, names);
     MixParams {
         ftype: q.ftype,
         pure: q.pure,
@@ -230,18 +203,11 @@ pub(crate) fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) ->
         output_type: q.output_type,
         token_embd_type: q.token_embd_type,
         leave_output: q.leave_output,
-        n_layer: key("block_count").map_or(layers_by_name, |v| v as usize),
-        n_gqa: (heads / kv_heads) as u32,
-        n_expert: key("expert_count").unwrap_or(0) as u32,
-        arch,
+        n_layer: facts.n_layer,
+        n_gqa: facts.n_gqa,
+        n_expert: facts.n_expert,
+        arch: facts.arch,
     }
-}
-
-/// ggml's `n_dims`: dimensions without the trailing 1s of `ne` (leading 1s of the shape), at
-/// least one.
-pub(crate) fn ggml_n_dims(shape: &[u64]) -> usize {
-    let leading_ones = shape.iter().take_while(|&&d| d == 1).count();
-    (shape.len() - leading_ones).max(1)
 }
 
 /// Each tensor's target dtype, and the output order (llama-quantize's for `--quant`).
@@ -263,7 +229,7 @@ fn targets(
                 MixTensor {
                     name: names[i].clone(),
                     ne0: shape.last().copied().unwrap_or(1),
-                    n_dims: ggml_n_dims(shape),
+                    n_dims: mix::ggml_n_dims(shape),
                     dtype: ts[i].dtype,
                 }
             })
@@ -391,11 +357,7 @@ fn in_file(e: Error, source: &dyn TensorSource, i: usize) -> Error {
 pub fn output_metadata(source: &dyn TensorSource, opts: &TransformOptions, gguf: bool) -> Metadata {
     let mut m = source.metadata().clone();
     if let Some(q) = &opts.quant {
-        for k in ["split.no", "split.count", "split.tensors.count"] {
-            m.remove(k);
-        }
-        m.push_last("general.quantization_version", MetaValue::U32(2));
-        m.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
+        mix::quantized_metadata(&mut m, q.ftype);
     }
     if gguf {
         if let Some(a) = &opts.arch {

@@ -12,7 +12,7 @@
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
 use regex::Regex;
-use weightport_core::{DType, Error, Result};
+use weightport_core::{DType, Error, MetaValue, Metadata, Result};
 
 /// A target file type (`general.file_type`).
 #[allow(non_camel_case_types, missing_docs)]
@@ -150,6 +150,79 @@ pub struct MixParams {
     pub n_gqa: u32,
     /// `{arch}.expert_count` (0 or 1 for dense models).
     pub n_expert: u32,
+}
+
+/// The model facts llama-quantize's rules need, read from GGUF metadata as llama-quantize reads
+/// them (`general.architecture`, `{arch}.block_count`, the head counts, `{arch}.expert_count`),
+/// with the layer count from `blk.N.` names when the metadata has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFacts {
+    /// `general.architecture` (`llama` when absent).
+    pub arch: String,
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// `head_count / head_count_kv`.
+    pub n_gqa: u32,
+    /// Experts per MoE layer (0 for dense models).
+    pub n_expert: u32,
+}
+
+fn meta_u64(m: &Metadata, key: &str) -> Option<u64> {
+    match m.get(key)? {
+        MetaValue::U32(v) => Some(u64::from(*v)),
+        MetaValue::U64(v) => Some(*v),
+        MetaValue::I32(v) => u64::try_from(*v).ok(),
+        MetaValue::I64(v) => u64::try_from(*v).ok(),
+        _ => None,
+    }
+}
+
+impl ModelFacts {
+    /// The facts of a model with metadata `meta` and tensor names `names`.
+    pub fn read(meta: &Metadata, names: &[String]) -> ModelFacts {
+        let arch = meta
+            .get("general.architecture")
+            .and_then(MetaValue::as_str)
+            .unwrap_or("llama")
+            .to_string();
+        let key = |k: &str| meta_u64(meta, &format!("{arch}.{k}"));
+        let layers_by_name = names
+            .iter()
+            .filter_map(|n| {
+                n.strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |m| m + 1);
+        let heads = key("attention.head_count").unwrap_or(1).max(1);
+        let kv_heads = key("attention.head_count_kv").unwrap_or(heads).max(1);
+        ModelFacts {
+            n_layer: key("block_count").map_or(layers_by_name, |v| v as usize),
+            n_gqa: (heads / kv_heads) as u32,
+            n_expert: key("expert_count").unwrap_or(0) as u32,
+            arch,
+        }
+    }
+}
+
+/// llama-quantize's edits of the metadata it copies: the split keys removed, then
+/// `general.quantization_version` and `general.file_type` set last.
+pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
+    for k in ["split.no", "split.count", "split.tensors.count"] {
+        m.remove(k);
+    }
+    m.push_last("general.quantization_version", MetaValue::U32(2));
+    m.push_last("general.file_type", MetaValue::U32(ftype.file_type()));
+}
+
+/// ggml's `n_dims` of a tensor with numpy-order `shape`: dimensions without the trailing 1s of
+/// `ne` (leading 1s of the shape), at least one.
+pub fn ggml_n_dims(shape: &[u64]) -> usize {
+    let leading_ones = shape.iter().take_while(|&&d| d == 1).count();
+    (shape.len() - leading_ones).max(1)
 }
 
 /// The decision for one tensor.

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use serde_json::Value;
+use weightport_arch::mix::{choose, quantize_order, Ftype, MixParams, MixTensor};
 use weightport_core::DType;
-use weightport_pipeline::mix::{choose, quantize_order, Ftype, MixParams, MixTensor};
 
 #[test]
 fn every_mix_chooses_what_llama_quantize_chose() {
