@@ -164,4 +164,8 @@ pub struct OutputFormat {
     pub sink: fn(&OutputRequest, &OutputPlan) -> Result<Box<dyn TensorSink>>,
     /// True when the format can store tensors of this dtype as they are.
     pub stores: fn(crate::DType) -> bool,
+    /// A model file for an inference engine (llama.cpp's GGUF): an HF release going to it is
+    /// planned by its architecture (the arch crate's names, hyper-parameter KVs and
+    /// tokenizer), and its metadata always names an architecture.
+    pub by_architecture: bool,
 }

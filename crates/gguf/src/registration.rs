@@ -157,4 +157,5 @@ pub const OUTPUT: OutputFormat = OutputFormat {
         }))
     },
     stores: |d: DType| types::ggml_id(d).is_some(),
+    by_architecture: true,
 };

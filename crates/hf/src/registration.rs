@@ -306,4 +306,5 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     plan: plan_repo,
     sink: weightport_safetensors::registration::sink_for,
     stores: weightport_safetensors::registration::stores,
+    by_architecture: false,
 };

@@ -179,12 +179,12 @@ pub struct ConvertReport {
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let gguf = fmt.format == Format::Gguf;
-    hf_gguf::precheck(&opts.inputs, gguf, &opts.transform)?;
+    let by_arch = fmt.by_architecture;
+    hf_gguf::precheck(&opts.inputs, by_arch, &opts.transform)?;
     let mut open = opts.open.clone();
     // The reference reads a release with torch.load/safe_open, which give every name of tied
     // weights; its architecture code decides what to write.
-    open.read.shared_copy |= hf_gguf::release_dir(&opts.inputs, gguf, &opts.transform).is_some();
+    open.read.shared_copy |= hf_gguf::release_dir(&opts.inputs, by_arch, &opts.transform).is_some();
     let input = open_inputs(&opts.inputs, &open)?;
     let mut r = convert_source(
         input.source.as_ref(),
@@ -230,9 +230,9 @@ pub fn convert_source(
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let gguf = fmt.format == Format::Gguf;
+    let by_arch = fmt.by_architecture;
     let with_generated;
-    let (source, outs, metadata, arch) = match hf_gguf::wanted(repo_dir, gguf, &opts.transform) {
+    let (source, outs, metadata, arch) = match hf_gguf::wanted(repo_dir, by_arch, &opts.transform) {
         Some(dir) => {
             let job = hf_gguf::build(source, dir, &opts.transform)?;
             with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
@@ -247,7 +247,7 @@ pub fn convert_source(
         None => (
             source,
             build(source, &opts.transform, fmt.stores)?,
-            output_metadata(source, &opts.transform, gguf),
+            output_metadata(source, &opts.transform, by_arch),
             None,
         ),
     };
@@ -259,7 +259,7 @@ pub fn convert_source(
         shard_size: opts.shard_size,
         companions_from: repo_dir,
         source_format: source.format(),
-        float_dtype: float_dtype(&opts.transform, gguf),
+        float_dtype: float_dtype(&opts.transform, by_arch),
     };
     let plan = (fmt.plan)(&req)?;
     let mut outs = outs;
@@ -320,9 +320,9 @@ pub fn convert_source(
 }
 
 /// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.
-fn float_dtype(t: &TransformOptions, gguf: bool) -> Option<weightport_core::DType> {
+fn float_dtype(t: &TransformOptions, by_arch: bool) -> Option<weightport_core::DType> {
     match t.dtype {
-        DtypeChoice::To(d) if !gguf && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
+        DtypeChoice::To(d) if !by_arch && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
         _ => None,
     }
 }

@@ -353,13 +353,18 @@ fn in_file(e: Error, source: &dyn TensorSource, i: usize) -> Error {
 
 /// The metadata an output carries: the source's, and for `--quant` llama-quantize's edits
 /// (`split.*` removed, `general.quantization_version` and `general.file_type` set last); a
-/// GGUF output always names an architecture (`--arch`, else the source's, else `generic`).
-pub fn output_metadata(source: &dyn TensorSource, opts: &TransformOptions, gguf: bool) -> Metadata {
+/// model-file output (`OutputFormat::by_architecture`) always names an architecture (`--arch`,
+/// else the source's, else `generic`).
+pub fn output_metadata(
+    source: &dyn TensorSource,
+    opts: &TransformOptions,
+    names_architecture: bool,
+) -> Metadata {
     let mut m = source.metadata().clone();
     if let Some(q) = &opts.quant {
         mix::quantized_metadata(&mut m, q.ftype);
     }
-    if gguf {
+    if names_architecture {
         if let Some(a) = &opts.arch {
             m.insert("general.architecture", MetaValue::Str(a.clone()));
         } else if m.get("general.architecture").is_none() {

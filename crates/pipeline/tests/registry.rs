@@ -172,6 +172,7 @@ static OUTPUT: OutputFormat = OutputFormat {
         }))
     },
     stores: |d| d == DType::Q8_0,
+    by_architecture: false,
 };
 
 #[test]

@@ -130,6 +130,7 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     plan: plan_file,
     sink: sink_for,
     stores,
+    by_architecture: false,
 };
 
 /// The dtypes safetensors can hold (no ggml block types).
