@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod mix;
+pub mod naming;
 pub mod permute;
 pub mod plan;
 pub mod table;

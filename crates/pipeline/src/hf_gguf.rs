@@ -12,13 +12,12 @@ use std::sync::Arc;
 use weightport_arch::{
     ArchPlan, Origin, OutTensor as PlannedTensor, OutType, PlanOptions, SourceTensor,
 };
-use weightport_core::{
-    sanitize, Access, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
-};
+use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::compose::{Chain, PermuteRows, PlusOne};
 use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
+use weightport_arch::naming;
 
 /// What the architecture plan adds to a job.
 pub struct ArchJob {
@@ -69,81 +68,10 @@ pub fn release_dir<'a>(
     }
 }
 
-/// gguf-py's `Metadata.id_to_title`: `-` to spaces, all-lowercase words title-cased unless they
-/// are versions (`v0.2`) or start with a digit (`7b`).
-fn id_to_title(id: &str) -> String {
-    id.trim()
-        .replace('-', " ")
-        .split_whitespace()
-        .map(|w| {
-            let cased = w.chars().any(char::is_alphabetic);
-            let lower = cased && !w.chars().any(char::is_uppercase);
-            let version = w.starts_with(|c: char| c.is_ascii_digit())
-                || (w.starts_with('v')
-                    && w.len() > 1
-                    && w[1..]
-                        .split('.')
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())));
-            if lower && !version {
-                title(w)
-            } else {
-                w.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Python's `str.title()`: the first letter of every run of letters upper-cased.
-fn title(w: &str) -> String {
-    let mut out = String::with_capacity(w.len());
-    let mut prev_alpha = false;
-    for c in w.chars() {
-        if c.is_alphabetic() && !prev_alpha {
-            out.extend(c.to_uppercase());
-        } else {
-            out.push(c);
-        }
-        prev_alpha = c.is_alphabetic();
-    }
-    out
-}
-
-/// `general.name` as the reference derives it from the directory; for an HF cache snapshot
-/// (`models--org--name/snapshots/<commit>`) the repo name instead of the commit hash.
-fn default_name(dir: &Path) -> Option<String> {
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let base = dir.file_name()?.to_string_lossy().into_owned();
-    let parent = dir.parent();
-    let in_cache = parent
-        .and_then(Path::file_name)
-        .is_some_and(|n| n == "snapshots");
-    let id = match parent.and_then(Path::parent).and_then(Path::file_name) {
-        Some(repo) if in_cache => {
-            let repo = repo.to_string_lossy();
-            repo.rsplit("--").next().unwrap_or(&repo).to_string()
-        }
-        _ => base,
-    };
-    Some(id_to_title(&id))
-}
-
-/// The reference's `--outtype` for `--dtype` (`keep` is its `auto`: the first ≥2-D tensor's
-/// BF16 or F16 is kept, anything else becomes F16).
+/// The reference's `--outtype` for `--dtype` (`keep` is its `auto`).
 fn outtype(opts: &TransformOptions, tensors: &[SourceTensor], sort_names: bool) -> Result<OutType> {
     Ok(match opts.dtype {
-        DtypeChoice::Keep => {
-            let mut order: Vec<&SourceTensor> = tensors.iter().collect();
-            if sort_names {
-                order.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
-            } else {
-                order.sort_by(|a, b| a.file.cmp(&b.file));
-            }
-            match order.iter().find(|t| t.shape.len() >= 2).map(|t| t.dtype) {
-                Some(DType::BF16) => OutType::Bf16,
-                _ => OutType::F16,
-            }
-        }
+        DtypeChoice::Keep => naming::auto_outtype(tensors, sort_names),
         DtypeChoice::To(DType::F32) => OutType::F32,
         DtypeChoice::To(DType::F16) => OutType::F16,
         DtypeChoice::To(DType::BF16) => OutType::Bf16,
@@ -192,8 +120,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
     if let Some(q) = &opts.quant {
-        metadata.push_last("general.quantization_version", MetaValue::U32(2));
-        metadata.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
+        mix::quantized_metadata(&mut metadata, q.ftype);
     }
     let mut outs = Vec::with_capacity(order.len());
     let mut from = Vec::with_capacity(order.len());
@@ -244,16 +171,13 @@ fn arch_plan(
     dir: &Path,
     opts: &TransformOptions,
 ) -> Result<ArchPlan> {
-    let sort_names = !matches!(
-        source.format(),
-        weightport_core::Format::PytorchZip | weightport_core::Format::PytorchLegacy
-    );
+    let sort_names = naming::sorts_names(source.format());
     weightport_arch::plan(
         dir,
         tensors,
         &PlanOptions {
             outtype: outtype(opts, tensors, sort_names)?,
-            name: opts.name.clone().or_else(|| default_name(dir)),
+            name: opts.name.clone().or_else(|| naming::default_name(dir)),
             pre_tokenizer: opts.pre_tokenizer.clone(),
             vocab: true,
             sort_names,
@@ -463,30 +387,5 @@ impl TensorSource for WithGenerated<'_> {
         if self.own(index).is_none() {
             self.inner.will_need(index, offset, len)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn titles_like_gguf_py() {
-        // Expected values: gguf-py 0.19 `Metadata.load(None, Path(dir), None, 1000).name`.
-        assert_eq!(id_to_title("llama"), "Llama");
-        assert_eq!(
-            id_to_title("Mistral-7B-Instruct-v0.2"),
-            "Mistral 7B Instruct v0.2"
-        );
-        assert_eq!(id_to_title("Llama-2-7b-hf"), "Llama 2 7b Hf");
-        assert_eq!(
-            id_to_title("qwen2.5-0.5b-instruct"),
-            "Qwen2.5 0.5b Instruct"
-        );
-        assert_eq!(id_to_title("my_model"), "My_Model");
-        assert_eq!(
-            id_to_title("TinyLlama-1.1B-Chat-v1.0"),
-            "TinyLlama 1.1B Chat v1.0"
-        );
     }
 }

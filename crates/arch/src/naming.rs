@@ -1,0 +1,114 @@
+//! The reference converter's choices that are not in the architecture table: the model's
+//! `general.name` from its directory (gguf-py's `Metadata.id_to_title`), `--outtype auto`, and
+//! the order it reads a release's tensors in.
+
+use std::path::Path;
+
+use weightport_core::{DType, Format};
+
+use crate::plan::{OutType, SourceTensor};
+
+/// gguf-py's `Metadata.id_to_title`: `-` to spaces, all-lowercase words title-cased unless they
+/// are versions (`v0.2`) or start with a digit (`7b`).
+pub fn id_to_title(id: &str) -> String {
+    id.trim()
+        .replace('-', " ")
+        .split_whitespace()
+        .map(|w| {
+            let cased = w.chars().any(char::is_alphabetic);
+            let lower = cased && !w.chars().any(char::is_uppercase);
+            let version = w.starts_with(|c: char| c.is_ascii_digit())
+                || (w.starts_with('v')
+                    && w.len() > 1
+                    && w[1..]
+                        .split('.')
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())));
+            if lower && !version {
+                title(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Python's `str.title()`: the first letter of every run of letters upper-cased.
+fn title(w: &str) -> String {
+    let mut out = String::with_capacity(w.len());
+    let mut prev_alpha = false;
+    for c in w.chars() {
+        if c.is_alphabetic() && !prev_alpha {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev_alpha = c.is_alphabetic();
+    }
+    out
+}
+
+/// `general.name` as the reference derives it from the directory; for an HF cache snapshot
+/// (`models--org--name/snapshots/<commit>`) the repo name instead of the commit hash.
+pub fn default_name(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let base = dir.file_name()?.to_string_lossy().into_owned();
+    let parent = dir.parent();
+    let in_cache = parent
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "snapshots");
+    let id = match parent.and_then(Path::parent).and_then(Path::file_name) {
+        Some(repo) if in_cache => {
+            let repo = repo.to_string_lossy();
+            repo.rsplit("--").next().unwrap_or(&repo).to_string()
+        }
+        _ => base,
+    };
+    Some(id_to_title(&id))
+}
+
+/// Whether the reference reads a release's tensors sorted by name within each part (it does
+/// for safetensors parts; a `.bin` part, read with torch.load, keeps the state dict's order).
+pub fn sorts_names(source: Format) -> bool {
+    !matches!(source, Format::PytorchZip | Format::PytorchLegacy)
+}
+
+/// `--outtype auto`: the first ≥2-D tensor (in the reference's reading order) decides: BF16
+/// stays BF16, anything else becomes F16.
+pub fn auto_outtype(tensors: &[SourceTensor], sort_names: bool) -> OutType {
+    let mut order: Vec<&SourceTensor> = tensors.iter().collect();
+    if sort_names {
+        order.sort_by(|a, b| (&a.file, &a.name).cmp(&(&b.file, &b.name)));
+    } else {
+        order.sort_by(|a, b| a.file.cmp(&b.file));
+    }
+    match order.iter().find(|t| t.shape.len() >= 2).map(|t| t.dtype) {
+        Some(DType::BF16) => OutType::Bf16,
+        _ => OutType::F16,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_like_gguf_py() {
+        // Expected values: gguf-py 0.19 `Metadata.load(None, Path(dir), None, 1000).name`.
+        assert_eq!(id_to_title("llama"), "Llama");
+        assert_eq!(
+            id_to_title("Mistral-7B-Instruct-v0.2"),
+            "Mistral 7B Instruct v0.2"
+        );
+        assert_eq!(id_to_title("Llama-2-7b-hf"), "Llama 2 7b Hf");
+        assert_eq!(
+            id_to_title("qwen2.5-0.5b-instruct"),
+            "Qwen2.5 0.5b Instruct"
+        );
+        assert_eq!(id_to_title("my_model"), "My_Model");
+        assert_eq!(
+            id_to_title("TinyLlama-1.1B-Chat-v1.0"),
+            "TinyLlama 1.1B Chat v1.0"
+        );
+    }
+}
