@@ -126,3 +126,23 @@ fn a_file_output_in_a_missing_directory_is_created() {
     assert_eq!(code, 0, "{err}");
     assert!(out.exists());
 }
+
+#[test]
+fn a_raw_pickle_is_called_one_and_its_globals_named() {
+    let t = tempfile::tempdir().unwrap();
+    let (code, err) = convert(
+        &fixtures().join("bad/misc/raw_numpy.pkl"),
+        &t.path().join("o.safetensors"),
+    );
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("a raw pickle, not a PyTorch checkpoint"),
+        "{err}"
+    );
+    assert!(
+        err.contains("numpy.core.multiarray._reconstruct")
+            || err.contains("numpy._core.multiarray._reconstruct"),
+        "{err}"
+    );
+    assert!(!err.contains("magic-number pickle"), "{err}");
+}

@@ -331,25 +331,36 @@ fn plan_lines(r: &weightport_pipeline::ConvertReport, out: &mut impl Write) -> s
 const SHOW_DROPPED: usize = 20;
 
 /// Every tensor/array of the input not converted (a checkpoint's optimizer state, stray
-/// tensors beside the converted state dict), so part of an input is never dropped silently.
+/// tensors beside the converted state dict), so part of an input is never dropped silently;
+/// and the foreign classes `--allow-inert-objects` kept inert (their entries are named by the
+/// pickle offset, `<pickle byte N>`).
 fn not_converted_lines(dropped: &[(String, String)], out: &mut impl Write) -> std::io::Result<()> {
-    if dropped.is_empty() {
+    let (inert, tensors): (Vec<_>, Vec<_>) = dropped
+        .iter()
+        .partition(|(n, _)| n.starts_with("<pickle byte "));
+    listed(
+        &tensors,
+        "tensors/arrays of the input (choose another dict with --key)",
+        out,
+    )?;
+    listed(
+        &inert,
+        "foreign classes kept as inert records, never called",
+        out,
+    )
+}
+
+fn listed(items: &[&(String, String)], what: &str, out: &mut impl Write) -> std::io::Result<()> {
+    if items.is_empty() {
         return Ok(());
     }
-    writeln!(
-        out,
-        "  NOT converted: {} parts of the input (another dict of tensors can be chosen with --key):",
-        dropped.len()
-    )?;
-    for (n, why) in dropped.iter().take(SHOW_DROPPED) {
+    writeln!(out, "  NOT converted: {} {what}:", items.len())?;
+    for (n, why) in items.iter().take(SHOW_DROPPED) {
         writeln!(out, "    {}: {}", sanitize(n), sanitize(why))?;
     }
-    if dropped.len() > SHOW_DROPPED {
-        writeln!(
-            out,
-            "    … and {} more: see --json",
-            dropped.len() - SHOW_DROPPED
-        )?;
+    if items.len() > SHOW_DROPPED {
+        let more = items.len() - SHOW_DROPPED;
+        writeln!(out, "    … and {more} more: see --json")?;
     }
     Ok(())
 }

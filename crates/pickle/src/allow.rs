@@ -254,6 +254,61 @@ impl Sym {
     }
 }
 
+/// True for an allowlisted global that torch's own `weights_only` unpickler (torch 2.15
+/// `_get_allowed_globals`) does not accept: numpy's, `collections.defaultdict`, and the
+/// builtins other than `set`, `bytearray` and `complex`. Data-only here, but
+/// `torch.load(weights_only=True)` refuses a file naming one.
+pub fn beyond_weights_only(module: &str, name: &str) -> bool {
+    let module = if module == "__builtin__" {
+        "builtins"
+    } else {
+        module
+    };
+    module == "numpy"
+        || module.starts_with("numpy.")
+        || (module == "collections" && name == "defaultdict")
+        || (module == "builtins" && !matches!(name, "set" | "bytearray" | "complex"))
+}
+
+/// The opcodes torch's `weights_only` unpickler accepts (spec pickle.md §2.1); any other makes
+/// it refuse the file.
+pub const WEIGHTS_ONLY_OPCODES: &[&str] = &[
+    "PROTO",
+    "STOP",
+    "MARK",
+    "GLOBAL",
+    "REDUCE",
+    "BUILD",
+    "NEWOBJ",
+    "APPEND",
+    "APPENDS",
+    "SETITEM",
+    "SETITEMS",
+    "TUPLE",
+    "TUPLE1",
+    "TUPLE2",
+    "TUPLE3",
+    "EMPTY_TUPLE",
+    "EMPTY_LIST",
+    "EMPTY_DICT",
+    "EMPTY_SET",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG1",
+    "BINFLOAT",
+    "BINUNICODE",
+    "SHORT_BINSTRING",
+    "BINPERSID",
+    "BINGET",
+    "LONG_BINGET",
+    "BINPUT",
+    "LONG_BINPUT",
+];
+
 /// Modules whose globals stay refused even when foreign objects are kept inert
 /// (`--allow-inert-objects`): only a malicious file names them, so a conversion stops there
 /// rather than listing them. torch's `weights_only` blocks `sys`, `os`, `posix` and `nt` even

@@ -87,6 +87,28 @@ impl Child {
     }
 }
 
+/// The first tensor weightport cannot convert (quantized, sparse, ...) anywhere under `id`,
+/// as `(dotted path below id, kind, rebuild function)`: a dynamically quantized module keeps
+/// its weights in a tuple (`_packed_params._packed_params`), not as a direct child. Each
+/// container is visited once.
+pub fn first_unconvertible(arena: &Arena, id: Id) -> Option<(String, &'static str, String)> {
+    let mut seen = HashSet::from([id]);
+    let mut queue = VecDeque::from([(id, String::new())]);
+    while let Some((at, path)) = queue.pop_front() {
+        for c in children(arena, at).unwrap_or_default() {
+            let here = join(&path, &c.segment(arena));
+            match arena.get(c.value) {
+                Node::Unconvertible { kind, rebuild } => {
+                    return Some((here, kind, rebuild.clone()))
+                }
+                _ if seen.insert(c.value) => queue.push_back((c.value, here)),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// The children of a dict (Python semantics for repeated keys), list or tuple.
 pub fn children(arena: &Arena, id: Id) -> Option<Vec<Child>> {
     if let Some(items) = dict_items(arena, id) {

@@ -43,6 +43,39 @@ pub fn starts_with_magic(head: &[u8]) -> bool {
         .is_ok_and(|p| matches!(p.arena.get(p.root), Node::BigInt(s) if s == MAGIC))
 }
 
+/// The refusal of a pickle that is not a checkpoint (no legacy magic number first), naming
+/// the globals a static walk of it finds so the user sees what it holds.
+fn raw_pickle(path: &Path, map: &[u8]) -> Error {
+    let walk = crate::walk::walk(map, VmLimits::default().max_opcodes);
+    let mut names: Vec<String> = walk
+        .globals
+        .iter()
+        .map(|g| {
+            format!(
+                "{}.{}",
+                weightport_core::sanitize(&g.module),
+                weightport_core::sanitize(&g.name)
+            )
+        })
+        .collect();
+    names.dedup();
+    let named = match names.len() {
+        0 => String::new(),
+        n => format!(
+            "; it names {}{}",
+            names[..n.min(5)].join(", "),
+            if n > 5 { ", ..." } else { "" }
+        ),
+    };
+    Error::Refused {
+        at: Location::file(path),
+        reason: format!(
+            "a raw pickle, not a PyTorch checkpoint (it is neither a torch ZIP nor begins with \
+             the legacy magic number){named}; refused without running it"
+        ),
+    }
+}
+
 /// The parsed pickles.
 pub(crate) struct LegacyParse {
     pub object: Parsed,
@@ -77,6 +110,9 @@ pub(crate) fn parse(
     let bad =
         |o: u64, m: String| Error::malformed(Location::file(path).at(o), Format::PytorchLegacy, m);
     let mut pos = 0u64;
+    if !starts_with_magic(map) {
+        return Err(raw_pickle(path, map));
+    }
     let p1 = constant(path, map, 0, limits, "magic-number")?;
     if !matches!(p1.arena.get(p1.root), Node::BigInt(s) if s == MAGIC) {
         return Err(Error::Refused {

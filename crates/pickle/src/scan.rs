@@ -445,8 +445,51 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
         error: None,
     };
     strict_read(&mut report);
+    if let Some(note) = weights_only_note(&report) {
+        report
+            .findings
+            .push(finding(None, note, false, rules::NOTE));
+    }
     report.settle();
     Ok(report)
+}
+
+/// Why `torch.load(weights_only=True)` would refuse a file this scan finds data-only: globals
+/// on weightport's allowlist but not torch's, or opcodes its unpickler does not take.
+fn weights_only_note(r: &ScanReport) -> Option<String> {
+    if r.format.is_none() || r.findings.iter().any(|f| f.unsafe_) {
+        return None;
+    }
+    let mut globals: Vec<String> = r
+        .globals
+        .iter()
+        .filter(|g| crate::allow::beyond_weights_only(&g.module, &g.name))
+        .map(|g| format!("{}.{}", g.module, g.name))
+        .collect();
+    globals.sort();
+    globals.dedup();
+    let ops: Vec<&str> = r
+        .opcodes
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !crate::allow::WEIGHTS_ONLY_OPCODES.contains(n))
+        .collect();
+    let mut why = Vec::new();
+    if !globals.is_empty() {
+        why.push(format!(
+            "it names {} (not on torch's allowlist)",
+            globals.join(", ")
+        ));
+    }
+    if !ops.is_empty() {
+        why.push(format!("it uses the opcodes {}", ops.join(", ")));
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "torch.load(weights_only=True) refuses this file, though nothing in it runs code: {}",
+            why.join("; ")
+        )
+    })
 }
 
 /// What the strict reader makes of the file. A refusal of what weightport does not convert

@@ -108,6 +108,9 @@ pub fn select(
         ..Default::default()
     };
     let mut budget = limits.max_expanded;
+    if let Some((path, kind, rebuild)) = crate::census::first_unconvertible(arena, target) {
+        return unsupported(unconvertible_message(&path, kind, &rebuild));
+    }
     collect_target(arena, target, limits, &mut budget, &mut out)?;
     collect_siblings(arena, &walked, limits, &mut budget, &mut out)?;
     out.dropped = census(arena, root, target)

@@ -130,6 +130,7 @@ impl Node {
             },
             Node::Set(_) => "set".into(),
             Node::Global(s) => format!("global {}", s.qualname()),
+            Node::Unknown(s) if s.contains(' ') => format!("foreign object ({s})"),
             Node::Unknown(s) => format!("global {s}"),
             Node::Unconvertible { kind, .. } => format!("torch.Tensor ({kind})"),
             Node::Storage(_) => "storage".into(),

@@ -1645,7 +1645,7 @@ impl<'a> Vm<'a> {
                         return refused(
                             self.at,
                             format!(
-                                "numpy dtype `{}` refused: only numeric dtypes (object arrays hold pickles)",
+                                "numpy dtype `{}` refused: only numeric dtypes are tensors (string arrays are not, and object arrays hold pickles)",
                                 weightport_core::sanitize(d)
                             ),
                         );
