@@ -365,7 +365,10 @@ impl Acc {
             ));
         }
         for x in &layout.extra {
-            let what = format!("entry `{x}` is not one torch writes (ignored)");
+            let what = format!(
+                "entry `{x}` is not part of a state-dict checkpoint (TorchScript and other \
+                 archives have such entries; every `.pkl` among them is scanned)"
+            );
             self.push(finding(None, what, false, rules::NOTE));
         }
         // Every data.pkl-like entry is scanned (a duplicate or second prefix may hide one).
