@@ -214,6 +214,16 @@ fn hf_cache_snapshot_symlinks_are_followed() {
         .iter()
         .any(|s| s["path"].as_str().unwrap().ends_with("config.json")));
 
+    // The whole cache entry: each file once, under its snapshot name, not its blob hash.
+    let (code, v) = scan_json(&t.path().join("models--org--tiny"));
+    assert_eq!(code, 3, "{v}");
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{v}");
+    assert!(files[0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("snapshots/0123abcd/pytorch_model.bin"));
+
     let t2 = tempfile::tempdir().unwrap();
     let good = fixtures().join("good/pickle/checkpoint.pt");
     let snap = hf_cache(t2.path(), &good);

@@ -8,7 +8,6 @@
 //! which is all symlinks, is scanned. Fail-closed: a file that could not be read, or a symlink
 //! that was not followed, is *unverified*, and a scan with an unverified file is not a pass.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use weightport_core::{Format, ReadOptions, Result, Sniffed};
@@ -197,7 +196,8 @@ use weightport_core::TensorSource;
 /// The walk over a directory tree.
 struct Walker {
     root: PathBuf,
-    seen: HashSet<PathBuf>,
+    /// Every file found: the path walked and its canonical path.
+    files: Vec<(PathBuf, PathBuf)>,
     out: ScanOutcome,
 }
 
@@ -274,20 +274,40 @@ impl Walker {
         weightport_hf::resolve_in_repo(parent, name).is_ok()
     }
 
+    /// Files are gathered first and audited once each by [`Walker::audit_all`].
     fn file(&mut self, p: &Path) {
         let canonical = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-        if !self.seen.insert(canonical.clone()) {
-            let why = format!(
-                "the same file as {} (scanned once)",
-                weightport_core::shown(&canonical)
-            );
-            self.out.skipped.push(skipped(p, why, false));
-            return;
+        self.files.push((p.to_path_buf(), canonical));
+    }
+
+    /// Audits each distinct file once, under the name a user knows it by: of several paths to
+    /// one file (an HF cache's `snapshots/<rev>/model.bin` and its `blobs/<hash>`), a path
+    /// outside a `blobs/` directory, else the first in path order.
+    fn audit_all(&mut self) {
+        let files = std::mem::take(&mut self.files);
+        let in_blobs = |p: &Path| p.components().any(|c| c.as_os_str() == "blobs");
+        let mut shown: std::collections::HashMap<&Path, &Path> = std::collections::HashMap::new();
+        for (p, c) in &files {
+            let best = shown.entry(c.as_path()).or_insert(p.as_path());
+            if in_blobs(best) && !in_blobs(p) {
+                *best = p.as_path();
+            }
         }
-        match scan_one(p) {
-            Ok(Ok(report)) => self.out.reports.push(report),
-            Ok(Err(skip)) => self.out.skipped.push(skip),
-            Err(e) => self.out.skipped.push(skipped(p, e.to_string(), true)),
+        for (p, c) in &files {
+            let name = shown[c.as_path()];
+            if name != p.as_path() {
+                let why = format!(
+                    "the same file as {} (scanned once)",
+                    weightport_core::shown(name)
+                );
+                self.out.skipped.push(skipped(p, why, false));
+                continue;
+            }
+            match scan_one(p) {
+                Ok(Ok(report)) => self.out.reports.push(report),
+                Ok(Err(skip)) => self.out.skipped.push(skip),
+                Err(e) => self.out.skipped.push(skipped(p, e.to_string(), true)),
+            }
         }
     }
 }
@@ -322,9 +342,10 @@ pub fn scan(path: &Path) -> Result<ScanOutcome> {
         .map_err(|e| weightport_core::Error::io(path, "resolve", e))?;
     let mut w = Walker {
         root,
-        seen: HashSet::new(),
+        files: Vec::new(),
         out: ScanOutcome::default(),
     };
     w.dir(path, 0);
+    w.audit_all();
     Ok(w.out)
 }
