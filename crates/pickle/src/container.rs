@@ -446,16 +446,7 @@ pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkp
     let map = map_file(path)?;
     let zp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = zp.parsed.expect("strict parse");
-    let mut sel = select::select(
-        &parsed.arena,
-        parsed.root,
-        opts.key.as_deref(),
-        select::lone_name(path).as_deref(),
-        limits,
-    )
-    .map_err(|k| kind_error(Location::file(path), Format::PytorchZip, k))?;
-    sel.dropped
-        .extend(crate::source::inert_objects(&parsed.findings));
+    let sel = select::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
     let mut keyed = HashMap::new();
     for e in &zp.layout.entries {
         if let Some(k) = e.name.strip_prefix(&format!("{}/data/", zp.layout.prefix)) {

@@ -16,7 +16,7 @@ use memmap2::Mmap;
 use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
 use crate::select;
-use crate::source::{kind_error, vm_error, Checkpoint, Record, RecordData};
+use crate::source::{vm_error, Checkpoint, Record, RecordData};
 use crate::value::Node;
 use crate::vm::{Parsed, PidStyle, Vm, VmLimits};
 
@@ -185,16 +185,7 @@ pub fn open(
 ) -> Result<Checkpoint> {
     let lp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = lp.object;
-    let mut sel = select::select(
-        &parsed.arena,
-        parsed.root,
-        opts.key.as_deref(),
-        select::lone_name(path).as_deref(),
-        limits,
-    )
-    .map_err(|k| kind_error(Location::file(path), Format::PytorchLegacy, k))?;
-    sel.dropped
-        .extend(crate::source::inert_objects(&parsed.findings));
+    let sel = select::select_for(path, Format::PytorchLegacy, &parsed, opts, limits)?;
     let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
         .storages
         .iter()

@@ -236,15 +236,19 @@ impl<'a> Vm<'a> {
 
     /// A foreign object: recorded (scan, inert) or refused.
     fn foreign(&mut self, msg: String) -> R<()> {
-        if self.lenient() {
-            self.findings.push(Finding {
-                offset: self.at as u64,
-                what: msg,
-            });
-            Ok(())
-        } else {
-            refused(self.at, msg)
+        self.record_or_refuse(self.lenient(), msg)
+    }
+
+    /// Records `msg` as a finding and goes on when `record`, else refuses with it.
+    fn record_or_refuse(&mut self, record: bool, msg: String) -> R<()> {
+        if !record {
+            return refused(self.at, msg);
         }
+        self.findings.push(Finding {
+            offset: self.at as u64,
+            what: msg,
+        });
+        Ok(())
     }
 
     // ---- input -------------------------------------------------------------------------
@@ -414,15 +418,7 @@ impl<'a> Vm<'a> {
 
     /// Refuses (strict) or records a finding (scan).
     fn refuse(&mut self, msg: String) -> R<()> {
-        if self.scan {
-            self.findings.push(Finding {
-                offset: self.at as u64,
-                what: msg,
-            });
-            Ok(())
-        } else {
-            refused(self.at, msg)
-        }
+        self.record_or_refuse(self.scan, msg)
     }
 
     fn record_global(&mut self, module: &str, name: &str, allowed: bool) {
