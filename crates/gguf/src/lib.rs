@@ -29,6 +29,8 @@
 #![deny(missing_docs)]
 
 pub mod header;
+pub mod layout;
+pub mod partition;
 pub mod reader;
 pub mod registration;
 pub mod split;
@@ -40,11 +42,10 @@ use std::path::Path;
 use weightport_core::{ReadOptions, Result};
 
 pub use header::{GgufHeader, GgufTensor, DEFAULT_ALIGNMENT};
+pub use layout::{encode_kv, layout, layout_with, GgufLayout, GgufTensorSpec, WriteOptions};
 pub use reader::GgufFile;
 pub use split::{GgufSplit, SplitOptions};
-pub use writer::{
-    encode_kv, layout, layout_with, write_file, GgufLayout, GgufSink, GgufTensorSpec, WriteOptions,
-};
+pub use writer::{write_file, GgufSink};
 
 /// True when `head` (the first bytes of a file) starts with the GGUF magic. Big-endian files
 /// and unsupported versions also answer true; [`open`] then says what is wrong with them.

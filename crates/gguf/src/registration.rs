@@ -16,8 +16,9 @@ use weightport_core::{
     TensorSink, TensorSource,
 };
 
+use crate::layout::{GgufTensorSpec, WriteOptions};
 use crate::split::{self, SplitOptions};
-use crate::writer::{GgufSink, GgufTensorSpec, WriteOptions};
+use crate::writer::GgufSink;
 use crate::{open_split, probe, types};
 
 /// The GGUF reader (a split set is one source).

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
-use crate::select;
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
 use crate::vm::{Parsed, PidStyle, Vm, VmErrorKind, VmLimits};
 
@@ -446,7 +445,7 @@ pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkp
     let map = map_file(path)?;
     let zp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = zp.parsed.expect("strict parse");
-    let sel = select::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
+    let sel = crate::source::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
     let mut keyed = HashMap::new();
     for e in &zp.layout.entries {
         if let Some(k) = e.name.strip_prefix(&format!("{}/data/", zp.layout.prefix)) {

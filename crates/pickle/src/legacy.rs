@@ -185,7 +185,7 @@ pub fn open(
 ) -> Result<Checkpoint> {
     let lp = parse(path, &map, limits, opts.inert_objects)?;
     let parsed = lp.object;
-    let sel = select::select_for(path, Format::PytorchLegacy, &parsed, opts, limits)?;
+    let sel = crate::source::select_for(path, Format::PytorchLegacy, &parsed, opts, limits)?;
     let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
         .storages
         .iter()

@@ -336,28 +336,6 @@ fn collect_siblings(
     Ok(())
 }
 
-/// [`select`] on a parsed checkpoint of `path`, with `opts`' key, errors placed in the file,
-/// and the foreign classes an inert parse kept listed among what is not converted.
-pub fn select_for(
-    path: &std::path::Path,
-    format: weightport_core::Format,
-    parsed: &crate::vm::Parsed,
-    opts: &weightport_core::ReadOptions,
-    limits: &VmLimits,
-) -> weightport_core::Result<Selected> {
-    let mut sel = select(
-        &parsed.arena,
-        parsed.root,
-        opts.key.as_deref(),
-        lone_name(path).as_deref(),
-        limits,
-    )
-    .map_err(|k| crate::source::kind_error(weightport_core::Location::file(path), format, k))?;
-    sel.dropped
-        .extend(crate::source::inert_objects(&parsed.findings));
-    Ok(sel)
-}
-
 /// Why a tensor of `kind` is refused, and what to do instead.
 fn unconvertible_message(name: &str, kind: &str, rebuild: &str) -> String {
     let what = match kind {

@@ -153,6 +153,27 @@ fn keep_of(group: &[usize], tensors: &[(String, TensorDesc)]) -> usize {
     pick(false).or_else(|| pick(true)).expect("non-empty")
 }
 
+/// [`select`] on a parsed checkpoint of `path`, with `opts`' key, errors placed in the file,
+/// and the foreign classes an inert parse kept listed among what is not converted.
+pub fn select_for(
+    path: &Path,
+    format: Format,
+    parsed: &crate::vm::Parsed,
+    opts: &ReadOptions,
+    limits: &crate::vm::VmLimits,
+) -> Result<Selected> {
+    let mut sel = crate::select::select(
+        &parsed.arena,
+        parsed.root,
+        opts.key.as_deref(),
+        crate::select::lone_name(path).as_deref(),
+        limits,
+    )
+    .map_err(|k| kind_error(Location::file(path), format, k))?;
+    sel.dropped.extend(inert_objects(&parsed.findings));
+    Ok(sel)
+}
+
 /// What an inert-mode parse kept instead of refusing (`--allow-inert-objects`), as entries of
 /// [`CheckpointReport::dropped`]: one per foreign class (`global`/`INST` findings; the calls
 /// and instantiations that follow them are the same objects), with its first offset in the
