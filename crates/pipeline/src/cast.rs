@@ -16,7 +16,7 @@ use half::{bf16, f16};
 use weightport_core::{sanitize, DType, Error, Location, Result};
 use weightport_quant::cast::{f32_to_bf16, Bf16Rounding};
 
-use crate::plan::Transform;
+use crate::transform::Transform;
 
 /// True for the dtypes `--dtype` casts.
 pub fn is_float(d: DType) -> bool {

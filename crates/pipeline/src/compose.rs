@@ -9,7 +9,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use weightport_core::{DType, Result};
 
-use crate::plan::Transform;
+use crate::transform::Transform;
 
 /// Output row `r` is input row `rows[r]`; rows are `row_bytes` long. Any element-aligned range
 /// can be computed: it needs the matching pieces of the input rows, and `apply` concatenates them.

@@ -26,6 +26,7 @@ pub mod plan;
 pub mod quantize;
 pub mod registry;
 pub mod scan;
+pub mod transform;
 pub mod txn;
 pub mod verify;
 

@@ -6,7 +6,6 @@
 //! tensor into chunks aligned to the unit and compute them in parallel. Casts arrive here;
 //! row permutations, (de)quantization and row split/concat plug into the same interface.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use regex::Regex;
@@ -18,31 +17,7 @@ use crate::cast::{is_float, Cast};
 use crate::quantize::{Dequantize, Quantize, Requantize};
 use weightport_arch::mix::{self, Ftype, MixParams, MixTensor, ModelFacts};
 
-/// An operation producing an output tensor from input bytes.
-pub trait Transform: Send + Sync {
-    /// A short description for plans and reports (`F16→F32`).
-    fn describe(&self) -> String;
-    /// Output bytes per indivisible unit; the executor's chunks are multiples of it.
-    fn unit(&self) -> u64;
-    /// The input byte ranges (`(k, range)`: `k` indexes the output tensor's `inputs`) that
-    /// output range `out` needs.
-    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)>;
-    /// Computes output range `out` into `dst` from `inputs` (the ranges `needs` named, in order).
-    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()>;
-    /// True when the output holds exactly the input's values (widening casts, permutations).
-    fn lossless(&self) -> bool {
-        false
-    }
-    /// For a lossless operation on one input: the operation mapping output bytes back to the
-    /// input's bytes, which verification uses to prove the output equal to the source.
-    fn inverse(&self) -> Option<Arc<dyn Transform>> {
-        None
-    }
-    /// What happened while applying it (overflow counts…), once the job has run.
-    fn outcome(&self) -> Option<String> {
-        None
-    }
-}
+pub use crate::transform::Transform;
 
 /// One output tensor.
 #[derive(Clone)]

@@ -15,7 +15,7 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
 use weightport_core::{DType, Error, Layout, Result};
 
-use crate::plan::Transform;
+use crate::transform::Transform;
 
 fn block(d: DType) -> (u64, u64) {
     match d.layout() {

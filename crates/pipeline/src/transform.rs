@@ -1,0 +1,34 @@
+//! The operation interface of the output plan: a [`Transform`] computes any unit-aligned range
+//! of an output tensor from the input byte ranges it names. Casts, (de)quantization, row
+//! permutations, stacking and their compositions implement it; the executor schedules them.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use weightport_core::Result;
+
+/// An operation producing an output tensor from input bytes.
+pub trait Transform: Send + Sync {
+    /// A short description for plans and reports (`F16→F32`).
+    fn describe(&self) -> String;
+    /// Output bytes per indivisible unit; the executor's chunks are multiples of it.
+    fn unit(&self) -> u64;
+    /// The input byte ranges (`(k, range)`: `k` indexes the output tensor's `inputs`) that
+    /// output range `out` needs.
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)>;
+    /// Computes output range `out` into `dst` from `inputs` (the ranges `needs` named, in order).
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()>;
+    /// True when the output holds exactly the input's values (widening casts, permutations).
+    fn lossless(&self) -> bool {
+        false
+    }
+    /// For a lossless operation on one input: the operation mapping output bytes back to the
+    /// input's bytes, which verification uses to prove the output equal to the source.
+    fn inverse(&self) -> Option<Arc<dyn Transform>> {
+        None
+    }
+    /// What happened while applying it (overflow counts…), once the job has run.
+    fn outcome(&self) -> Option<String> {
+        None
+    }
+}
