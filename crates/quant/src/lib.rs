@@ -89,17 +89,21 @@ pub enum QuantError {
     },
 }
 
-static PORTABLE_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn portable_only() -> bool {
-    PORTABLE_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+thread_local! {
+    /// Per thread, so a test checking the portable build does not switch the kernels of tests
+    /// running beside it.
+    static PORTABLE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Test hook: when `true`, kernels skip their CPU-specific (AVX2) builds. Results are
-/// identical either way; the reference tests use this to check both builds.
+fn portable_only() -> bool {
+    PORTABLE_ONLY.with(std::cell::Cell::get)
+}
+
+/// Test hook: when `true`, kernels called from this thread skip their CPU-specific (AVX2)
+/// builds. Results are identical either way; the reference tests use this to check both.
 #[doc(hidden)]
 pub fn set_portable_only(on: bool) {
-    PORTABLE_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
+    PORTABLE_ONLY.with(|p| p.set(on));
 }
 
 /// ggml's numeric type id (`enum ggml_type`), as stored in GGUF tensor infos.
