@@ -481,6 +481,28 @@ fn bert_wordpiece_matches_reference() {
     }
 }
 
+/// Sentence-transformers releases (fixtures/gen/gen_arch_st.py): `{arch}.pooling_type` from
+/// `modules.json` + the Pooling module's config (mean with a Normalize module, cls, and
+/// Qwen3-Embedding's lasttoken), at the reference's place among the KVs.
+#[test]
+fn sentence_transformers_pooling_matches_reference() {
+    for (name, want) in [("bert_st", 1), ("bert_st_cls", 2), ("qwen3_st", 3)] {
+        let exp = expected(name);
+        let pre = exp["pre_override"].as_str();
+        let p = check(name, "f32", pre);
+        let arch = p.arch.clone();
+        let pooling =
+            p.kv.iter()
+                .find(|(k, _)| *k == format!("{arch}.pooling_type"))
+                .map(|(_, v)| v.clone());
+        assert_eq!(pooling, Some(MetaValue::U32(want)), "{name}");
+        check(name, "f16", pre);
+        for o in other_outtypes(name) {
+            check(name, &o, pre);
+        }
+    }
+}
+
 /// transformers' `encode` ignores the truncation and padding a `tokenizer.json` configures
 /// (all-MiniLM-L6-v2's truncates at 128); so does the check hash.
 #[test]
