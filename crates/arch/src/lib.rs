@@ -10,6 +10,7 @@
 //! * [`permute_rows`]: the Llama q/k row permutation as a row-index gather.
 //! * [`tokenizer::export`]: SentencePiece / BPE vocabularies → `tokenizer.ggml.*`, with the
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
+//! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -18,6 +19,7 @@ pub mod mix;
 pub mod naming;
 pub mod permute;
 pub mod plan;
+pub mod pooling;
 pub mod table;
 pub mod tokenizer;
 

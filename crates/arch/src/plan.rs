@@ -10,7 +10,8 @@
 //!    `rope.scaling.*`, `rope.freq_base`, `attention.layer_norm_rms_epsilon`,
 //!    `attention.layer_norm_epsilon`, `attention.key_length`/`value_length`;
 //! 3. `general.file_type`;
-//! 4. the architecture's extra keys ([`ExtraKv`]);
+//! 4. the architecture's extra keys ([`ExtraKv`]; the pooling keys of a sentence-transformers
+//!    release, [`crate::pooling`]);
 //! 5. `general.quantization_version` = 2;
 //! 6. the tokenizer keys ([`crate::tokenizer`]).
 //!
@@ -157,10 +158,12 @@ pub struct ArchPlan {
     pub hparams: HParams,
 }
 
-/// Refuses an unsupported architecture, reading nothing but `config.json`.
+/// Refuses an unsupported architecture, reading nothing but `config.json` (and, for an
+/// architecture that reads a sentence-transformers pooling module, `modules.json` and that
+/// module's config: a release the GGUF cannot hold is refused before a weight is opened).
 pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     let hf_arch = hf_architecture(config_dir)?;
-    table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
+    let spec = table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
         at: Location::file(config_dir.join("config.json")),
         format: Format::Gguf,
         what: format!(
@@ -168,7 +171,11 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
             weightport_core::sanitize(&hf_arch),
             table::supported().join(", ")
         ),
-    })
+    })?;
+    if spec.extra_kv.contains(&ExtraKv::Pooling) {
+        crate::pooling::from_modules(config_dir)?;
+    }
+    Ok(spec)
 }
 
 /// Plans the conversion of the HF release in `config_dir` whose tensors are `tensors`.
@@ -179,14 +186,12 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     let spec = check_supported(config_dir)?;
     let hp = HParams::load(config_dir, &spec.config)?;
     let arch = spec.arch;
-    if spec.pooling_from_modules && config_dir.join("modules.json").is_file() {
-        // Qwen2/Qwen3 write `{arch}.pooling_type` from a sentence-transformers pooling module.
-        return Err(Error::Unsupported {
-            at: Location::file(config_dir.join("modules.json")),
-            format: Format::Gguf,
-            what: "sentence-transformers releases (pooling modules) are not supported yet".into(),
-        });
-    }
+    // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
+    let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
+        crate::pooling::pooling_kvs(config_dir, &hp)?
+    } else {
+        Vec::new()
+    };
     if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
         let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
         if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
@@ -526,6 +531,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     put(a("vocab_size"), MetaValue::U32(v));
                 }
                 ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
+                ExtraKv::Pooling => {
+                    for (k, v) in &pooling {
+                        put(a(k), v.clone());
+                    }
+                }
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,

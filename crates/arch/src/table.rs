@@ -56,6 +56,10 @@ pub enum ExtraKv {
     RopeDimensionCount,
     /// `{arch}.attention.causal` bool = false (encoders).
     NonCausal,
+    /// `{arch}.pooling_type` u32 from a sentence-transformers Pooling module (`modules.json`,
+    /// `1_Pooling/config.json`), then `{arch}.classifier.pooling_type` from `classifier_pooling`;
+    /// each only when the release has it (the named hook [`crate::pooling`]).
+    Pooling,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -125,9 +129,6 @@ pub struct ArchSpec {
     pub extra_kv: &'static [ExtraKv],
     /// Vocabulary export.
     pub vocab: VocabKind,
-    /// The reference writes `{arch}.pooling_type` from a sentence-transformers `modules.json`
-    /// (not supported yet: such releases are refused).
-    pub pooling_from_modules: bool,
     /// `rope_type: llama3` generates a `rope_freqs.weight` tensor (Llama 3.x).
     pub llama3_rope_freqs: bool,
     /// HF name rewrites and drops applied before the map.
@@ -289,7 +290,6 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
-        pooling_from_modules: false,
         llama3_rope_freqs: true,
         names: NO_RULES,
         kv_layout: KvLayout::Common,
@@ -319,7 +319,6 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
-        pooling_from_modules: false,
         llama3_rope_freqs: true,
         names: NO_RULES,
         kv_layout: KvLayout::Common,
@@ -345,9 +344,8 @@ pub const ARCHS: &[ArchSpec] = &[
             head_dim: HeadDimDefault::Absent,
             rope_theta: Some("10000.0"),
         },
-        extra_kv: &[],
+        extra_kv: &[ExtraKv::Pooling],
         vocab: VocabKind::SpmElseGpt2,
-        pooling_from_modules: true,
         llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,
@@ -373,9 +371,8 @@ pub const ARCHS: &[ArchSpec] = &[
             head_dim: HeadDimDefault::Const(128),
             rope_theta: Some("10000.0"),
         },
-        extra_kv: &[],
+        extra_kv: &[ExtraKv::Pooling],
         vocab: VocabKind::SpmElseGpt2,
-        pooling_from_modules: true,
         llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,
@@ -403,9 +400,8 @@ pub const ARCHS: &[ArchSpec] = &[
             head_dim: HeadDimDefault::Absent,
             rope_theta: None,
         },
-        extra_kv: &[ExtraKv::NonCausal],
+        extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
         vocab: VocabKind::Bert,
-        pooling_from_modules: true,
         llama3_rope_freqs: false,
         names: NameRules {
             strip_prefix: &["bert."],
@@ -448,7 +444,6 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[],
         vocab: VocabKind::SpmNoSpacePrefix,
-        pooling_from_modules: false,
         llama3_rope_freqs: false,
         // `filter_tensors`: an lm_head (AutoAWQ adds one) is never used by llama.cpp.
         names: NameRules {

@@ -481,6 +481,56 @@ fn bert_wordpiece_matches_reference() {
     }
 }
 
+/// Sentence-transformers releases (fixtures/gen/gen_arch_st.py): `{arch}.pooling_type` from
+/// `modules.json` + the Pooling module's config (mean with a Normalize module, cls, and
+/// Qwen3-Embedding's lasttoken), at the reference's place among the KVs.
+#[test]
+fn sentence_transformers_pooling_matches_reference() {
+    for (name, want) in [("bert_st", 1), ("bert_st_cls", 2), ("qwen3_st", 3)] {
+        let exp = expected(name);
+        let pre = exp["pre_override"].as_str();
+        let p = check(name, "f32", pre);
+        let arch = p.arch.clone();
+        let pooling =
+            p.kv.iter()
+                .find(|(k, _)| *k == format!("{arch}.pooling_type"))
+                .map(|(_, v)| v.clone());
+        assert_eq!(pooling, Some(MetaValue::U32(want)), "{name}");
+        check(name, "f16", pre);
+        for o in other_outtypes(name) {
+            check(name, &o, pre);
+        }
+    }
+}
+
+/// transformers' `encode` ignores the truncation and padding a `tokenizer.json` configures
+/// (all-MiniLM-L6-v2's truncates at 128); so does the check hash.
+#[test]
+fn check_hash_ignores_truncation_and_padding() {
+    let exp = expected("bert");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bert-truncating");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("good/arch/bert");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut tj: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tokenizer.json")).unwrap()).unwrap();
+    tj["truncation"] = serde_json::json!({"direction": "Right", "max_length": 8,
+        "strategy": "LongestFirst", "stride": 0});
+    tj["padding"] = serde_json::json!({"strategy": {"Fixed": 200}, "direction": "Right",
+        "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"});
+    std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec(&tj).unwrap()).unwrap();
+    let (srcs, _) = sources(&dir);
+    let opts = PlanOptions {
+        pre_tokenizer: Some("bert-bge".into()),
+        ..PlanOptions::default()
+    };
+    let p = plan(&dir, &srcs, &opts).unwrap();
+    assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
+}
+
 #[test]
 fn unknown_pre_tokenizer_hash_is_refused_with_the_hash() {
     let exp = expected("qwen2");

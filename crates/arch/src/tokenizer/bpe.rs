@@ -6,8 +6,8 @@
 //! added tokens CONTROL when `special` or looking special, else USER_DEFINED (`▁` → space), the
 //! rest NORMAL; token strings are the byte-level vocabulary strings as stored.
 //!
-//! The check hash: `sha256(str(ids))` where `ids = encode(CHKTXT, add_special_tokens=True)` and
-//! `str(list)` is Python's `[1, 2, 3]`.
+//! The check hash: `sha256(str(ids))` where `ids = encode(CHKTXT, add_special_tokens=True)`
+//! (no truncation, no padding) and `str(list)` is Python's `[1, 2, 3]`.
 
 use std::path::Path;
 
@@ -51,7 +51,15 @@ pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer> {
 }
 
 /// The reference's pre-tokenizer check hash for `tok`.
+///
+/// transformers' `encode` neither truncates nor pads unless asked (it turns off what
+/// `tokenizer.json` configures: all-MiniLM-L6-v2's truncates at 128 and pads to 128), so
+/// neither does this.
 pub fn check_hash(tok: &Tokenizer) -> Result<String> {
+    let mut tok = tok.clone();
+    tok.with_truncation(None)
+        .map_err(|e| weightport_core::Error::Usage(format!("tokenizer: {e}")))?;
+    tok.with_padding(None);
     let enc = tok
         .encode(pre_table().chktxt.as_str(), true)
         .map_err(|e| weightport_core::Error::Usage(format!("tokenizer cannot encode: {e}")))?;
