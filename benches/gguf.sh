@@ -35,9 +35,9 @@
 #
 # Environment (defaults):
 #   SCRATCH=/tmp/wp-bench  WP=<repo>/target/release/weightport  REPS=3  THREADS=2
-#   LLAMA_DIR=/root/llama/llama_cpp_python-0.3.36/vendor/llama.cpp  (needs build/bin/llama-quantize,
+#   LLAMA_DIR=$HOME/llama/llama_cpp_python-0.3.36/vendor/llama.cpp  (needs build/bin/llama-quantize,
 #             convert_hf_to_gguf.py, gguf-py/; the converter runs with PYTHONPATH=$LLAMA_DIR/gguf-py)
-#   PYTHON=/root/ref/bin/python if present, else python3 (needs torch, numpy, safetensors,
+#   PYTHON=$HOME/ref/bin/python if present, else python3 (needs torch, numpy, safetensors,
 #          transformers, sentencepiece: the converter's requirements)
 #   SECTIONS="A B"  QUANTS="Q8_0 Q4_0 Q4_K_M Q6_K"  LAYERS=5  HIDDEN=4096  INTERMEDIATE=11008
 #   VOCAB=32000  HEADS=HIDDEN/128  HF_CONFIG=legacy (torch_dtype + rope_theta, as most hub Llama
@@ -50,9 +50,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCRATCH="${SCRATCH:-/tmp/wp-bench}"
 WP="${WP:-$ROOT/target/release/weightport}"
-LLAMA_DIR="${LLAMA_DIR:-/root/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}"
+LLAMA_DIR="${LLAMA_DIR:-$HOME/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}"
 if [[ -z "${PYTHON:-}" ]]; then
-    if [[ -x /root/ref/bin/python ]]; then PYTHON=/root/ref/bin/python; else PYTHON=python3; fi
+    if [[ -x $HOME/ref/bin/python ]]; then PYTHON=$HOME/ref/bin/python; else PYTHON=python3; fi
 fi
 PY="$PYTHON"
 REPS="${REPS:-3}"
