@@ -146,3 +146,16 @@ fn a_raw_pickle_is_called_one_and_its_globals_named() {
     );
     assert!(!err.contains("magic-number pickle"), "{err}");
 }
+
+/// A pickle whose 9th byte is `{` looks like a safetensors header start to a naive sniff; it is
+/// still told to be a pickle (refused as one), never "not available in this build".
+#[test]
+fn a_pickle_with_a_brace_at_byte_8_is_still_a_pickle() {
+    let t = tempfile::tempdir().unwrap();
+    let (code, err) = convert(
+        &fixtures().join("bad/misc/brace_at_8.pkl"),
+        &t.path().join("o.safetensors"),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("raw pickle") && !err.contains("not available"), "{err}");
+}
