@@ -360,7 +360,12 @@ fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DT
     match cat {
         Cat::K if p.n_expert == 8 => DType::Q8_0,
         Cat::Down => {
-            let i = c.i_ffn_down;
+            // `layer_info`: with experts, the layer is read from the name (`blk.N.`), since a
+            // layer may hold several ffn_down tensors (a shared expert's and the experts').
+            let i = match (p.n_expert > 1, layer_of(&t.name)) {
+                (true, Some(l)) => l,
+                _ => c.i_ffn_down,
+            };
             c.i_ffn_down += 1;
             let falcon = p.arch == "falcon";
             match f {
@@ -407,6 +412,11 @@ fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DT
         Cat::AttnOut if f == F::Q3_K_L => DType::Q4_K,
         _ => ty,
     }
+}
+
+/// `N` of a `blk.N.` name.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 fn block_elems(d: DType) -> u32 {

@@ -108,6 +108,35 @@ pub enum VocabKind {
     Bert,
 }
 
+/// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
+/// stacks into one tensor per projection (`torch.stack(dim=0)` in expert order: shape
+/// `[n_expert, rows, cols]`, GGUF `ne` `{cols, rows, n_expert}`), written when the layer's last
+/// expert tensor has been read (`conversion/llama.py`, `conversion/qwen.py` `modify_tensors`).
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertStack {
+    /// A tensor is an expert tensor when its HF name contains this (the reference's test).
+    pub marker: &'static str,
+    /// The HF name of one expert tensor: `{bid}` block, `{xid}` expert, `{w}` projection.
+    pub pattern: &'static str,
+    /// Projections (`{w}`) in the order the reference writes their stacks, each with the GGUF
+    /// name of the stack (`{bid}` is the block number).
+    pub members: &'static [(&'static str, &'static str)],
+    /// Hyper-parameters giving the number of experts (first present).
+    pub count: &'static [&'static str],
+}
+
+/// Mixtral's experts (`block_sparse_moe.experts.N.w1/w2/w3`: gate, down, up).
+pub const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
+    marker: "block_sparse_moe.experts",
+    pattern: "model.layers.{bid}.block_sparse_moe.experts.{xid}.{w}.weight",
+    members: &[
+        ("w1", "blk.{bid}.ffn_gate_exps.weight"),
+        ("w2", "blk.{bid}.ffn_down_exps.weight"),
+        ("w3", "blk.{bid}.ffn_up_exps.weight"),
+    ],
+    count: &["num_local_experts"],
+};
+
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
@@ -117,6 +146,9 @@ pub struct ArchSpec {
     pub hf_archs: &'static [&'static str],
     /// HF base name (no `.weight`/`.bias`) → GGUF base name; `{bid}` is the block number.
     pub tensors: &'static [(&'static str, &'static str)],
+    /// Per-expert tensors stacked into one GGUF tensor per projection (Mixture-of-Experts);
+    /// `None` for dense architectures, whose configs with an expert count are refused.
+    pub experts: Option<&'static ExpertStack>,
     /// Apply the Llama q/k row permutation to `*q_proj.{weight,bias}` / `*k_proj.{weight,bias}`.
     pub permute_qk: bool,
     /// transformers config defaults.
@@ -170,6 +202,30 @@ const LLAMA_TENSORS: &[(&str, &str)] = &[
     ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Mixtral: Llama attention, a router (`block_sparse_moe.gate` → `ffn_gate_inp`) and
+/// [`MIXTRAL_EXPERTS`].
+const MIXTRAL_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.gate",
+        "blk.{bid}.ffn_gate_inp",
+    ),
 ];
 
 /// Qwen3: the Llama-style names plus per-head q/k RMS norms.
@@ -269,6 +325,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "llama",
         hf_archs: &["LlamaForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: true,
         config: ConfigDefaults {
             values: &[
@@ -299,6 +356,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "llama",
         hf_archs: &["MistralForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: true,
         config: ConfigDefaults {
             values: &[
@@ -326,9 +384,43 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
     },
     ArchSpec {
+        arch: "llama",
+        hf_archs: &["MixtralForCausalLM"],
+        tensors: MIXTRAL_TENSORS,
+        experts: Some(&MIXTRAL_EXPERTS),
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("num_local_experts", "8"),
+                ("num_experts_per_tok", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
+        vocab: VocabKind::Llama,
+        pooling_from_modules: false,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+    },
+    ArchSpec {
         arch: "qwen2",
         hf_archs: &["Qwen2ForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -357,6 +449,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "qwen3",
         hf_archs: &["Qwen3ForCausalLM"],
         tensors: QWEN3_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -385,6 +478,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "bert",
         hf_archs: &["BertModel"],
         tensors: BERT_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -424,6 +518,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "gemma2",
         hf_archs: &["Gemma2ForCausalLM"],
         tensors: GEMMA2_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -471,6 +566,15 @@ pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
 pub fn supported() -> Vec<&'static str> {
     ARCHS
         .iter()
+        .flat_map(|a| a.hf_archs.iter().copied())
+        .collect()
+}
+
+/// The HF architectures converted as Mixture-of-Experts models, in table order.
+pub fn supported_moe() -> Vec<&'static str> {
+    ARCHS
+        .iter()
+        .filter(|a| a.experts.is_some())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
 }
