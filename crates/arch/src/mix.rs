@@ -12,7 +12,7 @@
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
 use regex::Regex;
-use weightport_core::{DType, Error, MetaValue, Metadata, Result};
+use weightport_core::{DType, Error, Format, MetaValue, Metadata, Result};
 
 /// A target file type (`general.file_type`).
 #[allow(non_camel_case_types, missing_docs)]
@@ -207,6 +207,12 @@ impl ModelFacts {
         }
     }
 }
+
+/// What llama-quantize rewrites: a GGUF file. Its output follows the convention of a rewritten
+/// GGUF source (llama.cpp's C writer drops the trailing 1s of `ne`: Qwen2-MoE's
+/// `ffn_gate_inp_shexp`, `[64, 1]` in the converter's file, is `[64]` after llama-quantize), so a
+/// one-pass `--quant` output is planned as a rewrite of this format.
+pub const QUANTIZE_REWRITES: Format = Format::Gguf;
 
 /// llama-quantize's edits of the metadata it copies: the split keys removed, then
 /// `general.quantization_version` and `general.file_type` set last.

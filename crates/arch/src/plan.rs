@@ -568,6 +568,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     put(a("vocab_size"), MetaValue::U32(v));
                 }
                 ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
+                ExtraKv::ExpertFeedForwardLength => {
+                    if let Some(v) = hp.u32(&["moe_intermediate_size"])? {
+                        put(a("expert_feed_forward_length"), MetaValue::U32(v));
+                    }
+                }
+                ExtraKv::ExpertSharedFeedForwardLength => {
+                    if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
+                        put(a("expert_shared_feed_forward_length"), MetaValue::U32(v));
+                    }
+                }
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,

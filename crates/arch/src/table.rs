@@ -56,6 +56,11 @@ pub enum ExtraKv {
     RopeDimensionCount,
     /// `{arch}.attention.causal` bool = false (encoders).
     NonCausal,
+    /// `{arch}.expert_feed_forward_length` u32 ← `moe_intermediate_size`, when present.
+    ExpertFeedForwardLength,
+    /// `{arch}.expert_shared_feed_forward_length` u32 ← `shared_expert_intermediate_size`, when
+    /// present.
+    ExpertSharedFeedForwardLength,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -103,6 +108,8 @@ pub enum VocabKind {
     SpmElseGpt2,
     /// SentencePiece `tokenizer.model`, then `tokenizer.ggml.add_space_prefix` = false (Gemma).
     SpmNoSpacePrefix,
+    /// GPT-2 style BPE `tokenizer.json` only (`TextModel.set_vocab`: Qwen2-MoE).
+    Gpt2,
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
@@ -135,6 +142,18 @@ pub const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
         ("w3", "blk.{bid}.ffn_up_exps.weight"),
     ],
     count: &["num_local_experts"],
+};
+
+/// Qwen2-MoE's experts (`mlp.experts.N.{gate,up,down}_proj`), stacked down, gate, up.
+pub const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
+    marker: "experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: &[
+        ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
+        ("gate_proj", "blk.{bid}.ffn_gate_exps.weight"),
+        ("up_proj", "blk.{bid}.ffn_up_exps.weight"),
+    ],
+    count: &["num_local_experts", "num_experts"],
 };
 
 /// One GGUF architecture.
@@ -180,7 +199,12 @@ pub const SKIPPED_SUFFIXES: &[&str] = &[
 
 /// GGUF base names (without `blk.N.`) that always stay F32 (`base.py:1087-1121`, the subset
 /// that can occur in the table's architectures).
-pub const FORCE_F32: &[&str] = &["ffn_gate_inp", "position_embd", "token_types"];
+pub const FORCE_F32: &[&str] = &[
+    "ffn_gate_inp",
+    "ffn_gate_inp_shexp",
+    "position_embd",
+    "token_types",
+];
 
 /// The decoder-only Llama-style tensor names shared by Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[(&str, &str)] = &[
@@ -226,6 +250,46 @@ const MIXTRAL_TENSORS: &[(&str, &str)] = &[
         "model.layers.{bid}.block_sparse_moe.gate",
         "blk.{bid}.ffn_gate_inp",
     ),
+];
+
+/// Qwen2-MoE: Qwen2 attention (q/k/v biases), a router, a shared expert with its own sigmoid
+/// gate, [`QWEN2MOE_EXPERTS`], and dense MLP names for `mlp_only_layers`.
+const QWEN2MOE_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+    (
+        "model.layers.{bid}.mlp.shared_expert_gate",
+        "blk.{bid}.ffn_gate_inp_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
 /// Qwen3: the Llama-style names plus per-head q/k RMS norms.
@@ -440,6 +504,42 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[],
         vocab: VocabKind::SpmElseGpt2,
         pooling_from_modules: true,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+    },
+    ArchSpec {
+        arch: "qwen2moe",
+        hf_archs: &["Qwen2MoeForCausalLM"],
+        tensors: QWEN2MOE_TENSORS,
+        experts: Some(&QWEN2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "5632"),
+                ("num_hidden_layers", "24"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("num_experts", "60"),
+                ("num_experts_per_tok", "4"),
+                ("moe_intermediate_size", "1408"),
+                ("shared_expert_intermediate_size", "5632"),
+            ],
+            kv_heads: KvHeadsDefault::Const(16),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+        ],
+        vocab: VocabKind::Gpt2,
+        pooling_from_modules: false,
         llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,

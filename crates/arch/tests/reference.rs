@@ -556,6 +556,22 @@ fn mixtral_experts_stack_like_the_reference() {
 }
 
 #[test]
+fn qwen2moe_shared_expert_and_stacks_match_reference() {
+    let pre = Some("qwen2");
+    let p = check("qwen2moe", "f32", pre);
+    let stacks = p
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.origin, Origin::Stack { .. }))
+        .count();
+    assert_eq!(stacks, 6);
+    check("qwen2moe", "f16", pre);
+    for o in other_outtypes("qwen2moe") {
+        check("qwen2moe", &o, pre);
+    }
+}
+
+#[test]
 fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-moe-refused");
     std::fs::create_dir_all(&dir).unwrap();

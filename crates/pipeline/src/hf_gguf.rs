@@ -34,6 +34,10 @@ pub struct ArchJob {
     pub dropped: Vec<(String, String)>,
     /// Per output tensor: the HF tensor(s) it comes from (`None`: generated).
     pub from: Vec<Option<String>>,
+    /// The format the output is written as a rewrite of, when not the source's: with `--quant`,
+    /// what llama-quantize rewrites ([`mix::QUANTIZE_REWRITES`]), whose dims convention the
+    /// output keeps.
+    pub rewrites: Option<weightport_core::Format>,
 }
 
 /// The release directory when this job is an HF release → GGUF conversion: the output is GGUF,
@@ -166,6 +170,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             .map(|(n, why)| (n, why.to_string()))
             .collect(),
         from,
+        rewrites: opts.quant.as_ref().map(|_| mix::QUANTIZE_REWRITES),
     })
 }
 
