@@ -6,8 +6,8 @@
 //! * `--dtype f16 --quant Q` (one pass, no intermediate file) against
 //!   `convert_hf_to_gguf.py --outtype f16` followed by `llama-quantize … Q`.
 //!
-//! `mixtral` and `qwen2moe` (Mixture-of-Experts: 4 experts per layer, each layer's experts in two
-//! or more shards; Qwen2-MoE with a shared expert) are compared the same way with
+//! `mixtral`, `mixtral8` and `qwen2moe` (Mixture-of-Experts: 4 or 8 experts per layer, each
+//! layer's experts in two or more shards; Qwen2-MoE with a shared expert) are compared the same way with
 //! `fixtures/expected/arch/moe.json` (fixtures/gen/gen_arch_moe.py).
 //!
 //! `llama_bin` is the `llama` release as `.bin` shards written by torch.save in the state dict's
@@ -138,7 +138,7 @@ fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
     );
-    assert_eq!(n, 8, "mixtral, qwen2moe × 4 output types");
+    assert_eq!(n, 12, "mixtral, mixtral8, qwen2moe × 4 output types");
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
     );
-    assert_eq!(n, 6, "mixtral, qwen2moe × Q4_K_M, Q2_K, Q3_K_M");
+    assert_eq!(n, 9, "mixtral, mixtral8, qwen2moe × Q4_K_M, Q2_K, Q3_K_M");
 }
 
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,

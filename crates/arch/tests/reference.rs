@@ -556,6 +556,16 @@ fn mixtral_experts_stack_like_the_reference() {
 }
 
 #[test]
+fn mixtral_with_8_experts_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("mixtral8", o, None);
+        assert!(p
+            .kv
+            .contains(&("llama.expert_count".into(), MetaValue::U32(8))));
+    }
+}
+
+#[test]
 fn qwen2moe_shared_expert_and_stacks_match_reference() {
     let pre = Some("qwen2");
     let p = check("qwen2moe", "f32", pre);
