@@ -5,7 +5,8 @@
 //! `k_proj` get the Llama row permutation, the config defaults transformers' config class would
 //! fill, the architecture-specific keys written after the common ones, and how the vocabulary is
 //! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
-//! against the reference converter).
+//! against the reference converter); a Mixture-of-Experts one also names its [`ExpertStack`]
+//! (which per-expert tensors are stacked into which GGUF tensor, in which order).
 //!
 //! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
 //! llama.cpp tree (spec gguf.md §5.2) and checked against its output
