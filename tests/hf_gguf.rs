@@ -6,6 +6,10 @@
 //! * `--dtype f16 --quant Q` (one pass, no intermediate file) against
 //!   `convert_hf_to_gguf.py --outtype f16` followed by `llama-quantize … Q`.
 //!
+//! `mixtral`, `mixtral8` and `qwen2moe` (Mixture-of-Experts: 4 or 8 experts per layer, each
+//! layer's experts in two or more shards; Qwen2-MoE with a shared expert) are compared the same way with
+//! `fixtures/expected/arch/moe.json` (fixtures/gen/gen_arch_moe.py).
+//!
 //! `llama_bin` is the `llama` release as `.bin` shards written by torch.save in the state dict's
 //! order (read by the pickle reader; the reference keeps that order within a part).
 //!
@@ -26,14 +30,18 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 fn expected() -> Value {
-    serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch/files.json")).unwrap())
+    expected_in("files.json")
+}
+
+fn expected_in(file: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch").join(file)).unwrap())
         .unwrap()
 }
 
 /// The pre-tokenizer name gen_arch.py gave the reference for the made-up BPE vocabularies.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "qwen2" | "qwen3" => Some("qwen2"),
+        "qwen2" | "qwen3" | "qwen2moe" => Some("qwen2"),
         "llama3" => Some("llama-bpe"),
         "bert" | "bert_st" | "bert_st_cls" => Some("bert-bge"),
         "qwen3_st" => Some("qwen2"),
@@ -83,10 +91,18 @@ fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) {
 /// Converts every release of `files.json` once per entry of its `section` (the entry's key
 /// becomes the flags `args` gives) and compares the whole file with the reference's sha256.
 fn against_reference(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
+    against(&expected(), section, args, reference)
+}
+
+/// [`against_reference`] for the releases of `expected`.
+fn against(expected: &Value, section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;
-    for (name, e) in expected().as_object().unwrap() {
-        for (key, want) in e[section].as_object().unwrap() {
+    for (name, e) in expected.as_object().unwrap() {
+        let Some(entries) = e[section].as_object() else {
+            continue;
+        };
+        for (key, want) in entries {
             let out = tmp.path().join(format!("{name}-{key}.gguf"));
             convert(&release(name), &out, name, &args(key));
             assert_eq!(
@@ -118,6 +134,55 @@ fn one_pass_quant_equals_convert_then_llama_quantize() {
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
     );
     assert_eq!(n, 32, "8 releases × 4 types");
+}
+
+#[test]
+fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+    let n = against(
+        &expected_in("moe.json"),
+        "outtypes",
+        |t| vec!["--dtype", t],
+        "convert_hf_to_gguf.py --outtype",
+    );
+    assert_eq!(n, 12, "mixtral, mixtral8, qwen2moe × 4 output types");
+}
+
+#[test]
+fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
+    let exp = expected_in("moe.json");
+    let n = against(
+        &exp,
+        "quantized",
+        |q| vec!["--outtype", "f16", "--quant", q],
+        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+    );
+    assert_eq!(n, 9, "mixtral, mixtral8, qwen2moe × Q4_K_M, Q2_K, Q3_K_M");
+}
+
+/// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,
+/// chunks of ~3 KB against 16 KB experts), cast to F16 and quantized to Q8_0: the same files.
+#[test]
+fn moe_stacks_in_small_chunks_are_the_same_file() {
+    use weightport_pipeline::plan::DtypeChoice;
+    use weightport_pipeline::{convert as run, ConvertOptions};
+    let exp = expected_in("moe.json");
+    let tmp = tempfile::tempdir().unwrap();
+    for (t, dtype) in [
+        ("f16", weightport_core::DType::F16),
+        ("q8_0", weightport_core::DType::Q8_0),
+    ] {
+        let out = tmp.path().join(format!("mixtral-{t}.gguf"));
+        let mut o = ConvertOptions::new(vec![release("mixtral")], out.clone());
+        o.chunk = 3000;
+        o.threads = Some(2);
+        o.transform.dtype = DtypeChoice::To(dtype);
+        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        assert_eq!(
+            sha_file(&out),
+            exp["mixtral"]["outtypes"][t]["sha256"].as_str().unwrap(),
+            "{t}"
+        );
+    }
 }
 
 /// The HF cache layout: `snapshots/<commit>/` holds symlinks into `blobs/`.

@@ -157,5 +157,8 @@ fn a_pickle_with_a_brace_at_byte_8_is_still_a_pickle() {
         &t.path().join("o.safetensors"),
     );
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("raw pickle") && !err.contains("not available"), "{err}");
+    assert!(
+        err.contains("raw pickle") && !err.contains("not available"),
+        "{err}"
+    );
 }

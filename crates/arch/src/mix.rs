@@ -12,7 +12,7 @@
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
 use regex::Regex;
-use weightport_core::{DType, Error, MetaValue, Metadata, Result};
+use weightport_core::{DType, Error, Format, MetaValue, Metadata, Result};
 
 /// A target file type (`general.file_type`).
 #[allow(non_camel_case_types, missing_docs)]
@@ -208,6 +208,12 @@ impl ModelFacts {
     }
 }
 
+/// What llama-quantize rewrites: a GGUF file. Its output follows the convention of a rewritten
+/// GGUF source (llama.cpp's C writer drops the trailing 1s of `ne`: Qwen2-MoE's
+/// `ffn_gate_inp_shexp`, `[64, 1]` in the converter's file, is `[64]` after llama-quantize), so a
+/// one-pass `--quant` output is planned as a rewrite of this format.
+pub const QUANTIZE_REWRITES: Format = Format::Gguf;
+
 /// llama-quantize's edits of the metadata it copies: the split keys removed, then
 /// `general.quantization_version` and `general.file_type` set last.
 pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
@@ -360,7 +366,12 @@ fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DT
     match cat {
         Cat::K if p.n_expert == 8 => DType::Q8_0,
         Cat::Down => {
-            let i = c.i_ffn_down;
+            // `layer_info`: with experts, the layer is read from the name (`blk.N.`), since a
+            // layer may hold several ffn_down tensors (a shared expert's and the experts').
+            let i = match (p.n_expert > 1, layer_of(&t.name)) {
+                (true, Some(l)) => l,
+                _ => c.i_ffn_down,
+            };
             c.i_ffn_down += 1;
             let falcon = p.arch == "falcon";
             match f {
@@ -407,6 +418,11 @@ fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DT
         Cat::AttnOut if f == F::Q3_K_L => DType::Q4_K,
         _ => ty,
     }
+}
+
+/// `N` of a `blk.N.` name.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 fn block_elems(d: DType) -> u32 {

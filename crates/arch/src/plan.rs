@@ -25,7 +25,7 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
-use crate::table::{self, ArchSpec, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::table::{self, ArchSpec, ExpertStack, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
 use crate::tokenizer;
 
 /// One tensor of the HF release, from headers alone.
@@ -110,6 +110,13 @@ pub enum Origin {
     },
     /// Computed from the hyper-parameters (e.g. Llama 3's `rope_freqs.weight`): the F32 values.
     Generated(Vec<f32>),
+    /// HF tensors of one shape and type stacked along a new leading axis, in this order (the
+    /// experts of a Mixture-of-Experts layer): the output's bytes are the sources' bytes one
+    /// after another, each cast as the output is.
+    Stack {
+        /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
+        sources: Vec<(String, usize)>,
+    },
 }
 
 /// One output tensor.
@@ -244,6 +251,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         order.sort_by(|&a, &b| tensors[a].file.cmp(&tensors[b].file));
     }
     let mut dropped = Vec::new();
+    let mut experts = match spec.experts {
+        Some(e) => Some(Experts::new(e, &hp, block_count)?),
+        None => None,
+    };
     for i in order {
         let t = &tensors[i];
         if SKIPPED_SUFFIXES.iter().any(|s| t.name.ends_with(s)) {
@@ -265,6 +276,25 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             || rules.drop_prefixes.iter().any(|p| hf.starts_with(p))
         {
             dropped.push((t.name.clone(), "not used by llama.cpp"));
+            continue;
+        }
+        if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
+            let (bid, stacks) = ex.add(&hf, i, tensors, config_dir)?;
+            for (name, sources) in stacks {
+                let first = &tensors[sources[0].1];
+                let mut shape = vec![sources.len() as u64];
+                shape.extend_from_slice(&first.shape);
+                let (force_f32, dtype) = out_dtype(&name, &shape, opts.outtype);
+                out.push(OutTensor {
+                    name: fill(&name, Some(bid)),
+                    origin: Origin::Stack { sources },
+                    shape,
+                    permute: None,
+                    force_f32,
+                    plus_one: false,
+                    dtype,
+                });
+            }
             continue;
         }
         let Some(gguf_name) = map_name(spec, &hf, block_count) else {
@@ -296,31 +326,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             p.rows(rows as usize)
                 .map_err(|e| bad(&hp.path, format!("tensor `{}`: {e}", t.name)))?;
         }
-        let base = gguf_name
-            .strip_prefix("blk.")
-            .and_then(|s| s.split_once('.'))
-            .map_or(gguf_name.as_str(), |(_, rest)| rest);
-        let base_stem = base.rsplit_once('.').map_or(base, |(s, _)| s);
-        let force_f32 = t.shape.len() <= 1
-            || gguf_name.ends_with("_norm.weight")
-            || !gguf_name.ends_with(".weight")
-            || FORCE_F32.contains(&base_stem);
-        let dtype = if force_f32 {
-            DType::F32
-        } else {
-            match opts.outtype {
-                OutType::F32 => DType::F32,
-                OutType::F16 => DType::F16,
-                OutType::Bf16 => DType::BF16,
-                OutType::Q8_0 => {
-                    if t.shape.last().is_some_and(|n| n % 32 == 0) {
-                        DType::Q8_0
-                    } else {
-                        DType::F16
-                    }
-                }
-            }
-        };
+        let (force_f32, dtype) = out_dtype(&gguf_name, &t.shape, opts.outtype);
         out.push(OutTensor {
             name: gguf_name,
             origin: Origin::Hf {
@@ -335,6 +341,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         });
     }
 
+    if let Some(ex) = &experts {
+        ex.finish(config_dir)?;
+    }
     if !tensors.is_empty() {
         check_layers(&out, block_count, &hp)?;
     }
@@ -354,7 +363,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if total > 0 {
         put(
             "general.size_label".into(),
-            MetaValue::Str(size_label(total)),
+            MetaValue::Str(size_label_of(&out)),
         );
     }
     let a = |k: &str| format!("{arch}.{k}");
@@ -500,12 +509,32 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 _ => {}
             }
         }
-        if hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts") {
+        if spec.experts.is_none()
+            && (hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts"))
+        {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
                 format: Format::Gguf,
-                what: "mixture-of-experts models are not supported yet".into(),
+                what: format!(
+                    "a {} config with experts (mixture-of-experts architectures: {})",
+                    hp.hf_arch,
+                    table::supported_moe().join(", ")
+                ),
             });
+        }
+        // Expert-group and gating-function keys the reference would write: not for the
+        // architectures in the table.
+        for k in EXPERT_GROUP_KEYS {
+            if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
+                return Err(Error::Unsupported {
+                    at: Location::file(&hp.path),
+                    format: Format::Gguf,
+                    what: format!(
+                        "`{k}` (expert groups / gating function) in a {} config",
+                        hp.hf_arch
+                    ),
+                });
+            }
         }
         if let Some(theta) = rf("rope_theta") {
             put(a("rope.freq_base"), f32v(theta));
@@ -515,6 +544,19 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         }
         if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
             put(a("attention.layer_norm_epsilon"), f32v(v));
+        }
+        if spec.experts.is_some() {
+            if let Some(n) = hp.u32(&["num_local_experts", "num_experts", "n_routed_experts"])? {
+                put(a("expert_count"), MetaValue::U32(n));
+            }
+            let used = [
+                "num_experts_per_tok",
+                "num_experts_per_token",
+                "top_k_experts",
+            ];
+            if let Some(n) = hp.u32(&used)? {
+                put(a("expert_used_count"), MetaValue::U32(n));
+            }
         }
         if let Some(hd) = hp.u32(&["head_dim"])? {
             put(a("attention.key_length"), MetaValue::U32(hd));
@@ -534,6 +576,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 ExtraKv::Pooling => {
                     for (k, v) in &pooling {
                         put(a(k), v.clone());
+                    }
+                }
+                ExtraKv::ExpertFeedForwardLength => {
+                    if let Some(v) = hp.u32(&["moe_intermediate_size"])? {
+                        put(a("expert_feed_forward_length"), MetaValue::U32(v));
+                    }
+                }
+                ExtraKv::ExpertSharedFeedForwardLength => {
+                    if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
+                        put(a("expert_shared_feed_forward_length"), MetaValue::U32(v));
                     }
                 }
                 ExtraKv::RopeDimensionCount => {
@@ -575,6 +627,201 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         chkhsh,
         hparams: hp,
     })
+}
+
+/// Hyper-parameters the reference writes as expert-group / gating-function keys.
+const EXPERT_GROUP_KEYS: &[&str] = &[
+    "n_group",
+    "topk_group",
+    "score_function",
+    "scoring_func",
+    "score_func",
+    "moe_router_activation",
+    "moe_router_activation_func",
+    "expert_selection_fn",
+];
+
+/// The F32 decision and output type of a tensor named `gguf_name` of `shape`
+/// (`base.py` `prepare_tensors`).
+fn out_dtype(gguf_name: &str, shape: &[u64], outtype: OutType) -> (bool, DType) {
+    let base = gguf_name
+        .strip_prefix("blk.")
+        .and_then(|s| s.split_once('.'))
+        .map_or(gguf_name, |(_, rest)| rest);
+    let base_stem = base.rsplit_once('.').map_or(base, |(s, _)| s);
+    let force_f32 = shape.len() <= 1
+        || gguf_name.ends_with("_norm.weight")
+        || !gguf_name.ends_with(".weight")
+        || FORCE_F32.contains(&base_stem);
+    let dtype = if force_f32 {
+        DType::F32
+    } else {
+        match outtype {
+            OutType::F32 => DType::F32,
+            OutType::F16 => DType::F16,
+            OutType::Bf16 => DType::BF16,
+            OutType::Q8_0 => {
+                if shape.last().is_some_and(|n| n % 32 == 0) {
+                    DType::Q8_0
+                } else {
+                    DType::F16
+                }
+            }
+        }
+    };
+    (force_f32, dtype)
+}
+
+/// The expert tensors read so far, per block, until a block's set is complete.
+struct Experts {
+    spec: &'static ExpertStack,
+    n: u32,
+    /// Per block: `(member, expert)` → index of the HF tensor.
+    pending: Vec<std::collections::BTreeMap<(usize, u32), usize>>,
+}
+
+/// The stacks of one block: `(GGUF name with {bid}, sources in expert order)` per member.
+type Stacks = Vec<(String, Vec<(String, usize)>)>;
+
+impl Experts {
+    fn new(spec: &'static ExpertStack, hp: &HParams, block_count: u32) -> Result<Experts> {
+        let n = hp
+            .u32(spec.count)?
+            .filter(|&n| n > 0)
+            .ok_or_else(|| bad(&hp.path, format!("config.json lacks `{}`", spec.count[0])))?;
+        Ok(Experts {
+            spec,
+            n,
+            pending: vec![Default::default(); block_count as usize],
+        })
+    }
+
+    /// Records HF tensor `i` (named `hf`); when it completes its block, returns the block's
+    /// stacks, in the reference's member order.
+    fn add(
+        &mut self,
+        hf: &str,
+        i: usize,
+        tensors: &[SourceTensor],
+        dir: &Path,
+    ) -> Result<(u32, Stacks)> {
+        let refuse = |what: String| Error::Unsupported {
+            at: Location::file(dir).tensor(&tensors[i].name),
+            format: Format::Gguf,
+            what,
+        };
+        let (bid, xid, w) = match_expert(self.spec.pattern, hf)
+            .filter(|(b, _, _)| (*b as usize) < self.pending.len())
+            .ok_or_else(|| refuse("an expert tensor the architecture does not name".into()))?;
+        let member = self
+            .spec
+            .members
+            .iter()
+            .position(|(m, _)| *m == w)
+            .ok_or_else(|| {
+                refuse(format!(
+                    "expert projection `{w}` is not one of the architecture's"
+                ))
+            })?;
+        if xid >= self.n {
+            return Err(refuse(format!(
+                "expert {xid} of a model with {} experts",
+                self.n
+            )));
+        }
+        let block = &mut self.pending[bid as usize];
+        if block.insert((member, xid), i).is_some() {
+            return Err(refuse("this expert tensor is given twice".into()));
+        }
+        if block.len() < self.n as usize * self.spec.members.len() {
+            return Ok((bid, Vec::new()));
+        }
+        let block = std::mem::take(block);
+        let mut stacks = Vec::with_capacity(self.spec.members.len());
+        for (m, (_, gguf)) in self.spec.members.iter().enumerate() {
+            let sources: Vec<(String, usize)> = (0..self.n)
+                .map(|x| {
+                    let j = block[&(m, x)];
+                    (tensors[j].name.clone(), j)
+                })
+                .collect();
+            let first = &tensors[sources[0].1];
+            if let Some(&(_, j)) = sources
+                .iter()
+                .find(|&&(_, j)| tensors[j].shape != first.shape || tensors[j].dtype != first.dtype)
+            {
+                return Err(Error::Unsupported {
+                    at: Location::file(dir).tensor(&tensors[j].name),
+                    format: Format::Gguf,
+                    what: format!(
+                        "experts of different shapes or types cannot be stacked (`{}` is {} {:?})",
+                        first.name, first.dtype, first.shape
+                    ),
+                });
+            }
+            stacks.push(((*gguf).to_owned(), sources));
+        }
+        Ok((bid, stacks))
+    }
+
+    /// Refuses a release in which some block's experts are incomplete (the reference fails with
+    /// "Unprocessed experts").
+    fn finish(&self, dir: &Path) -> Result<()> {
+        for (bid, block) in self.pending.iter().enumerate() {
+            if !block.is_empty() {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "block {bid} holds {} of its {} expert tensors",
+                        block.len(),
+                        self.n as usize * self.spec.members.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `(bid, xid, w)` when `name` matches an [`ExpertStack::pattern`].
+fn match_expert<'a>(pattern: &str, name: &'a str) -> Option<(u32, u32, &'a str)> {
+    let (pre, rest) = pattern.split_once("{bid}")?;
+    let (mid, rest) = rest.split_once("{xid}")?;
+    let (mid2, post) = rest.split_once("{w}")?;
+    let name = name.strip_prefix(pre)?.strip_suffix(post)?;
+    let number = |s: &str| -> Option<u32> {
+        (!s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (b, name) = name.split_once(mid)?;
+    let (x, w) = name.split_once(mid2)?;
+    (!w.is_empty() && !w.contains('.')).then_some(())?;
+    Some((number(b)?, number(x)?, w))
+}
+
+/// gguf-py's `size_label` of the output tensors: `{n_expert}x{size of one expert's share}` when
+/// some tensor is an expert stack (`_exps.` in its name, ≥ 3 dims), else the total.
+fn size_label_of(out: &[OutTensor]) -> String {
+    let (mut total, mut shared, mut expert) = (0u64, 0u64, 0u64);
+    let (mut expert_sum, mut n_stacks) = (0u64, 0u64);
+    for t in out {
+        let size: u64 = t.shape.iter().product();
+        total += size;
+        if t.name.contains("_exps.") && t.shape.len() >= 3 {
+            let k = if t.name.contains(".bias") { 2 } else { 3 };
+            let count = t.shape[t.shape.len() - k].max(1);
+            expert += size / count;
+            expert_sum += count;
+            n_stacks += 1;
+        } else {
+            shared += size;
+        }
+    }
+    match expert_sum.checked_div(n_stacks) {
+        Some(count) => format!("{count}x{}", size_label(shared + expert)),
+        None => size_label(total),
+    }
 }
 
 /// Refuses a release whose weights do not hold every layer config.json announces (llama.cpp

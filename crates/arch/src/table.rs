@@ -5,7 +5,8 @@
 //! `k_proj` get the Llama row permutation, the config defaults transformers' config class would
 //! fill, the architecture-specific keys written after the common ones, and how the vocabulary is
 //! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
-//! against the reference converter).
+//! against the reference converter); a Mixture-of-Experts one also names its [`ExpertStack`]
+//! (which per-expert tensors are stacked into which GGUF tensor, in which order).
 //!
 //! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
 //! llama.cpp tree (spec gguf.md §5.2) and checked against its output
@@ -60,6 +61,11 @@ pub enum ExtraKv {
     /// `1_Pooling/config.json`), then `{arch}.classifier.pooling_type` from `classifier_pooling`;
     /// each only when the release has it (the named hook [`crate::pooling`]).
     Pooling,
+    /// `{arch}.expert_feed_forward_length` u32 ← `moe_intermediate_size`, when present.
+    ExpertFeedForwardLength,
+    /// `{arch}.expert_shared_feed_forward_length` u32 ← `shared_expert_intermediate_size`, when
+    /// present.
+    ExpertSharedFeedForwardLength,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -107,10 +113,53 @@ pub enum VocabKind {
     SpmElseGpt2,
     /// SentencePiece `tokenizer.model`, then `tokenizer.ggml.add_space_prefix` = false (Gemma).
     SpmNoSpacePrefix,
+    /// GPT-2 style BPE `tokenizer.json` only (`TextModel.set_vocab`: Qwen2-MoE).
+    Gpt2,
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
 }
+
+/// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
+/// stacks into one tensor per projection (`torch.stack(dim=0)` in expert order: shape
+/// `[n_expert, rows, cols]`, GGUF `ne` `{cols, rows, n_expert}`), written when the layer's last
+/// expert tensor has been read (`conversion/llama.py`, `conversion/qwen.py` `modify_tensors`).
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertStack {
+    /// A tensor is an expert tensor when its HF name contains this (the reference's test).
+    pub marker: &'static str,
+    /// The HF name of one expert tensor: `{bid}` block, `{xid}` expert, `{w}` projection.
+    pub pattern: &'static str,
+    /// Projections (`{w}`) in the order the reference writes their stacks, each with the GGUF
+    /// name of the stack (`{bid}` is the block number).
+    pub members: &'static [(&'static str, &'static str)],
+    /// Hyper-parameters giving the number of experts (first present).
+    pub count: &'static [&'static str],
+}
+
+/// Mixtral's experts (`block_sparse_moe.experts.N.w1/w2/w3`: gate, down, up).
+pub const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
+    marker: "block_sparse_moe.experts",
+    pattern: "model.layers.{bid}.block_sparse_moe.experts.{xid}.{w}.weight",
+    members: &[
+        ("w1", "blk.{bid}.ffn_gate_exps.weight"),
+        ("w2", "blk.{bid}.ffn_down_exps.weight"),
+        ("w3", "blk.{bid}.ffn_up_exps.weight"),
+    ],
+    count: &["num_local_experts"],
+};
+
+/// Qwen2-MoE's experts (`mlp.experts.N.{gate,up,down}_proj`), stacked down, gate, up.
+pub const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
+    marker: "experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: &[
+        ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
+        ("gate_proj", "blk.{bid}.ffn_gate_exps.weight"),
+        ("up_proj", "blk.{bid}.ffn_up_exps.weight"),
+    ],
+    count: &["num_local_experts", "num_experts"],
+};
 
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +170,9 @@ pub struct ArchSpec {
     pub hf_archs: &'static [&'static str],
     /// HF base name (no `.weight`/`.bias`) → GGUF base name; `{bid}` is the block number.
     pub tensors: &'static [(&'static str, &'static str)],
+    /// Per-expert tensors stacked into one GGUF tensor per projection (Mixture-of-Experts);
+    /// `None` for dense architectures, whose configs with an expert count are refused.
+    pub experts: Option<&'static ExpertStack>,
     /// Apply the Llama q/k row permutation to `*q_proj.{weight,bias}` / `*k_proj.{weight,bias}`.
     pub permute_qk: bool,
     /// transformers config defaults.
@@ -149,7 +201,12 @@ pub const SKIPPED_SUFFIXES: &[&str] = &[
 
 /// GGUF base names (without `blk.N.`) that always stay F32 (`base.py:1087-1121`, the subset
 /// that can occur in the table's architectures).
-pub const FORCE_F32: &[&str] = &["ffn_gate_inp", "position_embd", "token_types"];
+pub const FORCE_F32: &[&str] = &[
+    "ffn_gate_inp",
+    "ffn_gate_inp_shexp",
+    "position_embd",
+    "token_types",
+];
 
 /// The decoder-only Llama-style tensor names shared by Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[(&str, &str)] = &[
@@ -167,6 +224,70 @@ const LLAMA_TENSORS: &[(&str, &str)] = &[
     (
         "model.layers.{bid}.post_attention_layernorm",
         "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Mixtral: Llama attention, a router (`block_sparse_moe.gate` → `ffn_gate_inp`) and
+/// [`MIXTRAL_EXPERTS`].
+const MIXTRAL_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.gate",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+];
+
+/// Qwen2-MoE: Qwen2 attention (q/k/v biases), a router, a shared expert with its own sigmoid
+/// gate, [`QWEN2MOE_EXPERTS`], and dense MLP names for `mlp_only_layers`.
+const QWEN2MOE_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+    (
+        "model.layers.{bid}.mlp.shared_expert_gate",
+        "blk.{bid}.ffn_gate_inp_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.down_proj",
+        "blk.{bid}.ffn_down_shexp",
     ),
     ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
@@ -270,6 +391,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "llama",
         hf_archs: &["LlamaForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: true,
         config: ConfigDefaults {
             values: &[
@@ -299,6 +421,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "llama",
         hf_archs: &["MistralForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: true,
         config: ConfigDefaults {
             values: &[
@@ -325,9 +448,42 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
     },
     ArchSpec {
+        arch: "llama",
+        hf_archs: &["MixtralForCausalLM"],
+        tensors: MIXTRAL_TENSORS,
+        experts: Some(&MIXTRAL_EXPERTS),
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("num_local_experts", "8"),
+                ("num_experts_per_tok", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+    },
+    ArchSpec {
         arch: "qwen2",
         hf_archs: &["Qwen2ForCausalLM"],
         tensors: LLAMA_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -352,9 +508,45 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
     },
     ArchSpec {
+        arch: "qwen2moe",
+        hf_archs: &["Qwen2MoeForCausalLM"],
+        tensors: QWEN2MOE_TENSORS,
+        experts: Some(&QWEN2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "5632"),
+                ("num_hidden_layers", "24"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("num_experts", "60"),
+                ("num_experts_per_tok", "4"),
+                ("moe_intermediate_size", "1408"),
+                ("shared_expert_intermediate_size", "5632"),
+            ],
+            kv_heads: KvHeadsDefault::Const(16),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+    },
+    ArchSpec {
         arch: "qwen3",
         hf_archs: &["Qwen3ForCausalLM"],
         tensors: QWEN3_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -382,6 +574,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "bert",
         hf_archs: &["BertModel"],
         tensors: BERT_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -420,6 +613,7 @@ pub const ARCHS: &[ArchSpec] = &[
         arch: "gemma2",
         hf_archs: &["Gemma2ForCausalLM"],
         tensors: GEMMA2_TENSORS,
+        experts: None,
         permute_qk: false,
         config: ConfigDefaults {
             values: &[
@@ -466,6 +660,15 @@ pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
 pub fn supported() -> Vec<&'static str> {
     ARCHS
         .iter()
+        .flat_map(|a| a.hf_archs.iter().copied())
+        .collect()
+}
+
+/// The HF architectures converted as Mixture-of-Experts models, in table order.
+pub fn supported_moe() -> Vec<&'static str> {
+    ARCHS
+        .iter()
+        .filter(|a| a.experts.is_some())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
 }

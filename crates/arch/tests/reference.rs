@@ -120,7 +120,28 @@ fn output_bytes(
     let src = match &t.origin {
         Origin::Hf { index, .. } => &srcs[*index],
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Origin::Stack { sources } => {
+            // The parts one after another, each converted alone (no permutation).
+            return sources
+                .iter()
+                .flat_map(|&(_, j)| part_bytes(sts, &srcs[j], None, keep_f16))
+                .collect();
+        }
     };
+    let perm = match &t.permute {
+        Some(q) if permute => Some(q.rows(t.shape[0] as usize).unwrap()),
+        _ => None,
+    };
+    part_bytes(sts, src, perm, keep_f16)
+}
+
+/// One source tensor's elements, rows gathered through `perm`, widened to f32 unless `keep_f16`.
+fn part_bytes(
+    sts: &BTreeMap<String, St>,
+    src: &SourceTensor,
+    perm: Option<Vec<u32>>,
+    keep_f16: bool,
+) -> Vec<u8> {
     let st = &sts[&src.file];
     let info = &st.header[&src.name];
     let off: Vec<usize> = info["data_offsets"]
@@ -130,11 +151,8 @@ fn output_bytes(
         .map(|v| v.as_u64().unwrap() as usize)
         .collect();
     let raw = &st.data[off[0]..off[1]];
-    let rows = t.shape[0] as usize;
-    let perm: Vec<u32> = match &t.permute {
-        Some(q) if permute => q.rows(rows).unwrap(),
-        _ => (0..rows as u32).collect(),
-    };
+    let rows = src.shape[0] as usize;
+    let perm: Vec<u32> = perm.unwrap_or_else(|| (0..rows as u32).collect());
     if keep_f16 {
         assert!(matches!(src.dtype, DType::F16 | DType::BF16));
         let row_bytes = raw.len() / rows;
@@ -320,6 +338,7 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         let src_dtype = match &t.origin {
             Origin::Hf { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,
+            Origin::Stack { sources } => srcs[sources[0].1].dtype,
         };
         // Exact byte comparisons: f32 output, or f16/bf16 output of a source of the same type.
         let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
@@ -558,6 +577,99 @@ fn embedded_pre_table_is_the_references() {
             "e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea"
         ),
         Some("qwen2")
+    );
+}
+
+#[test]
+fn mixtral_experts_stack_like_the_reference() {
+    let p = check("mixtral", "f32", None);
+    // Every block's three expert stacks, each [4, rows, cols] from the four experts in order.
+    let stacks: Vec<&weightport_arch::OutTensor> = p
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.origin, Origin::Stack { .. }))
+        .collect();
+    assert_eq!(stacks.len(), 6);
+    for t in &stacks {
+        let Origin::Stack { sources } = &t.origin else {
+            unreachable!()
+        };
+        assert_eq!(t.shape[0], 4, "{}", t.name);
+        for (x, (name, _)) in sources.iter().enumerate() {
+            assert!(name.contains(&format!(".experts.{x}.")), "{name}");
+        }
+    }
+    check("mixtral", "f16", None);
+    for o in other_outtypes("mixtral") {
+        check("mixtral", &o, None);
+    }
+}
+
+#[test]
+fn mixtral_with_8_experts_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("mixtral8", o, None);
+        assert!(p
+            .kv
+            .contains(&("llama.expert_count".into(), MetaValue::U32(8))));
+    }
+}
+
+#[test]
+fn qwen2moe_shared_expert_and_stacks_match_reference() {
+    let pre = Some("qwen2");
+    let p = check("qwen2moe", "f32", pre);
+    let stacks = p
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.origin, Origin::Stack { .. }))
+        .count();
+    assert_eq!(stacks, 6);
+    check("qwen2moe", "f16", pre);
+    for o in other_outtypes("qwen2moe") {
+        check("qwen2moe", &o, pre);
+    }
+}
+
+#[test]
+fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-moe-refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["tokenizer.model", "tokenizer_config.json"] {
+        std::fs::copy(fixtures().join("good/arch/llama").join(f), dir.join(f)).unwrap();
+    }
+    let cfg = r#"{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+        "hidden_size": 64, "num_attention_heads": 4, "num_local_experts": 4, "vocab_size": 560}"#;
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    let msg = plan(&dir, &[], &PlanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("MixtralForCausalLM"), "{msg}");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["OlmoeForCausalLM"], "num_hidden_layers": 2}"#,
+    )
+    .unwrap();
+    let msg = plan(&dir, &[], &PlanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("OlmoeForCausalLM") && msg.contains("MixtralForCausalLM"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn incomplete_experts_are_refused() {
+    let dir = fixtures().join("good/arch/mixtral");
+    let (mut srcs, _) = sources(&dir);
+    srcs.retain(|t| t.name != "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+    let msg = plan(&dir, &srcs, &PlanOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("block 1 holds 11 of its 12 expert tensors"),
+        "{msg}"
     );
 }
 

@@ -1,6 +1,7 @@
-//! Transforms built from others: a row permutation (Llama's q/k layout for GGUF) and the
-//! composition of two transforms (permute, then cast, then quantize), so an HF tensor becomes
-//! its GGUF form in one pass over the bytes.
+//! Transforms built from others: a row permutation (Llama's q/k layout for GGUF), a stack of
+//! several inputs along a new leading axis (the experts of a Mixture-of-Experts layer) and the
+//! composition of two transforms (stack or permute, then cast, then quantize), so HF tensors
+//! become their GGUF form in one pass over the bytes.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -66,6 +67,61 @@ impl Transform for PermuteRows {
 
     // Not `lossless`: verification maps outputs back leaf by leaf, and a permuted leaf's source
     // bytes are not one contiguous leaf of the input. The written bytes are still verified
+    // against the hashes computed while writing.
+}
+
+/// Inputs `0..n`, each `part` bytes long, one after another: the output range a chunk covers
+/// reads only the pieces of the inputs under it (input `k` fills bytes `k·part..(k+1)·part`), so
+/// a stacked tensor is written range by range whatever files its inputs lie in, never by
+/// holding a whole stack. Any `elem`-aligned range can be computed.
+pub struct Stack {
+    n: usize,
+    part: u64,
+    elem: u64,
+}
+
+impl Stack {
+    /// `n` inputs of `part` bytes each, computed in `elem`-byte units.
+    pub fn new(n: usize, part: u64, elem: u64) -> Stack {
+        Stack {
+            n,
+            part: part.max(1),
+            elem: elem.max(1),
+        }
+    }
+}
+
+impl Transform for Stack {
+    fn describe(&self) -> String {
+        format!("stack of {}", self.n)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let mut v = Vec::new();
+        let mut pos = out.start;
+        while pos < out.end {
+            let (k, off) = (pos / self.part, pos % self.part);
+            let len = (self.part - off).min(out.end - pos);
+            v.push((k as usize, off..off + len));
+            pos += len;
+        }
+        v
+    }
+
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let mut at = 0;
+        for s in inputs {
+            dst[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        Ok(())
+    }
+
+    // Not `lossless`: its inverse would need several outputs. The written bytes are verified
     // against the hashes computed while writing.
 }
 
@@ -277,6 +333,67 @@ mod tests {
             .collect();
         for step in [2, 4, 6, 10, 24] {
             assert_eq!(run(&p, &input, 24, step), want, "step {step}");
+        }
+    }
+
+    /// `run` for a transform with several inputs.
+    fn run_many(op: &dyn Transform, inputs: &[Vec<u8>], out_len: u64, step: u64) -> Vec<u8> {
+        let mut out = vec![0u8; out_len as usize];
+        let mut s = 0;
+        while s < out_len {
+            let e = (s + step).min(out_len);
+            let ins: Vec<&[u8]> = op
+                .needs(s..e)
+                .into_iter()
+                .map(|(k, r)| &inputs[k][r.start as usize..r.end as usize])
+                .collect();
+            op.apply(s..e, &ins, &mut out[s as usize..e as usize])
+                .unwrap();
+            s = e;
+        }
+        out
+    }
+
+    #[test]
+    fn stack_concatenates_inputs_over_ragged_chunks() {
+        // Three inputs of 5 u16 values (10 bytes): input k holds 100k, 100k+1, ….
+        let inputs: Vec<Vec<u8>> = (0u16..3)
+            .map(|k| (0..5).flat_map(|v| (100 * k + v).to_le_bytes()).collect())
+            .collect();
+        let want: Vec<u8> = [
+            0u16, 1, 2, 3, 4, 100, 101, 102, 103, 104, 200, 201, 202, 203, 204,
+        ]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+        let st = Stack::new(3, 10, 2);
+        // Chunks that end inside a part, on a part boundary, and span all three parts.
+        for step in [2, 4, 6, 8, 10, 14, 30] {
+            assert_eq!(run_many(&st, &inputs, 30, step), want, "step {step}");
+        }
+        assert_eq!(st.needs(8..24), vec![(0, 8..10), (1, 0..10), (2, 0..4)]);
+        // Stacked, then cast: the chain reads the same pieces, each value cast once.
+        let f32s: Vec<Vec<u8>> = (0..3)
+            .map(|k| {
+                (0..4)
+                    .flat_map(|v| (k as f32 * 10.0 + v as f32 + 0.25).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let stack: Arc<dyn Transform> = Arc::new(Stack::new(3, 16, 4));
+        let cast: Arc<dyn Transform> =
+            Arc::new(Cast::new(DType::F32, DType::F16, "t", false).unwrap());
+        let chain = Chain::of(Some(stack), Some(cast)).unwrap();
+        let want: Vec<u8> = (0..3)
+            .flat_map(|k| (0..4).map(move |v| k as f32 * 10.0 + v as f32 + 0.25))
+            .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        for step in [2, 6, 10, 24] {
+            assert_eq!(
+                run_many(chain.as_ref(), &f32s, 24, step),
+                want,
+                "step {step}"
+            );
         }
     }
 

@@ -232,9 +232,11 @@ pub fn convert_source(
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
     let by_arch = fmt.by_architecture;
     let with_generated;
+    let mut rewrites = None;
     let (source, outs, metadata, arch) = match hf_gguf::wanted(repo_dir, by_arch, &opts.transform) {
         Some(dir) => {
             let job = hf_gguf::build(source, dir, &opts.transform)?;
+            rewrites = job.rewrites;
             with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
             let arch = (job.architecture, job.dropped, job.from);
             (
@@ -258,7 +260,7 @@ pub fn convert_source(
         metadata: &metadata,
         shard_size: opts.shard_size,
         companions_from: repo_dir,
-        source_format: source.format(),
+        source_format: rewrites.unwrap_or_else(|| source.format()),
         float_dtype: float_dtype(&opts.transform, by_arch),
     };
     let plan = (fmt.plan)(&req)?;

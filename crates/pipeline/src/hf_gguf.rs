@@ -1,7 +1,7 @@
 //! HF release → GGUF: the architecture plan of `weightport-arch` (names, KVs, tokenizer, q/k
-//! permutation, F32 decisions) turned into output tensors of the pipeline, each one pass of
-//! permute → cast (`--dtype`, the reference's `--outtype`) → quantize (`--quant`, llama-quantize's
-//! mix applied to what the reference converter would have written).
+//! permutation, expert stacks, F32 decisions) turned into output tensors of the pipeline, each
+//! one pass of stack or permute → cast (`--dtype`, the reference's `--outtype`) → quantize
+//! (`--quant`, llama-quantize's mix applied to what the reference converter would have written).
 //!
 //! The output equals `convert_hf_to_gguf.py --outtype T` (and, with `--quant Q`, that file run
 //! through `llama-quantize … Q`) byte for byte, without the intermediate file.
@@ -14,7 +14,7 @@ use weightport_arch::{
 };
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
-use crate::compose::{Chain, PermuteRows, PlusOne};
+use crate::compose::{Chain, PermuteRows, PlusOne, Stack};
 use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
@@ -32,8 +32,12 @@ pub struct ArchJob {
     pub architecture: String,
     /// HF tensors not written, with the reason.
     pub dropped: Vec<(String, String)>,
-    /// Per output tensor: the HF tensor it comes from (`None`: generated).
+    /// Per output tensor: the HF tensor(s) it comes from (`None`: generated).
     pub from: Vec<Option<String>>,
+    /// The format the output is written as a rewrite of, when not the source's: with `--quant`,
+    /// what llama-quantize rewrites ([`mix::QUANTIZE_REWRITES`]), whose dims convention the
+    /// output keeps.
+    pub rewrites: Option<weightport_core::Format>,
 }
 
 /// The release directory when this job is an HF release → GGUF conversion: the output is GGUF,
@@ -126,7 +130,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
     let mut from = Vec::with_capacity(order.len());
     for i in order {
         let t = &plan.tensors[i];
-        let input = inputs[i];
+        let input = inputs[i][0];
         let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
         let op = op_of(t, src, finals[i], opts)
             .map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
@@ -140,13 +144,19 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
                     .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?,
                 shape: t.shape.clone(),
             },
-            inputs: vec![input],
+            inputs: inputs[i].clone(),
             op,
             note: notes[i].take(),
         });
         from.push(match &t.origin {
             Origin::Hf { name, .. } => Some(name.clone()),
             Origin::Generated(_) => None,
+            Origin::Stack { sources } => Some(format!(
+                "{} stacked: {} … {}",
+                sources.len(),
+                sources[0].0,
+                sources[sources.len() - 1].0
+            )),
         });
     }
     Ok(ArchJob {
@@ -160,6 +170,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             .map(|(n, why)| (n, why.to_string()))
             .collect(),
         from,
+        rewrites: opts.quant.as_ref().map(|_| mix::QUANTIZE_REWRITES),
     })
 }
 
@@ -185,15 +196,19 @@ fn arch_plan(
     )
 }
 
-/// Each planned tensor's source index; generated tensors become F32 sources numbered after the
-/// release's `n` tensors.
-fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<usize>, Vec<(TensorInfo, Vec<u8>)>) {
+/// Tensors computed in memory: their info and F32 bytes.
+type Generated = Vec<(TensorInfo, Vec<u8>)>;
+
+/// Each planned tensor's source indices (several for a stack); generated tensors become F32
+/// sources numbered after the release's `n` tensors.
+fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
     let mut generated = Vec::new();
     let inputs = plan
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } => *index,
+            Origin::Hf { index, .. } => vec![*index],
+            Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
             Origin::Generated(v) => {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 let info = TensorInfo {
@@ -203,7 +218,7 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<usize>, Vec<(TensorInfo, Vec<u8>
                     byte_len: bytes.len() as u64,
                 };
                 generated.push((info, bytes));
-                n + generated.len() - 1
+                vec![n + generated.len() - 1]
             }
         })
         .collect();
@@ -245,14 +260,24 @@ fn quant_targets(
     (order, finals, notes)
 }
 
-/// The one-pass operation for tensor `t` stored as `src`: q/k permutation, `1 + w`, the cast
-/// to the reference's output type, the quantization to `to`; `None` when the bytes pass as is.
+/// The one-pass operation for tensor `t` stored as `src`: the stack of its parts or the q/k
+/// permutation, `1 + w`, the cast to the reference's output type, the quantization to `to`;
+/// `None` when the bytes pass as is.
 fn op_of(
     t: &PlannedTensor,
     src: DType,
     to: DType,
     opts: &TransformOptions,
 ) -> Result<Option<Arc<dyn Transform>>> {
+    let stack = match &t.origin {
+        Origin::Stack { sources } => {
+            let part = src
+                .byte_len(&t.shape[1..])
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            Some(Arc::new(Stack::new(sources.len(), part, src.granule())) as Arc<dyn Transform>)
+        }
+        _ => None,
+    };
     let permute = match &t.permute {
         Some(p) => {
             let rows = t.shape.first().copied().unwrap_or(1).max(1);
@@ -279,7 +304,7 @@ fn op_of(
     let cast = op_for(mid, t.dtype, &t.name, opts)?;
     let quant = op_for(t.dtype, to, &t.name, opts)?;
     Ok(Chain::of(
-        Chain::of(Chain::of(permute, plus_one), cast),
+        Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,
     ))
 }

@@ -184,7 +184,7 @@ pub fn export(
     if kind == VocabKind::Bert {
         return export_bert(dir, hp, vocab_size, pre_override);
     }
-    if dir.join("tokenizer.model").is_file() {
+    if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
         let v = spm::load(dir, vocab_size)?;
         kv.push((
             "tokenizer.ggml.model".into(),
