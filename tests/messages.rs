@@ -162,3 +162,27 @@ fn a_pickle_with_a_brace_at_byte_8_is_still_a_pickle() {
         "{err}"
     );
 }
+
+/// Errors about a release's side files name the release, not the GGUF being written.
+#[test]
+fn a_broken_config_json_is_not_called_a_malformed_gguf() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rel");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(fixtures().join("good/arch/llama")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.join("config.json"),
+        b"{\"architectures\": [\"LlamaForCausalLM\"], ",
+    )
+    .unwrap();
+    let (code, err) = convert(&dir, &t.path().join("o.gguf"));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("config.json") && err.contains("hf-release"),
+        "{err}"
+    );
+    assert!(!err.contains("malformed gguf"), "{err}");
+}

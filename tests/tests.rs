@@ -458,8 +458,10 @@ fn unsupported_output_and_missing_input_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let never = tmp.path().join("never.npz");
     let o = wp(&["convert", s(&f), "-o", s(&never)]);
-    assert_eq!(code(&o), 1);
+    // A usage error (exit 2), not "unsupported safetensors" about a file that is not one.
+    assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("no output format"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("safetensors:"), "{}", stderr(&o));
     assert!(!never.exists());
     let o = wp(&["inspect", "/nonexistent/model.safetensors"]);
     assert_eq!(code(&o), 1);

@@ -32,7 +32,7 @@ pub struct HParams {
 }
 
 pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
-    Error::malformed(Location::file(path), Format::Gguf, reason)
+    Error::malformed(Location::file(path), Format::HfRelease, reason)
 }
 
 /// Largest release side file read (config, tokenizer files, chat template, model card): the

@@ -23,6 +23,9 @@ pub enum Format {
     Npy,
     /// GGUF (llama.cpp).
     Gguf,
+    /// The side files of a Hugging Face release (`config.json`, tokenizer files, sentence-
+    /// transformers modules), for errors about them.
+    HfRelease,
 }
 
 impl Format {
@@ -35,6 +38,7 @@ impl Format {
             Format::Npz => "npz",
             Format::Npy => "npy",
             Format::Gguf => "gguf",
+            Format::HfRelease => "hf-release",
         }
     }
 }
@@ -153,6 +157,7 @@ impl Sniffed {
             Sniffed::Format(Format::Npz) => "is a NumPy .npz archive, not safetensors".into(),
             Sniffed::Format(Format::Npy) => "is a NumPy .npy array, not safetensors".into(),
             Sniffed::Format(Format::Gguf) => "is a GGUF file, not safetensors".into(),
+            Sniffed::Format(Format::HfRelease) => "is a release side file, not weights".into(),
             Sniffed::LfsPointer => {
                 "is a Git LFS pointer, not the weights; run `git lfs pull` (or download the file \
                  with `hf download`)"

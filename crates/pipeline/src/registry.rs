@@ -99,14 +99,13 @@ pub fn output_for(target: &Path, to: Option<&str>) -> Result<&'static OutputForm
     all.iter()
         .copied()
         .find(|f| (f.claims)(target))
-        .ok_or_else(|| Error::Unsupported {
-            at: weightport_core::Location::file(target),
-            format: Format::Safetensors,
-            what: format!(
-                "no output format of this build writes a file named like this (writable: {}); \
-                 name a .safetensors file or a directory, or pass --to",
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: no output format of this build writes a file named like this (writable: \
+                 {}); name a .safetensors file or a directory, or pass --to",
+                weightport_core::shown(target),
                 names(&all, |f| f.name)
-            ),
+            ))
         })
 }
 

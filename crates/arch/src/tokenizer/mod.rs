@@ -219,14 +219,14 @@ pub fn export(
     if kind == VocabKind::SpmNoSpacePrefix {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
-            format: Format::Gguf,
+            format: Format::HfRelease,
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
     if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.json")),
-            format: Format::Gguf,
+            format: Format::HfRelease,
             what: "byte-fallback BPE tokenizer.json without tokenizer.model (LlamaHfVocab) \
                    is not supported yet"
                 .into(),
@@ -302,7 +302,7 @@ fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<S
         (None, None) => {
             return Err(Error::Unsupported {
                 at: Location::file(dir.join("tokenizer.json")),
-                format: Format::Gguf,
+                format: Format::HfRelease,
                 what: format!(
                     "BPE pre-tokenizer not recognized (check hash {}); name it with \
                      --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
