@@ -486,3 +486,47 @@ fn inert_objects_never_admit_the_hostile_corpus() {
     }
     assert!(n >= 70);
 }
+
+/// A broken text pickle that names `os.system` and stops (CPython imports the module before it
+/// fails): the global is a finding of its own even at the offset of the raw-pickle note.
+#[test]
+fn a_global_at_byte_0_of_a_broken_pickle_is_reported() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("weights");
+    std::fs::write(&p, b"cos\nsystem\n").unwrap();
+    let (code, v) = scan_json(&p);
+    assert_eq!(code, 3);
+    let f = &v["files"][0]["findings"];
+    assert!(
+        f.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["rule"] == "non-allowlisted-global" && x["offset"] == 0),
+        "{v}"
+    );
+}
+
+/// What a directory can hold besides files: a FIFO (never opened), a symlink to a device
+/// outside the tree (unread: fails the scan), a symlink loop (not followed), a 10 GB sparse
+/// file of unknown bytes (sniffed from its start): the scan ends promptly with the right verdicts.
+#[test]
+fn fifos_devices_loops_and_huge_files_do_not_hang_the_scan() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(d.join("fifo"))
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/dev/zero", d.join("zero")).unwrap();
+    std::os::unix::fs::symlink(".", d.join("loop")).unwrap();
+    let f = std::fs::File::create(d.join("sparse.bin")).unwrap();
+    f.set_len(10 << 30).unwrap();
+    let start = std::time::Instant::now();
+    let (code, v) = scan_json(&d);
+    assert!(start.elapsed() < std::time::Duration::from_secs(60));
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["unverified"], 1, "{v}");
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 4, "{v}");
+}

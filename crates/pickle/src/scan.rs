@@ -198,6 +198,8 @@ struct Acc {
     counts: Vec<(&'static str, u64)>,
     storages: HashSet<String>,
     calls: u64,
+    /// Offsets the interpreter reported on: the walk's hazards there are the same constructs.
+    vm_offsets: HashSet<u64>,
 }
 
 fn finding(offset: Option<u64>, what: String, unsafe_: bool, rule: &'static str) -> ScanFinding {
@@ -226,6 +228,7 @@ impl Acc {
             counts: Vec::new(),
             storages: HashSet::new(),
             calls: 0,
+            vm_offsets: HashSet::new(),
         }
     }
 
@@ -251,6 +254,7 @@ impl Acc {
                 .iter()
                 .find(|h| h.offset == f.offset)
                 .map_or(rules::POLICY, |h| hazard_rule(h.kind));
+            self.vm_offsets.insert(base + f.offset);
             self.push(finding(Some(base + f.offset), f.what.clone(), true, rule));
         }
         for s in &p.storages {
@@ -270,11 +274,7 @@ impl Acc {
         self.calls += walk.calls.len() as u64;
         for h in &walk.hazards {
             let at = base + h.offset;
-            if !self
-                .findings
-                .iter()
-                .any(|f| f.offset == Some(at) && f.unsafe_)
-            {
+            if !self.vm_offsets.contains(&at) {
                 self.push(finding(Some(at), h.what.clone(), true, hazard_rule(h.kind)));
             }
         }
@@ -307,6 +307,7 @@ impl Acc {
              (the static walk found {} globals and {calls} calls after this point)",
             after.len()
         );
+        self.vm_offsets.insert(base + e.offset);
         self.push(finding(Some(base + e.offset), what + &rest, true, rule));
     }
 
