@@ -1,7 +1,10 @@
 //! Caps on sizes read from files, and the executor's memory budget.
 
 /// Caps every reader applies to sizes it reads from a file, so a crafted file cannot exhaust
-/// memory. Each default names its reason.
+/// memory or time. All of them live here, each default with its reason, and every one can be
+/// set through [`ReadOptions::limits`]. (Limits a *format* imposes, such as GGUF's 63-byte
+/// tensor names or numpy's 10,000-byte header, are rules of that format, not caps, and stay
+/// with it.)
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest JSON header accepted (safetensors: the reference's 100,000,000 bytes, decimal).
@@ -12,6 +15,27 @@ pub struct Limits {
     pub max_rank: usize,
     /// Largest index.json accepted (the biggest public indexes are a few MB).
     pub max_index_bytes: u64,
+    /// GGUF: longest string (llama.cpp's `GGUF_MAX_STRING_LENGTH`, 1 GiB).
+    pub max_gguf_string: u64,
+    /// GGUF: longest array (llama.cpp's `GGUF_MAX_ARRAY_ELEMENTS`, 2^30).
+    pub max_gguf_array: u64,
+    /// GGUF: metadata values (array elements included) kept in memory for one file. Each takes
+    /// about 40 bytes in memory but may take 1 byte on disk, so without a cap a 1 GB file of u8
+    /// arrays would need 40 GB. The largest real vocabularies hold about 1.5 M values (262k
+    /// tokens with scores and types, plus merges); 16 M leaves ten times that room.
+    pub max_meta_values: u64,
+    /// GGUF: key/value pairs in one file. Real files have under 100 (45 in the largest
+    /// llama.cpp vocab file); the cap keeps millions of tiny keys from making the metadata's
+    /// per-key search quadratic.
+    pub max_meta_keys: u64,
+    /// ZIP members (npz): the largest ratio of declared to compressed size. Real
+    /// `savez_compressed` of zeros reaches 1027:1; a larger claim is a bomb or a lie.
+    pub max_deflate_ratio: u64,
+    /// torch ZIP: the largest deflated storage record inflated whole (needed only for a strided
+    /// view of a compressed record; contiguous reads stream).
+    pub max_inflate_bytes: u64,
+    /// The pickle interpreter's caps.
+    pub pickle: PickleLimits,
 }
 
 impl Default for Limits {
@@ -21,6 +45,51 @@ impl Default for Limits {
             max_tensors: 10_000_000,
             max_rank: 64,
             max_index_bytes: 256 << 20,
+            max_gguf_string: 1 << 30,
+            max_gguf_array: 1 << 30,
+            max_meta_values: 1 << 24,
+            max_meta_keys: 10_000,
+            max_deflate_ratio: 1050,
+            max_inflate_bytes: 1 << 30,
+            pickle: PickleLimits::default(),
+        }
+    }
+}
+
+/// Caps the pickle interpreter applies (spec pickle.md §0.4 defaults). Real state-dict
+/// pickles are kilobytes to a few megabytes.
+#[derive(Debug, Clone)]
+pub struct PickleLimits {
+    /// Largest pickle accepted.
+    pub max_pickle_bytes: u64,
+    /// Largest number of opcodes executed.
+    pub max_opcodes: u64,
+    /// Deepest value stack.
+    pub max_stack: usize,
+    /// Most memo entries.
+    pub max_memo: usize,
+    /// Deepest container nesting (and metastack of marks).
+    pub max_depth: u32,
+    /// Largest tensor rank.
+    pub max_rank: usize,
+    /// Longest `LONG1`/`LONG4` integer, in bytes.
+    pub max_long_bytes: usize,
+    /// Most values expanded when describing metadata (memo references shared in the VM are
+    /// expanded there, so this caps a "billion laughs").
+    pub max_expanded: u64,
+}
+
+impl Default for PickleLimits {
+    fn default() -> Self {
+        PickleLimits {
+            max_pickle_bytes: 1 << 30,
+            max_opcodes: 1 << 28,
+            max_stack: 1 << 20,
+            max_memo: 1 << 24,
+            max_depth: 256,
+            max_rank: 64,
+            max_long_bytes: 1024,
+            max_expanded: 1 << 20,
         }
     }
 }

@@ -19,19 +19,6 @@ use crate::types::{self, TypeIdError};
 pub const MAGIC: &[u8; 4] = b"GGUF";
 /// `general.alignment` when the key is absent (`GGUF_DEFAULT_ALIGNMENT`).
 pub const DEFAULT_ALIGNMENT: u32 = 32;
-/// Longest string accepted (llama.cpp `GGUF_MAX_STRING_LENGTH`, 1 GiB).
-pub const MAX_STRING: u64 = 1 << 30;
-/// Longest array accepted (llama.cpp `GGUF_MAX_ARRAY_ELEMENTS`, 2^30).
-pub const MAX_ARRAY: u64 = 1 << 30;
-/// Most metadata values (array elements included) kept in memory for one file. Each takes about
-/// 40 bytes as a [`MetaValue`] but may take 1 byte on disk, so without a cap a 1 GB file of u8
-/// arrays would need 40 GB. The largest real vocabularies hold about 1.5 M values (262k tokens
-/// with scores and types, plus merges); 16 M leaves ten times that room.
-pub const MAX_META_VALUES: u64 = 1 << 24;
-/// Most key/value pairs in one file. Real files have under 100 (45 in the largest llama.cpp
-/// vocab file); the cap keeps a crafted file of millions of tiny keys from making
-/// [`Metadata::insert`] (a linear search per key) quadratic.
-pub const MAX_KEYS: u64 = 10_000;
 /// Longest tensor name, in bytes (`GGML_MAX_NAME` is 64 including the NUL).
 pub const MAX_NAME: usize = 63;
 /// Most dimensions of a tensor (`GGML_MAX_DIMS`).
@@ -102,6 +89,7 @@ struct Cur<'a> {
     buf: &'a [u8],
     pos: usize,
     values: u64,
+    limits: &'a Limits,
 }
 
 impl<'a> Cur<'a> {
@@ -149,12 +137,12 @@ impl<'a> Cur<'a> {
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
         let at = self.pos;
         let len = self.u64(&|| format!("the length of {}", what()))?;
-        if len > MAX_STRING {
+        if len > self.limits.max_gguf_string {
             return Err(Error::Limit {
                 at: Location::file(self.path).at(at as u64),
                 what: "gguf string length",
                 needed: len,
-                limit: MAX_STRING,
+                limit: self.limits.max_gguf_string,
             });
         }
         if len > self.remaining() {
@@ -173,12 +161,12 @@ impl<'a> Cur<'a> {
 
     fn count_values(&mut self, n: u64, at: usize) -> Result<()> {
         self.values = self.values.saturating_add(n);
-        if self.values > MAX_META_VALUES {
+        if self.values > self.limits.max_meta_values {
             return Err(Error::Limit {
                 at: Location::file(self.path).at(at as u64),
                 what: "number of gguf metadata values",
                 needed: self.values,
-                limit: MAX_META_VALUES,
+                limit: self.limits.max_meta_values,
             });
         }
         Ok(())
@@ -223,6 +211,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
         buf,
         pos: 0,
         values: 0,
+        limits,
     };
     if buf.len() < 4 || &buf[..4] != MAGIC {
         let head: Vec<String> = buf.iter().take(4).map(|b| format!("{b:02x}")).collect();
@@ -283,12 +272,12 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                 ),
             ));
         }
-        if what == "key/value count" && n > MAX_KEYS {
+        if what == "key/value count" && n > limits.max_meta_keys {
             return Err(Error::Limit {
                 at: Location::file(path).at(at as u64),
                 what: "number of gguf key/value pairs",
                 needed: n,
-                limit: MAX_KEYS,
+                limit: limits.max_meta_keys,
             });
         }
         if what == "tensor count" && n > limits.max_tensors {
@@ -352,12 +341,12 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
             }
             let n_at = c.pos;
             let n = c.u64(&what)?;
-            if n > MAX_ARRAY {
+            if n > c.limits.max_gguf_array {
                 return Err(Error::Limit {
                     at: Location::file(path).at(n_at as u64),
                     what: "gguf array length",
                     needed: n,
-                    limit: MAX_ARRAY,
+                    limit: c.limits.max_gguf_array,
                 });
             }
             let min = types::fixed_size(elem).unwrap_or(8);

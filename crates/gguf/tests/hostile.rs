@@ -495,3 +495,27 @@ fn mutated_headers_never_panic() {
         }
     }
 }
+
+/// Every cap is a field of `Limits`, settable through the library API: the real llama.cpp
+/// vocabulary opens with the defaults and is refused, naming the cap, with each one lowered.
+#[test]
+fn caps_are_settable_from_the_library_api() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/good/gguf/ggml-vocab-bert-bge.gguf");
+    assert!(weightport_gguf::open(&p, &ReadOptions::default()).is_ok());
+    type Lower = fn(&mut Limits);
+    let lowered: [(&str, Lower); 4] = [
+        ("key/value pairs", |l| l.max_meta_keys = 3),
+        ("metadata values", |l| l.max_meta_values = 1000),
+        ("array length", |l| l.max_gguf_array = 100),
+        ("string length", |l| l.max_gguf_string = 4),
+    ];
+    for (what, lower) in lowered {
+        let mut opts = ReadOptions::default();
+        lower(&mut opts.limits);
+        match weightport_gguf::open(&p, &opts) {
+            Err(e @ Error::Limit { .. }) => assert!(e.to_string().contains(what), "{what}: {e}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}

@@ -49,7 +49,7 @@ pub mod registration;
 
 pub use array::DEFAULT_SCRATCH;
 pub use npy::{open_npy, open_npy_dir, probe_npy, NpySource};
-pub use npz::{open_npz, probe_npz, NpzSource, MAX_DEFLATE_RATIO};
+pub use npz::{open_npz, probe_npz, NpzSource};
 
 #[cfg(doc)]
 use weightport_core::{Access, ReadOptions, TensorSource};

@@ -35,12 +35,6 @@ use crate::array::{
 };
 use crate::header;
 
-/// Largest uncompressed/compressed ratio a member may declare. Deflate cannot exceed about
-/// 1032:1 (a 258-byte match costs at least 2 bits), and real `np.savez_compressed` output of
-/// zeros reaches 1027:1 (64 MiB of zeros, numpy 2.4.6, zlib level 6). A central directory
-/// declaring more than this cannot describe a real deflate stream: it is a bomb or a lie.
-pub const MAX_DEFLATE_RATIO: u64 = 1050;
-
 /// A validated `.npz` archive.
 pub struct NpzSource {
     path: PathBuf,
@@ -209,12 +203,13 @@ impl NpzSource {
             }
             let comp = &data[comp_start as usize..(comp_start + comp_len) as usize];
             let header = if deflated {
-                if size > comp_len.saturating_mul(MAX_DEFLATE_RATIO) {
+                let ratio = opts.limits.max_deflate_ratio;
+                if size > comp_len.saturating_mul(ratio) {
                     return Err(Error::Refused {
                         at,
                         reason: format!(
                             "member declares {size} bytes from {comp_len} compressed bytes, a \
-                             ratio over {MAX_DEFLATE_RATIO}:1 that no deflate stream reaches \
+                             ratio over {ratio}:1 that no deflate stream reaches \
                              (a ZIP bomb or a corrupt size)"
                         ),
                     });

@@ -106,7 +106,7 @@ pub fn is_text_pickle(head: &[u8]) -> bool {
 pub fn vm_limits(opts: &ReadOptions) -> VmLimits {
     VmLimits {
         max_rank: opts.limits.max_rank,
-        ..VmLimits::default()
+        ..opts.limits.pickle.clone()
     }
 }
 

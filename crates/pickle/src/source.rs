@@ -24,9 +24,6 @@ use crate::select::Selected;
 use crate::torch::{StorageRef, TensorDesc};
 use crate::vm::{VmError, VmErrorKind};
 
-/// Largest deflated record inflated into memory for a strided view.
-const MAX_INFLATE: u64 = 1 << 30;
-
 /// Where a storage's bytes are.
 #[derive(Debug, Clone)]
 pub(crate) enum RecordData {
@@ -98,6 +95,8 @@ pub struct Checkpoint {
     report: CheckpointReport,
     seq: Mutex<HashMap<usize, SeqState>>,
     inflated: Vec<OnceLock<std::result::Result<Vec<u8>, String>>>,
+    /// [`weightport_core::Limits::max_inflate_bytes`].
+    max_inflate: u64,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -457,6 +456,7 @@ impl Checkpoint {
             },
             seq: Mutex::new(HashMap::new()),
             inflated,
+            max_inflate: opts.limits.max_inflate_bytes,
         })
     }
 
@@ -552,12 +552,13 @@ impl Checkpoint {
                 .get(start as usize..(start + rec.len) as usize)
                 .ok_or_else(|| self.err(index, start, "record lies past the end of the file")),
             RecordData::Deflated { start, csize } => {
-                if rec.len > MAX_INFLATE {
+                if rec.len > self.max_inflate {
                     return Err(Error::Unsupported {
                         at: Location::file(&self.path).tensor(self.infos[index].name.clone()),
                         format: self.format,
                         what: format!(
-                            "a strided view of a deflated record over {MAX_INFLATE} bytes; re-save the checkpoint uncompressed"
+                            "a strided view of a deflated record over {} bytes; re-save the checkpoint uncompressed",
+                            self.max_inflate
                         ),
                     });
                 }

@@ -18,42 +18,9 @@ use crate::allow::{self, Sym};
 use crate::torch::{StorageKind, StorageRef, TensorDesc, TorchDType};
 use crate::value::{Arena, DictKind, Id, Node};
 
-/// Caps the VM applies (spec §0.4 defaults).
-#[derive(Debug, Clone)]
-pub struct VmLimits {
-    /// Largest pickle accepted.
-    pub max_pickle_bytes: u64,
-    /// Largest number of opcodes executed.
-    pub max_opcodes: u64,
-    /// Deepest value stack.
-    pub max_stack: usize,
-    /// Most memo entries.
-    pub max_memo: usize,
-    /// Deepest container nesting (and metastack of marks).
-    pub max_depth: u32,
-    /// Largest tensor rank.
-    pub max_rank: usize,
-    /// Longest `LONG1`/`LONG4` integer, in bytes.
-    pub max_long_bytes: usize,
-    /// Most values expanded when describing metadata (memo references shared in the VM are
-    /// expanded there, so this caps a "billion laughs").
-    pub max_expanded: u64,
-}
-
-impl Default for VmLimits {
-    fn default() -> Self {
-        VmLimits {
-            max_pickle_bytes: 1 << 30,
-            max_opcodes: 1 << 28,
-            max_stack: 1 << 20,
-            max_memo: 1 << 24,
-            max_depth: 256,
-            max_rank: 64,
-            max_long_bytes: 1024,
-            max_expanded: 1 << 20,
-        }
-    }
-}
+/// Caps the VM applies: [`weightport_core::PickleLimits`], set through
+/// [`weightport_core::Limits::pickle`].
+pub type VmLimits = weightport_core::PickleLimits;
 
 /// What a persistent id must look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
