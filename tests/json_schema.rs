@@ -1,0 +1,154 @@
+//! The `--json` contract: every command's document, from real runs on fixtures (conversions to
+//! a repo, a quantized GGUF and a checkpoint with dropped tensors; inspect; verify; scans of
+//! safe and hostile trees; failures), validates against its schema in `docs/json/`, with
+//! Python's `jsonschema` (CI's venv has it; elsewhere the test says it skipped).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{fixtures, wp};
+
+fn python_with_jsonschema() -> Option<String> {
+    let cands = [
+        std::env::var("WEIGHTPORT_PYTHON").ok(),
+        Some("python3".into()),
+    ];
+    let found = cands.into_iter().flatten().find(|py| {
+        Command::new(py)
+            .args(["-c", "import jsonschema"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI's python must have jsonschema"
+        );
+        eprintln!("SKIPPED --json schema validation: no python with jsonschema");
+    }
+    found
+}
+
+fn validate(py: &str, schema: &str, doc: &[u8], what: &str) {
+    let schema =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{schema}.schema.json"));
+    let t = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(t.path(), doc).unwrap();
+    let o = Command::new(py)
+        .args([
+            "-c",
+            "import json,sys,jsonschema; s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2])); \
+             jsonschema.validators.validator_for(s)(s).validate(d)",
+            schema.to_str().unwrap(),
+            t.path().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(doc)
+    );
+}
+
+#[test]
+fn every_json_document_matches_its_schema() {
+    let Some(py) = python_with_jsonschema() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let f = fixtures();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let repo = t.path().join("repo");
+    let runs: Vec<(&str, Vec<String>, &str)> = vec![
+        (
+            "convert",
+            vec![
+                s(&f.join("good/hf_repo_sharded")),
+                "-o".into(),
+                s(&repo),
+                "--shard-size".into(),
+                "30KB".into(),
+            ],
+            "convert a repo",
+        ),
+        (
+            "convert",
+            vec![
+                s(&f.join("good/arch/llama")),
+                "-o".into(),
+                s(&t.path().join("l.gguf")),
+                "--quant".into(),
+                "Q4_K_M".into(),
+            ],
+            "HF → Q4_K_M",
+        ),
+        (
+            "convert",
+            vec![
+                s(&f.join("good/ckpt/train.pt")),
+                "-o".into(),
+                s(&t.path().join("c.safetensors")),
+            ],
+            "a training checkpoint",
+        ),
+        (
+            "convert",
+            vec![
+                s(&f.join("good/hf_repo_sharded")),
+                "-o".into(),
+                s(&t.path().join("d")),
+                "--dry-run".into(),
+            ],
+            "dry run",
+        ),
+        (
+            "inspect",
+            vec![s(&f.join("good/hf_repo_sharded"))],
+            "inspect a repo",
+        ),
+        (
+            "inspect",
+            vec![s(&f.join("good/gguf/c_quant_q4_k_m.gguf"))],
+            "inspect a GGUF",
+        ),
+        (
+            "verify",
+            vec![
+                s(&f.join("good/hf_repo_sharded")),
+                "--against".into(),
+                s(&repo),
+            ],
+            "verify --against",
+        ),
+        ("scan", vec![s(&f.join("good/scan"))], "scan a safe tree"),
+        (
+            "scan",
+            vec![s(&f.join("hostile/scan"))],
+            "scan a hostile tree",
+        ),
+        (
+            "error",
+            vec![
+                "convert".into(),
+                "/nonexistent".into(),
+                "-o".into(),
+                s(&t.path().join("x.safetensors")),
+            ],
+            "a failure",
+        ),
+    ];
+    for (schema, args, what) in runs {
+        let mut full = vec!["--json".to_string()];
+        if schema != "error" {
+            full.push(schema.to_string());
+        }
+        full.extend(args);
+        let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+        let o = wp(&refs);
+        validate(&py, schema, &o.stdout, what);
+    }
+}
