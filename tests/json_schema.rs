@@ -6,52 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{fixtures, wp};
-
-fn python_with_jsonschema() -> Option<String> {
-    let cands = [
-        std::env::var("WEIGHTPORT_PYTHON").ok(),
-        Some("python3".into()),
-    ];
-    let found = cands.into_iter().flatten().find(|py| {
-        Command::new(py)
-            .args(["-c", "import jsonschema"])
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI's python must have jsonschema"
-        );
-        eprintln!("SKIPPED --json schema validation: no python with jsonschema");
-    }
-    found
-}
+use common::{fixtures, python_with_jsonschema, validate_json, wp};
 
 fn validate(py: &str, schema: &str, doc: &[u8], what: &str) {
     let schema =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{schema}.schema.json"));
-    let t = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(t.path(), doc).unwrap();
-    let o = Command::new(py)
-        .args([
-            "-c",
-            "import json,sys,jsonschema; s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2])); \
-             jsonschema.validators.validator_for(s)(s).validate(d)",
-            schema.to_str().unwrap(),
-            t.path().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{what}: {}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(doc)
-    );
+    validate_json(py, &schema, doc, what);
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fixtures, wp};
+use common::{fixtures, python_with_jsonschema, validate_json, wp};
 use serde_json::Value;
 
 fn hostile() -> Vec<(String, PathBuf)> {
@@ -321,27 +321,6 @@ fn sarif_schema() -> Option<PathBuf> {
     Some(schema)
 }
 
-fn python_with_jsonschema() -> Option<String> {
-    let cands = [
-        std::env::var("WEIGHTPORT_PYTHON").ok(),
-        Some("python3".into()),
-    ];
-    let found = cands.into_iter().flatten().find(|py| {
-        Command::new(py)
-            .args(["-c", "import jsonschema"])
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI's python must have jsonschema"
-        );
-        eprintln!("SKIPPED sarif schema validation: no python with jsonschema");
-    }
-    found
-}
-
 #[test]
 fn sarif_is_valid_and_carries_offsets_rules_and_hashes() {
     let dir = fixtures().join("hostile/scan");
@@ -386,23 +365,7 @@ fn sarif_is_valid_and_carries_offsets_rules_and_hashes() {
     let (Some(schema), Some(py)) = (sarif_schema(), python_with_jsonschema()) else {
         return;
     };
-    let doc = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(doc.path(), &o.stdout).unwrap();
-    let check = Command::new(py)
-        .args([
-            "-c",
-            "import json,sys,jsonschema; s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2])); \
-             jsonschema.validators.validator_for(s)(s).validate(d); print('valid')",
-            schema.to_str().unwrap(),
-            doc.path().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    validate_json(&py, &schema, &o.stdout, "scan --format sarif");
 }
 
 /// A Lightning checkpoint whose `hyper_parameters` is an omegaconf DictConfig (written by
