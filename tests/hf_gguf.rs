@@ -10,6 +10,11 @@
 //! layer's experts in two or more shards; Qwen2-MoE with a shared expert) are compared the same way with
 //! `fixtures/expected/arch/moe.json` (fixtures/gen/gen_arch_moe.py).
 //!
+//! `gemma3` (`Gemma3ForCausalLM`), `gemma3_mm` (the text part of `Gemma3ForConditionalGeneration`:
+//! vision tower and projector dropped, `language_model.` removed), `phi3` (fused qkv/gate_up,
+//! longrope factors) and `gemma` are compared the same way with
+//! `fixtures/expected/arch/dense.json` (fixtures/gen/gen_arch_dense.py).
+//!
 //! `llama_bin` is the `llama` release as `.bin` shards written by torch.save in the state dict's
 //! order (read by the pickle reader; the reference keeps that order within a part).
 //!
@@ -157,6 +162,62 @@ fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
     );
     assert_eq!(n, 9, "mixtral, mixtral8, qwen2moe × Q4_K_M, Q2_K, Q3_K_M");
+}
+
+#[test]
+fn dense_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+    let n = against(
+        &expected_in("dense.json"),
+        "outtypes",
+        |t| vec!["--dtype", t],
+        "convert_hf_to_gguf.py --outtype",
+    );
+    assert_eq!(n, 16, "gemma3, gemma3_mm, phi3, gemma × 4 output types");
+}
+
+#[test]
+fn dense_one_pass_quant_equals_convert_then_llama_quantize() {
+    let n = against(
+        &expected_in("dense.json"),
+        "quantized",
+        |q| vec!["--outtype", "f16", "--quant", q],
+        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+    );
+    assert_eq!(n, 4, "gemma3, gemma3_mm, phi3, gemma × Q4_K_M");
+}
+
+/// Gemma 3 with config.json's vocab_size below the embedding's rows: the reference keeps the
+/// first vocab_size rows (`data_torch[:n_vocab]`); ours is a row slice of the source, written
+/// range by range (also in 700-byte chunks, 2 threads, which end inside rows), byte-identical.
+#[test]
+fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
+    use weightport_pipeline::plan::DtypeChoice;
+    use weightport_pipeline::{convert as run, ConvertOptions};
+    let cut = &expected_in("dense.json")["gemma3"]["vocab_cut"];
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("gemma3", tmp.path());
+    let dir = {
+        let to = tmp.path().join("gemma3_cut");
+        std::fs::rename(&dir, &to).unwrap();
+        to
+    };
+    set_config(&dir, "vocab_size", cut["vocab_size"].clone());
+    for (t, dtype) in [
+        ("f16", weightport_core::DType::F16),
+        ("q8_0", weightport_core::DType::Q8_0),
+    ] {
+        let want = cut["outtypes"][t]["sha256"].as_str().unwrap();
+        let out = tmp.path().join(format!("cut-{t}.gguf"));
+        convert(&dir, &out, "gemma3_cut", &["--dtype", t]);
+        assert_eq!(sha_file(&out), want, "{t}");
+        let small = tmp.path().join(format!("cut-{t}-small.gguf"));
+        let mut o = ConvertOptions::new(vec![dir.clone()], small.clone());
+        o.chunk = 700;
+        o.threads = Some(2);
+        o.transform.dtype = DtypeChoice::To(dtype);
+        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        assert_eq!(sha_file(&small), want, "{t} in small chunks");
+    }
 }
 
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,

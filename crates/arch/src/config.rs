@@ -244,7 +244,39 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
         Some(Value::Object(m)) => m.clone(),
         _ => Map::new(),
     };
-    if !rp.contains_key("full_attention") && !rp.contains_key("sliding_attention") {
+    let split = rp.contains_key("full_attention") || rp.contains_key("sliding_attention");
+    if let (Some(local), false) = (d.local_rope_theta, split) {
+        // A legacy config of a class with per-layer-type rope parameters (Gemma 3):
+        // `rope_scaling` and `rope_theta` are the full-attention layers', `rope_local_base_freq`
+        // the sliding ones'.
+        let mut full = rp.clone();
+        let theta = raw
+            .get("rope_theta")
+            .filter(|v| !v.is_null())
+            .cloned()
+            .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
+        if let (false, Some(theta)) = (full.contains_key("rope_theta"), theta) {
+            full.insert("rope_theta".into(), theta);
+        }
+        if !full.contains_key("rope_type") {
+            let t = full
+                .get("type")
+                .cloned()
+                .unwrap_or_else(|| Value::String("default".into()));
+            full.insert("rope_type".into(), t);
+        }
+        let local = raw
+            .get("rope_local_base_freq")
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or_else(|| serde_json::from_str(local).expect("table default is JSON"));
+        let mut sliding = Map::new();
+        sliding.insert("rope_type".into(), Value::String("default".into()));
+        sliding.insert("rope_theta".into(), local);
+        rp = Map::new();
+        rp.insert("sliding_attention".into(), Value::Object(sliding));
+        rp.insert("full_attention".into(), Value::Object(full));
+    } else if !split {
         if !rp.contains_key("rope_theta") {
             let theta = raw
                 .get("rope_theta")

@@ -11,6 +11,7 @@
 //! * [`tokenizer::export`]: SentencePiece / BPE vocabularies → `tokenizer.ggml.*`, with the
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
+//! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod mix;
 pub mod naming;
 pub mod permute;
+pub mod phi3;
 pub mod plan;
 pub mod pooling;
 pub mod table;

@@ -117,6 +117,17 @@ pub enum Origin {
         /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
         sources: Vec<(String, usize)>,
     },
+    /// Rows `rows` (outermost axis) of one HF tensor: the output's bytes are that contiguous
+    /// range of the source's, cast as the output is (Gemma 3's token embedding cut to the
+    /// vocabulary; one part of a fused tensor).
+    Rows {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+        /// The rows kept, `start..end` of the source's first dimension.
+        rows: std::ops::Range<u64>,
+    },
 }
 
 /// One output tensor.
@@ -238,6 +249,27 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             dtype: DType::F32,
         });
     }
+    let longrope = if spec.kv_layout == KvLayout::Phi3 {
+        crate::phi3::longrope(&hp)?
+    } else {
+        None
+    };
+    if let Some(lr) = &longrope {
+        for (name, v) in [
+            ("rope_factors_long.weight", &lr.long),
+            ("rope_factors_short.weight", &lr.short),
+        ] {
+            out.push(OutTensor {
+                name: name.into(),
+                shape: vec![v.len() as u64],
+                origin: Origin::Generated(v.clone()),
+                permute: None,
+                force_f32: true,
+                plus_one: false,
+                dtype: DType::F32,
+            });
+        }
+    }
     let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
     let n_head_kv = hp
         .u32(&["n_kv_heads", "num_key_value_heads"])?
@@ -262,7 +294,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             continue;
         }
         let rules = &spec.names;
+        if rules.text_of_multimodal && is_multimodal_part(&t.name) {
+            dropped.push((t.name.clone(), "not part of the text model"));
+            continue;
+        }
+        let text_name;
         let mut hf = t.name.as_str();
+        if rules.text_of_multimodal && hf.contains("language_model.") {
+            text_name = hf.replace("language_model.", "");
+            hf = &text_name;
+        }
         for p in rules.strip_prefix {
             hf = hf.strip_prefix(p).unwrap_or(hf);
         }
@@ -326,14 +367,28 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             p.rows(rows as usize)
                 .map_err(|e| bad(&hp.path, format!("tensor `{}`: {e}", t.name)))?;
         }
-        let (force_f32, dtype) = out_dtype(&gguf_name, &t.shape, opts.outtype);
+        // Gemma 3: embedding rows past the vocabulary are dropped (`data_torch[:n_vocab]`).
+        let mut shape = t.shape.clone();
+        let mut origin = Origin::Hf {
+            name: t.name.clone(),
+            index: i,
+        };
+        if spec.embd_rows_to_vocab && gguf_name == "token_embd.weight" {
+            let n_vocab = crate::tokenizer::spm_vocab_len(config_dir, &hp)?;
+            if shape.first().is_some_and(|&r| r > n_vocab) {
+                shape[0] = n_vocab;
+                origin = Origin::Rows {
+                    name: t.name.clone(),
+                    index: i,
+                    rows: 0..n_vocab,
+                };
+            }
+        }
+        let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
         out.push(OutTensor {
             name: gguf_name,
-            origin: Origin::Hf {
-                name: t.name.clone(),
-                index: i,
-            },
-            shape: t.shape.clone(),
+            origin,
+            shape,
             permute,
             force_f32,
             plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
@@ -349,9 +404,17 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     }
 
     // ---- KVs
+    let a = |k: &str| format!("{arch}.{k}");
     let mut kv: Vec<(String, MetaValue)> = Vec::new();
     let mut put = |k: String, v: MetaValue| kv.push((k, v));
     put("general.architecture".into(), MetaValue::Str(arch.into()));
+    if let Some(lr) = &longrope {
+        // Written while the reference prepares tensors, before every other key.
+        put(
+            a("rope.scaling.attn_factor"),
+            MetaValue::F32(lr.attn_factor),
+        );
+    }
     put("general.type".into(), MetaValue::Str("model".into()));
     if let Some(name) = &opts.name {
         put("general.name".into(), MetaValue::Str(name.clone()));
@@ -366,8 +429,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             MetaValue::Str(size_label_of(&out)),
         );
     }
-    let a = |k: &str| format!("{arch}.{k}");
-    if spec.kv_layout == KvLayout::Gemma2 {
+    if spec.kv_layout == KvLayout::Phi3 {
+        crate::phi3::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+    } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
         // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
         let need_f32 = |k: &str| -> Result<MetaValue> {
             hp.float(&[k])?
@@ -404,18 +468,20 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             "general.file_type".into(),
             MetaValue::U32(opts.outtype.file_type()),
         );
-        put(
-            a("attn_logit_softcapping"),
-            need_f32("attn_logit_softcapping")?,
-        );
-        put(
-            a("final_logit_softcapping"),
-            need_f32("final_logit_softcapping")?,
-        );
-        put(
-            a("attention.sliding_window"),
-            MetaValue::U32(hp.need_u32(&["sliding_window"])?),
-        );
+        if spec.kv_layout == KvLayout::Gemma2 {
+            put(
+                a("attn_logit_softcapping"),
+                need_f32("attn_logit_softcapping")?,
+            );
+            put(
+                a("final_logit_softcapping"),
+                need_f32("final_logit_softcapping")?,
+            );
+            put(
+                a("attention.sliding_window"),
+                MetaValue::U32(hp.need_u32(&["sliding_window"])?),
+            );
+        }
     } else {
         put(a("block_count"), MetaValue::U32(block_count));
         let u32s: &[(&str, &[&str])] = &[
@@ -539,6 +605,15 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         if let Some(theta) = rf("rope_theta") {
             put(a("rope.freq_base"), f32v(theta));
         }
+        if let Some(theta) = hp
+            .raw
+            .get("rope_parameters")
+            .and_then(|r| r.get("sliding_attention"))
+            .and_then(|r| r.get("rope_theta"))
+            .and_then(Value::as_f64)
+        {
+            put(a("rope.freq_base_swa"), f32v(theta));
+        }
         if let Some(v) = hp.float(&["rms_norm_eps", "norm_eps"])? {
             put(a("attention.layer_norm_rms_epsilon"), f32v(v));
         }
@@ -586,6 +661,36 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 ExtraKv::ExpertSharedFeedForwardLength => {
                     if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
                         put(a("expert_shared_feed_forward_length"), MetaValue::U32(v));
+                    }
+                }
+                ExtraKv::FinalLogitSoftcapping => {
+                    if hp
+                        .raw
+                        .get("attn_logit_softcapping")
+                        .is_some_and(|v| !v.is_null())
+                    {
+                        // The reference asserts it away (removed in Gemma 3).
+                        return Err(Error::Unsupported {
+                            at: Location::file(&hp.path),
+                            format: Format::Gguf,
+                            what: format!("attn_logit_softcapping in a {} config", hp.hf_arch),
+                        });
+                    }
+                    // Written when truthy (`if (v := hparams.get(...))`).
+                    if let Some(v) = hp
+                        .float(&["final_logit_softcapping"])?
+                        .filter(|v| *v != 0.0)
+                    {
+                        put(a("final_logit_softcapping"), f32v(v));
+                    }
+                }
+                ExtraKv::SlidingWindow => {
+                    let pattern = hp.raw.get("sliding_window_pattern").and_then(Value::as_u64);
+                    if pattern != Some(1) {
+                        put(
+                            a("attention.sliding_window"),
+                            MetaValue::U32(hp.need_u32(&["sliding_window"])?),
+                        );
                     }
                 }
                 ExtraKv::RopeDimensionCount => {
@@ -781,6 +886,13 @@ impl Experts {
         }
         Ok(())
     }
+}
+
+/// The reference's text converter skips this tensor of a multimodal release
+/// ([`table::MULTIMODAL`]).
+fn is_multimodal_part(name: &str) -> bool {
+    let (prefixes, parts) = table::MULTIMODAL;
+    prefixes.iter().any(|p| name.starts_with(p)) || parts.iter().any(|p| name.contains(p))
 }
 
 /// `(bid, xid, w)` when `name` matches an [`ExpertStack::pattern`].

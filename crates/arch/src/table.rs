@@ -45,6 +45,11 @@ pub struct ConfigDefaults {
     pub head_dim: HeadDimDefault,
     /// Missing `rope_theta` (JSON number); `None` for classes without rotary embeddings.
     pub rope_theta: Option<&'static str>,
+    /// Missing `rope_local_base_freq` (JSON number) of a class with separate rope parameters for
+    /// sliding and full attention layers (Gemma 3): `rope_parameters` becomes
+    /// `{full_attention: rope_scaling + rope_theta, sliding_attention: {default, local theta}}`
+    /// as transformers 5 builds it from a legacy config. `None`: one set of rope parameters.
+    pub local_rope_theta: Option<&'static str>,
 }
 
 /// An architecture-specific key written after the common `{arch}.*` keys and
@@ -66,6 +71,11 @@ pub enum ExtraKv {
     /// `{arch}.expert_shared_feed_forward_length` u32 ← `shared_expert_intermediate_size`, when
     /// present.
     ExpertSharedFeedForwardLength,
+    /// `{arch}.final_logit_softcapping` f32 ← `final_logit_softcapping`, when truthy (Gemma 3).
+    FinalLogitSoftcapping,
+    /// `{arch}.attention.sliding_window` u32 ← `sliding_window`, unless config.json says
+    /// `sliding_window_pattern: 1` (Gemma 3).
+    SlidingWindow,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -80,6 +90,10 @@ pub struct NameRules {
     pub drop: &'static [&'static str],
     /// Name prefixes dropped (after the rewrites).
     pub drop_prefixes: &'static [&'static str],
+    /// The other parts of a multimodal release (vision tower, projector, audio, …) are dropped
+    /// by the reference's text converter ([`MULTIMODAL`], tested on the HF name), and every
+    /// `language_model.` is removed from the names it keeps (`TextModel.filter_tensors`).
+    pub text_of_multimodal: bool,
 }
 
 /// No rewrites.
@@ -88,7 +102,44 @@ pub const NO_RULES: NameRules = NameRules {
     suffix_renames: &[],
     drop: &[],
     drop_prefixes: &[],
+    text_of_multimodal: false,
 };
+
+/// The reference's test for a tensor of a multimodal release that its text converter skips
+/// (`TextModel.filter_tensors`): name prefixes, then substrings.
+pub const MULTIMODAL: (&[&str], &[&str]) = (
+    &[
+        "mlp",
+        "vit.",
+        "vpm.",
+        "siglip2.",
+        "conformer.",
+        "merger.",
+        "resampler.",
+        "sound_encoder.",
+        "sound_projection.",
+        "speech_embeddings.",
+    ],
+    &[
+        "visual.",
+        "vision.",
+        "audio.",
+        "talker.",
+        "vision_",
+        "audio_",
+        "token2wav.",
+        "code2wav.",
+        "projector.",
+        "pre_mm_projector_norm",
+        "image_newline",
+        "view_seperator",
+        "patch_embed",
+        "patch_embedding",
+        "patch_merger.",
+        "patch_merge_mlp.",
+        "model.connector.",
+    ],
+);
 
 /// Which hyper-parameter keys are written, in which order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,10 +147,19 @@ pub enum KvLayout {
     /// `TextModel.set_gguf_parameters` (each key when its hparam exists), then the
     /// architecture's [`ExtraKv`]s.
     Common,
-    /// Gemma 2's own list (`conversion/gemma.py` `Gemma2Model.set_gguf_parameters`):
-    /// context, embedding, blocks, feed-forward, heads, KV heads, RMS eps, key/value length,
-    /// file type, attention and final logit soft-capping, sliding window.
+    /// Gemma's own list (`conversion/gemma.py` `GemmaModel.set_gguf_parameters`): context,
+    /// embedding, blocks, feed-forward, heads, KV heads, RMS eps, key/value length, file type.
+    Gemma,
+    /// Gemma 2's: [`KvLayout::Gemma`]'s, then attention and final logit soft-capping, sliding
+    /// window (`Gemma2Model.set_gguf_parameters`).
     Gemma2,
+    /// Phi-3's own list (`conversion/phi.py` `Phi3MiniModel.set_gguf_parameters`): context,
+    /// original context, embedding, feed-forward, blocks, heads, KV heads, RMS eps, rope
+    /// dimensions, rope base, file type, sliding window (0 when absent); with longrope factors,
+    /// the generated `rope_factors_long/short` tensors and `rope.scaling.attn_factor`, which the
+    /// reference writes while preparing tensors, i.e. right after `general.architecture`
+    /// (the named hook [`crate::phi3`]).
+    Phi3,
 }
 
 /// How the vocabulary is exported.
@@ -111,8 +171,17 @@ pub enum VocabKind {
     Llama,
     /// SentencePiece `tokenizer.model` if present, else GPT-2 style BPE (Qwen2).
     SpmElseGpt2,
-    /// SentencePiece `tokenizer.model`, then `tokenizer.ggml.add_space_prefix` = false (Gemma).
+    /// SentencePiece `tokenizer.model`, then `tokenizer.ggml.add_space_prefix` = false (Gemma 2
+    /// and 3).
     SpmNoSpacePrefix,
+    /// [`VocabKind::SpmNoSpacePrefix`] with CodeGemma's end-of-turn id 107 written after the
+    /// other tokenizer keys (`GemmaModel.set_vocab`, whatever the vocabulary holds).
+    SpmGemma,
+    /// Phi-3's own SentencePiece export (`Phi3MiniModel.set_vocab`): added tokens of
+    /// `added_tokens.json`, `added_tokens_decoder` and `tokenizer.json` are USER_DEFINED, or
+    /// CONTROL when `special` (no look-special test, `▁` kept); a `GPT2Tokenizer` class
+    /// (Phi-4) takes the GPT-2 BPE path.
+    SpmPhi3,
     /// GPT-2 style BPE `tokenizer.json` only (`TextModel.set_vocab`: Qwen2-MoE).
     Gpt2,
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
@@ -190,6 +259,10 @@ pub struct ArchSpec {
     /// `*norm.weight` tensors are stored as `w` and used as `1 + w` (Gemma's RMSNorm): the
     /// reference adds 1 while converting (in the tensor's own precision for F16, else F32).
     pub norm_plus_one: bool,
+    /// `token_embd.weight` keeps only the vocabulary's rows (Gemma 3's `data_torch[:n_vocab]`,
+    /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
+    /// embedding has more rows.
+    pub embd_rows_to_vocab: bool,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -354,6 +427,90 @@ const GEMMA2_TENSORS: &[(&str, &str)] = &[
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// Gemma (v1): Llama-style names (`input_layernorm` → `attn_norm`, `post_attention_layernorm`
+/// → `ffn_norm`), no `output.weight` (`lm_head` is dropped).
+const GEMMA_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Gemma 3 (text): Gemma 2's four norms per block plus per-head q/k norms; an untied `lm_head`
+/// is `output` (`MODEL_TENSORS[GEMMA3]`).
+const GEMMA3_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_norm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_norm",
+        "blk.{bid}.attn_k_norm",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    (
+        "model.layers.{bid}.pre_feedforward_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm",
+        "blk.{bid}.post_ffw_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Phi-3: fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
+/// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
+const PHI3_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    (
+        "model.layers.{bid}.self_attn.qkv_proj",
+        "blk.{bid}.attn_qkv",
+    ),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_TENSORS: &[(&str, &str)] = &[
     ("embeddings.word_embeddings", "token_embd"),
@@ -409,6 +566,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Heads,
             head_dim: HeadDimDefault::Derived,
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
@@ -416,6 +574,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "llama",
@@ -439,6 +598,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(8),
             head_dim: HeadDimDefault::Derived,
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
@@ -446,6 +606,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "llama",
@@ -471,6 +632,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(8),
             head_dim: HeadDimDefault::Absent,
             rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
         vocab: VocabKind::Llama,
@@ -478,6 +640,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "qwen2",
@@ -499,6 +662,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(32),
             head_dim: HeadDimDefault::Absent,
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::Pooling],
         vocab: VocabKind::SpmElseGpt2,
@@ -506,6 +670,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -531,6 +696,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(16),
             head_dim: HeadDimDefault::Absent,
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[
             ExtraKv::ExpertFeedForwardLength,
@@ -541,6 +707,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "qwen3",
@@ -562,6 +729,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(32),
             head_dim: HeadDimDefault::Const(128),
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::Pooling],
         vocab: VocabKind::SpmElseGpt2,
@@ -569,6 +737,7 @@ pub const ARCHS: &[ArchSpec] = &[
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "bert",
@@ -592,6 +761,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Absent,
             head_dim: HeadDimDefault::Absent,
             rope_theta: None,
+            local_rope_theta: None,
         },
         extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
         vocab: VocabKind::Bert,
@@ -605,9 +775,11 @@ pub const ARCHS: &[ArchSpec] = &[
                 "pooler.dense.bias",
             ],
             drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
+            text_of_multimodal: false,
         },
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
+        embd_rows_to_vocab: false,
     },
     ArchSpec {
         arch: "gemma2",
@@ -635,6 +807,7 @@ pub const ARCHS: &[ArchSpec] = &[
             kv_heads: KvHeadsDefault::Const(4),
             head_dim: HeadDimDefault::Const(256),
             rope_theta: Some("10000.0"),
+            local_rope_theta: None,
         },
         extra_kv: &[],
         vocab: VocabKind::SpmNoSpacePrefix,
@@ -645,9 +818,126 @@ pub const ARCHS: &[ArchSpec] = &[
             suffix_renames: &[],
             drop: &["lm_head.weight"],
             drop_prefixes: &[],
+            text_of_multimodal: false,
         },
         kv_layout: KvLayout::Gemma2,
         norm_plus_one: true,
+        embd_rows_to_vocab: false,
+    },
+    ArchSpec {
+        arch: "gemma3",
+        hf_archs: &["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"],
+        tensors: GEMMA3_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // Gemma3TextConfig's defaults (a ForConditionalGeneration config's `text_config` is
+        // merged over its top level first).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "262208"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2304"),
+                ("intermediate_size", "9216"),
+                ("num_hidden_layers", "26"),
+                ("num_attention_heads", "8"),
+                ("rms_norm_eps", "1e-06"),
+                ("sliding_window", "4096"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "2"),
+                ("eos_token_id", "1"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[ExtraKv::FinalLogitSoftcapping, ExtraKv::SlidingWindow],
+        vocab: VocabKind::SpmNoSpacePrefix,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: true,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: true,
+        embd_rows_to_vocab: true,
+    },
+    ArchSpec {
+        arch: "phi3",
+        hf_archs: &["Phi3ForCausalLM"],
+        tensors: PHI3_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32064"),
+                ("max_position_embeddings", "4096"),
+                ("original_max_position_embeddings", "4096"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "8192"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "32000"),
+                ("pad_token_id", "32000"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmPhi3,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Phi3,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+    },
+    ArchSpec {
+        arch: "gemma",
+        hf_archs: &["GemmaForCausalLM"],
+        tensors: GEMMA_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "256000"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "24576"),
+                ("num_hidden_layers", "28"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "2"),
+                ("eos_token_id", "1"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Const(16),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmGemma,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[],
+            drop: &["lm_head.weight"],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Gemma,
+        norm_plus_one: true,
+        embd_rows_to_vocab: false,
     },
 ];
 

@@ -119,6 +119,11 @@ fn output_bytes(
     let t = &p.tensors[i];
     let src = match &t.origin {
         Origin::Hf { index, .. } => &srcs[*index],
+        Origin::Rows { index, rows, .. } => {
+            let all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let row = all.len() / srcs[*index].shape[0] as usize;
+            return all[rows.start as usize * row..rows.end as usize * row].to_vec();
+        }
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         Origin::Stack { sources } => {
             // The parts one after another, each converted alone (no permutation).
@@ -336,13 +341,14 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             t.name
         );
         let src_dtype = match &t.origin {
-            Origin::Hf { index, .. } => srcs[*index].dtype,
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
         };
         // Exact byte comparisons: f32 output, or f16/bf16 output of a source of the same type.
         let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
-        if outtype == "f32" || same16 {
+        // `1 + w` norms are compared as whole files (tests/hf_gguf.rs).
+        if (outtype == "f32" || same16) && !t.plus_one {
             let keep = same16;
             let bytes = output_bytes(&p, &sts, &srcs, i, keep, true);
             assert_eq!(
@@ -603,6 +609,72 @@ fn mixtral_experts_stack_like_the_reference() {
     for o in other_outtypes("mixtral") {
         check("mixtral", &o, None);
     }
+}
+
+#[test]
+fn gemma3_text_and_multimodal_match_reference() {
+    for name in ["gemma3", "gemma3_mm", "gemma"] {
+        for o in ["f32", "f16", "bf16", "q8_0"] {
+            check(name, o, None);
+        }
+    }
+    // The multimodal release: the vision tower and projector are dropped, `language_model.`
+    // is removed from the text model's names.
+    let p = check("gemma3_mm", "f16", None);
+    assert!(p
+        .dropped
+        .iter()
+        .any(|(n, _)| n.starts_with("vision_tower.")));
+    assert!(p
+        .dropped
+        .iter()
+        .any(|(n, _)| n.starts_with("multi_modal_projector.")));
+    assert!(p.kv.contains(&(
+        "gemma3.final_logit_softcapping".into(),
+        MetaValue::F32(30.0)
+    )));
+}
+
+#[test]
+fn phi3_fused_tensors_and_longrope_match_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("phi3", o, None);
+        assert_eq!(p.tensors[0].name, "rope_factors_long.weight");
+        assert_eq!(p.kv[1].0, "phi3.rope.scaling.attn_factor");
+    }
+}
+
+#[test]
+fn gemma3_embedding_is_cut_to_the_vocabulary() {
+    // A release whose embedding has more rows than config.json's vocab_size: the output keeps
+    // rows 0..vocab_size of the source (`data_torch[:n_vocab]`), as one Rows origin.
+    let dir = fixtures().join("good/arch/gemma3");
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let cfg = tmp.path().join("config.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    v["vocab_size"] = 540.into();
+    std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
+    let (srcs, _) = sources(tmp.path());
+    let p = plan(
+        tmp.path(),
+        &srcs,
+        &PlanOptions {
+            outtype: OutType::F16,
+            ..PlanOptions::default()
+        },
+    )
+    .unwrap();
+    let t = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(t.shape, vec![540, 64]);
+    assert!(matches!(&t.origin, Origin::Rows { rows, .. } if *rows == (0..540)));
 }
 
 #[test]

@@ -125,6 +125,54 @@ impl Transform for Stack {
     // against the hashes computed while writing.
 }
 
+/// Bytes `offset..offset + len` of one input, as the whole output: rows `a..b` of a tensor (one
+/// part of a fused tensor, an embedding cut to the vocabulary). An output range needs the same
+/// range of the input shifted by `offset`, so the slice is written range by range like any
+/// tensor, never by holding the input.
+pub struct Slice {
+    offset: u64,
+    elem: u64,
+}
+
+impl Slice {
+    /// The input's bytes from `offset` on (`offset` a multiple of `elem`), computed in
+    /// `elem`-byte units.
+    pub fn new(offset: u64, elem: u64) -> Slice {
+        Slice {
+            offset,
+            elem: elem.max(1),
+        }
+    }
+
+    /// Rows `rows` of a tensor whose rows are `row_bytes` long.
+    pub fn rows(rows: Range<u64>, row_bytes: u64, elem: u64) -> Slice {
+        Slice::new(rows.start * row_bytes, elem)
+    }
+}
+
+impl Transform for Slice {
+    fn describe(&self) -> String {
+        format!("bytes from {}", self.offset)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        vec![(0, self.offset + out.start..self.offset + out.end)]
+    }
+
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        dst.copy_from_slice(inputs[0]);
+        Ok(())
+    }
+
+    // Not `lossless`: verification maps an output leaf back to one input leaf, and a slice's
+    // leaves start `offset` bytes into the input. The written bytes are verified against the
+    // hashes computed while writing, as stacked and permuted outputs are.
+}
+
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first).
@@ -395,6 +443,41 @@ mod tests {
                 "step {step}"
             );
         }
+    }
+
+    #[test]
+    fn row_slice_over_ragged_chunks() {
+        // 6 rows of 3 u16 values (6 bytes a row), value = 10·row + column; keep rows 1..4.
+        let input: Vec<u8> = (0u16..6)
+            .flat_map(|r| (0..3).flat_map(move |c| (10 * r + c).to_le_bytes()))
+            .collect();
+        let want: Vec<u8> = [10u16, 11, 12, 20, 21, 22, 30, 31, 32]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let sl = Slice::rows(1..4, 6, 2);
+        // Chunks ending inside a row, on a row boundary, and covering the whole slice.
+        for step in [2, 4, 6, 8, 10, 18] {
+            assert_eq!(run(&sl, &input, 18, step), want, "step {step}");
+        }
+        assert_eq!(sl.needs(4..14), vec![(0, 10..20)]);
+        // Sliced, then cast F32 → F16: the same rows, each value cast once.
+        let f32s: Vec<u8> = (0..5)
+            .flat_map(|r| (0..2).map(move |c| r as f32 + 0.25 * c as f32))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let slice: Arc<dyn Transform> = Arc::new(Slice::rows(2..5, 8, 4));
+        let cast: Arc<dyn Transform> =
+            Arc::new(Cast::new(DType::F32, DType::F16, "t", false).unwrap());
+        let chain = Chain::of(Some(slice), Some(cast)).unwrap();
+        let want: Vec<u8> = [2.0f32, 2.25, 3.0, 3.25, 4.0, 4.25]
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        for step in [2, 6, 10, 12] {
+            assert_eq!(run(chain.as_ref(), &f32s, 12, step), want, "step {step}");
+        }
+        assert!(!chain.lossless());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use weightport_arch::{
 };
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
-use crate::compose::{Chain, PermuteRows, PlusOne, Stack};
+use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack};
 use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
@@ -151,6 +151,9 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         from.push(match &t.origin {
             Origin::Hf { name, .. } => Some(name.clone()),
             Origin::Generated(_) => None,
+            Origin::Rows { name, rows, .. } => {
+                Some(format!("{name} rows {}..{}", rows.start, rows.end))
+            }
             Origin::Stack { sources } => Some(format!(
                 "{} stacked: {} … {}",
                 sources.len(),
@@ -207,7 +210,7 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } => vec![*index],
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } => vec![*index],
             Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
             Origin::Generated(v) => {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -260,8 +263,8 @@ fn quant_targets(
     (order, finals, notes)
 }
 
-/// The one-pass operation for tensor `t` stored as `src`: the stack of its parts or the q/k
-/// permutation, `1 + w`, the cast to the reference's output type, the quantization to `to`;
+/// The one-pass operation for tensor `t` stored as `src`: the stack of its parts, the rows it
+/// keeps of its source, or the q/k permutation, `1 + w`, the cast to the reference's output type, the quantization to `to`;
 /// `None` when the bytes pass as is.
 fn op_of(
     t: &PlannedTensor,
@@ -275,6 +278,14 @@ fn op_of(
                 .byte_len(&t.shape[1..])
                 .map_err(|e| Error::Internal(e.to_string()))?;
             Some(Arc::new(Stack::new(sources.len(), part, src.granule())) as Arc<dyn Transform>)
+        }
+        Origin::Rows { rows, .. } => {
+            let n = t.shape.first().copied().unwrap_or(1).max(1);
+            let row = src
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Internal(e.to_string()))?
+                / n;
+            Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
         }
         _ => None,
     };

@@ -158,6 +158,39 @@ fn merges_txt(dir: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
+/// CodeGemma's `<end_of_turn>` id, which the reference writes for every Gemma (v1) release.
+const GEMMA_EOT: u32 = 107;
+
+/// `tokenizer_class` of tokenizer_config.json, when present.
+fn tokenizer_class(dir: &Path) -> Result<Option<String>> {
+    let tc = dir.join("tokenizer_config.json");
+    if !tc.is_file() {
+        return Ok(None);
+    }
+    Ok(read_json(&tc)?
+        .get("tokenizer_class")
+        .and_then(Value::as_str)
+        .map(str::to_owned))
+}
+
+/// The length of the SentencePiece export (`len(tokens)` of `_create_vocab_sentencepiece`):
+/// config.json's `vocab_size`, else the model's piece count. Gemma 3 cuts its token embedding to
+/// it.
+pub fn spm_vocab_len(dir: &Path, hp: &HParams) -> Result<u64> {
+    if let Some(n) = hp.uint(&["vocab_size_per_layer_input", "vocab_size"])? {
+        return Ok(n);
+    }
+    let path = dir.join("tokenizer.model");
+    if !path.is_file() {
+        return Err(Error::Unsupported {
+            at: Location::file(&path),
+            format: Format::Gguf,
+            what: "this architecture needs a SentencePiece tokenizer.model".into(),
+        });
+    }
+    Ok(spm::load(dir, None, spm::Flavor::Common)?.tokens.len() as u64)
+}
+
 /// Exports the vocabulary of the release in `dir` as the reference would for `kind`.
 ///
 /// `pre_override` names the pre-tokenizer when the check hash is not in the table (the CLI's
@@ -184,8 +217,21 @@ pub fn export(
     if kind == VocabKind::Bert {
         return export_bert(dir, hp, vocab_size, pre_override);
     }
+    // Phi-4 releases keep Phi-3's class with a GPT-2 tokenizer.
+    let kind = if kind == VocabKind::SpmPhi3
+        && tokenizer_class(dir)?.as_deref() == Some("GPT2Tokenizer")
+    {
+        VocabKind::Gpt2
+    } else {
+        kind
+    };
     if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
-        let v = spm::load(dir, vocab_size)?;
+        let flavor = if kind == VocabKind::SpmPhi3 {
+            spm::Flavor::Phi3
+        } else {
+            spm::Flavor::Common
+        };
+        let v = spm::load(dir, vocab_size, flavor)?;
         kv.push((
             "tokenizer.ggml.model".into(),
             MetaValue::Str("llama".into()),
@@ -208,7 +254,28 @@ pub fn export(
         }
         let sp = special::load(dir, false, Some(n))?;
         kv.extend(sp.to_kv());
-        if kind == VocabKind::SpmNoSpacePrefix {
+        if kind == VocabKind::SpmGemma {
+            // GemmaModel.set_vocab: CodeGemma's end-of-turn id, whatever the vocabulary (the
+            // special-token ids it also sets have no GGUF key in the pinned gguf-py).
+            let tc = dir.join("tokenizer_config.json");
+            if tc.is_file()
+                && read_json(&tc)?
+                    .get("eot_token")
+                    .is_some_and(|v| !v.is_null())
+            {
+                return Err(Error::Unsupported {
+                    at: Location::file(dir.join("tokenizer_config.json")),
+                    format: Format::Gguf,
+                    what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet"
+                        .into(),
+                });
+            }
+            kv.push((
+                "tokenizer.ggml.eot_token_id".into(),
+                MetaValue::U32(GEMMA_EOT),
+            ));
+        }
+        if matches!(kind, VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma) {
             kv.push((
                 "tokenizer.ggml.add_space_prefix".into(),
                 MetaValue::Bool(false),
@@ -216,7 +283,10 @@ pub fn export(
         }
         return Ok(VocabExport { kv, chkhsh: None });
     }
-    if kind == VocabKind::SpmNoSpacePrefix {
+    if matches!(
+        kind,
+        VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma | VocabKind::SpmPhi3
+    ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
             format: Format::HfRelease,

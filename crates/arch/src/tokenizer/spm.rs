@@ -12,6 +12,11 @@
 //! * `added_tokens.json` entries: text, score -1000, USER_DEFINED;
 //! * tokenizer_config `added_tokens_decoder` entries: text, score -1000, CONTROL when `special`
 //!   or the text looks special, else USER_DEFINED with `▁` replaced by a space.
+//!
+//! Phi-3's own export ([`Flavor::Phi3`], `Phi3MiniModel.set_vocab`) differs in the added
+//! tokens: those of `added_tokens_decoder` and then of `tokenizer.json`'s `added_tokens` are
+//! CONTROL when `special`, else USER_DEFINED, their text as given; an id past the vocabulary is
+//! an error there (the reference fails with an IndexError).
 
 use std::path::Path;
 
@@ -54,8 +59,17 @@ pub struct SpmVocab {
     pub types: Vec<TokenType>,
 }
 
+/// Whose added-token rules apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `_create_vocab_sentencepiece` (Llama, Gemma, Qwen2 with a tokenizer.model, …).
+    Common,
+    /// `Phi3MiniModel.set_vocab`.
+    Phi3,
+}
+
 /// Parses `dir/tokenizer.model` and applies the reference's overrides.
-pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<SpmVocab> {
+pub fn load(dir: &Path, vocab_size: Option<u64>, flavor: Flavor) -> Result<SpmVocab> {
     let path = dir.join("tokenizer.model");
     let bytes = crate::config::read_capped(&path)?;
     let model = ModelProto::decode(bytes.as_slice())
@@ -94,6 +108,14 @@ pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<SpmVocab> {
             }
         }
     }
+    if flavor == Flavor::Phi3 {
+        phi3_added(dir, &mut tokens, &mut scores, &mut types)?;
+        return Ok(SpmVocab {
+            tokens,
+            scores,
+            types,
+        });
+    }
     let tc = dir.join("tokenizer_config.json");
     if tc.is_file() {
         let cfg = read_json(&tc)?;
@@ -122,4 +144,62 @@ pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<SpmVocab> {
         scores,
         types,
     })
+}
+
+/// Phi-3's added tokens: `added_tokens_decoder` of tokenizer_config.json, then `added_tokens`
+/// of tokenizer.json; CONTROL when `special`, else USER_DEFINED; score -1000.
+fn phi3_added(
+    dir: &Path,
+    tokens: &mut [String],
+    scores: &mut [f32],
+    types: &mut [TokenType],
+) -> Result<()> {
+    let mut set = |path: &Path, id: usize, data: &Value| -> Result<()> {
+        let text = data
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(path, format!("added token {id} has no content")))?;
+        if id >= tokens.len() {
+            return Err(bad(
+                path,
+                format!(
+                    "added token {id} is past the vocabulary of {} (the reference fails here)",
+                    tokens.len()
+                ),
+            ));
+        }
+        tokens[id] = text.to_owned();
+        scores[id] = -1000.0;
+        let special = data.get("special").and_then(Value::as_bool) == Some(true);
+        types[id] = if special {
+            TokenType::Control
+        } else {
+            TokenType::UserDefined
+        };
+        Ok(())
+    };
+    let tc = dir.join("tokenizer_config.json");
+    if tc.is_file() {
+        if let Some(Value::Object(dec)) = read_json(&tc)?.get("added_tokens_decoder") {
+            for (id, data) in dec {
+                let id = id
+                    .parse::<usize>()
+                    .map_err(|_| bad(&tc, format!("added token id `{id}` is not a number")))?;
+                set(&tc, id, data)?;
+            }
+        }
+    }
+    let tj = dir.join("tokenizer.json");
+    if tj.is_file() {
+        if let Some(Value::Array(added)) = read_json(&tj)?.get("added_tokens") {
+            for data in added {
+                let id = data
+                    .get("id")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| bad(&tj, "an added token has no id"))?;
+                set(&tj, id as usize, data)?;
+            }
+        }
+    }
+    Ok(())
 }
