@@ -168,15 +168,19 @@ fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
 }
 
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,
-/// chunks of ~3 KB against 16 KB experts), cast to F16 and quantized to Q8_0: the same files.
+/// chunks of ~3 KB against 16 KB experts), as they are (BF16), cast to F16 and quantized to
+/// Q8_0: the same files.
 #[test]
 fn moe_stacks_in_small_chunks_are_the_same_file() {
     use weightport_pipeline::plan::DtypeChoice;
     use weightport_pipeline::{convert as run, ConvertOptions};
     let exp = expected_in("moe.json");
     let tmp = tempfile::tempdir().unwrap();
+    // bf16 from the BF16 release is the stack alone: each expert's mapped bytes are hashed and
+    // written where they land (`Transform::concatenates`), chunks ending inside an expert.
     for (t, dtype) in [
         ("f16", weightport_core::DType::F16),
+        ("bf16", weightport_core::DType::BF16),
         ("q8_0", weightport_core::DType::Q8_0),
     ] {
         let out = tmp.path().join(format!("mixtral-{t}.gguf"));
