@@ -6,8 +6,9 @@
 //! * `--dtype f16 --quant Q` (one pass, no intermediate file) against
 //!   `convert_hf_to_gguf.py --outtype f16` followed by `llama-quantize … Q`.
 //!
-//! `mixtral`, `mixtral8` and `qwen2moe` (Mixture-of-Experts: 4 or 8 experts per layer, each
-//! layer's experts in two or more shards; Qwen2-MoE with a shared expert) are compared the same way with
+//! `mixtral`, `mixtral8`, `qwen2moe`, `qwen3moe` and `olmoe` (Mixture-of-Experts: 4 or 8 experts
+//! per layer, each layer's experts in two or more shards; Qwen2-MoE with a shared expert; Qwen3-MoE
+//! and OLMoE with q/k norms, OLMoE's fixed RMS epsilon) are compared the same way with
 //! `fixtures/expected/arch/moe.json` (fixtures/gen/gen_arch_moe.py).
 //!
 //! `gemma3` (`Gemma3ForCausalLM`), `gemma3_mm` (the text part of `Gemma3ForConditionalGeneration`:
@@ -46,7 +47,8 @@ fn expected_in(file: &str) -> Value {
 /// The pre-tokenizer name gen_arch.py gave the reference for the made-up BPE vocabularies.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "qwen2" | "qwen3" | "qwen2moe" => Some("qwen2"),
+        "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" => Some("qwen2"),
+        "olmoe" => Some("olmo"),
         "llama3" => Some("llama-bpe"),
         "bert" | "bert_st" | "bert_st_cls" => Some("bert-bge"),
         "qwen3_st" => Some("qwen2"),
@@ -149,7 +151,10 @@ fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
     );
-    assert_eq!(n, 12, "mixtral, mixtral8, qwen2moe × 4 output types");
+    assert_eq!(
+        n, 20,
+        "mixtral, mixtral8, qwen2moe, qwen3moe, olmoe × 4 output types"
+    );
 }
 
 #[test]
@@ -161,7 +166,10 @@ fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
     );
-    assert_eq!(n, 9, "mixtral, mixtral8, qwen2moe × Q4_K_M, Q2_K, Q3_K_M");
+    assert_eq!(
+        n, 15,
+        "mixtral, mixtral8, qwen2moe, qwen3moe, olmoe × Q4_K_M, Q2_K, Q3_K_M"
+    );
 }
 
 #[test]
@@ -221,15 +229,19 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
 }
 
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,
-/// chunks of ~3 KB against 16 KB experts), cast to F16 and quantized to Q8_0: the same files.
+/// chunks of ~3 KB against 16 KB experts), as they are (BF16), cast to F16 and quantized to
+/// Q8_0: the same files.
 #[test]
 fn moe_stacks_in_small_chunks_are_the_same_file() {
     use weightport_pipeline::plan::DtypeChoice;
     use weightport_pipeline::{convert as run, ConvertOptions};
     let exp = expected_in("moe.json");
     let tmp = tempfile::tempdir().unwrap();
+    // bf16 from the BF16 release is the stack alone: each expert's mapped bytes are hashed and
+    // written where they land (`Transform::concatenates`), chunks ending inside an expert.
     for (t, dtype) in [
         ("f16", weightport_core::DType::F16),
+        ("bf16", weightport_core::DType::BF16),
         ("q8_0", weightport_core::DType::Q8_0),
     ] {
         let out = tmp.path().join(format!("mixtral-{t}.gguf"));

@@ -693,6 +693,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         );
                     }
                 }
+                ExtraKv::RmsEpsilon(v) => {
+                    let v: f64 = v.parse().expect("table constant is a float");
+                    put(a("attention.layer_norm_rms_epsilon"), f32v(v));
+                }
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -707,6 +711,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         }
     }
     put("general.quantization_version".into(), MetaValue::U32(2));
+    keep_first_position_last_value(&mut kv);
 
     let mut chkhsh = None;
     if opts.vocab {
@@ -732,6 +737,20 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         chkhsh,
         hparams: hp,
     })
+}
+
+/// gguf-py's writer holds the KVs in a dict: a key written again keeps the position of its first
+/// write and takes the value of its last one ([`ExtraKv::RmsEpsilon`]).
+fn keep_first_position_last_value(kv: &mut Vec<(String, MetaValue)>) {
+    let mut i = 0;
+    while i < kv.len() {
+        if let Some(first) = kv[..i].iter().position(|(k, _)| *k == kv[i].0) {
+            let (_, v) = kv.remove(i);
+            kv[first].1 = v;
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// Hyper-parameters the reference writes as expert-group / gating-function keys.

@@ -76,6 +76,11 @@ pub enum ExtraKv {
     /// `{arch}.attention.sliding_window` u32 ← `sliding_window`, unless config.json says
     /// `sliding_window_pattern: 1` (Gemma 3).
     SlidingWindow,
+    /// `{arch}.attention.layer_norm_rms_epsilon` f32 set to this constant (a Python float
+    /// literal) whatever config.json says (OLMoE's `add_layer_norm_rms_eps(1e-5)` after the
+    /// common keys). gguf-py's writer keeps a key written twice where it was first written, with
+    /// the last value, so the key stays among the common ones when they wrote it.
+    RmsEpsilon(&'static str),
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -230,6 +235,14 @@ pub const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
     count: &["num_local_experts", "num_experts"],
 };
 
+/// Qwen3-MoE's experts: Qwen2-MoE's layout (`conversion/qwen.py` `Qwen3MoeModel` inherits its
+/// `modify_tensors`).
+pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
+
+/// OLMoE's experts: Qwen2-MoE's layout (`conversion/olmo.py` `OlmoeModel.modify_tensors`, "Copied
+/// from: Qwen2MoeModel").
+pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
+
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
@@ -365,6 +378,68 @@ const QWEN2MOE_TENSORS: &[(&str, &str)] = &[
     ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// Qwen3-MoE: Qwen3 attention (per-head q/k RMS norms), a router, [`QWEN3MOE_EXPERTS`], and dense
+/// MLP names for `mlp_only_layers`.
+const QWEN3MOE_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_norm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_norm",
+        "blk.{bid}.attn_k_norm",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// OLMoE: Llama-style attention with q/k RMS norms over the whole projection (a name map like
+/// Qwen3's: the shapes differ, not the names), a router and [`OLMOE_EXPERTS`]; every layer is
+/// sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN).
+const OLMOE_TENSORS: &[(&str, &str)] = &[
+    ("model.embed_tokens", "token_embd"),
+    ("lm_head", "output"),
+    ("model.norm", "output_norm"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_norm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_norm",
+        "blk.{bid}.attn_k_norm",
+    ),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
 ];
 
 /// Qwen3: the Llama-style names plus per-head q/k RMS norms.
@@ -733,6 +808,82 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::Pooling],
         vocab: VocabKind::SpmElseGpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+    },
+    ArchSpec {
+        arch: "qwen3moe",
+        hf_archs: &["Qwen3MoeForCausalLM"],
+        tensors: QWEN3MOE_TENSORS,
+        experts: Some(&QWEN3MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            // Qwen3MoeConfig maps `num_experts` onto `num_local_experts` (attribute_map): the
+            // default sits under the alias so that either spelling in config.json wins over it.
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "6144"),
+                ("num_hidden_layers", "24"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("num_experts", "128"),
+                ("num_experts_per_tok", "8"),
+                ("moe_intermediate_size", "768"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // Qwen2MoeModel.set_gguf_parameters (Qwen3-MoE has no shared expert: the second key is
+        // written only when config.json has one).
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+    },
+    ArchSpec {
+        arch: "olmoe",
+        hf_archs: &["OlmoeForCausalLM"],
+        tensors: OLMOE_TENSORS,
+        experts: Some(&OLMOE_EXPERTS),
+        // OlmoeModel uses TextModel.modify_tensors: no permutation (OlmoModel's is not inherited).
+        permute_qk: false,
+        config: ConfigDefaults {
+            // OlmoeConfig maps `num_local_experts` onto `num_experts` (attribute_map).
+            values: &[
+                ("vocab_size", "50304"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "2048"),
+                ("num_hidden_layers", "16"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("eos_token_id", "50279"),
+                ("pad_token_id", "1"),
+                ("num_experts", "64"),
+                ("num_experts_per_tok", "8"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::RmsEpsilon("1e-5")],
+        vocab: VocabKind::Gpt2,
         llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,

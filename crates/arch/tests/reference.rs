@@ -703,6 +703,46 @@ fn qwen2moe_shared_expert_and_stacks_match_reference() {
     }
 }
 
+/// Qwen3-MoE: Qwen2-MoE's expert table, Qwen3's per-head q/k norms, no shared expert (only
+/// `expert_feed_forward_length` is written).
+#[test]
+fn qwen3moe_matches_reference() {
+    let pre = Some("qwen2");
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("qwen3moe", o, pre);
+        let stacks = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.origin, Origin::Stack { .. }))
+            .count();
+        assert_eq!(stacks, 6);
+        assert!(p.kv.contains(&(
+            "qwen3moe.expert_feed_forward_length".into(),
+            MetaValue::U32(32)
+        )));
+        assert!(!p
+            .kv
+            .iter()
+            .any(|(k, _)| k == "qwen3moe.expert_shared_feed_forward_length"));
+    }
+}
+
+/// OLMoE: the reference overwrites the RMS epsilon (1e-6 in config.json) with 1e-5 where the
+/// common keys wrote it.
+#[test]
+fn olmoe_matches_reference() {
+    let pre = Some("olmo");
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("olmoe", o, pre);
+        let eps: Vec<&MetaValue> =
+            p.kv.iter()
+                .filter(|(k, _)| k == "olmoe.attention.layer_norm_rms_epsilon")
+                .map(|(_, v)| v)
+                .collect();
+        assert_eq!(eps, [&MetaValue::F32(1e-5)]);
+    }
+}
+
 #[test]
 fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-moe-refused");
@@ -719,14 +759,14 @@ fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     assert!(msg.contains("MixtralForCausalLM"), "{msg}");
     std::fs::write(
         dir.join("config.json"),
-        r#"{"architectures": ["OlmoeForCausalLM"], "num_hidden_layers": 2}"#,
+        r#"{"architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 2}"#,
     )
     .unwrap();
     let msg = plan(&dir, &[], &PlanOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("OlmoeForCausalLM") && msg.contains("MixtralForCausalLM"),
+        msg.contains("DeepseekV2ForCausalLM") && msg.contains("MixtralForCausalLM"),
         "{msg}"
     );
 }

@@ -65,6 +65,10 @@ impl Transform for PermuteRows {
         Ok(())
     }
 
+    fn concatenates(&self) -> bool {
+        true
+    }
+
     // Not `lossless`: verification maps outputs back leaf by leaf, and a permuted leaf's source
     // bytes are not one contiguous leaf of the input. The written bytes are still verified
     // against the hashes computed while writing.
@@ -119,6 +123,10 @@ impl Transform for Stack {
             at += s.len();
         }
         Ok(())
+    }
+
+    fn concatenates(&self) -> bool {
+        true
     }
 
     // Not `lossless`: its inverse would need several outputs. The written bytes are verified

@@ -8,7 +8,9 @@
 //!   released (zero-copy);
 //! * identity from any other source: `read_into` a per-thread buffer;
 //! * a transform: the input ranges it needs (zero-copy when mapped, else read into a per-thread
-//!   staging buffer), `apply` into a per-thread output buffer, hashed, written.
+//!   staging buffer), `apply` into a per-thread output buffer, hashed, written;
+//! * a concatenating transform (a stack) over mapped inputs: each input slice hashed and written
+//!   where it lands, like an identity (no copy into a buffer first).
 //!
 //! Tensors whose source is only sequential (a deflated ZIP member) are read once, front to
 //! back, by one worker; parallelism comes from other tensors. Memory is therefore about
@@ -19,6 +21,7 @@ use weightport_core::hash::{self, LeafHasher};
 use weightport_core::{Access, ContentHash, Error, Result, TensorSource};
 
 use crate::plan::OutTensor;
+use crate::transform::Transform;
 
 /// Bytes hashed and written per call: small enough to stay in L2 between the two.
 const PIECE: usize = 256 << 10;
@@ -169,6 +172,15 @@ where
     let n = (o.info.byte_len - start).min(leaf);
     let r = match &o.op {
         None => identity(source, o.inputs[0], k, start, n, buf, emit)?,
+        Some(op)
+            if op.concatenates()
+                && op
+                    .needs(start..start + n)
+                    .iter()
+                    .all(|(j, _)| source.bytes(o.inputs[*j]).is_some()) =>
+        {
+            concatenate(source, o, op.as_ref(), k, start, n, emit)?
+        }
         Some(op) => {
             let needs = op.needs(start..start + n);
             buf.inputs.resize_with(needs.len(), Vec::new);
@@ -203,6 +215,45 @@ where
     };
     progress.advance(n);
     Ok(r)
+}
+
+/// A concatenating transform ([`Transform::concatenates`]) over mapped inputs: each input slice
+/// is hashed and written where it lands, in cache-sized pieces, as [`identity`] does, so the
+/// bytes are not first copied into an output buffer.
+fn concatenate<F>(
+    source: &dyn TensorSource,
+    o: &OutTensor,
+    op: &dyn Transform,
+    k: usize,
+    start: u64,
+    n: u64,
+    emit: &F,
+) -> Result<(u128, Option<u128>)>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    let mut h = LeafHasher::new();
+    let mut off = start;
+    for (j, r) in op.needs(start..start + n) {
+        let i = o.inputs[j];
+        let all = source
+            .bytes(i)
+            .ok_or_else(|| Error::Internal("a concatenated input is not mapped".into()))?;
+        source.will_need(i, r.start, r.end - r.start);
+        for piece in all[r.start as usize..r.end as usize].chunks(PIECE) {
+            h.update(piece);
+            emit(k, off, piece)?;
+            off += piece.len() as u64;
+        }
+        source.release(i, r.start, r.end - r.start);
+    }
+    if off != start + n {
+        return Err(Error::Internal(format!(
+            "a concatenation gave {} bytes for a {n}-byte chunk",
+            off - start
+        )));
+    }
+    Ok((h.finish(), None))
 }
 
 fn identity<F>(

@@ -18,6 +18,12 @@ pub trait Transform: Send + Sync {
     fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)>;
     /// Computes output range `out` into `dst` from `inputs` (the ranges `needs` named, in order).
     fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()>;
+    /// True when output range `out` is exactly the input ranges `needs(out)` names, one after
+    /// another, and `apply` only copies them (stacking). The executor then hashes and writes the
+    /// mapped input slices themselves, as for an identity, instead of copying them first.
+    fn concatenates(&self) -> bool {
+        false
+    }
     /// True when the output holds exactly the input's values (widening casts, permutations).
     fn lossless(&self) -> bool {
         false
