@@ -12,6 +12,16 @@ use weightport_core::{DType, Result};
 
 use crate::transform::Transform;
 
+/// The output of a concatenating transform ([`Transform::concatenates`]): the input pieces its
+/// `needs` named, one after another.
+fn concatenate(inputs: &[&[u8]], dst: &mut [u8]) {
+    let mut at = 0;
+    for s in inputs {
+        dst[at..at + s.len()].copy_from_slice(s);
+        at += s.len();
+    }
+}
+
 /// Output row `r` is input row `rows[r]`; rows are `row_bytes` long. Any element-aligned range
 /// can be computed: it needs the matching pieces of the input rows, and `apply` concatenates them.
 pub struct PermuteRows {
@@ -57,11 +67,7 @@ impl Transform for PermuteRows {
     }
 
     fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
-        let mut at = 0;
-        for s in inputs {
-            dst[at..at + s.len()].copy_from_slice(s);
-            at += s.len();
-        }
+        concatenate(inputs, dst);
         Ok(())
     }
 
@@ -117,11 +123,7 @@ impl Transform for Stack {
     }
 
     fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
-        let mut at = 0;
-        for s in inputs {
-            dst[at..at + s.len()].copy_from_slice(s);
-            at += s.len();
-        }
+        concatenate(inputs, dst);
         Ok(())
     }
 
