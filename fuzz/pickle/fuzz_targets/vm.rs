@@ -18,8 +18,8 @@ fuzz_target!(|data: &[u8]| {
         (PidStyle::Zip, true),
     ] {
         if let Ok(p) = Vm::new(data, limits.clone(), pid, scan).run(scan) {
-            let _ = select(&p.arena, p.root, None, &limits);
-            let _ = select(&p.arena, p.root, Some("state_dict.a"), &limits);
+            let _ = select(&p.arena, p.root, None, None, &limits);
+            let _ = select(&p.arena, p.root, Some("state_dict.a"), None, &limits);
         }
     }
 });
