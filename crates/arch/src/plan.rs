@@ -1058,21 +1058,19 @@ fn f32v(v: f64) -> MetaValue {
 
 /// Maps an HF tensor name to its GGUF name (`None`: the architecture has no such tensor).
 pub fn map_name(spec: &ArchSpec, hf: &str, block_count: u32) -> Option<String> {
-    let (base, suffix) = match spec
-        .tensors
-        .iter()
-        .find_map(|(h, g)| match_pattern(h, hf, block_count).map(|bid| (h, g, bid)))
-    {
-        Some((_, g, bid)) => return Some(fill(g, bid)),
-        None => {
-            let (base, suffix) = hf.rsplit_once('.')?;
-            if suffix != "weight" && suffix != "bias" {
-                return None;
+    let rows = || spec.tensors.iter().flat_map(|g| g.iter());
+    let (base, suffix) =
+        match rows().find_map(|(h, g)| match_pattern(h, hf, block_count).map(|bid| (h, g, bid))) {
+            Some((_, g, bid)) => return Some(fill(g, bid)),
+            None => {
+                let (base, suffix) = hf.rsplit_once('.')?;
+                if suffix != "weight" && suffix != "bias" {
+                    return None;
+                }
+                (base, suffix)
             }
-            (base, suffix)
-        }
-    };
-    spec.tensors.iter().find_map(|(h, g)| {
+        };
+    rows().find_map(|(h, g)| {
         match_pattern(h, base, block_count).map(|bid| format!("{}.{suffix}", fill(g, bid)))
     })
 }

@@ -250,8 +250,8 @@ pub struct ArchSpec {
     pub arch: &'static str,
     /// HF `architectures[0]` values converted as this architecture.
     pub hf_archs: &'static [&'static str],
-    /// HF base name (no `.weight`/`.bias`) → GGUF base name; `{bid}` is the block number.
-    pub tensors: &'static [(&'static str, &'static str)],
+    /// HF base name (no `.weight`/`.bias`) → GGUF base name, as groups ([`NameGroup`]).
+    pub tensors: &'static [NameGroup],
     /// Per-expert tensors stacked into one GGUF tensor per projection (Mixture-of-Experts);
     /// `None` for dense architectures, whose configs with an expert count are refused.
     pub experts: Option<&'static ExpertStack>,
@@ -294,11 +294,22 @@ pub const FORCE_F32: &[&str] = &[
     "token_types",
 ];
 
-/// The decoder-only Llama-style tensor names shared by Llama, Mistral and Qwen2.
-const LLAMA_TENSORS: &[(&str, &str)] = &[
+/// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
+/// block number. An architecture's name map is a list of groups (rows never overlap, so the
+/// order of groups does not matter).
+pub type NameGroup = &'static [(&'static str, &'static str)];
+
+/// Token embedding and final norm of the Llama-style decoders.
+const EMBED_NORM: NameGroup = &[
     ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
     ("model.norm", "output_norm"),
+];
+
+/// An untied output head (absent from Gemma and Gemma 2, which always tie it).
+const LM_HEAD: NameGroup = &[("lm_head", "output")];
+
+/// Llama-style attention with its input norm.
+const ATTN: NameGroup = &[
     ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
@@ -307,58 +318,60 @@ const LLAMA_TENSORS: &[(&str, &str)] = &[
         "model.layers.{bid}.self_attn.o_proj",
         "blk.{bid}.attn_output",
     ),
+];
+
+/// Per-head (Qwen3, Gemma 3) or whole-projection (OLMoE) q/k RMS norms: the names agree.
+const QK_NORMS: NameGroup = &[
+    (
+        "model.layers.{bid}.self_attn.q_norm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_norm",
+        "blk.{bid}.attn_k_norm",
+    ),
+];
+
+/// The norm before the feed-forward block (named after attention by HF).
+const FFN_NORM: NameGroup = &[(
+    "model.layers.{bid}.post_attention_layernorm",
+    "blk.{bid}.ffn_norm",
+)];
+
+/// Gemma 2/3's four norms per block: after attention, before and after the feed-forward.
+const SANDWICH_NORMS: NameGroup = &[
     (
         "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    (
+        "model.layers.{bid}.pre_feedforward_layernorm",
         "blk.{bid}.ffn_norm",
     ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm",
+        "blk.{bid}.post_ffw_norm",
+    ),
+];
+
+/// The gated MLP (also the dense layers of the Qwen MoE models).
+const MLP: NameGroup = &[
     ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
-/// Mixtral: Llama attention, a router (`block_sparse_moe.gate` → `ffn_gate_inp`) and
-/// [`MIXTRAL_EXPERTS`].
-const MIXTRAL_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    (
-        "model.layers.{bid}.block_sparse_moe.gate",
-        "blk.{bid}.ffn_gate_inp",
-    ),
-];
+/// The MoE router of the Qwen MoE models and OLMoE.
+const ROUTER: NameGroup = &[("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp")];
 
-/// Qwen2-MoE: Qwen2 attention (q/k/v biases), a router, a shared expert with its own sigmoid
-/// gate, [`QWEN2MOE_EXPERTS`], and dense MLP names for `mlp_only_layers`.
-const QWEN2MOE_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+/// Mixtral's router.
+const MIXTRAL_ROUTER: NameGroup = &[(
+    "model.layers.{bid}.block_sparse_moe.gate",
+    "blk.{bid}.ffn_gate_inp",
+)];
+
+/// Qwen2-MoE's shared expert and its sigmoid gate.
+const SHARED_EXPERT: NameGroup = &[
     (
         "model.layers.{bid}.mlp.shared_expert_gate",
         "blk.{bid}.ffn_gate_inp_shexp",
@@ -375,200 +388,11 @@ const QWEN2MOE_TENSORS: &[(&str, &str)] = &[
         "model.layers.{bid}.mlp.shared_expert.down_proj",
         "blk.{bid}.ffn_down_shexp",
     ),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
-/// Qwen3-MoE: Qwen3 attention (per-head q/k RMS norms), a router, [`QWEN3MOE_EXPERTS`], and dense
-/// MLP names for `mlp_only_layers`.
-const QWEN3MOE_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.self_attn.q_norm",
-        "blk.{bid}.attn_q_norm",
-    ),
-    (
-        "model.layers.{bid}.self_attn.k_norm",
-        "blk.{bid}.attn_k_norm",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
-];
-
-/// OLMoE: Llama-style attention with q/k RMS norms over the whole projection (a name map like
-/// Qwen3's: the shapes differ, not the names), a router and [`OLMOE_EXPERTS`]; every layer is
-/// sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN).
-const OLMOE_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.self_attn.q_norm",
-        "blk.{bid}.attn_q_norm",
-    ),
-    (
-        "model.layers.{bid}.self_attn.k_norm",
-        "blk.{bid}.attn_k_norm",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
-];
-
-/// Qwen3: the Llama-style names plus per-head q/k RMS norms.
-const QWEN3_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.self_attn.q_norm",
-        "blk.{bid}.attn_q_norm",
-    ),
-    (
-        "model.layers.{bid}.self_attn.k_norm",
-        "blk.{bid}.attn_k_norm",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
-];
-
-/// Gemma 2: Llama-style attention and MLP, four norms per block (`tensor_mapping.py`, the
-/// names of `MODEL_TENSORS[GEMMA2]`).
-const GEMMA2_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.post_attention_norm",
-    ),
-    (
-        "model.layers.{bid}.pre_feedforward_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    (
-        "model.layers.{bid}.post_feedforward_layernorm",
-        "blk.{bid}.post_ffw_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
-];
-
-/// Gemma (v1): Llama-style names (`input_layernorm` → `attn_norm`, `post_attention_layernorm`
-/// → `ffn_norm`), no `output.weight` (`lm_head` is dropped).
-const GEMMA_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
-];
-
-/// Gemma 3 (text): Gemma 2's four norms per block plus per-head q/k norms; an untied `lm_head`
-/// is `output` (`MODEL_TENSORS[GEMMA3]`).
-const GEMMA3_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
-    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
-    (
-        "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
-    ),
-    (
-        "model.layers.{bid}.self_attn.q_norm",
-        "blk.{bid}.attn_q_norm",
-    ),
-    (
-        "model.layers.{bid}.self_attn.k_norm",
-        "blk.{bid}.attn_k_norm",
-    ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.post_attention_norm",
-    ),
-    (
-        "model.layers.{bid}.pre_feedforward_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
-    (
-        "model.layers.{bid}.post_feedforward_layernorm",
-        "blk.{bid}.post_ffw_norm",
-    ),
-    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
-    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
-    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
-];
-
-/// Phi-3: fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
+/// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
 /// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
-const PHI3_TENSORS: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("lm_head", "output"),
-    ("model.norm", "output_norm"),
+const PHI3_FUSED: NameGroup = &[
     ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
     (
         "model.layers.{bid}.self_attn.qkv_proj",
@@ -578,16 +402,43 @@ const PHI3_TENSORS: &[(&str, &str)] = &[
         "model.layers.{bid}.self_attn.o_proj",
         "blk.{bid}.attn_output",
     ),
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
-    ),
     ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// Llama, Mistral and Qwen2.
+const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MLP];
+/// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
+const MIXTRAL_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MIXTRAL_ROUTER];
+/// Qwen2-MoE: a router, the shared expert, [`QWEN2MOE_EXPERTS`], and dense MLP names for
+/// `mlp_only_layers`.
+const QWEN2MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN,
+    FFN_NORM,
+    ROUTER,
+    SHARED_EXPERT,
+    MLP,
+];
+/// Qwen3-MoE: Qwen3 attention, a router, [`QWEN3MOE_EXPERTS`], dense MLP names.
+const QWEN3MOE_TENSORS: &[NameGroup] =
+    &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP];
+/// OLMoE: every layer sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN), [`OLMOE_EXPERTS`].
+const OLMOE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER];
+/// Qwen3: Llama's names plus per-head q/k norms.
+const QWEN3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, MLP];
+/// Gemma 2 (`MODEL_TENSORS[GEMMA2]`): four norms per block, no `output`.
+const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, SANDWICH_NORMS, MLP];
+/// Gemma (v1): Llama's names without `output` (`lm_head` is dropped).
+const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, FFN_NORM, MLP];
+/// Gemma 3 (text): Gemma 2's norms plus q/k norms; an untied `lm_head` is `output`.
+const GEMMA3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, SANDWICH_NORMS, MLP];
+/// Phi-3.
+const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
+
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
-const BERT_TENSORS: &[(&str, &str)] = &[
+const BERT_NAMES: NameGroup = &[
     ("embeddings.word_embeddings", "token_embd"),
     ("embeddings.position_embeddings", "position_embd"),
     ("embeddings.token_type_embeddings", "token_types"),
@@ -616,6 +467,7 @@ const BERT_TENSORS: &[(&str, &str)] = &[
         "blk.{bid}.layer_output_norm",
     ),
 ];
+const BERT_TENSORS: &[NameGroup] = &[BERT_NAMES];
 
 /// Every supported architecture.
 pub const ARCHS: &[ArchSpec] = &[
