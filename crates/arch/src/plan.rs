@@ -128,6 +128,14 @@ pub enum Origin {
         /// The rows kept, `start..end` of the source's first dimension.
         rows: std::ops::Range<u64>,
     },
+    /// One 2-D HF tensor `[rows, cols]` transposed: the output `[cols, rows]` holds source element
+    /// `(r, c)` at `(c, r)`, cast as the output is (GPT-2's `Conv1D` weights, stored `[in, out]`).
+    Transposed {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+    },
 }
 
 /// One output tensor.
@@ -270,7 +278,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             });
         }
     }
-    let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
+    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
     let n_head_kv = hp
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
@@ -384,6 +392,22 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 };
             }
         }
+        if spec.transposed.iter().any(|s| t.name.ends_with(s)) {
+            let [rows, cols] = shape[..] else {
+                return Err(bad(
+                    &hp.path,
+                    format!(
+                        "tensor `{}` is not 2-D {:?}: cannot be transposed",
+                        t.name, shape
+                    ),
+                ));
+            };
+            shape = vec![cols, rows];
+            origin = Origin::Transposed {
+                name: t.name.clone(),
+                index: i,
+            };
+        }
         let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
         out.push(OutTensor {
             name: gguf_name,
@@ -431,6 +455,8 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     }
     if spec.kv_layout == KvLayout::Phi3 {
         crate::phi3::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+    } else if spec.kv_layout == KvLayout::Gpt2 {
+        gpt2_kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
     } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
         // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
         let need_f32 = |k: &str| -> Result<MetaValue> {
@@ -693,6 +719,18 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         );
                     }
                 }
+                ExtraKv::ContextLength(keys) => {
+                    put(a("context_length"), MetaValue::U32(hp.need_u32(keys)?));
+                }
+                ExtraKv::LogitScale => {
+                    let v = hp
+                        .float(&["logit_scale"])?
+                        .ok_or_else(|| bad(&hp.path, "logit_scale is missing"))?;
+                    put(a("logit_scale"), f32v(v));
+                }
+                ExtraKv::RopeScalingNone => {
+                    put(a("rope.scaling.type"), MetaValue::Str("none".into()));
+                }
                 ExtraKv::RmsEpsilon(v) => {
                     let v: f64 = v.parse().expect("table constant is a float");
                     put(a("attention.layer_norm_rms_epsilon"), f32v(v));
@@ -737,6 +775,37 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         chkhsh,
         hparams: hp,
     })
+}
+
+/// GPT-2's keys (`GPT2Model.set_gguf_parameters`), each required as the reference reads them.
+fn gpt2_kvs(
+    hp: &HParams,
+    block_count: u32,
+    file_type: u32,
+    put: &mut impl FnMut(String, MetaValue),
+) -> Result<()> {
+    let a = |k: &str| format!("gpt2.{k}");
+    let n_embd = hp.need_u32(&["n_embd"])?;
+    let n_ff = n_embd
+        .checked_mul(4)
+        .ok_or_else(|| bad(&hp.path, "n_embd × 4 does not fit 32 bits"))?;
+    let eps = hp
+        .float(&["layer_norm_epsilon"])?
+        .ok_or_else(|| bad(&hp.path, "layer_norm_epsilon is missing"))?;
+    put(a("block_count"), MetaValue::U32(block_count));
+    put(
+        a("context_length"),
+        MetaValue::U32(hp.need_u32(&["n_ctx"])?),
+    );
+    put(a("embedding_length"), MetaValue::U32(n_embd));
+    put(a("feed_forward_length"), MetaValue::U32(n_ff));
+    put(
+        a("attention.head_count"),
+        MetaValue::U32(hp.need_u32(&["n_head"])?),
+    );
+    put(a("attention.layer_norm_epsilon"), f32v(eps));
+    put("general.file_type".into(), MetaValue::U32(file_type));
+    Ok(())
 }
 
 /// gguf-py's writer holds the KVs in a dict: a key written again keeps the position of its first

@@ -81,6 +81,15 @@ pub enum ExtraKv {
     /// common keys). gguf-py's writer keeps a key written twice where it was first written, with
     /// the last value, so the key stays among the common ones when they wrote it.
     RmsEpsilon(&'static str),
+    /// `{arch}.context_length` u32 ← the first of these hyper-parameters present (Command-R's
+    /// `model_max_length` before `max_position_embeddings`). The common keys already wrote the
+    /// key, so it keeps its place and takes this value (gguf-py's dict, as for
+    /// [`ExtraKv::RmsEpsilon`]).
+    ContextLength(&'static [&'static str]),
+    /// `{arch}.logit_scale` f32 ← `logit_scale` (required; Command-R).
+    LogitScale,
+    /// `{arch}.rope.scaling.type` = `"none"` (Command-R's `add_rope_scaling_type(NONE)`).
+    RopeScalingNone,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -165,6 +174,10 @@ pub enum KvLayout {
     /// reference writes while preparing tensors, i.e. right after `general.architecture`
     /// (the named hook [`crate::phi3`]).
     Phi3,
+    /// GPT-2's own list (`conversion/gpt2.py` `GPT2Model.set_gguf_parameters`), every key
+    /// required: blocks, context (`n_ctx`), embedding (`n_embd`), feed-forward `4 × n_embd`
+    /// (whatever `n_inner` says), heads (`n_head`), LayerNorm epsilon, file type.
+    Gpt2,
 }
 
 /// How the vocabulary is exported.
@@ -276,6 +289,9 @@ pub struct ArchSpec {
     /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
     /// embedding has more rows.
     pub embd_rows_to_vocab: bool,
+    /// HF name suffixes of 2-D weights stored `[in, out]` (GPT-2's `Conv1D`), which the
+    /// reference transposes to `[out, in]` before writing: an [`crate::Origin::Transposed`].
+    pub transposed: &'static [&'static str],
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -406,6 +422,27 @@ const PHI3_FUSED: NameGroup = &[
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// StarCoder2's plain (ungated) MLP.
+const STARCODER2_MLP: NameGroup = &[
+    ("model.layers.{bid}.mlp.c_fc", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
+];
+
+/// GPT-2 after its `transformer.` prefix is removed (`tensor_mapping.py` lists both spellings:
+/// openai-community/gpt2's own weights have no prefix, `save_pretrained` writes it).
+const GPT2_NAMES: NameGroup = &[
+    ("wte", "token_embd"),
+    ("wpe", "position_embd"),
+    ("ln_f", "output_norm"),
+    ("lm_head", "output"),
+    ("h.{bid}.ln_1", "blk.{bid}.attn_norm"),
+    ("h.{bid}.attn.c_attn", "blk.{bid}.attn_qkv"),
+    ("h.{bid}.attn.c_proj", "blk.{bid}.attn_output"),
+    ("h.{bid}.ln_2", "blk.{bid}.ffn_norm"),
+    ("h.{bid}.mlp.c_fc", "blk.{bid}.ffn_up"),
+    ("h.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -436,6 +473,16 @@ const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, FFN_NORM, MLP];
 const GEMMA3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, SANDWICH_NORMS, MLP];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
+
+/// StarCoder2 (`MODEL_TENSORS[STARCODER2]`): Llama's attention and norms (LayerNorms with
+/// biases; the `.bias` rows follow from the same base names), a plain MLP.
+const STARCODER2_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, STARCODER2_MLP];
+/// Command-R (`MODEL_TENSORS[COMMAND_R]`): one norm per block (attention and MLP in parallel),
+/// optional per-head q/k norms, no `output` (the head is tied; an `lm_head` is refused, as the
+/// reference cannot map it).
+const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, QK_NORMS, MLP];
+/// GPT-2.
+const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -502,6 +549,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -534,6 +582,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -568,6 +617,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -598,6 +648,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -635,6 +686,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -665,6 +717,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -705,6 +758,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -741,6 +795,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -783,6 +838,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -826,6 +882,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma2,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -868,6 +925,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: true,
         embd_rows_to_vocab: true,
+        transposed: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -902,6 +960,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Phi3,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -941,6 +1000,122 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "starcoder2",
+        hf_archs: &["Starcoder2ForCausalLM"],
+        tensors: STARCODER2_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "49152"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "30"),
+                ("num_attention_heads", "24"),
+                ("norm_epsilon", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "50256"),
+                ("eos_token_id", "50256"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "command-r",
+        hf_archs: &["CohereForCausalLM"],
+        tensors: COHERE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "256000"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "8192"),
+                ("intermediate_size", "22528"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "64"),
+                ("layer_norm_eps", "1e-05"),
+                ("logit_scale", "0.0625"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "5"),
+                ("eos_token_id", "255001"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // CommandR2Model: context from `model_max_length` first; after the common keys,
+        // `logit_scale` and rope scaling type "none".
+        extra_kv: &[
+            ExtraKv::ContextLength(&["model_max_length", "max_position_embeddings"]),
+            ExtraKv::LogitScale,
+            ExtraKv::RopeScalingNone,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "gpt2",
+        hf_archs: &["GPT2LMHeadModel"],
+        tensors: GPT2_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50257"),
+                ("n_positions", "1024"),
+                ("n_embd", "768"),
+                ("n_layer", "12"),
+                ("n_head", "12"),
+                ("layer_norm_epsilon", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "50256"),
+                ("eos_token_id", "50256"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `attn.bias` / `attn.masked_bias` (causal-mask buffers of older releases) have no GGUF
+        // name: the reference fails on them ("Can not map tensor"), and so is the release refused.
+        names: NameRules {
+            strip_prefix: &["transformer."],
+            suffix_renames: &[],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Gpt2,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        // GPT2Model.modify_tensors: Conv1D weights are `[in, out]`.
+        transposed: &[".c_attn.weight", ".c_proj.weight", ".c_fc.weight"],
     },
 ];
 

@@ -124,6 +124,22 @@ fn output_bytes(
             let row = all.len() / srcs[*index].shape[0] as usize;
             return all[rows.start as usize * row..rows.end as usize * row].to_vec();
         }
+        Origin::Transposed { index, .. } => {
+            // The converted source `[rows, cols]`, element (r, c) moved to (c, r).
+            let all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let (rows, cols) = (
+                srcs[*index].shape[0] as usize,
+                srcs[*index].shape[1] as usize,
+            );
+            let e = all.len() / (rows * cols);
+            let mut out = Vec::with_capacity(all.len());
+            for c in 0..cols {
+                for r in 0..rows {
+                    out.extend_from_slice(&all[(r * cols + c) * e..(r * cols + c + 1) * e]);
+                }
+            }
+            return out;
+        }
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         Origin::Stack { sources } => {
             // The parts one after another, each converted alone (no permutation).
@@ -341,7 +357,9 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             t.name
         );
         let src_dtype = match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => srcs[*index].dtype,
+            Origin::Hf { index, .. }
+            | Origin::Rows { index, .. }
+            | Origin::Transposed { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
         };
@@ -803,4 +821,39 @@ fn unsupported_architecture_is_refused_before_anything_else() {
         "{msg}"
     );
     assert_eq!(err.kind(), "unsupported");
+}
+
+/// StarCoder2, Command-R and GPT-2 (fixtures/gen/gen_arch_dense3.py): every KV and tensor name,
+/// order, `ne` and type; f32 bytes. GPT-2's Conv1D weights are transposed: their f32 bytes equal
+/// the reference's only through the transpose.
+#[test]
+fn starcoder2_cohere_gpt2_match_reference() {
+    for (name, pre) in [
+        ("starcoder2", "starcoder"),
+        ("cohere", "command-r"),
+        ("cohere_qk", "command-r"),
+        ("gpt2", "gpt-2"),
+    ] {
+        for o in ["f32", "f16", "bf16", "q8_0"] {
+            check(name, o, Some(pre));
+        }
+    }
+    let p = check("cohere", "f16", Some("command-r"));
+    // `model_max_length` (2048) wins over `max_position_embeddings` (512), in the common place.
+    let ctx =
+        p.kv.iter()
+            .position(|(k, _)| k == "command-r.context_length")
+            .unwrap();
+    assert_eq!(p.kv[ctx].1, MetaValue::U32(2048));
+    assert_eq!(p.kv[ctx - 1].0, "command-r.block_count");
+    let p = check("gpt2", "f32", Some("gpt-2"));
+    let transposed: Vec<&str> = p
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.origin, Origin::Transposed { .. }))
+        .map(|t| t.name.as_str())
+        .collect();
+    // c_attn, attn c_proj, c_fc, mlp c_proj per block.
+    assert_eq!(transposed.len(), 8, "{transposed:?}");
+    assert!(transposed.contains(&"blk.1.attn_qkv.weight"));
 }

@@ -183,6 +183,74 @@ impl Transform for Slice {
     // hashes computed while writing, as stacked and permuted outputs are.
 }
 
+/// The transpose of a `[rows, cols]` matrix of `elem`-byte elements: output element `(c, r)` is
+/// input element `(r, c)`. An output range covering output rows `c0..c1` needs columns `c0..c1`
+/// of every input row (one piece per input row), so a transposed tensor is written range by
+/// range like any other; `apply` gathers the elements from those pieces.
+pub struct Transpose {
+    rows: u64,
+    cols: u64,
+    elem: u64,
+}
+
+impl Transpose {
+    /// The transpose of `rows × cols` elements of `elem` bytes each.
+    pub fn new(rows: u64, cols: u64, elem: u64) -> Transpose {
+        Transpose {
+            rows: rows.max(1),
+            cols: cols.max(1),
+            elem: elem.max(1),
+        }
+    }
+
+    /// The output rows (input columns) an output byte range touches.
+    fn columns(&self, out: &Range<u64>) -> Range<u64> {
+        let (first, end) = (out.start / self.elem, out.end.div_ceil(self.elem));
+        first / self.rows..end.div_ceil(self.rows).min(self.cols)
+    }
+}
+
+impl Transform for Transpose {
+    fn describe(&self) -> String {
+        format!("transpose {}×{}", self.rows, self.cols)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        if out.is_empty() {
+            return Vec::new();
+        }
+        let c = self.columns(&out);
+        (0..self.rows)
+            .map(|r| {
+                let at = (r * self.cols + c.start) * self.elem;
+                (0, at..at + (c.end - c.start) * self.elem)
+            })
+            .collect()
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let c0 = self.columns(&out).start;
+        let e = self.elem as usize;
+        for (k, o) in dst.chunks_exact_mut(e).enumerate() {
+            let at = out.start / self.elem + k as u64;
+            let (c, r) = (at / self.rows, at % self.rows);
+            let from = ((c - c0) * self.elem) as usize;
+            o.copy_from_slice(&inputs[r as usize][from..from + e]);
+        }
+        Ok(())
+    }
+
+    // Not `lossless`: an output leaf's source bytes are spread over every input row. The written
+    // bytes are verified against the hashes computed while writing, as for the other moves.
+}
+
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first).
@@ -391,6 +459,42 @@ mod tests {
             .collect();
         for step in [2, 4, 6, 10, 24] {
             assert_eq!(run(&p, &input, 24, step), want, "step {step}");
+        }
+    }
+
+    #[test]
+    fn transpose_gathers_columns_for_any_chunking() {
+        // 3 rows of 5 u16 values (value = r·5 + c); output row c holds column c of the input.
+        let input: Vec<u8> = (0u16..15).flat_map(|v| v.to_le_bytes()).collect();
+        let t = Transpose::new(3, 5, 2);
+        let want: Vec<u8> = (0u16..5)
+            .flat_map(|c| (0u16..3).flat_map(move |r| (r * 5 + c).to_le_bytes()))
+            .collect();
+        // Chunks that end inside output rows, span several, or cover everything.
+        for step in [2, 4, 6, 8, 14, 30] {
+            assert_eq!(run(&t, &input, 30, step), want, "step {step}");
+        }
+        // Chained before a cast, as the plan uses it.
+        let c = Chain::of(
+            Some(Arc::new(t) as Arc<dyn Transform>),
+            Some(
+                Arc::new(Cast::new(DType::F16, DType::F32, "t", false).unwrap())
+                    as Arc<dyn Transform>,
+            ),
+        )
+        .unwrap();
+        let f16s: Vec<u8> = (0u16..15)
+            .flat_map(|v| f16::from_f32(f32::from(v)).to_le_bytes())
+            .collect();
+        let want32: Vec<u8> = (0u16..5)
+            .flat_map(|c| (0u16..3).flat_map(move |r| f32::from(r * 5 + c).to_le_bytes()))
+            .collect();
+        for step in [4, 12, 20, 60] {
+            assert_eq!(
+                run(c.as_ref(), &f16s, 60, step),
+                want32,
+                "cast, step {step}"
+            );
         }
     }
 

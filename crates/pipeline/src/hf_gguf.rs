@@ -14,7 +14,7 @@ use weightport_arch::{
 };
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
-use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack};
+use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack, Transpose};
 use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
@@ -154,6 +154,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             Origin::Rows { name, rows, .. } => {
                 Some(format!("{name} rows {}..{}", rows.start, rows.end))
             }
+            Origin::Transposed { name, .. } => Some(format!("{name} transposed")),
             Origin::Stack { sources } => Some(format!(
                 "{} stacked: {} … {}",
                 sources.len(),
@@ -210,7 +211,9 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => vec![*index],
+            Origin::Hf { index, .. }
+            | Origin::Rows { index, .. }
+            | Origin::Transposed { index, .. } => vec![*index],
             Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
             Origin::Generated(v) => {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -286,6 +289,16 @@ fn op_of(
                 .map_err(|e| Error::Internal(e.to_string()))?
                 / n;
             Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
+        }
+        // The output is `[cols, rows]` of a `[rows, cols]` source.
+        Origin::Transposed { .. } => {
+            let (&[cols, rows], Some(elem)) = (&t.shape[..], src.elem_bytes()) else {
+                return Err(Error::Usage(format!(
+                    "tensor `{}`: only a 2-D tensor of whole-byte elements can be transposed",
+                    sanitize(&t.name)
+                )));
+            };
+            Some(Arc::new(Transpose::new(rows, cols, u64::from(elem))) as Arc<dyn Transform>)
         }
         _ => None,
     };
