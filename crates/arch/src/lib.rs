@@ -12,10 +12,12 @@
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
+//! * [`gpt2`]: GPT-2's hyper-parameter list.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod gpt2;
 pub mod mix;
 pub mod naming;
 pub mod permute;

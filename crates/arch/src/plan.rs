@@ -456,7 +456,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if spec.kv_layout == KvLayout::Phi3 {
         crate::phi3::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
     } else if spec.kv_layout == KvLayout::Gpt2 {
-        gpt2_kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+        crate::gpt2::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
     } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
         // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
         let need_f32 = |k: &str| -> Result<MetaValue> {
@@ -775,37 +775,6 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         chkhsh,
         hparams: hp,
     })
-}
-
-/// GPT-2's keys (`GPT2Model.set_gguf_parameters`), each required as the reference reads them.
-fn gpt2_kvs(
-    hp: &HParams,
-    block_count: u32,
-    file_type: u32,
-    put: &mut impl FnMut(String, MetaValue),
-) -> Result<()> {
-    let a = |k: &str| format!("gpt2.{k}");
-    let n_embd = hp.need_u32(&["n_embd"])?;
-    let n_ff = n_embd
-        .checked_mul(4)
-        .ok_or_else(|| bad(&hp.path, "n_embd × 4 does not fit 32 bits"))?;
-    let eps = hp
-        .float(&["layer_norm_epsilon"])?
-        .ok_or_else(|| bad(&hp.path, "layer_norm_epsilon is missing"))?;
-    put(a("block_count"), MetaValue::U32(block_count));
-    put(
-        a("context_length"),
-        MetaValue::U32(hp.need_u32(&["n_ctx"])?),
-    );
-    put(a("embedding_length"), MetaValue::U32(n_embd));
-    put(a("feed_forward_length"), MetaValue::U32(n_ff));
-    put(
-        a("attention.head_count"),
-        MetaValue::U32(hp.need_u32(&["n_head"])?),
-    );
-    put(a("attention.layer_norm_epsilon"), f32v(eps));
-    put("general.file_type".into(), MetaValue::U32(file_type));
-    Ok(())
 }
 
 /// gguf-py's writer holds the KVs in a dict: a key written again keeps the position of its first
