@@ -6,8 +6,9 @@
 //! * `--dtype T` against `convert_hf_to_gguf.py --outtype T` for f32, f16, bf16 and q8_0;
 //! * `--dtype f16 --quant Q4_K_M` (one pass) against `convert_hf_to_gguf.py --outtype f16`
 //!   followed by `llama-quantize … Q4_K_M`;
-//! * OLMo 2 with config.json's `sliding_window` (with and without `layer_types`) against the
-//!   reference's f16 and q8_0 files of the same edited release.
+//! * OLMo 2 with config.json's `sliding_window` (with and without `layer_types`) and SmolLM3
+//!   with `vocab_size` 49152 against the reference's f16 and q8_0 files of the same edited
+//!   release.
 //!
 //! Whole-file equality covers every KV (Granite's multipliers as `_scale` keys, its ignored
 //! `head_dim`; OLMo 2's window pattern), the tokenizer, the tensor order, names, types, the q/k
@@ -120,10 +121,12 @@ fn dense2_one_pass_quant_equals_convert_then_llama_quantize() {
     assert_eq!(done.len(), 3, "granite, olmo2, smollm3 × Q4_K_M: {done:?}");
 }
 
-/// OLMo 2 with `sliding_window` in config.json: the window and its per-layer pattern (from
-/// `layer_types`, else every 4th layer global), as the reference writes them.
+/// Releases with config.json edited, against the reference's files of the same edit: OLMo 2
+/// with `sliding_window` (the window and its per-layer pattern, from `layer_types`, else every
+/// 4th layer global) and SmolLM3 with `vocab_size` 49152 (the Llama family's vocabulary export
+/// then writes `add_bos_token` false, and the BPE vocabulary is padded to 49152 entries).
 #[test]
-fn olmo2_sliding_window_variants_equal_the_reference() {
+fn config_variants_equal_the_reference() {
     let exp = expected();
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;
@@ -142,7 +145,7 @@ fn olmo2_sliding_window_variants_equal_the_reference() {
             }
         }
     }
-    assert_eq!(n, 4, "olmo2 × 2 variants × f16/q8_0");
+    assert_eq!(n, 6, "olmo2 × 2 variants, smollm3 × 1, × f16/q8_0");
 }
 
 /// SmolLM3's llama.cpp graph skips rope on every 4th layer and the GGUF cannot say otherwise: a

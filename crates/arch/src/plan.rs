@@ -772,7 +772,9 @@ fn sliding_window_pattern(hp: &HParams, block_count: u32) -> Result<Option<(u32,
             .iter()
             .map(|t| t.as_str() == Some("sliding_attention"))
             .collect(),
-        None => (0..block_count).map(|i| !(i + 1).is_multiple_of(4)).collect(),
+        None => (0..block_count)
+            .map(|i| !(i + 1).is_multiple_of(4))
+            .collect(),
     };
     Ok(Some((window, pattern)))
 }
