@@ -200,6 +200,44 @@ fn smollm3_rope_pattern_the_gguf_cannot_hold_is_refused() {
     }
 }
 
+/// Configs the reference cannot convert are refused, naming config.json and the key: Granite
+/// with llama3 rope (`MODEL_TENSORS[GRANITE]` has no `rope_freqs`), OLMo 2 with a null
+/// `sliding_window` (the reference fails writing it).
+#[test]
+fn configs_the_reference_cannot_convert_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let llama3 = serde_json::json!({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5,
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 256}});
+    let cases = [
+        ("granite", llama3, "llama3"),
+        (
+            "olmo2",
+            serde_json::json!({"sliding_window": null}),
+            "sliding_window",
+        ),
+    ];
+    for (name, edits, needle) in cases {
+        let dir = copy_release(name, tmp.path(), name);
+        edit_config(&dir, &edits);
+        let out = tmp.path().join(format!("{name}.gguf"));
+        let o = wp(&[
+            "convert",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--pre-tokenizer",
+            "dbrx",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{name}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(err.contains("config.json"), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert!(!out.exists(), "{name}");
+    }
+}
+
 /// The refusal of an unsupported class names the new architectures among the supported ones.
 #[test]
 fn unsupported_class_lists_granite_olmo2_smollm3() {

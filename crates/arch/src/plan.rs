@@ -760,8 +760,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
 /// bool per layer (true = sliding): from `layer_types`, else every 4th layer global (OLMo 3's
 /// default, `Olmo2Model.set_gguf_parameters`).
 fn sliding_window_pattern(hp: &HParams, block_count: u32) -> Result<Option<(u32, Vec<bool>)>> {
-    if !hp.raw.contains_key("sliding_window") {
-        return Ok(None);
+    match hp.raw.get("sliding_window") {
+        None => return Ok(None),
+        // The reference fails writing a null window.
+        Some(Value::Null) => return Err(bad(&hp.path, "`sliding_window` is null")),
+        Some(_) => {}
     }
     let window = hp.need_u32(&["sliding_window"])?;
     let pattern: Vec<bool> = match hp.raw.get("layer_types") {
