@@ -6,9 +6,9 @@
 //! * `--dtype T` against `convert_hf_to_gguf.py --outtype T` for f32, f16, bf16 and q8_0;
 //! * `--dtype f16 --quant Q4_K_M` (one pass) against `convert_hf_to_gguf.py --outtype f16`
 //!   followed by `llama-quantize … Q4_K_M`;
-//! * OLMo 2 with config.json's `sliding_window` (with and without `layer_types`) and SmolLM3
-//!   with `vocab_size` 49152 against the reference's f16 and q8_0 files of the same edited
-//!   release.
+//! * OLMo 2 with config.json's `sliding_window` (with and without `layer_types`), SmolLM3 with
+//!   `vocab_size` 49152, and a transformers-4 style config of each, against the reference's f16
+//!   and q8_0 files of the same edited release.
 //!
 //! Whole-file equality covers every KV (Granite's multipliers as `_scale` keys, its ignored
 //! `head_dim`; OLMo 2's window pattern), the tokenizer, the tensor order, names, types, the q/k
@@ -44,8 +44,19 @@ fn copy_release(name: &str, tmp: &Path, dir: &str) -> PathBuf {
 
 /// Sets config.json's keys to `edits`' values.
 fn edit_config(dir: &Path, edits: &Value) {
+    edit_config_dropping(dir, &[], edits);
+}
+
+/// Removes config.json's keys `drop`, then sets its keys to `edits`' values.
+fn edit_config_dropping(dir: &Path, drop: &[Value], edits: &Value) {
     let p = dir.join("config.json");
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    for k in drop {
+        cfg.as_object_mut()
+            .unwrap()
+            .remove(k.as_str().unwrap())
+            .unwrap();
+    }
     for (k, v) in edits.as_object().unwrap() {
         cfg[k] = v.clone();
     }
@@ -123,8 +134,11 @@ fn dense2_one_pass_quant_equals_convert_then_llama_quantize() {
 
 /// Releases with config.json edited, against the reference's files of the same edit: OLMo 2
 /// with `sliding_window` (the window and its per-layer pattern, from `layer_types`, else every
-/// 4th layer global) and SmolLM3 with `vocab_size` 49152 (the Llama family's vocabulary export
-/// then writes `add_bos_token` false, and the BPE vocabulary is padded to 49152 entries).
+/// 4th layer global), SmolLM3 with `vocab_size` 49152 (the Llama family's vocabulary export
+/// then writes `add_bos_token` false, and the BPE vocabulary is padded to 49152 entries), and
+/// each release's `legacy` config (transformers-4 style: top-level `rope_theta`, keys left for
+/// the config class to fill: Granite's multipliers and KV heads, OLMo 2's epsilon, SmolLM3's
+/// rope θ, KV heads and no-rope list).
 #[test]
 fn config_variants_equal_the_reference() {
     let exp = expected();
@@ -136,16 +150,24 @@ fn config_variants_equal_the_reference() {
         };
         for (v, var) in variants {
             let dir = copy_release(name, tmp.path(), &format!("{name}_{v}"));
-            edit_config(&dir, &var["config"]);
+            let drop = var["drop"].as_array().cloned().unwrap_or_default();
+            edit_config_dropping(&dir, &drop, &var["config"]);
             for (t, want) in var["outtypes"].as_object().unwrap() {
                 let out = tmp.path().join(format!("{name}_{v}-{t}.gguf"));
                 convert(&dir, &out, e["pre"].as_str().unwrap(), &["--dtype", t]);
-                assert_eq!(sha_file(&out), want["sha256"].as_str().unwrap(), "{v} {t}");
+                assert_eq!(
+                    sha_file(&out),
+                    want["sha256"].as_str().unwrap(),
+                    "{name} {v} {t}: differs from the reference"
+                );
                 n += 1;
             }
         }
     }
-    assert_eq!(n, 6, "olmo2 × 2 variants, smollm3 × 1, × f16/q8_0");
+    assert_eq!(
+        n, 12,
+        "granite × 1 variant, olmo2 × 3, smollm3 × 2, × f16/q8_0"
+    );
 }
 
 /// SmolLM3's llama.cpp graph skips rope on every 4th layer and the GGUF cannot say otherwise: a
