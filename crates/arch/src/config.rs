@@ -217,9 +217,11 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
             raw.insert("num_key_value_heads".into(), kv.into());
         }
     }
-    if raw.get("head_dim").is_none_or(Value::is_null) {
+    if d.head_dim == HeadDimDefault::Ignored {
+        raw.remove("head_dim");
+    } else if raw.get("head_dim").is_none_or(Value::is_null) {
         let hd = match d.head_dim {
-            HeadDimDefault::Absent => None,
+            HeadDimDefault::Absent | HeadDimDefault::Ignored => None,
             HeadDimDefault::Derived => raw
                 .get("hidden_size")
                 .and_then(Value::as_u64)

@@ -735,6 +735,23 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     let v: f64 = v.parse().expect("table constant is a float");
                     put(a("attention.layer_norm_rms_epsilon"), f32v(v));
                 }
+                ExtraKv::Scale(h, key) => {
+                    // `if (v := hparams.get(h))`: written when truthy.
+                    if let Some(v) = hp.float(&[h])?.filter(|v| *v != 0.0) {
+                        put(a(key), f32v(v));
+                    }
+                }
+                ExtraKv::SlidingWindowPattern => {
+                    if let Some((window, pattern)) = sliding_window_pattern(&hp, block_count)? {
+                        put(a("attention.sliding_window"), MetaValue::U32(window));
+                        let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
+                        put(
+                            a("attention.sliding_window_pattern"),
+                            MetaValue::Array(pattern),
+                        );
+                    }
+                }
+                ExtraKv::NoRopeEvery(step) => check_no_rope_layers(&hp, block_count, *step)?,
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -774,6 +791,58 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         dropped,
         chkhsh,
         hparams: hp,
+    })
+}
+
+/// [`ExtraKv::SlidingWindowPattern`]: when config.json has `sliding_window`, the window and one
+/// bool per layer (true = sliding): from `layer_types`, else every 4th layer global (OLMo 3's
+/// default, `Olmo2Model.set_gguf_parameters`).
+fn sliding_window_pattern(hp: &HParams, block_count: u32) -> Result<Option<(u32, Vec<bool>)>> {
+    match hp.raw.get("sliding_window") {
+        None => return Ok(None),
+        // The reference fails writing a null window.
+        Some(Value::Null) => return Err(bad(&hp.path, "`sliding_window` is null")),
+        Some(_) => {}
+    }
+    let window = hp.need_u32(&["sliding_window"])?;
+    let pattern: Vec<bool> = match hp.raw.get("layer_types") {
+        Some(types) => types
+            .as_array()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| bad(&hp.path, "`layer_types` is not a non-empty list"))?
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect(),
+        None => (0..block_count)
+            .map(|i| !(i + 1).is_multiple_of(4))
+            .collect(),
+    };
+    Ok(Some((window, pattern)))
+}
+
+/// [`ExtraKv::NoRopeEvery`]: the GGUF cannot say which layers skip rope; llama.cpp's graph
+/// skips it on layers `i` with `(i + 1) % step == 0`. `no_rope_layers` (1 = rope, transformers
+/// fills it from `no_rope_layer_interval`) must say the same.
+fn check_no_rope_layers(hp: &HParams, block_count: u32, step: u32) -> Result<()> {
+    let want = |i: u32| u64::from(!(i + 1).is_multiple_of(step));
+    let ok = match hp.raw.get("no_rope_layers").filter(|v| !v.is_null()) {
+        Some(v) => v.as_array().is_some_and(|l| {
+            l.len() == block_count as usize
+                && (0..block_count).all(|i| l[i as usize].as_u64() == Some(want(i)))
+        }),
+        None => hp.u32(&["no_rope_layer_interval"])?.unwrap_or(step) == step,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        at: Location::file(&hp.path),
+        format: Format::Gguf,
+        what: format!(
+            "`no_rope_layers` other than every {step}th layer without rope: llama.cpp's {} \
+             graph assumes that pattern and the GGUF has no key for another",
+            hp.hf_arch
+        ),
     })
 }
 

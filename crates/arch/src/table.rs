@@ -32,6 +32,9 @@ pub enum HeadDimDefault {
     Derived,
     /// A constant.
     Const(u64),
+    /// The reference's class drops `head_dim` whatever config.json says (Granite's
+    /// `hparams.pop("head_dim")`): no key/value length, rope dimensions from the hidden size.
+    Ignored,
 }
 
 /// The defaults of one transformers config class, for the keys the export reads.
@@ -90,6 +93,17 @@ pub enum ExtraKv {
     LogitScale,
     /// `{arch}.rope.scaling.type` = `"none"` (Command-R's `add_rope_scaling_type(NONE)`).
     RopeScalingNone,
+    /// `{arch}.<key>` f32 ← hyper-parameter `.0`, when truthy (Granite's multipliers:
+    /// `attention_multiplier` → `attention.scale`, …).
+    Scale(&'static str, &'static str),
+    /// When config.json has `sliding_window` (OLMo 3's shape in an OLMo 2 class):
+    /// `{arch}.attention.sliding_window` u32, then `{arch}.attention.sliding_window_pattern`, one
+    /// bool per layer: `layer_types[i] == "sliding_attention"`, else every 4th layer global.
+    SlidingWindowPattern,
+    /// Writes nothing: the architecture's llama.cpp graph skips rope on every n-th layer and has
+    /// no key for another pattern, so a config whose `no_rope_layers` (1 = rope) says otherwise
+    /// is refused (SmolLM3, n = 4).
+    NoRopeEvery(u32),
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -324,9 +338,11 @@ const EMBED_NORM: NameGroup = &[
 /// An untied output head (absent from Gemma and Gemma 2, which always tie it).
 const LM_HEAD: NameGroup = &[("lm_head", "output")];
 
-/// Llama-style attention with its input norm.
+/// The norm before attention (absent from OLMo 2, which norms after attention).
+const ATTN_NORM: NameGroup = &[("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm")];
+
+/// Llama-style attention projections.
 const ATTN: NameGroup = &[
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
     ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
@@ -354,21 +370,24 @@ const FFN_NORM: NameGroup = &[(
     "blk.{bid}.ffn_norm",
 )];
 
-/// Gemma 2/3's four norms per block: after attention, before and after the feed-forward.
-const SANDWICH_NORMS: NameGroup = &[
+/// Norms after attention and after the feed-forward (Gemma 2/3 with [`PRE_FFN_NORM`] and the
+/// input norm: four per block; OLMo 2 alone: its only norms).
+const POST_NORMS: NameGroup = &[
     (
         "model.layers.{bid}.post_attention_layernorm",
         "blk.{bid}.post_attention_norm",
-    ),
-    (
-        "model.layers.{bid}.pre_feedforward_layernorm",
-        "blk.{bid}.ffn_norm",
     ),
     (
         "model.layers.{bid}.post_feedforward_layernorm",
         "blk.{bid}.post_ffw_norm",
     ),
 ];
+
+/// Gemma 2/3's norm before the feed-forward.
+const PRE_FFN_NORM: NameGroup = &[(
+    "model.layers.{bid}.pre_feedforward_layernorm",
+    "blk.{bid}.ffn_norm",
+)];
 
 /// The gated MLP (also the dense layers of the Qwen MoE models).
 const MLP: NameGroup = &[
@@ -444,14 +463,22 @@ const GPT2_NAMES: NameGroup = &[
 ];
 
 /// Llama, Mistral and Qwen2.
-const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MLP];
+const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
-const MIXTRAL_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MIXTRAL_ROUTER];
+const MIXTRAL_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    MIXTRAL_ROUTER,
+];
 /// Qwen2-MoE: a router, the shared expert, [`QWEN2MOE_EXPERTS`], and dense MLP names for
 /// `mlp_only_layers`.
 const QWEN2MOE_TENSORS: &[NameGroup] = &[
     EMBED_NORM,
     LM_HEAD,
+    ATTN_NORM,
     ATTN,
     FFN_NORM,
     ROUTER,
@@ -459,28 +486,52 @@ const QWEN2MOE_TENSORS: &[NameGroup] = &[
     MLP,
 ];
 /// Qwen3-MoE: Qwen3 attention, a router, [`QWEN3MOE_EXPERTS`], dense MLP names.
-const QWEN3MOE_TENSORS: &[NameGroup] =
-    &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP];
+const QWEN3MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP,
+];
 /// OLMoE: every layer sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN), [`OLMOE_EXPERTS`].
-const OLMOE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER];
+const OLMOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, ROUTER,
+];
 /// Qwen3: Llama's names plus per-head q/k norms.
-const QWEN3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, MLP];
+const QWEN3_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, MLP,
+];
 /// Gemma 2 (`MODEL_TENSORS[GEMMA2]`): four norms per block, no `output`.
-const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, SANDWICH_NORMS, MLP];
+const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, POST_NORMS, PRE_FFN_NORM, MLP];
 /// Gemma (v1): Llama's names without `output` (`lm_head` is dropped).
-const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, FFN_NORM, MLP];
+const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Gemma 3 (text): Gemma 2's norms plus q/k norms; an untied `lm_head` is `output`.
-const GEMMA3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, SANDWICH_NORMS, MLP];
+const GEMMA3_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    POST_NORMS,
+    PRE_FFN_NORM,
+    MLP,
+];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
+/// OLMo 2 (`MODEL_TENSORS[OLMO2]`): no norm before attention or the feed-forward, norms after
+/// both, q/k norms over the whole projections.
+const OLMO2_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, POST_NORMS, MLP];
 
 /// StarCoder2 (`MODEL_TENSORS[STARCODER2]`): Llama's attention and norms (LayerNorms with
 /// biases; the `.bias` rows follow from the same base names), a plain MLP.
-const STARCODER2_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, STARCODER2_MLP];
+const STARCODER2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    STARCODER2_MLP,
+];
 /// Command-R (`MODEL_TENSORS[COMMAND_R]`): one norm per block (attention and MLP in parallel),
 /// optional per-head q/k norms, no `output` (the head is tied; an `lm_head` is refused, as the
 /// reference cannot map it).
-const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, QK_NORMS, MLP];
+const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, QK_NORMS, MLP];
 /// GPT-2.
 const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
 
@@ -1116,6 +1167,126 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         // GPT2Model.modify_tensors: Conv1D weights are `[in, out]`.
         transposed: &[".c_attn.weight", ".c_proj.weight", ".c_fc.weight"],
+    },
+    ArchSpec {
+        arch: "granite",
+        hf_archs: &["GraniteForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // GraniteModel is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("attention_multiplier", "1.0"),
+                ("embedding_multiplier", "1.0"),
+                ("residual_multiplier", "1.0"),
+                ("logits_scaling", "1.0"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Ignored,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys, then GraniteModel's multipliers under their `_scale` names.
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Scale("attention_multiplier", "attention.scale"),
+            ExtraKv::Scale("embedding_multiplier", "embedding_scale"),
+            ExtraKv::Scale("residual_multiplier", "residual_scale"),
+            ExtraKv::Scale("logits_scaling", "logit_scale"),
+        ],
+        vocab: VocabKind::Llama,
+        // `MODEL_TENSORS[GRANITE]` has no `rope_freqs`: the reference cannot write llama3 rope.
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "olmo2",
+        hf_archs: &["Olmo2ForCausalLM"],
+        tensors: OLMO2_TENSORS,
+        experts: None,
+        // Olmo2Model is a TextModel (OlmoModel's permutation is not inherited).
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50304"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("eos_token_id", "50279"),
+                ("pad_token_id", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::SlidingWindowPattern],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "smollm3",
+        hf_archs: &["SmolLM3ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // SmolLM3Model is a LlamaModel under another arch name.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "128256"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "36"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "128000"),
+                ("eos_token_id", "128001"),
+                ("pad_token_id", "128004"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("2000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::NoRopeEvery(4),
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
     },
 ];
 

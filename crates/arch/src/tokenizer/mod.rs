@@ -201,6 +201,30 @@ pub fn export(
     hp: &HParams,
     pre_override: Option<&str>,
 ) -> Result<VocabExport> {
+    let mut v = export_kind(dir, kind, hp, pre_override)?;
+    if kind == VocabKind::Llama && hp.uint(&["vocab_size"])? == Some(SMALL_GRANITE_VOCAB) {
+        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary, which keeps the
+        // key's place when the special tokens already wrote it (gguf-py's KV dict).
+        let key = "tokenizer.ggml.add_bos_token";
+        match v.kv.iter_mut().find(|(k, _)| k == key) {
+            Some((_, val)) => *val = MetaValue::Bool(false),
+            None => v.kv.push((key.to_owned(), MetaValue::Bool(false))),
+        }
+    }
+    Ok(v)
+}
+
+/// The vocabulary size for which the reference's Llama-family vocabulary export turns
+/// `add_bos_token` off ("granite small models"; SmolLM/SmolLM2 have it too).
+const SMALL_GRANITE_VOCAB: u64 = 49152;
+
+/// [`export`] before the Llama family's vocabulary-size rule.
+fn export_kind(
+    dir: &Path,
+    kind: VocabKind,
+    hp: &HParams,
+    pre_override: Option<&str>,
+) -> Result<VocabExport> {
     let mut kv = Vec::new();
     if kind == VocabKind::Llama {
         let tc = dir.join("tokenizer_config.json");
