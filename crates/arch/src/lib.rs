@@ -12,6 +12,7 @@
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
+//! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod permute;
 pub mod phi3;
 pub mod plan;
 pub mod pooling;
+pub mod split;
 pub mod table;
 pub mod tokenizer;
 
@@ -29,6 +31,6 @@ pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
     check_supported, llama3_rope_factors, plan, size_label, ArchPlan, Origin, OutTensor, OutType,
-    PlanOptions, SourceTensor,
+    PlanOptions, SourceTensor, View,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -117,6 +117,17 @@ pub enum Origin {
         /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
         sources: Vec<(String, usize)>,
     },
+    /// A strided view of one HF tensor ([`View`]): the output's element `i` (row-major over
+    /// the view's sizes) is the source's element `offset + Σ idx_k · stride_k`, cast as the output
+    /// is (a transposed or interleaved part of a fused tensor, [`crate::split`]).
+    View {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+        /// Which elements, in which order.
+        view: View,
+    },
     /// Rows `rows` (outermost axis) of one HF tensor: the output's bytes are that contiguous
     /// range of the source's, cast as the output is (Gemma 3's token embedding cut to the
     /// vocabulary; one part of a fused tensor).
@@ -128,6 +139,25 @@ pub enum Origin {
         /// The rows kept, `start..end` of the source's first dimension.
         rows: std::ops::Range<u64>,
     },
+}
+
+/// Elements of a tensor taken as torch's `as_strided` takes them, in units of elements: the
+/// output's shape is the sizes of `dims`, its element at index `(i_0, …, i_n)` is the source's
+/// element `offset + Σ i_k · stride_k`. Format-neutral: a transpose swaps strides, every other
+/// row is a stride of two rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// The first element.
+    pub offset: u64,
+    /// `(size, stride)` per output dimension, outermost first.
+    pub dims: Vec<(u64, u64)>,
+}
+
+impl View {
+    /// The output shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.dims.iter().map(|d| d.0).collect()
+    }
 }
 
 /// One output tensor.
@@ -329,6 +359,33 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 out.push(OutTensor {
                     name: fill(&name, Some(bid)),
                     origin: Origin::Stack { sources },
+                    shape,
+                    permute: None,
+                    force_f32,
+                    plus_one: false,
+                    dtype,
+                });
+            }
+            continue;
+        }
+        if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
+            for (part, view) in crate::split::views(split, &hf, t, &hp, config_dir)? {
+                let Some(gguf_name) = map_name(spec, &part, block_count) else {
+                    return Err(Error::Unsupported {
+                        at: Location::file(config_dir).tensor(&t.name),
+                        format: Format::Gguf,
+                        what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
+                    });
+                };
+                let shape = view.shape();
+                let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
+                out.push(OutTensor {
+                    name: gguf_name,
+                    origin: Origin::View {
+                        name: t.name.clone(),
+                        index: i,
+                        view,
+                    },
                     shape,
                     permute: None,
                     force_f32,
@@ -588,9 +645,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 ),
             });
         }
-        // Expert-group and gating-function keys the reference would write: not for the
-        // architectures in the table.
-        for k in EXPERT_GROUP_KEYS {
+        // Expert-group and gating-function keys: written for the Mixture-of-Experts entries
+        // (after the expert counts), refused for a dense one.
+        for k in EXPERT_GROUP_KEYS.iter().filter(|_| spec.experts.is_none()) {
             if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
@@ -632,6 +689,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             if let Some(n) = hp.u32(&used)? {
                 put(a("expert_used_count"), MetaValue::U32(n));
             }
+            expert_group_kvs(&hp, &mut |k, v| put(a(k), v))?;
         }
         if let Some(hd) = hp.u32(&["head_dim"])? {
             put(a("attention.key_length"), MetaValue::U32(hd));
@@ -697,6 +755,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     let v: f64 = v.parse().expect("table constant is a float");
                     put(a("attention.layer_norm_rms_epsilon"), f32v(v));
                 }
+                ExtraKv::HeadCountKv(n) => put(a("attention.head_count_kv"), MetaValue::U32(*n)),
+                ExtraKv::LeadingDenseBlockCount
+                | ExtraKv::QLoraRank
+                | ExtraKv::MlaLengths
+                | ExtraKv::ExpertSharedCount
+                | ExtraKv::ExpertWeightsScale
+                | ExtraKv::ExpertWeightsNorm
+                | ExtraKv::YarnLogMultiplier => {
+                    crate::split::mla_kvs(*extra, &hp, block_count, &mut |k, v| put(a(k), v))?
+                }
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -751,6 +819,40 @@ fn keep_first_position_last_value(kv: &mut Vec<(String, MetaValue)>) {
             i += 1;
         }
     }
+}
+
+/// `expert_group_count` ← `n_group`, `expert_group_used_count` ← `topk_group`,
+/// `expert_gating_func` from the first score-function key (`TextModel.set_gguf_parameters`).
+fn expert_group_kvs(hp: &HParams, put: &mut dyn FnMut(&str, MetaValue)) -> Result<()> {
+    let present = |k: &str| hp.raw.get(k).is_some_and(|v| !v.is_null());
+    if present("n_group") {
+        put(
+            "expert_group_count",
+            MetaValue::U32(hp.need_u32(&["n_group"])?),
+        );
+    }
+    if present("topk_group") {
+        put(
+            "expert_group_used_count",
+            MetaValue::U32(hp.need_u32(&["topk_group"])?),
+        );
+    }
+    if let Some(k) = EXPERT_GROUP_KEYS[2..].iter().find(|k| present(k)) {
+        // gguf-py's ExpertGatingFuncType.
+        let f = match hp.raw[*k].as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            Some("sqrtsoftplus") => 4,
+            _ => {
+                return Err(bad(
+                    &hp.path,
+                    format!("unsupported expert gating function `{k}`: {}", hp.raw[*k]),
+                ))
+            }
+        };
+        put("expert_gating_func", MetaValue::U32(f));
+    }
+    Ok(())
 }
 
 /// Hyper-parameters the reference writes as expert-group / gating-function keys.

@@ -32,6 +32,9 @@ pub enum HeadDimDefault {
     Derived,
     /// A constant.
     Const(u64),
+    /// Always the value of this key (DeepseekV2Config sets `head_dim = qk_rope_head_dim`
+    /// whatever config.json says).
+    Key(&'static str),
 }
 
 /// The defaults of one transformers config class, for the keys the export reads.
@@ -81,6 +84,28 @@ pub enum ExtraKv {
     /// common keys). gguf-py's writer keeps a key written twice where it was first written, with
     /// the last value, so the key stays among the common ones when they wrote it.
     RmsEpsilon(&'static str),
+    /// `{arch}.attention.head_count_kv` set to this constant (DeepSeek-V2 converts MLA into MQA
+    /// with one KV head); the key keeps the common writer's position.
+    HeadCountKv(u32),
+    /// `{arch}.leading_dense_block_count` ← `first_k_dense_replace`, else 0 for a config with
+    /// `n_routed_experts`, else the block count.
+    LeadingDenseBlockCount,
+    /// `{arch}.attention.q_lora_rank` ← `q_lora_rank`, when not null.
+    QLoraRank,
+    /// Multi-head latent attention: `attention.kv_lora_rank` ← `kv_lora_rank` (default 512),
+    /// `attention.key_length` = rank + `qk_rope_head_dim`, `attention.value_length` = rank,
+    /// `attention.key_length_mla` = `qk_nope_head_dim + qk_rope_head_dim`,
+    /// `attention.value_length_mla` = `v_head_dim`.
+    MlaLengths,
+    /// `{arch}.expert_shared_count` ← `n_shared_experts` (default 0).
+    ExpertSharedCount,
+    /// `{arch}.expert_weights_scale` f32 ← `routed_scaling_factor`, when not null.
+    ExpertWeightsScale,
+    /// `{arch}.expert_weights_norm` bool ← `norm_topk_prob`, when true.
+    ExpertWeightsNorm,
+    /// `{arch}.rope.scaling.yarn_log_multiplier` f32 = 0.1 × the rope parameters'
+    /// `mscale_all_dim`, when present (DeepSeek-V2's legacy factor).
+    YarnLogMultiplier,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -243,6 +268,40 @@ pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 /// from: Qwen2MoeModel").
 pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
+/// How a fused HF tensor is split ([`crate::split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitRule {
+    /// Multi-head latent attention's `kv_b_proj` `[n_head_kv·(nope + v), rank]` (per head its
+    /// `qk_nope_head_dim` key rows, then its `v_head_dim` value rows): `k_b_proj`
+    /// `[n_head_kv, rank, nope]` (each head's key rows transposed) and `v_b_proj`
+    /// `[n_head_kv, v, rank]` (`conversion/deepseek.py` `DeepseekV2Model.modify_tensors`).
+    MlaKvB,
+}
+
+/// A fused HF tensor the reference writes as several GGUF tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// HF names ending with this are split.
+    pub suffix: &'static str,
+    /// How.
+    pub rule: SplitRule,
+}
+
+/// DeepSeek-V2's MLA split.
+pub const MLA_SPLITS: &[Split] = &[Split {
+    suffix: "kv_b_proj.weight",
+    rule: SplitRule::MlaKvB,
+}];
+
+/// DeepSeek-V2's routed experts (`mlp.experts.N.{gate,up,down}_proj`, stacked down, gate, up);
+/// the marker is `mlp.experts` so that `mlp.shared_experts.*` stays a named tensor.
+pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mlp.experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: QWEN2MOE_EXPERTS.members,
+    count: &["n_routed_experts"],
+};
+
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
@@ -272,6 +331,9 @@ pub struct ArchSpec {
     /// `*norm.weight` tensors are stored as `w` and used as `1 + w` (Gemma's RMSNorm): the
     /// reference adds 1 while converting (in the tensor's own precision for F16, else F32).
     pub norm_plus_one: bool,
+    /// HF tensors the reference splits into several GGUF tensors, each a strided view of it
+    /// ([`crate::Origin::View`]; the rules are the named hook [`crate::split`]).
+    pub splits: &'static [Split],
     /// `token_embd.weight` keeps only the vocabulary's rows (Gemma 3's `data_torch[:n_vocab]`,
     /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
     /// embedding has more rows.
@@ -390,6 +452,62 @@ const SHARED_EXPERT: NameGroup = &[
     ),
 ];
 
+/// DeepSeek-V2's multi-head latent attention: a query either direct (`q_proj`, V2-Lite) or
+/// low-rank (`q_a_proj`, its norm, `q_b_proj`), the compressed KV projection with its norm, and
+/// `kv_b_proj`'s two halves as the MLA split names them ([`MLA_SPLITS`]).
+const MLA: NameGroup = &[
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    (
+        "model.layers.{bid}.self_attn.q_a_proj",
+        "blk.{bid}.attn_q_a",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_a_layernorm",
+        "blk.{bid}.attn_q_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_b_proj",
+        "blk.{bid}.attn_q_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_proj_with_mqa",
+        "blk.{bid}.attn_kv_a_mqa",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_layernorm",
+        "blk.{bid}.attn_kv_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_b_proj",
+        "blk.{bid}.attn_k_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.v_b_proj",
+        "blk.{bid}.attn_v_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+];
+
+/// DeepSeek's shared experts (no gate of their own).
+const SHARED_EXPERTS: NameGroup = &[
+    (
+        "model.layers.{bid}.mlp.shared_experts.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+];
+
 /// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
 /// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
 const PHI3_FUSED: NameGroup = &[
@@ -434,6 +552,17 @@ const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, SANDWICH_NORMS, MLP];
 const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, FFN_NORM, MLP];
 /// Gemma 3 (text): Gemma 2's norms plus q/k norms; an untied `lm_head` is `output`.
 const GEMMA3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, SANDWICH_NORMS, MLP];
+/// DeepSeek-V2: MLA, dense MLP names for the leading dense blocks, a router, shared experts and
+/// [`DEEPSEEK2_EXPERTS`].
+const DEEPSEEK2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    MLA,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
 
@@ -502,6 +631,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -534,6 +664,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -568,6 +699,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -598,6 +730,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -635,6 +768,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -665,6 +799,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -705,6 +840,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -741,6 +877,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -783,6 +920,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -826,6 +964,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma2,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -868,6 +1007,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: true,
         embd_rows_to_vocab: true,
+        splits: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -902,6 +1042,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Phi3,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -941,6 +1082,64 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        splits: &[],
+    },
+    ArchSpec {
+        arch: "deepseek2",
+        hf_archs: &["DeepseekV2ForCausalLM"],
+        tensors: DEEPSEEK2_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        // DeepseekV2Config's defaults (`q_lora_rank` is not filled: V2-Lite's config says null).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "102400"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("moe_intermediate_size", "1407"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("n_shared_experts", "2"),
+                ("n_routed_experts", "64"),
+                ("routed_scaling_factor", "1.0"),
+                ("kv_lora_rank", "512"),
+                ("qk_rope_head_dim", "64"),
+                ("v_head_dim", "128"),
+                ("qk_nope_head_dim", "128"),
+                ("norm_topk_prob", "false"),
+                ("first_k_dense_replace", "0"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Key("qk_rope_head_dim"),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // DeepseekV2Model.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::HeadCountKv(1),
+            ExtraKv::LeadingDenseBlockCount,
+            ExtraKv::VocabSize,
+            ExtraKv::QLoraRank,
+            ExtraKv::MlaLengths,
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedCount,
+            ExtraKv::ExpertWeightsScale,
+            ExtraKv::ExpertWeightsNorm,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::YarnLogMultiplier,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: MLA_SPLITS,
     },
 ];
 

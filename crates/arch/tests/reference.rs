@@ -125,6 +125,23 @@ fn output_bytes(
             return all[rows.start as usize * row..rows.end as usize * row].to_vec();
         }
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Origin::View { index, view, .. } => {
+            // The view's elements one by one, each at offset + Σ i_k · stride_k.
+            let all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let n: u64 = srcs[*index].shape.iter().product();
+            let e = all.len() / n as usize;
+            let count: u64 = view.shape().iter().product();
+            return (0..count)
+                .flat_map(|mut i| {
+                    let mut at = view.offset;
+                    for &(size, stride) in view.dims.iter().rev() {
+                        at += (i % size) * stride;
+                        i /= size;
+                    }
+                    all[at as usize * e..(at as usize + 1) * e].to_vec()
+                })
+                .collect();
+        }
         Origin::Stack { sources } => {
             // The parts one after another, each converted alone (no permutation).
             return sources
@@ -341,7 +358,9 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             t.name
         );
         let src_dtype = match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => srcs[*index].dtype,
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+                srcs[*index].dtype
+            }
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
         };
@@ -743,6 +762,30 @@ fn olmoe_matches_reference() {
     }
 }
 
+/// DeepSeek-V2: `kv_b_proj` split into two strided views (each head's key rows transposed, its
+/// value rows), routed experts stacked, shared experts named, MLA and expert-group keys.
+#[test]
+fn deepseek2_matches_reference() {
+    let pre = Some("qwen2");
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("deepseek2", o, pre);
+        let views: Vec<&str> = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.origin, Origin::View { .. }))
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(views.len(), 6, "{views:?}");
+        assert!(p.kv.contains(&(
+            "deepseek2.attention.head_count_kv".into(),
+            MetaValue::U32(1)
+        )));
+        assert!(p
+            .kv
+            .contains(&("deepseek2.expert_group_count".into(), MetaValue::U32(2))));
+    }
+}
+
 #[test]
 fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-moe-refused");
@@ -759,14 +802,14 @@ fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     assert!(msg.contains("MixtralForCausalLM"), "{msg}");
     std::fs::write(
         dir.join("config.json"),
-        r#"{"architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 2}"#,
+        r#"{"architectures": ["DbrxForCausalLM"], "num_hidden_layers": 2}"#,
     )
     .unwrap();
     let msg = plan(&dir, &[], &PlanOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("DeepseekV2ForCausalLM") && msg.contains("MixtralForCausalLM"),
+        msg.contains("DbrxForCausalLM") && msg.contains("MixtralForCausalLM"),
         "{msg}"
     );
 }

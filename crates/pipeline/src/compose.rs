@@ -183,6 +183,122 @@ impl Transform for Slice {
     // hashes computed while writing, as stacked and permuted outputs are.
 }
 
+/// A strided view of one input (torch's `as_strided`, in elements of `elem` bytes): output
+/// element `(i_0, …, i_n)` is input element `offset + Σ i_k · stride_k` (a transpose, every
+/// other row, a per-head part of a fused tensor). Any element-aligned output range is computed
+/// from the input under it: when the innermost stride is 1, the contiguous runs it names
+/// (concatenated, as a stack's pieces); otherwise the input span between the lowest and highest
+/// element the range reads, gathered element by element. So a transposed tensor is written chunk
+/// by chunk from the part of its source each chunk reads, never by holding the whole input.
+pub struct Gather {
+    offset: u64,
+    dims: Vec<(u64, u64)>,
+    elem: u64,
+}
+
+impl Gather {
+    /// The view `dims` (`(size, stride)`, outermost first) from element `offset` of an input
+    /// whose elements are `elem` bytes.
+    pub fn new(offset: u64, dims: Vec<(u64, u64)>, elem: u64) -> Gather {
+        Gather {
+            offset,
+            dims,
+            elem: elem.max(1),
+        }
+    }
+
+    /// True when the innermost dimension is contiguous in the input.
+    fn runs(&self) -> bool {
+        self.dims.last().is_none_or(|&(_, stride)| stride == 1)
+    }
+
+    /// Input element of output element `i`.
+    fn source(&self, mut i: u64) -> u64 {
+        let mut at = self.offset;
+        for &(size, stride) in self.dims.iter().rev() {
+            let size = size.max(1);
+            at += (i % size) * stride;
+            i /= size;
+        }
+        at
+    }
+
+    /// Calls `f(output element, input element, length)` for each contiguous run of output
+    /// elements `a..b` (runs of one element when the innermost stride is not 1).
+    fn each_run(&self, a: u64, b: u64, mut f: impl FnMut(u64, u64, u64)) {
+        let inner = match self.dims.last() {
+            Some(&(size, 1)) => size.max(1),
+            _ => 1,
+        };
+        let mut i = a;
+        while i < b {
+            let len = (inner - i % inner).min(b - i);
+            f(i, self.source(i), len);
+            i += len;
+        }
+    }
+
+    /// The lowest and one past the highest input element output elements `a..b` read.
+    fn span(&self, a: u64, b: u64) -> (u64, u64) {
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        self.each_run(a, b, |_, from, len| {
+            lo = lo.min(from);
+            hi = hi.max(from + len);
+        });
+        (lo.min(hi), hi)
+    }
+}
+
+impl Transform for Gather {
+    fn describe(&self) -> String {
+        format!("strided view {:?} from {}", self.dims, self.offset)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (a, b, e) = (out.start / self.elem, out.end / self.elem, self.elem);
+        if !self.runs() {
+            let (lo, hi) = self.span(a, b);
+            return vec![(0, lo * e..hi * e)];
+        }
+        let mut v: Vec<(usize, Range<u64>)> = Vec::new();
+        self.each_run(a, b, |_, from, len| match v.last_mut() {
+            Some((_, last)) if last.end == from * e => last.end += len * e,
+            _ => v.push((0, from * e..(from + len) * e)),
+        });
+        v
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        if self.runs() {
+            concatenate(inputs, dst);
+            return Ok(());
+        }
+        let (a, b, e) = (
+            out.start / self.elem,
+            out.end / self.elem,
+            self.elem as usize,
+        );
+        let (lo, _) = self.span(a, b);
+        let src = inputs[0];
+        self.each_run(a, b, |i, from, _| {
+            let (o, s) = ((i - a) as usize * e, (from - lo) as usize * e);
+            dst[o..o + e].copy_from_slice(&src[s..s + e]);
+        });
+        Ok(())
+    }
+
+    fn concatenates(&self) -> bool {
+        self.runs()
+    }
+
+    // Not `lossless`: its output leaves do not map back onto input leaves. The written bytes are
+    // verified against the hashes computed while writing, as stacked and sliced outputs are.
+}
+
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first).
@@ -488,6 +604,46 @@ mod tests {
             assert_eq!(run(chain.as_ref(), &f32s, 12, step), want, "step {step}");
         }
         assert!(!chain.lossless());
+    }
+
+    #[test]
+    fn gather_transposes_and_interleaves_over_ragged_chunks() {
+        // A [2 heads, 3 rows, 4 cols] u16 tensor, value = 100·head + 10·row + col.
+        let input: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..3).flat_map(move |r| (0..4).map(move |c| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // Each head's first two rows transposed: [2, 4, 2].
+        let t = Gather::new(0, vec![(2, 12), (4, 1), (2, 4)], 2);
+        let want: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..4).flat_map(move |c| (0..2).map(move |r| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 4, 6, 10, 32] {
+            assert_eq!(run(&t, &input, 32, step), want, "step {step}");
+        }
+        assert!(!t.concatenates());
+        assert_eq!(t.needs(16..20), vec![(0, 24..34)]);
+        // Each head's last row: contiguous runs, concatenated.
+        let v = Gather::new(8, vec![(2, 12), (1, 4), (4, 1)], 2);
+        let want: Vec<u8> = [20u16, 21, 22, 23, 120, 121, 122, 123]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 6, 8, 16] {
+            assert_eq!(run(&v, &input, 16, step), want, "step {step}");
+        }
+        assert!(v.concatenates());
+        assert_eq!(v.needs(4..12), vec![(0, 20..24), (0, 40..44)]);
+        // Every other column (stride 2): [2·3 rows, 2 cols] from offset 1.
+        let odd = Gather::new(1, vec![(6, 4), (2, 2)], 2);
+        let want: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..3).flat_map(move |r| [1, 3].map(|c| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 6, 24] {
+            assert_eq!(run(&odd, &input, 24, step), want, "step {step}");
+        }
     }
 
     #[test]

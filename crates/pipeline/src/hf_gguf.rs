@@ -14,7 +14,7 @@ use weightport_arch::{
 };
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
-use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack};
+use crate::compose::{Chain, Gather, PermuteRows, PlusOne, Slice, Stack};
 use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
@@ -154,6 +154,10 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             Origin::Rows { name, rows, .. } => {
                 Some(format!("{name} rows {}..{}", rows.start, rows.end))
             }
+            Origin::View { name, view, .. } => Some(format!(
+                "{name} view {:?} from element {}",
+                view.dims, view.offset
+            )),
             Origin::Stack { sources } => Some(format!(
                 "{} stacked: {} … {}",
                 sources.len(),
@@ -210,7 +214,9 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => vec![*index],
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+                vec![*index]
+            }
             Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
             Origin::Generated(v) => {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -287,6 +293,11 @@ fn op_of(
                 / n;
             Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
         }
+        Origin::View { view, .. } => Some(Arc::new(Gather::new(
+            view.offset,
+            view.dims.clone(),
+            src.granule(),
+        )) as Arc<dyn Transform>),
         _ => None,
     };
     let permute = match &t.permute {
