@@ -11,6 +11,11 @@
 //! `deepseek2`: multi-head latent attention (`kv_b_proj` split into `attn_k_b`, each head's key
 //! rows transposed, and `attn_v_b`), a leading dense block, routed experts stacked, shared
 //! experts, expert groups, YaRN with `mscale_all_dim`.
+//! `gptoss`: GPT-OSS as transformers saves it unquantized (fused `gate_up_proj` transposed and
+//! split by alternating rows, `down_proj` transposed, biases split, attention sinks).
+//! `gptoss_mxfp4`: GPT-OSS as released, MXFP4 experts (`*_blocks` + `*_scales`) repacked into GGUF
+//! MXFP4 blocks, not re-quantized; llama-quantize refuses to requantize them, and so does
+//! `--quant` (the refusal llama-quantize printed is recorded).
 
 mod common;
 use common::{fixtures, wp};
@@ -28,7 +33,7 @@ fn expected() -> Value {
 /// The pre-tokenizer name gen_arch_moe2.py gave the reference for the made-up BPE vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "deepseek2" => Some("qwen2"),
+        "deepseek2" | "gptoss" | "gptoss_mxfp4" => Some("qwen2"),
         _ => None,
     }
 }
@@ -88,13 +93,11 @@ fn moe2_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
     );
-    for want in [
-        "deepseek2 f16",
-        "deepseek2 bf16",
-        "deepseek2 f32",
-        "deepseek2 q8_0",
-    ] {
-        assert!(done.iter().any(|d| d == want), "{want} not compared");
+    for name in ["deepseek2", "gptoss", "gptoss_mxfp4"] {
+        for t in ["f16", "bf16", "f32", "q8_0"] {
+            let want = format!("{name} {t}");
+            assert!(done.contains(&want), "{want} not compared");
+        }
     }
 }
 
@@ -105,9 +108,45 @@ fn moe2_one_pass_quant_equals_convert_then_llama_quantize() {
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
     );
-    for want in ["deepseek2 Q4_K_M", "deepseek2 Q2_K", "deepseek2 Q3_K_M"] {
-        assert!(done.iter().any(|d| d == want), "{want} not compared");
+    for name in ["deepseek2", "gptoss"] {
+        for q in ["Q4_K_M", "Q2_K", "Q3_K_M"] {
+            let want = format!("{name} {q}");
+            assert!(done.contains(&want), "{want} not compared");
+        }
     }
+}
+
+/// llama-quantize refuses the reference's f16 file of an MXFP4 release ("requantizing from type
+/// mxfp4 is disabled"); `--quant` refuses the release the same way, naming a repacked tensor,
+/// and writes nothing.
+#[test]
+fn moe2_quant_refuses_what_llama_quantize_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for (name, e) in expected().as_object().unwrap() {
+        for (q, why) in e["quantize_refused"].as_object().into_iter().flatten() {
+            assert!(why.as_str().unwrap().contains("requantizing"), "{why}");
+            let out = tmp.path().join(format!("{name}-{q}.gguf"));
+            let src = release(name);
+            let mut args = vec![
+                "convert",
+                src.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            args.extend(["--pre-tokenizer", pre(name).unwrap(), "--quant", q]);
+            let o = wp(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{name} {q}: converted");
+            assert!(
+                err.contains("requantize") && err.contains("_exps.weight"),
+                "{name} {q}: {err}"
+            );
+            assert!(!out.exists(), "{name} {q}: output left behind");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 3, "gptoss_mxfp4 × Q4_K_M, Q2_K, Q3_K_M");
 }
 
 /// Small chunks: every strided view (transposed `attn_k_b`, per-head `attn_v_b`) and every stack
@@ -188,14 +227,26 @@ fn edited(name: &str, tmp: &Path, key: &str, value: Value) -> PathBuf {
 }
 
 #[test]
-fn deepseek2_configs_the_weights_contradict_are_refused() {
+fn configs_the_weights_contradict_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    for (key, value, says) in [
+    for (name, key, value, says) in [
         // kv_b_proj holds 4 × (32 + 32) rows: not 4 × (48 + 32).
-        ("v_head_dim", Value::from(48), "kv_b_proj"),
-        ("scoring_func", Value::from("relu"), "gating function"),
+        ("deepseek2", "v_head_dim", Value::from(48), "kv_b_proj"),
+        (
+            "deepseek2",
+            "scoring_func",
+            Value::from("relu"),
+            "gating function",
+        ),
+        // MXFP4 blocks in a release that does not say it is MXFP4-quantized.
+        (
+            "gptoss_mxfp4",
+            "quantization_config",
+            Value::Null,
+            "_blocks",
+        ),
     ] {
-        let dir = edited("deepseek2", tmp.path(), key, value);
+        let dir = edited(name, tmp.path(), key, value);
         let out = tmp.path().join(format!("{key}.gguf"));
         let o = wp(&[
             "convert",

@@ -30,7 +30,7 @@ pub mod tokenizer;
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, Origin, OutTensor, OutType,
-    PlanOptions, SourceTensor, View,
+    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, BlockPart, Origin, OutTensor,
+    OutType, PlanOptions, SourceTensor, View,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

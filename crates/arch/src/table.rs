@@ -87,6 +87,8 @@ pub enum ExtraKv {
     /// `{arch}.attention.head_count_kv` set to this constant (DeepSeek-V2 converts MLA into MQA
     /// with one KV head); the key keeps the common writer's position.
     HeadCountKv(u32),
+    /// `{arch}.expert_feed_forward_length` u32 ← this key (GPT-OSS: `intermediate_size`).
+    ExpertFeedForwardLengthOf(&'static str),
     /// `{arch}.leading_dense_block_count` ← `first_k_dense_replace`, else 0 for a config with
     /// `n_routed_experts`, else the block count.
     LeadingDenseBlockCount,
@@ -276,6 +278,32 @@ pub enum SplitRule {
     /// `[n_head_kv, rank, nope]` (each head's key rows transposed) and `v_b_proj`
     /// `[n_head_kv, v, rank]` (`conversion/deepseek.py` `DeepseekV2Model.modify_tensors`).
     MlaKvB,
+    /// GPT-OSS's fused experts `gate_up_proj` `[experts, hidden, 2·ff]` (gate and up columns
+    /// alternating): transposed, then even rows `gate_proj.weight` and odd rows `up_proj.weight`,
+    /// each `[experts, ff, hidden]` (`conversion/gpt_oss.py` `GptOssModel.modify_tensors`).
+    GateUpAlternating,
+    /// GPT-OSS's `gate_up_proj_bias` `[experts, 2·ff]`: even columns `gate_proj.bias`, odd
+    /// columns `up_proj.bias`.
+    GateUpBiasAlternating,
+    /// GPT-OSS's fused experts `down_proj` `[experts, ff, hidden]`, transposed to
+    /// `down_proj.weight` `[experts, hidden, ff]`.
+    DownTransposed,
+    /// GPT-OSS's MXFP4 experts (`quantization_config.quant_method` "mxfp4"): `*_scales`
+    /// `[experts, rows, cols/32]` with its `*_blocks` `[experts, rows, cols/32, 16]` repacked into
+    /// GGUF MXFP4 blocks (the scale byte, then the 16 bytes with their nibbles reordered),
+    /// written before every other tensor (`generate_extra_tensors`); `alternating`: rows
+    /// alternate gate/up (`gate_up_proj`), else one output (`down_proj`).
+    Mxfp4 {
+        /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
+        alternating: bool,
+    },
+}
+
+impl SplitRule {
+    /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
+    pub fn experts(self) -> bool {
+        !matches!(self, SplitRule::MlaKvB)
+    }
 }
 
 /// A fused HF tensor the reference writes as several GGUF tensors.
@@ -301,6 +329,30 @@ pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
     members: QWEN2MOE_EXPERTS.members,
     count: &["n_routed_experts"],
 };
+
+/// GPT-OSS's fused expert tensors, unquantized and MXFP4.
+pub const GPTOSS_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_bias",
+        rule: SplitRule::GateUpBiasAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: true },
+    },
+    Split {
+        suffix: "mlp.experts.down_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: false },
+    },
+];
 
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
@@ -508,6 +560,28 @@ const SHARED_EXPERTS: NameGroup = &[
     ),
 ];
 
+/// GPT-OSS: norms, router (with a bias), attention sinks, and the names its expert splits give.
+const GPTOSS: NameGroup = &[
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),
+    (
+        "model.layers.{bid}.mlp.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+    ),
+];
+
 /// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
 /// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
 const PHI3_FUSED: NameGroup = &[
@@ -563,6 +637,8 @@ const DEEPSEEK2_TENSORS: &[NameGroup] = &[
     ROUTER,
     SHARED_EXPERTS,
 ];
+/// GPT-OSS: Llama attention with biases, [`GPTOSS`].
+const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, GPTOSS];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
 
@@ -1141,7 +1217,64 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         splits: MLA_SPLITS,
     },
+    ArchSpec {
+        arch: "gpt-oss",
+        hf_archs: &["GptOssForCausalLM"],
+        tensors: GPTOSS_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // GptOssConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "201088"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2880"),
+                ("intermediate_size", "2880"),
+                ("num_hidden_layers", "36"),
+                ("num_attention_heads", "64"),
+                ("num_local_experts", "128"),
+                ("num_experts_per_tok", "4"),
+                ("sliding_window", "128"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(64),
+            rope_theta: Some("150000.0"),
+            local_rope_theta: None,
+        },
+        // GptOssModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::SlidingWindow,
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `filter_tensors` appends `.weight` to the sinks; `modify_tensors` renames the down bias.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[
+                (".sinks", ".sinks.weight"),
+                ("down_proj_bias", "down_proj.bias"),
+            ],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: GPTOSS_SPLITS,
+    },
 ];
+
+impl ArchSpec {
+    /// A Mixture-of-Experts architecture: per-expert tensors stacked, or fused expert tensors
+    /// split ([`SplitRule::experts`]).
+    pub fn is_moe(&self) -> bool {
+        self.experts.is_some() || self.splits.iter().any(|s| s.rule.experts())
+    }
+}
 
 /// The entry for an HF `architectures[0]` value.
 pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
@@ -1160,7 +1293,7 @@ pub fn supported() -> Vec<&'static str> {
 pub fn supported_moe() -> Vec<&'static str> {
     ARCHS
         .iter()
-        .filter(|a| a.experts.is_some())
+        .filter(|a| a.is_moe())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
 }

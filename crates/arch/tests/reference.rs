@@ -44,6 +44,7 @@ fn dtype_of(s: &str) -> DType {
         "F32" => DType::F32,
         "F16" => DType::F16,
         "BF16" => DType::BF16,
+        "U8" => DType::U8,
         other => panic!("fixture dtype {other}"),
     }
 }
@@ -132,15 +133,28 @@ fn output_bytes(
             let e = all.len() / n as usize;
             let count: u64 = view.shape().iter().product();
             return (0..count)
-                .flat_map(|mut i| {
-                    let mut at = view.offset;
-                    for &(size, stride) in view.dims.iter().rev() {
-                        at += (i % size) * stride;
-                        i /= size;
-                    }
-                    all[at as usize * e..(at as usize + 1) * e].to_vec()
+                .flat_map(|i| {
+                    let at = view_index(view, i);
+                    all[at * e..(at + 1) * e].to_vec()
                 })
                 .collect();
+        }
+        Origin::Blocks { parts, map } => {
+            // Block k: `width` bytes of each part's view, then the map.
+            let n_blocks = parts[0].view.shape().iter().product::<u64>() / parts[0].width;
+            let mut out = Vec::new();
+            for k in 0..n_blocks {
+                let mut block = Vec::new();
+                for part in parts {
+                    let raw = raw_bytes(sts, &srcs[part.index]);
+                    for b in k * part.width..(k + 1) * part.width {
+                        block.push(raw[view_index(&part.view, b)]);
+                    }
+                }
+                map.apply(&mut block);
+                out.extend(block);
+            }
+            return out;
         }
         Origin::Stack { sources } => {
             // The parts one after another, each converted alone (no permutation).
@@ -158,6 +172,24 @@ fn output_bytes(
 }
 
 /// One source tensor's elements, rows gathered through `perm`, widened to f32 unless `keep_f16`.
+/// The stored bytes of `src`.
+fn raw_bytes<'a>(sts: &'a BTreeMap<String, St>, src: &SourceTensor) -> &'a [u8] {
+    let st = &sts[&src.file];
+    let off = &st.header[&src.name]["data_offsets"];
+    let (a, b) = (off[0].as_u64().unwrap(), off[1].as_u64().unwrap());
+    &st.data[a as usize..b as usize]
+}
+
+/// Element `i` (row-major over the view's sizes) of `view`: its index in the source.
+fn view_index(view: &weightport_arch::View, mut i: u64) -> usize {
+    let mut at = view.offset;
+    for &(size, stride) in view.dims.iter().rev() {
+        at += (i % size) * stride;
+        i /= size;
+    }
+    at as usize
+}
+
 fn part_bytes(
     sts: &BTreeMap<String, St>,
     src: &SourceTensor,
@@ -363,9 +395,12 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             }
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
+            Origin::Blocks { .. } => DType::MXFP4,
         };
         // Exact byte comparisons: f32 output, or f16/bf16 output of a source of the same type.
         let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
+        // Repacked blocks are the release's bytes rearranged, whatever the output type.
+        let same16 = same16 || matches!(t.origin, Origin::Blocks { .. });
         // `1 + w` norms are compared as whole files (tests/hf_gguf.rs).
         if (outtype == "f32" || same16) && !t.plus_one {
             let keep = same16;
@@ -783,6 +818,40 @@ fn deepseek2_matches_reference() {
         assert!(p
             .kv
             .contains(&("deepseek2.expert_group_count".into(), MetaValue::U32(2))));
+    }
+}
+
+/// GPT-OSS unquantized: the fused experts transposed and split by alternating rows (views).
+#[test]
+fn gptoss_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("gptoss", o, Some("qwen2"));
+        let views = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.origin, Origin::View { .. }))
+            .count();
+        // Per block: gate, up, down weights and gate, up biases.
+        assert_eq!(views, 10);
+    }
+}
+
+/// GPT-OSS with MXFP4 experts: the blocks repacked first, `general.file_type` MOSTLY_MXFP4_MOE
+/// (38) for f32/f16/bf16, each repacked tensor's bytes equal to the reference's.
+#[test]
+fn gptoss_mxfp4_matches_reference() {
+    for (o, ft) in [("f32", 38), ("f16", 38), ("bf16", 38), ("q8_0", 7)] {
+        let p = check("gptoss_mxfp4", o, Some("qwen2"));
+        let first: Vec<&str> = p.tensors[..6].iter().map(|t| t.name.as_str()).collect();
+        assert!(
+            p.tensors[..6]
+                .iter()
+                .all(|t| matches!(t.origin, Origin::Blocks { .. })),
+            "{first:?}"
+        );
+        assert!(p
+            .kv
+            .contains(&("general.file_type".into(), MetaValue::U32(ft))));
     }
 }
 

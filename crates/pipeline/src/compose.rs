@@ -299,6 +299,80 @@ impl Transform for Gather {
     // verified against the hashes computed while writing, as stacked and sliced outputs are.
 }
 
+/// A rewrite of one assembled block, in place.
+pub type BlockFn = Arc<dyn Fn(&mut [u8]) + Send + Sync>;
+
+/// Blocks of several inputs interleaved: output block `k` is `widths[p]` bytes of each part `p`
+/// (block `k` of that part's [`Gather`]) one after another, then rewritten in place by `map`.
+/// An output range of whole blocks needs the same blocks of every part, so the tensor is
+/// written range by range from the pieces of its inputs under it.
+pub struct Interleave {
+    parts: Vec<Gather>,
+    widths: Vec<u64>,
+    map: BlockFn,
+}
+
+impl Interleave {
+    /// `parts[p]` (a byte view of input `p`) gives `widths[p]` bytes to each block; `map`
+    /// rewrites each assembled block.
+    pub fn new(parts: Vec<Gather>, widths: Vec<u64>, map: BlockFn) -> Interleave {
+        Interleave { parts, widths, map }
+    }
+
+    fn block(&self) -> u64 {
+        self.widths.iter().sum::<u64>().max(1)
+    }
+
+    /// Each part's byte range for output range `out`.
+    fn part_ranges(&self, out: &Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
+        let (a, b) = (out.start / self.block(), out.end / self.block());
+        self.widths.iter().map(move |w| a * w..b * w)
+    }
+}
+
+impl Transform for Interleave {
+    fn describe(&self) -> String {
+        format!("blocks of {} parts interleaved", self.parts.len())
+    }
+
+    fn unit(&self) -> u64 {
+        self.block()
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        self.part_ranges(&out)
+            .zip(&self.parts)
+            .enumerate()
+            .flat_map(|(p, (r, g))| g.needs(r).into_iter().map(move |(_, n)| (p, n)))
+            .collect()
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let mut used = 0;
+        let mut gathered = Vec::with_capacity(self.parts.len());
+        for (r, g) in self.part_ranges(&out).zip(&self.parts) {
+            let n = g.needs(r.clone()).len();
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            g.apply(r, &inputs[used..used + n], &mut buf)?;
+            used += n;
+            gathered.push(buf);
+        }
+        let block = self.block() as usize;
+        for (k, d) in dst.chunks_exact_mut(block).enumerate() {
+            let mut at = 0;
+            for (buf, &w) in gathered.iter().zip(&self.widths) {
+                let w = w as usize;
+                d[at..at + w].copy_from_slice(&buf[k * w..(k + 1) * w]);
+                at += w;
+            }
+            (self.map)(d);
+        }
+        Ok(())
+    }
+
+    // Not `lossless`: verified against the hashes computed while writing.
+}
+
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first).
@@ -643,6 +717,25 @@ mod tests {
             .collect();
         for step in [2, 6, 24] {
             assert_eq!(run(&odd, &input, 24, step), want, "step {step}");
+        }
+    }
+
+    #[test]
+    fn interleave_takes_one_block_of_each_part_over_ragged_chunks() {
+        // Part 0: 1 byte a block (rows 0 and 2 of a [4, 2] byte tensor); part 1: 3 bytes a block
+        // (all of a [4, 3] byte tensor); the map adds 1 to each block's first byte.
+        let a: Vec<u8> = (0u8..8).collect();
+        let b: Vec<u8> = (100u8..112).collect();
+        let ga = Gather::new(0, vec![(2, 4), (2, 1)], 1);
+        let gb = Gather::new(0, vec![(2, 6), (6, 1)], 1);
+        let map = Arc::new(|blk: &mut [u8]| blk[0] += 1);
+        let op = Interleave::new(vec![ga, gb], vec![1, 3], map);
+        let want: Vec<u8> = vec![
+            1, 100, 101, 102, 2, 103, 104, 105, 5, 106, 107, 108, 6, 109, 110, 111,
+        ];
+        let inputs = [a, b];
+        for step in [4, 8, 12, 16] {
+            assert_eq!(run_many(&op, &inputs, 16, step), want, "step {step}");
         }
     }
 
