@@ -11,6 +11,9 @@
 //! `deepseek2`: multi-head latent attention (`kv_b_proj` split into `attn_k_b`, each head's key
 //! rows transposed, and `attn_v_b`), a leading dense block, routed experts stacked, shared
 //! experts, expert groups, YaRN with `mscale_all_dim`.
+//! `deepseek2_lite`: V2-Lite's shape (direct `q_proj`, `q_lora_rank` null) with the real
+//! release's legacy config.json (`rope_scaling`, integer `rope_theta`, `scoring_func`); converter
+//! outputs only (llama.cpp recognises V2-Lite by its layer count, so it cannot load a tiny one).
 //! `gptoss`: GPT-OSS as transformers saves it unquantized (fused `gate_up_proj` transposed and
 //! split by alternating rows, `down_proj` transposed, biases split, attention sinks).
 //! `gptoss_mxfp4`: GPT-OSS as released, MXFP4 experts (`*_blocks` + `*_scales`) repacked into GGUF
@@ -33,7 +36,7 @@ fn expected() -> Value {
 /// The pre-tokenizer name gen_arch_moe2.py gave the reference for the made-up BPE vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "deepseek2" | "gptoss" | "gptoss_mxfp4" => Some("qwen2"),
+        "deepseek2" | "deepseek2_lite" | "gptoss" | "gptoss_mxfp4" => Some("qwen2"),
         _ => None,
     }
 }
@@ -93,7 +96,7 @@ fn moe2_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
     );
-    for name in ["deepseek2", "gptoss", "gptoss_mxfp4"] {
+    for name in ["deepseek2", "deepseek2_lite", "gptoss", "gptoss_mxfp4"] {
         for t in ["f16", "bf16", "f32", "q8_0"] {
             let want = format!("{name} {t}");
             assert!(done.contains(&want), "{want} not compared");

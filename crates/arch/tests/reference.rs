@@ -821,6 +821,24 @@ fn deepseek2_matches_reference() {
     }
 }
 
+/// DeepSeek-V2-Lite's shape with the real release's legacy config.json: direct `q_proj`, no
+/// `q_lora_rank` key (null in config.json), `rope_scaling` folded as transformers 5 folds it,
+/// `scoring_func` softmax → `expert_gating_func` 1.
+#[test]
+fn deepseek2_lite_legacy_config_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("deepseek2_lite", o, Some("qwen2"));
+        assert!(!p
+            .kv
+            .iter()
+            .any(|(k, _)| k == "deepseek2.attention.q_lora_rank"));
+        assert!(p
+            .kv
+            .contains(&("deepseek2.expert_gating_func".into(), MetaValue::U32(1))));
+        assert!(p.tensors.iter().any(|t| t.name == "blk.0.attn_q.weight"));
+    }
+}
+
 /// GPT-OSS unquantized: the fused experts transposed and split by alternating rows (views).
 #[test]
 fn gptoss_matches_reference() {
