@@ -228,6 +228,7 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 .zip(heads)
                 .and_then(|(h, n)| h.checked_div(n)),
             HeadDimDefault::Const(n) => Some(n),
+            HeadDimDefault::Key(_) => None,
         };
         match hd {
             Some(hd) => {
@@ -237,6 +238,12 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 raw.remove("head_dim");
             }
         }
+    }
+    if let HeadDimDefault::Key(k) = d.head_dim {
+        match raw.get(k).cloned() {
+            Some(v) => raw.insert("head_dim".into(), v),
+            None => raw.remove("head_dim"),
+        };
     }
     // rope_parameters: transformers 5 folds the legacy `rope_scaling` and `rope_theta` into it.
     let mut rp = match raw

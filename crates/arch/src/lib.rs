@@ -13,6 +13,7 @@
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
 //! * [`gpt2`]: GPT-2's hyper-parameter list.
+//! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -24,13 +25,14 @@ pub mod permute;
 pub mod phi3;
 pub mod plan;
 pub mod pooling;
+pub mod split;
 pub mod table;
 pub mod tokenizer;
 
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, Origin, OutTensor, OutType,
-    PlanOptions, SourceTensor,
+    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, BlockPart, Origin, OutTensor,
+    OutType, PlanOptions, SourceTensor, View,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -224,6 +224,13 @@ pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
     m.push_last("general.file_type", MetaValue::U32(ftype.file_type()));
 }
 
+/// llama-quantize refuses to requantize a tensor of the converter's file that is already of a
+/// block type (GPT-OSS's MXFP4 experts) into another type ("requantizing from type … is
+/// disabled" without `--allow-requantize`).
+pub fn requantize_refused(from: DType, to: DType) -> bool {
+    from != to && !matches!(from, DType::F32 | DType::F16 | DType::BF16)
+}
+
 /// ggml's `n_dims` of a tensor with numpy-order `shape`: dimensions without the trailing 1s of
 /// `ne` (leading 1s of the shape), at least one.
 pub fn ggml_n_dims(shape: &[u64]) -> usize {

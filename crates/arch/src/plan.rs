@@ -25,7 +25,9 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
-use crate::table::{self, ArchSpec, ExpertStack, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::table::{
+    self, ArchSpec, ExpertStack, ExtraKv, KvLayout, SplitRule, FORCE_F32, SKIPPED_SUFFIXES,
+};
 use crate::tokenizer;
 
 /// One tensor of the HF release, from headers alone.
@@ -117,6 +119,27 @@ pub enum Origin {
         /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
         sources: Vec<(String, usize)>,
     },
+    /// A strided view of one HF tensor ([`View`]): the output's element `i` (row-major over
+    /// the view's sizes) is the source's element `offset + Σ idx_k · stride_k`, cast as the output
+    /// is (a transposed or interleaved part of a fused tensor, [`crate::split`]).
+    View {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+        /// Which elements, in which order.
+        view: View,
+    },
+    /// Blocks of several byte tensors interleaved: output block `k` is block `k` of each part
+    /// ([`BlockPart::width`] bytes of its view) one after another, then rewritten in place by
+    /// `map` (GPT-OSS's MXFP4 experts: the scale byte, then the 16 bytes of FP4 values). Written
+    /// as is: the parts already hold the output type's bytes.
+    Blocks {
+        /// The parts, in the order their bytes enter a block.
+        parts: Vec<BlockPart>,
+        /// The rewrite of each assembled block.
+        map: crate::split::BlockMap,
+    },
     /// Rows `rows` (outermost axis) of one HF tensor: the output's bytes are that contiguous
     /// range of the source's, cast as the output is (Gemma 3's token embedding cut to the
     /// vocabulary; one part of a fused tensor).
@@ -128,14 +151,39 @@ pub enum Origin {
         /// The rows kept, `start..end` of the source's first dimension.
         rows: std::ops::Range<u64>,
     },
-    /// One 2-D HF tensor `[rows, cols]` transposed: the output `[cols, rows]` holds source element
-    /// `(r, c)` at `(c, r)`, cast as the output is (GPT-2's `Conv1D` weights, stored `[in, out]`).
-    Transposed {
-        /// Its HF name.
-        name: String,
-        /// Its index in the slice given to [`plan`].
-        index: usize,
-    },
+}
+
+/// One part of an [`Origin::Blocks`]: a byte view of an HF tensor and the bytes of it each
+/// output block takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockPart {
+    /// Its HF name.
+    pub name: String,
+    /// Its index in the slice given to [`plan`].
+    pub index: usize,
+    /// Its bytes, in block order.
+    pub view: View,
+    /// Bytes per block.
+    pub width: u64,
+}
+
+/// Elements of a tensor taken as torch's `as_strided` takes them, in units of elements: the
+/// output's shape is the sizes of `dims`, its element at index `(i_0, …, i_n)` is the source's
+/// element `offset + Σ i_k · stride_k`. Format-neutral: a transpose swaps strides, every other
+/// row is a stride of two rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// The first element.
+    pub offset: u64,
+    /// `(size, stride)` per output dimension, outermost first.
+    pub dims: Vec<(u64, u64)>,
+}
+
+impl View {
+    /// The output shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.dims.iter().map(|d| d.0).collect()
+    }
 }
 
 /// One output tensor.
@@ -295,6 +343,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         Some(e) => Some(Experts::new(e, &hp, block_count)?),
         None => None,
     };
+    // MXFP4 experts, repacked and written before every other tensor of the release.
+    let mxfp4 = crate::split::Mxfp4::new(spec, &hp, tensors, &order, config_dir)?;
+    let mut mx_out = Vec::new();
+    let n_generated = out.len();
     for i in order {
         let t = &tensors[i];
         if SKIPPED_SUFFIXES.iter().any(|s| t.name.ends_with(s)) {
@@ -337,6 +389,57 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 out.push(OutTensor {
                     name: fill(&name, Some(bid)),
                     origin: Origin::Stack { sources },
+                    shape,
+                    permute: None,
+                    force_f32,
+                    plus_one: false,
+                    dtype,
+                });
+            }
+            continue;
+        }
+        if mxfp4.consumed(&hf) {
+            continue;
+        }
+        if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
+            if let SplitRule::Mxfp4 { alternating } = split.rule {
+                for (part, origin, shape) in mxfp4.repack(&hf, i, alternating)? {
+                    let Some(name) = map_name(spec, &part, block_count) else {
+                        return Err(Error::Unsupported {
+                            at: Location::file(config_dir).tensor(&t.name),
+                            format: Format::Gguf,
+                            what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
+                        });
+                    };
+                    mx_out.push(OutTensor {
+                        name,
+                        origin,
+                        shape,
+                        permute: None,
+                        force_f32: false,
+                        plus_one: false,
+                        dtype: DType::MXFP4,
+                    });
+                }
+                continue;
+            }
+            for (part, view) in crate::split::views(split, &hf, t, &hp, config_dir)? {
+                let Some(gguf_name) = map_name(spec, &part, block_count) else {
+                    return Err(Error::Unsupported {
+                        at: Location::file(config_dir).tensor(&t.name),
+                        format: Format::Gguf,
+                        what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
+                    });
+                };
+                let shape = view.shape();
+                let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
+                out.push(OutTensor {
+                    name: gguf_name,
+                    origin: Origin::View {
+                        name: t.name.clone(),
+                        index: i,
+                        view,
+                    },
                     shape,
                     permute: None,
                     force_f32,
@@ -402,10 +505,15 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     ),
                 ));
             };
+            // `[rows, cols]` read as `[cols, rows]`: (c, r) ← r·cols + c.
             shape = vec![cols, rows];
-            origin = Origin::Transposed {
+            origin = Origin::View {
                 name: t.name.clone(),
                 index: i,
+                view: View {
+                    offset: 0,
+                    dims: vec![(cols, 1), (rows, cols)],
+                },
             };
         }
         let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
@@ -423,6 +531,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if let Some(ex) = &experts {
         ex.finish(config_dir)?;
     }
+    out.splice(n_generated..n_generated, mx_out);
+    let file_type = match opts.outtype {
+        OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
+        o => o.file_type(),
+    };
     if !tensors.is_empty() {
         check_layers(&out, block_count, &hp)?;
     }
@@ -454,9 +567,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         );
     }
     if spec.kv_layout == KvLayout::Phi3 {
-        crate::phi3::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+        crate::phi3::kvs(&hp, block_count, file_type, &mut put)?;
     } else if spec.kv_layout == KvLayout::Gpt2 {
-        crate::gpt2::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+        crate::gpt2::kvs(&hp, block_count, file_type, &mut put)?;
     } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
         // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
         let need_f32 = |k: &str| -> Result<MetaValue> {
@@ -490,10 +603,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         let head_dim = hp.need_u32(&["head_dim"])?;
         put(a("attention.key_length"), MetaValue::U32(head_dim));
         put(a("attention.value_length"), MetaValue::U32(head_dim));
-        put(
-            "general.file_type".into(),
-            MetaValue::U32(opts.outtype.file_type()),
-        );
+        put("general.file_type".into(), MetaValue::U32(file_type));
         if spec.kv_layout == KvLayout::Gemma2 {
             put(
                 a("attn_logit_softcapping"),
@@ -601,7 +711,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 _ => {}
             }
         }
-        if spec.experts.is_none()
+        if !spec.is_moe()
             && (hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts"))
         {
             return Err(Error::Unsupported {
@@ -614,9 +724,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 ),
             });
         }
-        // Expert-group and gating-function keys the reference would write: not for the
-        // architectures in the table.
-        for k in EXPERT_GROUP_KEYS {
+        // Expert-group and gating-function keys: written for the Mixture-of-Experts entries
+        // (after the expert counts), refused for a dense one.
+        for k in EXPERT_GROUP_KEYS.iter().filter(|_| !spec.is_moe()) {
             if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
@@ -646,7 +756,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
             put(a("attention.layer_norm_epsilon"), f32v(v));
         }
-        if spec.experts.is_some() {
+        if spec.is_moe() {
             if let Some(n) = hp.u32(&["num_local_experts", "num_experts", "n_routed_experts"])? {
                 put(a("expert_count"), MetaValue::U32(n));
             }
@@ -658,15 +768,13 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             if let Some(n) = hp.u32(&used)? {
                 put(a("expert_used_count"), MetaValue::U32(n));
             }
+            expert_group_kvs(&hp, &mut |k, v| put(a(k), v))?;
         }
         if let Some(hd) = hp.u32(&["head_dim"])? {
             put(a("attention.key_length"), MetaValue::U32(hd));
             put(a("attention.value_length"), MetaValue::U32(hd));
         }
-        put(
-            "general.file_type".into(),
-            MetaValue::U32(opts.outtype.file_type()),
-        );
+        put("general.file_type".into(), MetaValue::U32(file_type));
         for extra in spec.extra_kv {
             match extra {
                 ExtraKv::VocabSize => {
@@ -683,6 +791,12 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     if let Some(v) = hp.u32(&["moe_intermediate_size"])? {
                         put(a("expert_feed_forward_length"), MetaValue::U32(v));
                     }
+                }
+                ExtraKv::ExpertFeedForwardLengthOf(k) => {
+                    put(
+                        a("expert_feed_forward_length"),
+                        MetaValue::U32(hp.need_u32(&[k])?),
+                    );
                 }
                 ExtraKv::ExpertSharedFeedForwardLength => {
                     if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
@@ -752,6 +866,16 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     }
                 }
                 ExtraKv::NoRopeEvery(step) => check_no_rope_layers(&hp, block_count, *step)?,
+                ExtraKv::HeadCountKv(n) => put(a("attention.head_count_kv"), MetaValue::U32(*n)),
+                ExtraKv::LeadingDenseBlockCount
+                | ExtraKv::QLoraRank
+                | ExtraKv::MlaLengths
+                | ExtraKv::ExpertSharedCount
+                | ExtraKv::ExpertWeightsScale
+                | ExtraKv::ExpertWeightsNorm
+                | ExtraKv::YarnLogMultiplier => {
+                    crate::split::mla_kvs(*extra, &hp, block_count, &mut |k, v| put(a(k), v))?
+                }
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -859,6 +983,44 @@ fn keep_first_position_last_value(kv: &mut Vec<(String, MetaValue)>) {
         }
     }
 }
+
+/// `expert_group_count` ← `n_group`, `expert_group_used_count` ← `topk_group`,
+/// `expert_gating_func` from the first score-function key (`TextModel.set_gguf_parameters`).
+fn expert_group_kvs(hp: &HParams, put: &mut dyn FnMut(&str, MetaValue)) -> Result<()> {
+    let present = |k: &str| hp.raw.get(k).is_some_and(|v| !v.is_null());
+    if present("n_group") {
+        put(
+            "expert_group_count",
+            MetaValue::U32(hp.need_u32(&["n_group"])?),
+        );
+    }
+    if present("topk_group") {
+        put(
+            "expert_group_used_count",
+            MetaValue::U32(hp.need_u32(&["topk_group"])?),
+        );
+    }
+    if let Some(k) = EXPERT_GROUP_KEYS[2..].iter().find(|k| present(k)) {
+        // gguf-py's ExpertGatingFuncType.
+        let f = match hp.raw[*k].as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            Some("sqrtsoftplus") => 4,
+            _ => {
+                return Err(bad(
+                    &hp.path,
+                    format!("unsupported expert gating function `{k}`: {}", hp.raw[*k]),
+                ))
+            }
+        };
+        put("expert_gating_func", MetaValue::U32(f));
+    }
+    Ok(())
+}
+
+/// `general.file_type` of a release with MXFP4 experts converted to F32, F16 or BF16 (gguf-py's
+/// `LlamaFileType.MOSTLY_MXFP4_MOE`).
+const MOSTLY_MXFP4_MOE: u32 = 38;
 
 /// Hyper-parameters the reference writes as expert-group / gating-function keys.
 const EXPERT_GROUP_KEYS: &[&str] = &[

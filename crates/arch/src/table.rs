@@ -35,6 +35,9 @@ pub enum HeadDimDefault {
     /// The reference's class drops `head_dim` whatever config.json says (Granite's
     /// `hparams.pop("head_dim")`): no key/value length, rope dimensions from the hidden size.
     Ignored,
+    /// Always the value of this key (DeepseekV2Config sets `head_dim = qk_rope_head_dim`
+    /// whatever config.json says).
+    Key(&'static str),
 }
 
 /// The defaults of one transformers config class, for the keys the export reads.
@@ -104,6 +107,30 @@ pub enum ExtraKv {
     /// no key for another pattern, so a config whose `no_rope_layers` (1 = rope) says otherwise
     /// is refused (SmolLM3, n = 4).
     NoRopeEvery(u32),
+    /// `{arch}.attention.head_count_kv` set to this constant (DeepSeek-V2 converts MLA into MQA
+    /// with one KV head); the key keeps the common writer's position.
+    HeadCountKv(u32),
+    /// `{arch}.expert_feed_forward_length` u32 ← this key (GPT-OSS: `intermediate_size`).
+    ExpertFeedForwardLengthOf(&'static str),
+    /// `{arch}.leading_dense_block_count` ← `first_k_dense_replace`, else 0 for a config with
+    /// `n_routed_experts`, else the block count.
+    LeadingDenseBlockCount,
+    /// `{arch}.attention.q_lora_rank` ← `q_lora_rank`, when not null.
+    QLoraRank,
+    /// Multi-head latent attention: `attention.kv_lora_rank` ← `kv_lora_rank` (default 512),
+    /// `attention.key_length` = rank + `qk_rope_head_dim`, `attention.value_length` = rank,
+    /// `attention.key_length_mla` = `qk_nope_head_dim + qk_rope_head_dim`,
+    /// `attention.value_length_mla` = `v_head_dim`.
+    MlaLengths,
+    /// `{arch}.expert_shared_count` ← `n_shared_experts` (default 0).
+    ExpertSharedCount,
+    /// `{arch}.expert_weights_scale` f32 ← `routed_scaling_factor`, when not null.
+    ExpertWeightsScale,
+    /// `{arch}.expert_weights_norm` bool ← `norm_topk_prob`, when true.
+    ExpertWeightsNorm,
+    /// `{arch}.rope.scaling.yarn_log_multiplier` f32 = 0.1 × the rope parameters'
+    /// `mscale_all_dim`, when present (DeepSeek-V2's legacy factor).
+    YarnLogMultiplier,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -270,6 +297,90 @@ pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 /// from: Qwen2MoeModel").
 pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
+/// How a fused HF tensor is split ([`crate::split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitRule {
+    /// Multi-head latent attention's `kv_b_proj` `[n_head_kv·(nope + v), rank]` (per head its
+    /// `qk_nope_head_dim` key rows, then its `v_head_dim` value rows): `k_b_proj`
+    /// `[n_head_kv, rank, nope]` (each head's key rows transposed) and `v_b_proj`
+    /// `[n_head_kv, v, rank]` (`conversion/deepseek.py` `DeepseekV2Model.modify_tensors`).
+    MlaKvB,
+    /// GPT-OSS's fused experts `gate_up_proj` `[experts, hidden, 2·ff]` (gate and up columns
+    /// alternating): transposed, then even rows `gate_proj.weight` and odd rows `up_proj.weight`,
+    /// each `[experts, ff, hidden]` (`conversion/gpt_oss.py` `GptOssModel.modify_tensors`).
+    GateUpAlternating,
+    /// GPT-OSS's `gate_up_proj_bias` `[experts, 2·ff]`: even columns `gate_proj.bias`, odd
+    /// columns `up_proj.bias`.
+    GateUpBiasAlternating,
+    /// GPT-OSS's fused experts `down_proj` `[experts, ff, hidden]`, transposed to
+    /// `down_proj.weight` `[experts, hidden, ff]`.
+    DownTransposed,
+    /// GPT-OSS's MXFP4 experts (`quantization_config.quant_method` "mxfp4"): `*_scales`
+    /// `[experts, rows, cols/32]` with its `*_blocks` `[experts, rows, cols/32, 16]` repacked into
+    /// GGUF MXFP4 blocks (the scale byte, then the 16 bytes with their nibbles reordered),
+    /// written before every other tensor (`generate_extra_tensors`); `alternating`: rows
+    /// alternate gate/up (`gate_up_proj`), else one output (`down_proj`).
+    Mxfp4 {
+        /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
+        alternating: bool,
+    },
+}
+
+impl SplitRule {
+    /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
+    pub fn experts(self) -> bool {
+        !matches!(self, SplitRule::MlaKvB)
+    }
+}
+
+/// A fused HF tensor the reference writes as several GGUF tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// HF names ending with this are split.
+    pub suffix: &'static str,
+    /// How.
+    pub rule: SplitRule,
+}
+
+/// DeepSeek-V2's MLA split.
+pub const MLA_SPLITS: &[Split] = &[Split {
+    suffix: "kv_b_proj.weight",
+    rule: SplitRule::MlaKvB,
+}];
+
+/// DeepSeek-V2's routed experts (`mlp.experts.N.{gate,up,down}_proj`, stacked down, gate, up);
+/// the marker is `mlp.experts` so that `mlp.shared_experts.*` stays a named tensor.
+pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mlp.experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: QWEN2MOE_EXPERTS.members,
+    count: &["n_routed_experts"],
+};
+
+/// GPT-OSS's fused expert tensors, unquantized and MXFP4.
+pub const GPTOSS_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_bias",
+        rule: SplitRule::GateUpBiasAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: true },
+    },
+    Split {
+        suffix: "mlp.experts.down_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: false },
+    },
+];
+
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
@@ -299,12 +410,15 @@ pub struct ArchSpec {
     /// `*norm.weight` tensors are stored as `w` and used as `1 + w` (Gemma's RMSNorm): the
     /// reference adds 1 while converting (in the tensor's own precision for F16, else F32).
     pub norm_plus_one: bool,
+    /// HF tensors the reference splits into several GGUF tensors, each a strided view of it
+    /// ([`crate::Origin::View`]; the rules are the named hook [`crate::split`]).
+    pub splits: &'static [Split],
     /// `token_embd.weight` keeps only the vocabulary's rows (Gemma 3's `data_torch[:n_vocab]`,
     /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
     /// embedding has more rows.
     pub embd_rows_to_vocab: bool,
     /// HF name suffixes of 2-D weights stored `[in, out]` (GPT-2's `Conv1D`), which the
-    /// reference transposes to `[out, in]` before writing: an [`crate::Origin::Transposed`].
+    /// reference transposes to `[out, in]` before writing: an [`crate::Origin::View`] with swapped strides.
     pub transposed: &'static [&'static str],
 }
 
@@ -425,6 +539,83 @@ const SHARED_EXPERT: NameGroup = &[
     ),
 ];
 
+/// DeepSeek-V2's multi-head latent attention: a query either direct (`q_proj`, V2-Lite) or
+/// low-rank (`q_a_proj`, its norm, `q_b_proj`), the compressed KV projection with its norm, and
+/// `kv_b_proj`'s two halves as the MLA split names them ([`MLA_SPLITS`]).
+const MLA: NameGroup = &[
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    (
+        "model.layers.{bid}.self_attn.q_a_proj",
+        "blk.{bid}.attn_q_a",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_a_layernorm",
+        "blk.{bid}.attn_q_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_b_proj",
+        "blk.{bid}.attn_q_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_proj_with_mqa",
+        "blk.{bid}.attn_kv_a_mqa",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_layernorm",
+        "blk.{bid}.attn_kv_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_b_proj",
+        "blk.{bid}.attn_k_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.v_b_proj",
+        "blk.{bid}.attn_v_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+];
+
+/// DeepSeek's shared experts (no gate of their own).
+const SHARED_EXPERTS: NameGroup = &[
+    (
+        "model.layers.{bid}.mlp.shared_experts.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+];
+
+/// GPT-OSS: norms, router (with a bias), attention sinks, and the names its expert splits give.
+const GPTOSS: NameGroup = &[
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),
+    (
+        "model.layers.{bid}.mlp.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+    ),
+];
+
 /// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
 /// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
 const PHI3_FUSED: NameGroup = &[
@@ -512,6 +703,20 @@ const GEMMA3_TENSORS: &[NameGroup] = &[
     PRE_FFN_NORM,
     MLP,
 ];
+/// DeepSeek-V2: MLA, dense MLP names for the leading dense blocks, a router, shared experts and
+/// [`DEEPSEEK2_EXPERTS`].
+const DEEPSEEK2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    MLA,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+];
+/// GPT-OSS: Llama attention with biases, [`GPTOSS`].
+const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, GPTOSS];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
 /// OLMo 2 (`MODEL_TENSORS[OLMO2]`): no norm before attention or the feed-forward, norms after
@@ -601,6 +806,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -634,6 +840,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -669,6 +876,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -700,6 +908,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -738,6 +947,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -769,6 +979,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -810,6 +1021,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -847,6 +1059,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -890,6 +1103,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -934,6 +1148,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: true,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -977,6 +1192,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: true,
         embd_rows_to_vocab: true,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -1012,6 +1228,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -1052,6 +1269,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: true,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "starcoder2",
@@ -1085,6 +1303,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "command-r",
@@ -1126,6 +1345,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "gpt2",
@@ -1167,6 +1387,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         // GPT2Model.modify_tensors: Conv1D weights are `[in, out]`.
         transposed: &[".c_attn.weight", ".c_proj.weight", ".c_fc.weight"],
+        splits: &[],
     },
     ArchSpec {
         arch: "granite",
@@ -1214,6 +1435,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "olmo2",
@@ -1248,6 +1470,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
     },
     ArchSpec {
         arch: "smollm3",
@@ -1287,8 +1510,125 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
+        splits: &[],
+    },
+    ArchSpec {
+        arch: "deepseek2",
+        hf_archs: &["DeepseekV2ForCausalLM"],
+        tensors: DEEPSEEK2_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        // DeepseekV2Config's defaults (`q_lora_rank` is not filled: V2-Lite's config says null).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "102400"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("moe_intermediate_size", "1407"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("n_shared_experts", "2"),
+                ("n_routed_experts", "64"),
+                ("routed_scaling_factor", "1.0"),
+                ("kv_lora_rank", "512"),
+                ("qk_rope_head_dim", "64"),
+                ("v_head_dim", "128"),
+                ("qk_nope_head_dim", "128"),
+                ("norm_topk_prob", "false"),
+                ("first_k_dense_replace", "0"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Key("qk_rope_head_dim"),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // DeepseekV2Model.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::HeadCountKv(1),
+            ExtraKv::LeadingDenseBlockCount,
+            ExtraKv::VocabSize,
+            ExtraKv::QLoraRank,
+            ExtraKv::MlaLengths,
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedCount,
+            ExtraKv::ExpertWeightsScale,
+            ExtraKv::ExpertWeightsNorm,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::YarnLogMultiplier,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: MLA_SPLITS,
+        transposed: &[],
+    },
+    ArchSpec {
+        arch: "gpt-oss",
+        hf_archs: &["GptOssForCausalLM"],
+        tensors: GPTOSS_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // GptOssConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "201088"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2880"),
+                ("intermediate_size", "2880"),
+                ("num_hidden_layers", "36"),
+                ("num_attention_heads", "64"),
+                ("num_local_experts", "128"),
+                ("num_experts_per_tok", "4"),
+                ("sliding_window", "128"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(64),
+            rope_theta: Some("150000.0"),
+            local_rope_theta: None,
+        },
+        // GptOssModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::SlidingWindow,
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `filter_tensors` appends `.weight` to the sinks; `modify_tensors` renames the down bias.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[
+                (".sinks", ".sinks.weight"),
+                ("down_proj_bias", "down_proj.bias"),
+            ],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: GPTOSS_SPLITS,
+        transposed: &[],
     },
 ];
+
+impl ArchSpec {
+    /// A Mixture-of-Experts architecture: per-expert tensors stacked, or fused expert tensors
+    /// split ([`SplitRule::experts`]).
+    pub fn is_moe(&self) -> bool {
+        self.experts.is_some() || self.splits.iter().any(|s| s.rule.experts())
+    }
+}
 
 /// The entry for an HF `architectures[0]` value.
 pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
@@ -1307,7 +1647,7 @@ pub fn supported() -> Vec<&'static str> {
 pub fn supported_moe() -> Vec<&'static str> {
     ARCHS
         .iter()
-        .filter(|a| a.experts.is_some())
+        .filter(|a| a.is_moe())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
 }
