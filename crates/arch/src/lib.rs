@@ -12,6 +12,7 @@
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
+//! * [`xlmr`]: XLM-RoBERTa's position offset.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -24,6 +25,7 @@ pub mod plan;
 pub mod pooling;
 pub mod table;
 pub mod tokenizer;
+pub mod xlmr;
 
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};

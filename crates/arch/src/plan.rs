@@ -25,7 +25,9 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
-use crate::table::{self, ArchSpec, ExpertStack, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::table::{
+    self, ArchSpec, ExpertStack, ExtraKv, Hook, KvLayout, FORCE_F32, SKIPPED_SUFFIXES,
+};
 use crate::tokenizer;
 
 /// One tensor of the HF release, from headers alone.
@@ -202,7 +204,13 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
 /// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
 pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
-    let hp = HParams::load(config_dir, &spec.config)?;
+    let mut hp = HParams::load(config_dir, &spec.config)?;
+    let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
+        crate::xlmr::position_offset(&mut hp)?
+    } else {
+        None
+    };
+    let hp = hp;
     let arch = spec.arch;
     // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
     let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
@@ -212,7 +220,8 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     };
     if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
         let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
-        if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
+        // The encoders' `BertModel.__init__` (a classifier head would add labels and tensors).
+        if spec.extra_kv.contains(&ExtraKv::NonCausal) && !labels.is_empty() && !dummy {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
                 format: Format::Gguf,
@@ -383,6 +392,17 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     rows: 0..n_vocab,
                 };
             }
+        }
+        // XLM-RoBERTa: positions start after the padding id (`data_torch[offset:, :]`).
+        if let (Some(offset), "position_embd.weight") = (position_offset, gguf_name.as_str()) {
+            let rows =
+                crate::xlmr::kept_rows(&hp, &t.name, shape.first().copied().unwrap_or(0), offset)?;
+            shape[0] = rows.end - rows.start;
+            origin = Origin::Rows {
+                name: t.name.clone(),
+                index: i,
+                rows,
+            };
         }
         let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
         out.push(OutTensor {
@@ -697,6 +717,31 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     let v: f64 = v.parse().expect("table constant is a float");
                     put(a("attention.layer_norm_rms_epsilon"), f32v(v));
                 }
+                ExtraKv::LocalAttention => {
+                    put(
+                        a("attention.sliding_window"),
+                        MetaValue::U32(hp.need_u32(&["local_attention"])?),
+                    );
+                    if let Some(n) = hp.u32(&["global_attn_every_n_layers"])? {
+                        put(a("attention.sliding_window_pattern"), MetaValue::U32(n));
+                    }
+                }
+                ExtraKv::RopeScalingNone => {
+                    put(a("rope.scaling.type"), MetaValue::Str("none".into()));
+                }
+                ExtraKv::HiddenActivation => match hp.raw.get("hidden_activation") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) if s.is_empty() => {}
+                    Some(Value::String(s)) => {
+                        put(a("hidden_activation"), MetaValue::Str(s.clone()))
+                    }
+                    Some(v) => {
+                        return Err(bad(
+                            &hp.path,
+                            format!("`hidden_activation` is not a string: {v}"),
+                        ))
+                    }
+                },
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -727,6 +772,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         })??;
         chkhsh = vocab.chkhsh;
         kv.extend(vocab.kv);
+        // The special vocabulary may write again a flag the architecture's vocabulary wrote
+        // (ModernBERT's add_*_token).
+        keep_first_position_last_value(&mut kv);
     }
     Ok(ArchPlan {
         hf_arch: hp.hf_arch.clone(),

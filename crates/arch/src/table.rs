@@ -81,6 +81,15 @@ pub enum ExtraKv {
     /// common keys). gguf-py's writer keeps a key written twice where it was first written, with
     /// the last value, so the key stays among the common ones when they wrote it.
     RmsEpsilon(&'static str),
+    /// `{arch}.attention.sliding_window` u32 ← `local_attention` (required), then
+    /// `{arch}.attention.sliding_window_pattern` u32 ← `global_attn_every_n_layers` when present
+    /// (ModernBERT; transformers 5 keeps that key from a legacy config only).
+    LocalAttention,
+    /// `{arch}.rope.scaling.type` = "none" (ModernBERT writes it whatever the rope parameters).
+    RopeScalingNone,
+    /// `{arch}.hidden_activation` string ← `hidden_activation`, when truthy (ModernBERT's GeGLU
+    /// or SwiGLU).
+    HiddenActivation,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -192,6 +201,14 @@ pub enum VocabKind {
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
+    /// XLM-RoBERTa's unigram SentencePiece `sentencepiece.bpe.model`, realigned to the HF ids
+    /// (`<s> <pad> </s> <unk>` first, pieces shifted by one), model `t5`, with its normalizer
+    /// flags and precompiled charsmap (the named hook [`crate::tokenizer::xlmr`]).
+    XlmRoberta,
+    /// `add_bos_token`, `add_eos_token` and `add_sep_token` = true, then GPT-2 style BPE
+    /// (`ModernBertModel.set_vocab`; the special vocabulary may overwrite the flags' values, in
+    /// place).
+    Gpt2AddBosEosSep,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -276,6 +293,20 @@ pub struct ArchSpec {
     /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
     /// embedding has more rows.
     pub embd_rows_to_vocab: bool,
+    /// Where the reference's class truly differs from the common converter in something that is
+    /// not a key or a name ([`Hook`]); empty for most architectures.
+    pub hooks: &'static [Hook],
+}
+
+/// A named difference of one architecture's converter class, applied by the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// XLM-RoBERTa (`BertModel._xlmroberta_tokenizer_init` and `XLMRobertaModel.modify_tensors`):
+    /// position ids start at `pad_token_id + 1`, so when config.json has a `pad_token_id` the
+    /// first `pad_token_id + 1` rows of `position_embd` are dropped (an
+    /// [`crate::Origin::Rows`]) and `context_length` is `max_position_embeddings` minus them
+    /// ([`crate::xlmr`]).
+    PositionOffsetFromPad,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -469,6 +500,37 @@ const BERT_NAMES: NameGroup = &[
 ];
 const BERT_TENSORS: &[NameGroup] = &[BERT_NAMES];
 
+/// ModernBERT (`tensor_mapping.py`, after `model.` is removed): fused `Wqkv` (`attn_qkv`) and
+/// `Wi` (`ffn_up`, the GLU's two halves), which llama.cpp's graph reads fused; layer 0 has no
+/// `attn_norm` (an identity in the model).
+const MODERNBERT_NAMES: NameGroup = &[
+    ("embeddings.tok_embeddings", "token_embd"),
+    ("embeddings.norm", "token_embd_norm"),
+    ("layers.{bid}.attn_norm", "blk.{bid}.attn_norm"),
+    ("layers.{bid}.attn.Wqkv", "blk.{bid}.attn_qkv"),
+    ("layers.{bid}.attn.Wo", "blk.{bid}.attn_output"),
+    ("layers.{bid}.mlp_norm", "blk.{bid}.ffn_norm"),
+    ("layers.{bid}.mlp.Wi", "blk.{bid}.ffn_up"),
+    ("layers.{bid}.mlp.Wo", "blk.{bid}.ffn_down"),
+    ("final_norm", "output_norm"),
+];
+const MODERNBERT_TENSORS: &[NameGroup] = &[MODERNBERT_NAMES];
+
+/// `BertModel.filter_tensors` (BERT, and what XLM-RoBERTa and ModernBERT call after their own
+/// prefix removal): `bert.` removed, `.gamma`/`.beta` renamed, the pooler and the pre-training
+/// heads dropped.
+const BERT_RULES: NameRules = NameRules {
+    strip_prefix: &["bert."],
+    suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
+    drop: &[
+        "embeddings.position_ids",
+        "pooler.dense.weight",
+        "pooler.dense.bias",
+    ],
+    drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
+    text_of_multimodal: false,
+};
+
 /// Every supported architecture.
 pub const ARCHS: &[ArchSpec] = &[
     ArchSpec {
@@ -502,6 +564,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -534,6 +597,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -568,6 +632,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -598,6 +663,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -635,6 +701,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -665,6 +732,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -705,6 +773,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -741,6 +810,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -769,20 +839,99 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
         vocab: VocabKind::Bert,
         llama3_rope_freqs: false,
-        names: NameRules {
-            strip_prefix: &["bert."],
-            suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
-            drop: &[
-                "embeddings.position_ids",
-                "pooler.dense.weight",
-                "pooler.dense.bias",
+        names: BERT_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "bert",
+        hf_archs: &["XLMRobertaModel"],
+        tensors: BERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "30522"),
+                ("max_position_embeddings", "512"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "12"),
+                ("num_attention_heads", "12"),
+                ("layer_norm_eps", "1e-12"),
+                ("type_vocab_size", "2"),
+                ("pad_token_id", "1"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+                ("tie_word_embeddings", "true"),
             ],
-            drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
-            text_of_multimodal: false,
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
+        vocab: VocabKind::XlmRoberta,
+        llama3_rope_freqs: false,
+        // `XLMRobertaModel.filter_tensors`: `roberta.` removed (rerankers), then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["roberta.", "bert."],
+            ..BERT_RULES
         },
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[Hook::PositionOffsetFromPad],
+    },
+    ArchSpec {
+        arch: "modern-bert",
+        hf_archs: &["ModernBertModel"],
+        tensors: MODERNBERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // ModernBertConfig's (transformers 5 keeps rope parameters per layer type).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50368"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "1152"),
+                ("num_hidden_layers", "22"),
+                ("num_attention_heads", "12"),
+                ("norm_eps", "1e-05"),
+                ("local_attention", "128"),
+                ("hidden_activation", "\"gelu\""),
+                ("classifier_pooling", "\"cls\""),
+                ("pad_token_id", "50283"),
+                ("eos_token_id", "50282"),
+                ("bos_token_id", "50281"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("160000.0"),
+            local_rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::NonCausal,
+            ExtraKv::Pooling,
+            ExtraKv::LocalAttention,
+            ExtraKv::RopeScalingNone,
+            ExtraKv::VocabSize,
+            ExtraKv::HiddenActivation,
+        ],
+        vocab: VocabKind::Gpt2AddBosEosSep,
+        llama3_rope_freqs: false,
+        // `ModernBertModel.filter_tensors`: `model.` removed, then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["model.", "bert."],
+            ..BERT_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -826,6 +975,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma2,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -868,6 +1018,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: true,
         embd_rows_to_vocab: true,
+        hooks: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -902,6 +1053,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Phi3,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -941,6 +1093,7 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        hooks: &[],
     },
 ];
 
