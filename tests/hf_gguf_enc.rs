@@ -8,9 +8,11 @@
 //!   vocabulary, `position_embd` without its first `pad_token_id + 1` rows, `context_length` 64
 //!   of 66 positions, `pooling_type` CLS;
 //! * `modernbert`: a `ModernBertModel` (fused `Wqkv`/`Wi`, no `attn_norm` in layer 0, sliding and
-//!   global layers, GPT-2 BPE with the add-bos/eos/sep flags); and `modernbert_eps`, the same
-//!   release with `layer_norm_eps` in config.json, made in a temporary directory of that name
-//!   (`general.name` comes from it) as the generator made it.
+//!   global layers, GPT-2 BPE with the add-bos/eos/sep flags); `modernbert_eps`, the same
+//!   release with `layer_norm_eps` in config.json, and `modernbert_legacy`, its config.json as
+//!   transformers 4 wrote ModernBERT configs (`global_rope_theta`/`local_rope_theta` 80000/20000,
+//!   `global_attn_every_n_layers`, no `layer_types`/`rope_parameters`), each made in a temporary
+//!   directory of that name (`general.name` comes from it) as the generator made it.
 //!
 //! For each: `--dtype` f32/f16/bf16/q8_0 against `convert_hf_to_gguf.py --outtype`, and the
 //! one-pass `--outtype f16 --quant Q4_K_M` against `convert_hf_to_gguf.py --outtype f16` +
@@ -85,7 +87,7 @@ fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) -> std::process::
 }
 
 /// Every (release directory, name, section) of enc.json: the releases as committed, and each
-/// recorded variant re-made in `tmp` (config.json with the recorded keys added).
+/// recorded variant re-made in `tmp` (config.json with the recorded keys set and removed).
 fn releases(tmp: &Path) -> Vec<(PathBuf, String, Value)> {
     let mut out = Vec::new();
     for (name, e) in enc().as_object().unwrap() {
@@ -94,11 +96,15 @@ fn releases(tmp: &Path) -> Vec<(PathBuf, String, Value)> {
             name.clone(),
             e.clone(),
         ));
-        if let Some(v) = e.get("variant") {
+        for v in e["variants"].as_array().into_iter().flatten() {
             let dir_name = v["dir_name"].as_str().unwrap();
             let dir = copy_release(name, tmp, dir_name);
-            let keys = v["config"].as_object().unwrap().clone();
-            edit_json(&dir.join("config.json"), |c| c.extend(keys));
+            edit_json(&dir.join("config.json"), |c| {
+                c.extend(v["config_set"].as_object().unwrap().clone());
+                for k in v["config_removed"].as_array().unwrap() {
+                    c.remove(k.as_str().unwrap());
+                }
+            });
             out.push((dir, dir_name.to_owned(), v.clone()));
         }
     }
@@ -135,8 +141,8 @@ fn encoder_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let done = against("outtypes", |t| vec!["--dtype", t]);
     assert_eq!(
         done.len(),
-        12,
-        "xlmr_st, modernbert, modernbert_eps × f32/f16/bf16/q8_0: {done:?}"
+        16,
+        "xlmr_st, modernbert, modernbert_eps, modernbert_legacy × f32/f16/bf16/q8_0: {done:?}"
     );
 }
 
@@ -145,7 +151,11 @@ fn encoder_one_pass_quant_equals_convert_then_llama_quantize() {
     let done = against("quantized", |q| vec!["--outtype", "f16", "--quant", q]);
     assert_eq!(
         done,
-        ["modernbert_eps Q4_K_M", "xlmr_st Q4_K_M"],
+        [
+            "modernbert_eps Q4_K_M",
+            "modernbert_legacy Q4_K_M",
+            "xlmr_st Q4_K_M"
+        ],
         "the releases whose reference f16 file llama-quantize accepts"
     );
     // The pinned chain refuses the ModernBERT file without `layer_norm_eps`: no reference.
@@ -182,7 +192,7 @@ fn llama_embedding_on_our_f16_equals_the_reference() {
         }
         n += 1;
     }
-    assert_eq!(n, 3);
+    assert_eq!(n, 4);
 }
 
 /// sha256 of `llama-embedding`'s stdout (retried while it is not a complete JSON array: this
