@@ -198,7 +198,7 @@ fn llama_embedding_on_our_f16_equals_the_reference() {
 /// sha256 of `llama-embedding`'s stdout (retried while it is not a complete JSON array: this
 /// build sometimes loses the end of its stdout at exit), or its stderr when it fails.
 fn embedding(bin: &Path, model: &Path, prompt: &str) -> Result<String, String> {
-    for _ in 0..8 {
+    for _ in 0..40 {
         let o = std::process::Command::new(bin.join("llama-embedding"))
             .env("LD_LIBRARY_PATH", bin)
             .args(["-m", model.to_str().unwrap(), "-p", prompt, "-t", "1"])
