@@ -6,7 +6,8 @@
 //!   Normalize) with a unigram `sentencepiece.bpe.model` trained by the `sentencepiece` package
 //!   (a custom normalization table, so a precompiled charsmap): the reference's realigned `t5`
 //!   vocabulary, `position_embd` without its first `pad_token_id + 1` rows, `context_length` 64
-//!   of 66 positions, `pooling_type` CLS;
+//!   of 66 positions, `pooling_type` CLS; `xlmr_st_nopad`, the same with `"pad_token_id": null`
+//!   (every position row kept);
 //! * `modernbert`: a `ModernBertModel` (fused `Wqkv`/`Wi`, no `attn_norm` in layer 0, sliding and
 //!   global layers, GPT-2 BPE with the add-bos/eos/sep flags); `modernbert_eps`, the same
 //!   release with `layer_norm_eps` in config.json, and `modernbert_legacy`, its config.json as
@@ -141,8 +142,8 @@ fn encoder_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let done = against("outtypes", |t| vec!["--dtype", t]);
     assert_eq!(
         done.len(),
-        16,
-        "xlmr_st, modernbert, modernbert_eps, modernbert_legacy × f32/f16/bf16/q8_0: {done:?}"
+        20,
+        "xlmr_st, xlmr_st_nopad, modernbert, modernbert_eps, modernbert_legacy × 4 outtypes: {done:?}"
     );
 }
 
@@ -154,7 +155,8 @@ fn encoder_one_pass_quant_equals_convert_then_llama_quantize() {
         [
             "modernbert_eps Q4_K_M",
             "modernbert_legacy Q4_K_M",
-            "xlmr_st Q4_K_M"
+            "xlmr_st Q4_K_M",
+            "xlmr_st_nopad Q4_K_M"
         ],
         "the releases whose reference f16 file llama-quantize accepts"
     );
@@ -192,7 +194,7 @@ fn llama_embedding_on_our_f16_equals_the_reference() {
         }
         n += 1;
     }
-    assert_eq!(n, 4);
+    assert_eq!(n, 5);
 }
 
 /// sha256 of `llama-embedding`'s stdout (retried while it is not a complete JSON array: this

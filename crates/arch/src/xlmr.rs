@@ -7,7 +7,8 @@
 //!   `pad_token_id + 1`: `max_position_embeddings` is lowered by it before any key is written
 //!   (bge-m3's 8194 positions become `bert.context_length` 8192) and `position_embd.weight`
 //!   keeps rows `offset..` (an [`crate::Origin::Rows`]: `data_torch[offset:, :]`).
-//! * Without a `pad_token_id` nothing changes.
+//! * With `"pad_token_id": null` (which transformers keeps) nothing changes; a config without
+//!   the key gets XLMRobertaConfig's default 1.
 //! * jina-embeddings-v3 (`lora_adaptations` in config.json) is another architecture in the
 //!   reference (`jina-bert-v3` plus one LoRA file per task): refused.
 //!
@@ -15,7 +16,7 @@
 
 use weightport_core::{Error, Format, Location, Result};
 
-use crate::config::{bad, HParams};
+use crate::config::{bad, read_json, HParams};
 
 /// Applies the offset to `hp` (as the reference does in its constructor) and returns it, or
 /// `None` when the config has no `pad_token_id`.
@@ -27,6 +28,14 @@ pub fn position_offset(hp: &mut HParams) -> Result<Option<u64>> {
             what: "XLM-RoBERTa with LoRA adaptations (jina-embeddings-v3) is not supported yet"
                 .into(),
         });
+    }
+    // transformers keeps an explicit `"pad_token_id": null` (the table's default fills only an
+    // absent key here, but the normalised config no longer tells the two apart).
+    if read_json(&hp.path)?
+        .get("pad_token_id")
+        .is_some_and(serde_json::Value::is_null)
+    {
+        return Ok(None);
     }
     let Some(pad) = hp.uint(&["pad_token_id"])? else {
         return Ok(None);
