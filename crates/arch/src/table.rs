@@ -7,9 +7,11 @@
 //! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
 //! against the reference converter); a Mixture-of-Experts one also names its [`ExpertStack`]
 //! (which per-expert tensors are stacked into which GGUF tensor, in which order).
+//! Where a converter class truly differs in something that is not a key or a name, the entry
+//! lists a named [`Hook`].
 //!
-//! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
-//! llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! Derived from `conversion/*.py` (llama, qwen, bert, …) and `gguf-py/gguf/tensor_mapping.py` of the
+//! pinned llama.cpp tree (spec gguf.md §5.2) and checked against its output
 //! (`fixtures/expected/arch/*.json`).
 
 /// What the transformers config class fills in for a missing `num_key_value_heads`.
