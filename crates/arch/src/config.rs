@@ -257,11 +257,12 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
     if let (Some(local), false) = (d.local_rope_theta, split) {
         // A legacy config of a class with per-layer-type rope parameters (Gemma 3):
         // `rope_scaling` and `rope_theta` are the full-attention layers', `rope_local_base_freq`
-        // the sliding ones'.
+        // the sliding ones' (ModernBERT's transformers-4 names: `global_rope_theta` and
+        // `local_rope_theta`; no config has both spellings).
         let mut full = rp.clone();
-        let theta = raw
-            .get("rope_theta")
-            .filter(|v| !v.is_null())
+        let theta = ["rope_theta", "global_rope_theta"]
+            .iter()
+            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
             .cloned()
             .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
         if let (false, Some(theta)) = (full.contains_key("rope_theta"), theta) {
@@ -274,9 +275,9 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 .unwrap_or_else(|| Value::String("default".into()));
             full.insert("rope_type".into(), t);
         }
-        let local = raw
-            .get("rope_local_base_freq")
-            .filter(|v| !v.is_null())
+        let local = ["rope_local_base_freq", "local_rope_theta"]
+            .iter()
+            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
             .cloned()
             .unwrap_or_else(|| serde_json::from_str(local).expect("table default is JSON"));
         let mut sliding = Map::new();

@@ -14,6 +14,7 @@
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
 //! * [`gpt2`]: GPT-2's hyper-parameter list.
 //! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
+//! * [`xlmr`]: XLM-RoBERTa's position offset.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -28,6 +29,7 @@ pub mod pooling;
 pub mod split;
 pub mod table;
 pub mod tokenizer;
+pub mod xlmr;
 
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};

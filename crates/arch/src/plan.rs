@@ -26,7 +26,7 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
 use crate::table::{
-    self, ArchSpec, ExpertStack, ExtraKv, KvLayout, SplitRule, FORCE_F32, SKIPPED_SUFFIXES,
+    self, ArchSpec, ExpertStack, ExtraKv, Hook, KvLayout, SplitRule, FORCE_F32, SKIPPED_SUFFIXES,
 };
 use crate::tokenizer;
 
@@ -258,7 +258,13 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
 /// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
 pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
-    let hp = HParams::load(config_dir, &spec.config)?;
+    let mut hp = HParams::load(config_dir, &spec.config)?;
+    let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
+        crate::xlmr::position_offset(&mut hp)?
+    } else {
+        None
+    };
+    let hp = hp;
     let arch = spec.arch;
     // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
     let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
@@ -268,7 +274,8 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     };
     if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
         let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
-        if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
+        // The encoders' `BertModel.__init__` (a classifier head would add labels and tensors).
+        if spec.extra_kv.contains(&ExtraKv::NonCausal) && !labels.is_empty() && !dummy {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
                 format: Format::Gguf,
@@ -514,6 +521,17 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     offset: 0,
                     dims: vec![(cols, 1), (rows, cols)],
                 },
+            };
+        }
+        // XLM-RoBERTa: positions start after the padding id (`data_torch[offset:, :]`).
+        if let (Some(offset), "position_embd.weight") = (position_offset, gguf_name.as_str()) {
+            let rows =
+                crate::xlmr::kept_rows(&hp, &t.name, shape.first().copied().unwrap_or(0), offset)?;
+            shape[0] = rows.end - rows.start;
+            origin = Origin::Rows {
+                name: t.name.clone(),
+                index: i,
+                rows,
             };
         }
         let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
@@ -876,6 +894,28 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 | ExtraKv::YarnLogMultiplier => {
                     crate::split::mla_kvs(*extra, &hp, block_count, &mut |k, v| put(a(k), v))?
                 }
+                ExtraKv::LocalAttention => {
+                    put(
+                        a("attention.sliding_window"),
+                        MetaValue::U32(hp.need_u32(&["local_attention"])?),
+                    );
+                    if let Some(n) = hp.u32(&["global_attn_every_n_layers"])? {
+                        put(a("attention.sliding_window_pattern"), MetaValue::U32(n));
+                    }
+                }
+                ExtraKv::HiddenActivation => match hp.raw.get("hidden_activation") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) if s.is_empty() => {}
+                    Some(Value::String(s)) => {
+                        put(a("hidden_activation"), MetaValue::Str(s.clone()))
+                    }
+                    Some(v) => {
+                        return Err(bad(
+                            &hp.path,
+                            format!("`hidden_activation` is not a string: {v}"),
+                        ))
+                    }
+                },
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -906,6 +946,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         })??;
         chkhsh = vocab.chkhsh;
         kv.extend(vocab.kv);
+        // The special vocabulary may write again a flag the architecture's vocabulary wrote
+        // (ModernBERT's add_*_token).
+        keep_first_position_last_value(&mut kv);
     }
     Ok(ArchPlan {
         hf_arch: hp.hf_arch.clone(),

@@ -7,9 +7,11 @@
 //! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
 //! against the reference converter); a Mixture-of-Experts one also names its [`ExpertStack`]
 //! (which per-expert tensors are stacked into which GGUF tensor, in which order).
+//! Where a converter class truly differs in something that is not a key or a name, the entry
+//! lists a named [`Hook`].
 //!
-//! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
-//! llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! Derived from `conversion/*.py` (llama, qwen, bert, …) and `gguf-py/gguf/tensor_mapping.py` of the
+//! pinned llama.cpp tree (spec gguf.md §5.2) and checked against its output
 //! (`fixtures/expected/arch/*.json`).
 
 /// What the transformers config class fills in for a missing `num_key_value_heads`.
@@ -94,7 +96,8 @@ pub enum ExtraKv {
     ContextLength(&'static [&'static str]),
     /// `{arch}.logit_scale` f32 ← `logit_scale` (required; Command-R).
     LogitScale,
-    /// `{arch}.rope.scaling.type` = `"none"` (Command-R's `add_rope_scaling_type(NONE)`).
+    /// `{arch}.rope.scaling.type` = `"none"` (Command-R's `add_rope_scaling_type(NONE)`;
+    /// ModernBERT writes it whatever the rope parameters).
     RopeScalingNone,
     /// `{arch}.<key>` f32 ← hyper-parameter `.0`, when truthy (Granite's multipliers:
     /// `attention_multiplier` → `attention.scale`, …).
@@ -131,6 +134,13 @@ pub enum ExtraKv {
     /// `{arch}.rope.scaling.yarn_log_multiplier` f32 = 0.1 × the rope parameters'
     /// `mscale_all_dim`, when present (DeepSeek-V2's legacy factor).
     YarnLogMultiplier,
+    /// `{arch}.attention.sliding_window` u32 ← `local_attention` (required), then
+    /// `{arch}.attention.sliding_window_pattern` u32 ← `global_attn_every_n_layers` when present
+    /// (ModernBERT; transformers 5 keeps that key from a legacy config only).
+    LocalAttention,
+    /// `{arch}.hidden_activation` string ← `hidden_activation`, when truthy (ModernBERT's GeGLU
+    /// or SwiGLU).
+    HiddenActivation,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -246,6 +256,14 @@ pub enum VocabKind {
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
+    /// XLM-RoBERTa's unigram SentencePiece `sentencepiece.bpe.model`, realigned to the HF ids
+    /// (`<s> <pad> </s> <unk>` first, pieces shifted by one), model `t5`, with its normalizer
+    /// flags and precompiled charsmap (the named hook [`crate::tokenizer::xlmr`]).
+    XlmRoberta,
+    /// `add_bos_token`, `add_eos_token` and `add_sep_token` = true, then GPT-2 style BPE
+    /// (`ModernBertModel.set_vocab`; the special vocabulary may overwrite the flags' values, in
+    /// place).
+    Gpt2AddBosEosSep,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -420,6 +438,20 @@ pub struct ArchSpec {
     /// HF name suffixes of 2-D weights stored `[in, out]` (GPT-2's `Conv1D`), which the
     /// reference transposes to `[out, in]` before writing: an [`crate::Origin::View`] with swapped strides.
     pub transposed: &'static [&'static str],
+    /// Where the reference's class truly differs from the common converter in something that is
+    /// not a key or a name ([`Hook`]); empty for most architectures.
+    pub hooks: &'static [Hook],
+}
+
+/// A named difference of one architecture's converter class, applied by the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// XLM-RoBERTa (`BertModel._xlmroberta_tokenizer_init` and `XLMRobertaModel.modify_tensors`):
+    /// position ids start at `pad_token_id + 1`, so when config.json has a `pad_token_id` the
+    /// first `pad_token_id + 1` rows of `position_embd` are dropped (an
+    /// [`crate::Origin::Rows`]) and `context_length` is `max_position_embeddings` minus them
+    /// ([`crate::xlmr`]).
+    PositionOffsetFromPad,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -772,6 +804,37 @@ const BERT_NAMES: NameGroup = &[
 ];
 const BERT_TENSORS: &[NameGroup] = &[BERT_NAMES];
 
+/// ModernBERT (`tensor_mapping.py`, after `model.` is removed): fused `Wqkv` (`attn_qkv`) and
+/// `Wi` (`ffn_up`, the GLU's two halves), which llama.cpp's graph reads fused; layer 0 has no
+/// `attn_norm` (an identity in the model).
+const MODERNBERT_NAMES: NameGroup = &[
+    ("embeddings.tok_embeddings", "token_embd"),
+    ("embeddings.norm", "token_embd_norm"),
+    ("layers.{bid}.attn_norm", "blk.{bid}.attn_norm"),
+    ("layers.{bid}.attn.Wqkv", "blk.{bid}.attn_qkv"),
+    ("layers.{bid}.attn.Wo", "blk.{bid}.attn_output"),
+    ("layers.{bid}.mlp_norm", "blk.{bid}.ffn_norm"),
+    ("layers.{bid}.mlp.Wi", "blk.{bid}.ffn_up"),
+    ("layers.{bid}.mlp.Wo", "blk.{bid}.ffn_down"),
+    ("final_norm", "output_norm"),
+];
+const MODERNBERT_TENSORS: &[NameGroup] = &[MODERNBERT_NAMES];
+
+/// `BertModel.filter_tensors` (BERT, and what XLM-RoBERTa and ModernBERT call after their own
+/// prefix removal): `bert.` removed, `.gamma`/`.beta` renamed, the pooler and the pre-training
+/// heads dropped.
+const BERT_RULES: NameRules = NameRules {
+    strip_prefix: &["bert."],
+    suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
+    drop: &[
+        "embeddings.position_ids",
+        "pooler.dense.weight",
+        "pooler.dense.bias",
+    ],
+    drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
+    text_of_multimodal: false,
+};
+
 /// Every supported architecture.
 pub const ARCHS: &[ArchSpec] = &[
     ArchSpec {
@@ -807,6 +870,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -841,6 +905,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -877,6 +942,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -909,6 +975,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -948,6 +1015,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -980,6 +1048,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -1022,6 +1091,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -1060,6 +1130,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -1088,22 +1159,13 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
         vocab: VocabKind::Bert,
         llama3_rope_freqs: false,
-        names: NameRules {
-            strip_prefix: &["bert."],
-            suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
-            drop: &[
-                "embeddings.position_ids",
-                "pooler.dense.weight",
-                "pooler.dense.bias",
-            ],
-            drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
-            text_of_multimodal: false,
-        },
+        names: BERT_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -1149,6 +1211,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -1193,6 +1256,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: true,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -1229,6 +1293,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -1270,6 +1335,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "starcoder2",
@@ -1304,6 +1370,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "command-r",
@@ -1346,6 +1413,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gpt2",
@@ -1388,6 +1456,7 @@ pub const ARCHS: &[ArchSpec] = &[
         // GPT2Model.modify_tensors: Conv1D weights are `[in, out]`.
         transposed: &[".c_attn.weight", ".c_proj.weight", ".c_fc.weight"],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "granite",
@@ -1436,6 +1505,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "olmo2",
@@ -1471,6 +1541,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "smollm3",
@@ -1511,6 +1582,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "deepseek2",
@@ -1569,6 +1641,7 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         splits: MLA_SPLITS,
         transposed: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gpt-oss",
@@ -1619,6 +1692,99 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         splits: GPTOSS_SPLITS,
         transposed: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "bert",
+        hf_archs: &["XLMRobertaModel"],
+        tensors: BERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "30522"),
+                ("max_position_embeddings", "512"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "12"),
+                ("num_attention_heads", "12"),
+                ("layer_norm_eps", "1e-12"),
+                ("type_vocab_size", "2"),
+                ("pad_token_id", "1"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
+        vocab: VocabKind::XlmRoberta,
+        llama3_rope_freqs: false,
+        // `XLMRobertaModel.filter_tensors`: `roberta.` removed (rerankers), then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["roberta.", "bert."],
+            ..BERT_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[Hook::PositionOffsetFromPad],
+        transposed: &[],
+        splits: &[],
+    },
+    ArchSpec {
+        arch: "modern-bert",
+        hf_archs: &["ModernBertModel"],
+        tensors: MODERNBERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // ModernBertConfig's (transformers 5 keeps rope parameters per layer type).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50368"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "1152"),
+                ("num_hidden_layers", "22"),
+                ("num_attention_heads", "12"),
+                ("norm_eps", "1e-05"),
+                ("local_attention", "128"),
+                ("hidden_activation", "\"gelu\""),
+                ("classifier_pooling", "\"cls\""),
+                ("pad_token_id", "50283"),
+                ("eos_token_id", "50282"),
+                ("bos_token_id", "50281"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("160000.0"),
+            local_rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::NonCausal,
+            ExtraKv::Pooling,
+            ExtraKv::LocalAttention,
+            ExtraKv::RopeScalingNone,
+            ExtraKv::VocabSize,
+            ExtraKv::HiddenActivation,
+        ],
+        vocab: VocabKind::Gpt2AddBosEosSep,
+        llama3_rope_freqs: false,
+        // `ModernBertModel.filter_tensors`: `model.` removed, then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["model.", "bert."],
+            ..BERT_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[],
+        transposed: &[],
+        splits: &[],
     },
 ];
 

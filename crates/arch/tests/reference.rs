@@ -260,6 +260,7 @@ fn elem_name(t: MetaType) -> &'static str {
         MetaType::I32 => "int32",
         MetaType::F32 => "float32",
         MetaType::U32 => "uint32",
+        MetaType::U8 => "uint8",
         other => panic!("unexpected element type {other:?}"),
     }
 }
@@ -276,6 +277,7 @@ fn stored_sha(items: &[MetaValue]) -> String {
             MetaValue::I32(v) => h.update(v.to_le_bytes()),
             MetaValue::F32(v) => h.update(v.to_le_bytes()),
             MetaValue::U32(v) => h.update(v.to_le_bytes()),
+            MetaValue::U8(v) => h.update([*v]),
             other => panic!("unexpected element {other:?}"),
         }
     }
@@ -968,4 +970,31 @@ fn starcoder2_cohere_gpt2_match_reference() {
     // c_attn, attn c_proj, c_fc, mlp c_proj per block.
     assert_eq!(transposed.len(), 8, "{transposed:?}");
     assert!(transposed.contains(&"blk.1.attn_qkv.weight"));
+}
+
+/// Embedding encoders (fixtures/gen/gen_arch_enc.py): every KV and tensor of the reference's
+/// XLM-RoBERTa and ModernBERT files, f32 bytes included (XLM-R's `position_embd` is rows 2..66
+/// of the source: positions start after `pad_token_id` 1).
+#[test]
+fn xlm_roberta_and_modernbert_match_reference() {
+    for name in ["xlmr_st", "modernbert"] {
+        let pre = expected(name)["pre_override"].as_str().map(str::to_owned);
+        for o in ["f32", "f16", "bf16", "q8_0"] {
+            check(name, o, pre.as_deref());
+        }
+    }
+    let p = check("xlmr_st", "f32", None);
+    let pos = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "position_embd.weight")
+        .unwrap();
+    assert!(
+        matches!(&pos.origin, Origin::Rows { rows, .. } if *rows == (2..66)),
+        "{:?}",
+        pos.origin
+    );
+    assert!(p
+        .kv
+        .contains(&("bert.context_length".into(), MetaValue::U32(64))));
 }

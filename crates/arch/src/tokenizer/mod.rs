@@ -12,6 +12,7 @@
 pub mod bpe;
 pub mod special;
 pub mod spm;
+pub mod xlmr;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -238,9 +239,26 @@ fn export_kind(
         }
     }
     let vocab_size = hp.uint(&["vocab_size"])?;
-    if kind == VocabKind::Bert {
-        return export_bert(dir, hp, vocab_size, pre_override);
+    match kind {
+        VocabKind::Bert => return export_bert(dir, hp, vocab_size, pre_override),
+        VocabKind::XlmRoberta => return xlmr::export(dir, hp),
+        VocabKind::Gpt2AddBosEosSep => {
+            // ModernBertModel.set_vocab: the three flags first, then the GPT-2 vocabulary (whose
+            // special vocabulary may write them again: the plan keeps their first position).
+            for flag in ["bos", "eos", "sep"] {
+                kv.push((
+                    format!("tokenizer.ggml.add_{flag}_token"),
+                    MetaValue::Bool(true),
+                ));
+            }
+        }
+        _ => {}
     }
+    let kind = if kind == VocabKind::Gpt2AddBosEosSep {
+        VocabKind::Gpt2
+    } else {
+        kind
+    };
     // Phi-4 releases keep Phi-3's class with a GPT-2 tokenizer.
     let kind = if kind == VocabKind::SpmPhi3
         && tokenizer_class(dir)?.as_deref() == Some("GPT2Tokenizer")
