@@ -30,7 +30,7 @@ pub use dtype::{DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;
-pub use limits::{Budget, Limits, PickleLimits, ReadOptions};
+pub use limits::{Limits, PickleLimits, ReadOptions};
 pub use multi::MultiSource;
 pub use source::{Access, FinishedFile, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
 pub use tensor::{MetaType, MetaValue, Metadata, TensorInfo};

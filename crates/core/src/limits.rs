@@ -94,22 +94,6 @@ impl Default for PickleLimits {
     }
 }
 
-/// How much memory the executor may use for buffers: about `threads × chunk` bytes.
-#[derive(Debug, Clone, Copy)]
-pub struct Budget {
-    /// Worker threads.
-    pub threads: usize,
-    /// Bytes per unit of work (a multiple of [`crate::hash::HASH_CHUNK`]).
-    pub chunk: u64,
-}
-
-impl Budget {
-    /// Peak buffer memory this budget allows.
-    pub fn peak_bytes(&self) -> u64 {
-        self.threads as u64 * self.chunk
-    }
-}
-
 /// What a reader is told when it opens a file: the caps, and the few per-format choices a user
 /// can make on the command line. Readers ignore the fields that do not concern them.
 #[derive(Debug, Clone, Default)]
