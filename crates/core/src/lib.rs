@@ -26,7 +26,7 @@ pub mod staging;
 pub mod tensor;
 
 pub use contain::{contain_panic, panic_is_contained};
-pub use dtype::{DType, Layout, SizeError};
+pub use dtype::{CastRule, DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;

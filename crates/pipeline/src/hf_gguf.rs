@@ -15,7 +15,7 @@ use weightport_arch::{
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack};
-use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
+use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
 
@@ -312,8 +312,17 @@ fn op_of(
     } else {
         (None, src)
     };
-    let cast = op_for(mid, t.dtype, &t.name, opts)?;
-    let quant = op_for(t.dtype, to, &t.name, opts)?;
+    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
+    let converter = Stage {
+        rule: naming::CONVERT_CASTS,
+        validates: false,
+    };
+    let quantizer = Stage {
+        rule: mix::QUANTIZE_CASTS,
+        validates: true,
+    };
+    let cast = op_for(mid, t.dtype, &t.name, opts, converter)?;
+    let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
     Ok(Chain::of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,
