@@ -183,7 +183,7 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     let hf_arch = hf_architecture(config_dir)?;
     let spec = table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
         at: Location::file(config_dir.join("config.json")),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what: format!(
             "architecture `{}` cannot be converted to GGUF (supported: {})",
             weightport_core::sanitize(&hf_arch),
@@ -215,7 +215,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: "classifier labels (id2label) are not supported yet".into(),
             });
         }
@@ -223,7 +223,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "Qwen3 rerankers (cls_out head, rank pooling) are not supported yet".into(),
         });
     }
@@ -341,7 +341,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         let Some(gguf_name) = map_name(spec, &hf, block_count) else {
             return Err(Error::Unsupported {
                 at: Location::file(config_dir).tensor(&t.name),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!("no GGUF name for this tensor of a {} model", hp.hf_arch),
             });
         };
@@ -568,7 +568,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
                     return Err(Error::Unsupported {
                         at: Location::file(&hp.path),
-                        format: Format::Gguf,
+                        format: Some(Format::Gguf),
                         what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
                     });
                 }
@@ -580,7 +580,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!(
                     "a {} config with experts (mixture-of-experts architectures: {})",
                     hp.hf_arch,
@@ -594,7 +594,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "`{k}` (expert groups / gating function) in a {} config",
                         hp.hf_arch
@@ -672,7 +672,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         // The reference asserts it away (removed in Gemma 3).
                         return Err(Error::Unsupported {
                             at: Location::file(&hp.path),
-                            format: Format::Gguf,
+                            format: Some(Format::Gguf),
                             what: format!("attn_logit_softcapping in a {} config", hp.hf_arch),
                         });
                     }
@@ -831,7 +831,7 @@ impl Experts {
     ) -> Result<(u32, Stacks)> {
         let refuse = |what: String| Error::Unsupported {
             at: Location::file(dir).tensor(&tensors[i].name),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what,
         };
         let (bid, xid, w) = match_expert(self.spec.pattern, hf)
@@ -876,7 +876,7 @@ impl Experts {
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir).tensor(&tensors[j].name),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "experts of different shapes or types cannot be stacked (`{}` is {} {:?})",
                         first.name, first.dtype, first.shape

@@ -228,7 +228,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
     let version = c.u32(&|| "the version".into())?;
     let unsupported = |what: String| Error::Unsupported {
         at: Location::file(path).at(4),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what,
     };
     if version == 0 {
@@ -333,7 +333,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                 // (gguf.cpp:606-611) and its writer cannot produce them.
                 return Err(Error::Unsupported {
                     at: Location::file(path).at(et_at as u64),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "key `{sk}` is an array of arrays, which llama.cpp's reader rejects"
                     ),
@@ -476,7 +476,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
             Err(TypeIdError::Removed(id, n)) => {
                 return Err(Error::Unsupported {
                     at: Location::file(path).at(ty_at as u64).tensor(name),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!("ggml type id {id} ({n}) was removed from ggml"),
                 })
             }

@@ -125,11 +125,7 @@ pub(crate) fn header_error(
     }
     match e.kind {
         HeaderErrorKind::Malformed(r) => Error::malformed(at, format, r + &suffix),
-        HeaderErrorKind::Unsupported(w) => Error::Unsupported {
-            at,
-            format,
-            what: w + &suffix,
-        },
+        HeaderErrorKind::Unsupported(w) => Error::unsupported(at, format, w + &suffix),
         HeaderErrorKind::Refused(r) => Error::Refused { at, reason: r },
         HeaderErrorKind::Limit {
             what,

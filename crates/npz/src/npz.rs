@@ -171,7 +171,7 @@ impl NpzSource {
             if f.encrypted() {
                 return Err(Error::Unsupported {
                     at,
-                    format: Format::Npz,
+                    format: Some(Format::Npz),
                     what: "encrypted member".into(),
                 });
             }
@@ -181,7 +181,7 @@ impl NpzSource {
                 m => {
                     return Err(Error::Unsupported {
                         at,
-                        format: Format::Npz,
+                        format: Some(Format::Npz),
                         what: format!("compression method {m} (only stored and deflated)"),
                     })
                 }

@@ -229,7 +229,7 @@ pub(crate) fn kind_error(at: Location, format: Format, kind: VmErrorKind) -> Err
             limit,
         },
         VmErrorKind::Malformed(reason) => Error::malformed(at, format, reason),
-        VmErrorKind::Unsupported(what) => Error::Unsupported { at, format, what },
+        VmErrorKind::Unsupported(what) => Error::unsupported(at, format, what),
     }
 }
 
@@ -372,7 +372,7 @@ impl Checkpoint {
             let Some(dtype) = d.dtype.core else {
                 return Err(Error::Unsupported {
                     at: tl(),
-                    format,
+                    format: Some(format),
                     what: format!(
                         "dtype {} has no weightport equivalent (weightport has no {} type)",
                         d.dtype.name, d.dtype.name
@@ -408,7 +408,7 @@ impl Checkpoint {
                     other => {
                         return Err(Error::Unsupported {
                             at: tl(),
-                            format,
+                            format: Some(format),
                             what: format!("a negated/conjugated view of {other}; call resolve_neg()/resolve_conj() before saving"),
                         })
                     }
@@ -555,7 +555,7 @@ impl Checkpoint {
                 if rec.len > self.max_inflate {
                     return Err(Error::Unsupported {
                         at: Location::file(&self.path).tensor(self.infos[index].name.clone()),
-                        format: self.format,
+                        format: Some(self.format),
                         what: format!(
                             "a strided view of a deflated record over {} bytes; re-save the checkpoint uncompressed",
                             self.max_inflate

@@ -311,7 +311,7 @@ pub fn build(
         if !stores(to) {
             return Err(Error::Unsupported {
                 at: weightport_core::Location::file(source.file_of(i)).tensor(t.name.clone()),
-                format: source.format(),
+                format: None,
                 what: format!(
                     "tensor `{}` is {to}, which the output format cannot store",
                     sanitize(&names[i])

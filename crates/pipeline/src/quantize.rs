@@ -35,11 +35,15 @@ thread_local! {
     static VALUES: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// A kernel's refusal: a dtype without a kernel is unsupported (of no format: the kernels are
+/// ggml's types, whatever file they are read from or written to); a slice of the wrong length
+/// is a bug of the plan, which hands kernels whole blocks.
 fn kernel_error(e: weightport_quant::QuantError) -> Error {
-    Error::Unsupported {
-        at: weightport_core::Location::default(),
-        format: weightport_core::Format::Gguf,
-        what: e.to_string(),
+    match e {
+        weightport_quant::QuantError::Unsupported { .. } => {
+            Error::unsupported(weightport_core::Location::default(), None, e.to_string())
+        }
+        other => Error::Internal(format!("quantization kernel: {other}")),
     }
 }
 
@@ -166,11 +170,11 @@ impl Dequantize {
         if !matches!(to, DType::F32 | DType::F16 | DType::BF16)
             || !weightport_quant::can_dequantize(from)
         {
-            return Err(Error::Unsupported {
-                at: weightport_core::Location::default(),
-                format: weightport_core::Format::Gguf,
-                what: format!("dequantizing {from} is not supported"),
-            });
+            return Err(Error::unsupported(
+                weightport_core::Location::default(),
+                None,
+                format!("dequantizing {from} to {to} is not supported"),
+            ));
         }
         Ok(Dequantize {
             from,
@@ -256,5 +260,30 @@ impl Transform for Requantize {
         let mut vals = vec![0f32; (inputs[0].len() as u64 / bb * be) as usize];
         weightport_quant::dequantize(self.from, inputs[0], &mut vals).map_err(kernel_error)?;
         weightport_quant::quantize(self.to, &vals, dst).map_err(kernel_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_errors_name_no_format() {
+        let e = Dequantize::new(DType::Q4_K, DType::I32).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            ": unsupported: dequantizing Q4_K to I32 is not supported"
+        );
+        let e = kernel_error(weightport_quant::QuantError::Unsupported {
+            dtype: DType::Q8_K,
+            op: "quantize",
+        });
+        assert!(!e.to_string().contains("gguf"), "{e}");
+        let e = kernel_error(weightport_quant::QuantError::Length {
+            what: "dst",
+            expected: 1,
+            got: 2,
+        });
+        assert!(matches!(e, Error::Internal(_)), "{e}");
     }
 }

@@ -78,7 +78,7 @@ pub fn layout(
         }
         let rank = dtypes::rank(t.dtype).ok_or_else(|| Error::Unsupported {
             at: Location::default().tensor(t.name.clone()),
-            format: Format::Safetensors,
+            format: Some(Format::Safetensors),
             what: format!("dtype {} cannot be stored in safetensors", t.dtype),
         })?;
         let need = t

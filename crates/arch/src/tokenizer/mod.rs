@@ -184,7 +184,7 @@ pub fn spm_vocab_len(dir: &Path, hp: &HParams) -> Result<u64> {
     if !path.is_file() {
         return Err(Error::Unsupported {
             at: Location::file(&path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
@@ -265,7 +265,7 @@ pub fn export(
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir.join("tokenizer_config.json")),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet"
                         .into(),
                 });
@@ -289,14 +289,14 @@ pub fn export(
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
     if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.json")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "byte-fallback BPE tokenizer.json without tokenizer.model (LlamaHfVocab) \
                    is not supported yet"
                 .into(),
@@ -372,7 +372,7 @@ fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<S
         (None, None) => {
             return Err(Error::Unsupported {
                 at: Location::file(dir.join("tokenizer.json")),
-                format: Format::HfRelease,
+                format: Some(Format::HfRelease),
                 what: format!(
                     "BPE pre-tokenizer not recognized (check hash {}); name it with \
                      --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
