@@ -12,6 +12,7 @@
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks.
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod contain;
 pub mod dtype;
 pub mod error;
