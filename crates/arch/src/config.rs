@@ -8,7 +8,7 @@
 //! that normalization for the architectures in the table, from the per-architecture defaults
 //! recorded there ([`crate::table::ConfigDefaults`]).
 //!
-//! See: spec gguf.md §5.1, §5.5.
+//! See: docs/specs/gguf.md §5.1, §5.5.
 
 use std::path::{Path, PathBuf};
 

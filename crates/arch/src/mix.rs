@@ -1,6 +1,6 @@
 //! llama-quantize's type selection ("mixes"): which ggml type each tensor of a GGUF model gets
 //! for a target file type such as Q4_K_M, so that our output equals `llama-quantize IN OUT TYPE`
-//! tensor for tensor (spec gguf.md §4, llama.cpp `src/llama-quant.cpp` of the pinned sdist).
+//! tensor for tensor (docs/specs/gguf.md §4, llama.cpp `src/llama-quant.cpp` of the pinned sdist).
 //!
 //! The decision runs at plan time, over the tensors in llama-quantize's order (non-block tensors
 //! first, then `blk.0.*`, `blk.1.*`…, names sorted inside each group: [`quantize_order`]),

@@ -1,6 +1,6 @@
 //! The HF release → GGUF plan: every KV in the reference's order and every output tensor.
 //!
-//! Key order (what `convert_hf_to_gguf.py` writes, spec gguf.md §5.5):
+//! Key order (what `convert_hf_to_gguf.py` writes, docs/specs/gguf.md §5.5):
 //! 1. `general.architecture`, `general.type` = "model", `general.name` (only when
 //!    [`PlanOptions::name`] is given: the reference derives it from the model card or the
 //!    directory name), `general.size_label` (from the total element count of the output tensors);

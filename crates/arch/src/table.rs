@@ -9,7 +9,7 @@
 //! (which per-expert tensors are stacked into which GGUF tensor, in which order).
 //!
 //! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
-//! llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! llama.cpp tree (docs/specs/gguf.md §5.2) and checked against its output
 //! (`fixtures/expected/arch/*.json`).
 
 /// What the transformers config class fills in for a missing `num_key_value_heads`.

@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn sub_byte_rules_match_the_reference() {
-        // spec §1.4: F4 [3] is misaligned, F4 [4] is 2 bytes, F6 [4] is 3 bytes, F6 [2] fails.
+        // docs/specs/safetensors.md §1.4: F4 [3] is misaligned, F4 [4] is 2 bytes, F6 [4] is 3 bytes, F6 [2] fails.
         assert_eq!(DType::F4.byte_len(&[3]), Err(SizeError::Misaligned));
         assert_eq!(DType::F4.byte_len(&[4]), Ok(2));
         assert_eq!(DType::F6_E2M3.byte_len(&[4]), Ok(3));

@@ -66,7 +66,7 @@ impl Default for Limits {
     }
 }
 
-/// Caps the pickle interpreter applies (spec pickle.md §0.4 defaults). Real state-dict
+/// Caps the pickle interpreter applies (docs/specs/pickle.md §0.4 defaults). Real state-dict
 /// pickles are kilobytes to a few megabytes.
 #[derive(Debug, Clone)]
 pub struct PickleLimits {

@@ -1,7 +1,7 @@
 //! Parsing and validating a GGUF header (key/values and tensor infos) from bytes.
 //!
 //! [`parse`] takes the whole file as a byte slice (the reader passes its read-only map, so only
-//! the header pages are touched) and applies every check of spec §1.3 in the order llama.cpp's
+//! the header pages are touched) and applies every check of docs/specs/gguf.md §1.3 in the order llama.cpp's
 //! `gguf_init_from_file` applies them, with checked arithmetic throughout and no allocation
 //! sized by a count before the bytes backing it are known to exist. Every error names the file,
 //! the key or tensor concerned, and the absolute byte offset.
@@ -235,7 +235,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
         return Err(c.mal(4, None, "version 0 is not a GGUF version".into()));
     }
     if version & 0xFFFF == 0 {
-        // See: spec §1.2 — a byte-swapped (big-endian) file reads as version 0x03000000.
+        // See: docs/specs/gguf.md §1.2 — a byte-swapped (big-endian) file reads as version 0x03000000.
         return Err(unsupported(format!(
             "version field reads {version:#010x}: a big-endian GGUF file; only little-endian \
              GGUF is supported (llama.cpp refuses these too)"
@@ -329,7 +329,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                 )
             })?;
             if elem == MetaType::Array {
-                // See: spec §1.1 — gguf-py reads nested arrays, llama.cpp rejects them
+                // See: docs/specs/gguf.md §1.1 — gguf-py reads nested arrays, llama.cpp rejects them
                 // (gguf.cpp:606-611) and its writer cannot produce them.
                 return Err(Error::Unsupported {
                     at: Location::file(path).at(et_at as u64),

@@ -1,7 +1,7 @@
 //! The layout of llama.cpp's C writer, planned up front and pure: from the tensor specs and the
 //! key/values, the header bytes (magic, version 3, counts, key/values in the given order, tensor
 //! infos, zero padding to the alignment) and every tensor's absolute offset, with tensors back
-//! to back in the given order, each padded to the alignment including the last (spec §1.1;
+//! to back in the given order, each padded to the alignment including the last (docs/specs/gguf.md §1.1;
 //! `gguf.cpp:1409-1422, 1556-1561`). So the file size is a multiple of the alignment, and the
 //! same inputs always give the same bytes.
 

@@ -1,4 +1,4 @@
-//! The torch ZIP container (spec §1.2).
+//! The torch ZIP container (docs/specs/pickle.md §1.2).
 //!
 //! Byte layout: a ZIP (stored entries written by miniz, 64-byte aligned data, ZIP64 always
 //! enabled) whose entries all sit under one arbitrary prefix `<p>/`: `data.pkl` (the pickle),

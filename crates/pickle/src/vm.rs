@@ -2,7 +2,7 @@
 //!
 //! Byte layout (CPython `Lib/pickletools.py`): a pickle is a sequence of one-byte opcodes, each
 //! followed by its fixed or length-prefixed argument, ending with `STOP` (`.`). A stack, a
-//! metastack of marks and a memo (int → value) hold the state. See spec §2.2 for the policy on
+//! metastack of marks and a memo (int → value) hold the state. See docs/specs/pickle.md §2.2 for the policy on
 //! each opcode and §2.3 for the allowlist.
 //!
 //! Security model: `GLOBAL`/`STACK_GLOBAL` resolve to an allowlisted [`Sym`] or are refused with
@@ -1787,7 +1787,7 @@ impl<'a> Vm<'a> {
                 _ => return self.schema_err(sym, "metadata is not a dict"),
             }
         }
-        // One key, one dtype (spec §1.3): torch refuses to save anything else.
+        // One key, one dtype (docs/specs/pickle.md §1.3): torch refuses to save anything else.
         if let Some(prev) = self.key_dtype.get(&key) {
             if *prev != dtype {
                 return refused(

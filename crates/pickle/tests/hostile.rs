@@ -1,4 +1,4 @@
-//! Every file of the hostile corpus (spec §4, `fixtures/hostile/pickle`) is refused with an
+//! Every file of the hostile corpus (docs/specs/pickle.md §4, `fixtures/hostile/pickle`) is refused with an
 //! exit-3-class error (`Refused` or `Limit`), quickly, without panicking, and nothing runs.
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Tokenizer export into `tokenizer.ggml.*` / `tokenizer.chat_template` KVs.
 //!
-//! Key order (as the reference writes them, spec gguf.md §5.5-5.6):
+//! Key order (as the reference writes them, docs/specs/gguf.md §5.5-5.6):
 //! `tokenizer.ggml.add_space_prefix` (Llama family, when tokenizer_config has
 //! `add_prefix_space`), `tokenizer.ggml.model`, `.pre`, `.tokens`, `.scores` (SentencePiece
 //! only), `.token_type`, then the special vocabulary ([`special::Special::to_kv`]): `.merges`
