@@ -8,7 +8,7 @@
 //! that normalization for the architectures in the table, from the per-architecture defaults
 //! recorded there ([`crate::table::ConfigDefaults`]).
 //!
-//! See: spec gguf.md §5.1, §5.5.
+//! See: docs/specs/gguf.md §5.1, §5.5.
 
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
 
 /// Largest release side file read (config, tokenizer files, chat template, model card): the
 /// largest real `tokenizer.json` files are tens of MB.
-pub const MAX_SIDE_FILE: u64 = 256 << 20;
+pub const MAX_SIDE_FILE: u64 = weightport_core::Limits::DEFAULT_MAX_SIDE_FILE;
 
 /// Reads a release's side file, refusing one larger than [`MAX_SIDE_FILE`] before reading it.
 pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {

@@ -2,7 +2,7 @@
 //!
 //! Pure functions and data the pipeline calls to convert an HF release (config.json,
 //! safetensors, tokenizer files) the way llama.cpp's `convert_hf_to_gguf.py` does
-//! (spec gguf.md §5). Nothing here reads tensor data.
+//! (docs/specs/gguf.md §5). Nothing here reads tensor data.
 //!
 //! * [`plan`]: config.json → the ordered GGUF KV list (exact GGUF types) and the output tensors
 //!   (GGUF name, source, shape, q/k permutation, F32 decision, dtype), dropped tensors.

@@ -1,6 +1,6 @@
 //! The HF release → GGUF plan: every KV in the reference's order and every output tensor.
 //!
-//! Key order (what `convert_hf_to_gguf.py` writes, spec gguf.md §5.5):
+//! Key order (what `convert_hf_to_gguf.py` writes, docs/specs/gguf.md §5.5):
 //! 1. `general.architecture`, `general.type` = "model", `general.name` (only when
 //!    [`PlanOptions::name`] is given: the reference derives it from the model card or the
 //!    directory name), `general.size_label` (from the total element count of the output tensors);
@@ -239,7 +239,7 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     let hf_arch = hf_architecture(config_dir)?;
     let spec = table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
         at: Location::file(config_dir.join("config.json")),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what: format!(
             "architecture `{}` cannot be converted to GGUF (supported: {})",
             weightport_core::sanitize(&hf_arch),
@@ -278,7 +278,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         if spec.extra_kv.contains(&ExtraKv::NonCausal) && !labels.is_empty() && !dummy {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: "classifier labels (id2label) are not supported yet".into(),
             });
         }
@@ -286,7 +286,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "Qwen3 rerankers (cls_out head, rank pooling) are not supported yet".into(),
         });
     }
@@ -414,7 +414,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                     let Some(name) = map_name(spec, &part, block_count) else {
                         return Err(Error::Unsupported {
                             at: Location::file(config_dir).tensor(&t.name),
-                            format: Format::Gguf,
+                            format: Some(Format::Gguf),
                             what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
                         });
                     };
@@ -434,7 +434,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 let Some(gguf_name) = map_name(spec, &part, block_count) else {
                     return Err(Error::Unsupported {
                         at: Location::file(config_dir).tensor(&t.name),
-                        format: Format::Gguf,
+                        format: Some(Format::Gguf),
                         what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
                     });
                 };
@@ -459,7 +459,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         let Some(gguf_name) = map_name(spec, &hf, block_count) else {
             return Err(Error::Unsupported {
                 at: Location::file(config_dir).tensor(&t.name),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!("no GGUF name for this tensor of a {} model", hp.hf_arch),
             });
         };
@@ -722,7 +722,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
                     return Err(Error::Unsupported {
                         at: Location::file(&hp.path),
-                        format: Format::Gguf,
+                        format: Some(Format::Gguf),
                         what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
                     });
                 }
@@ -734,7 +734,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!(
                     "a {} config with experts (mixture-of-experts architectures: {})",
                     hp.hf_arch,
@@ -748,7 +748,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "`{k}` (expert groups / gating function) in a {} config",
                         hp.hf_arch
@@ -830,7 +830,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         // The reference asserts it away (removed in Gemma 3).
                         return Err(Error::Unsupported {
                             at: Location::file(&hp.path),
-                            format: Format::Gguf,
+                            format: Some(Format::Gguf),
                             what: format!("attn_logit_softcapping in a {} config", hp.hf_arch),
                         });
                     }
@@ -1004,7 +1004,7 @@ fn check_no_rope_layers(hp: &HParams, block_count: u32, step: u32) -> Result<()>
     }
     Err(Error::Unsupported {
         at: Location::file(&hp.path),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what: format!(
             "`no_rope_layers` other than every {step}th layer without rope: llama.cpp's {} \
              graph assumes that pattern and the GGUF has no key for another",
@@ -1143,7 +1143,7 @@ impl Experts {
     ) -> Result<(u32, Stacks)> {
         let refuse = |what: String| Error::Unsupported {
             at: Location::file(dir).tensor(&tensors[i].name),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what,
         };
         let (bid, xid, w) = match_expert(self.spec.pattern, hf)
@@ -1188,7 +1188,7 @@ impl Experts {
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir).tensor(&tensors[j].name),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "experts of different shapes or types cannot be stacked (`{}` is {} {:?})",
                         first.name, first.dtype, first.shape

@@ -143,7 +143,7 @@ fn mla_kv_b(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<Vec<
 fn refuse(dir: &Path, t: &SourceTensor, what: String) -> Error {
     Error::Unsupported {
         at: Location::file(dir).tensor(&t.name),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what,
     }
 }

@@ -11,7 +11,7 @@
 //! lists a named [`Hook`].
 //!
 //! Derived from `conversion/*.py` (llama, qwen, bert, …) and `gguf-py/gguf/tensor_mapping.py` of the
-//! pinned llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! pinned llama.cpp tree (docs/specs/gguf.md §5.2) and checked against its output
 //! (`fixtures/expected/arch/*.json`).
 
 /// What the transformers config class fills in for a missing `num_key_value_heads`.

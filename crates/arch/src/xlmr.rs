@@ -24,7 +24,7 @@ pub fn position_offset(hp: &mut HParams) -> Result<Option<u64>> {
     if hp.raw.get("lora_adaptations").is_some_and(|v| !v.is_null()) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "XLM-RoBERTa with LoRA adaptations (jina-embeddings-v3) is not supported yet"
                 .into(),
         });
@@ -69,7 +69,7 @@ pub fn kept_rows(
     if offset >= rows {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path).tensor(tensor),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: format!(
                 "{rows} position embeddings, none left after the first pad_token_id + 1 = {offset}"
             ),

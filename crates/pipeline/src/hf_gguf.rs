@@ -15,7 +15,7 @@ use weightport_arch::{
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::compose::{Chain, Gather, Interleave, PermuteRows, PlusOne, Slice, Stack};
-use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
+use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
 
@@ -129,7 +129,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         let t = &plan.tensors[i];
         return Err(Error::Unsupported {
             at: weightport_core::Location::file(dir).tensor(&t.name),
-            format: weightport_core::Format::Gguf,
+            format: Some(weightport_core::Format::Gguf),
             what: format!(
                 "--quant would requantize this {} tensor to {}, which llama-quantize refuses \
                  (requantizing is disabled without --allow-requantize); convert with --dtype",
@@ -330,7 +330,11 @@ fn op_of(
             let widths = parts.iter().map(|p| p.width).collect();
             let op = Interleave::new(gathers, widths, Arc::new(move |b: &mut [u8]| map.apply(b)));
             // The parts already hold the output type's bytes: nothing is cast.
-            let quant = op_for(t.dtype, to, &t.name, opts)?;
+            let quantizer = Stage {
+                rule: mix::QUANTIZE_CASTS,
+                validates: true,
+            };
+            let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
             return Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant));
         }
         _ => None,
@@ -358,8 +362,17 @@ fn op_of(
     } else {
         (None, src)
     };
-    let cast = op_for(mid, t.dtype, &t.name, opts)?;
-    let quant = op_for(t.dtype, to, &t.name, opts)?;
+    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
+    let converter = Stage {
+        rule: naming::CONVERT_CASTS,
+        validates: false,
+    };
+    let quantizer = Stage {
+        rule: mix::QUANTIZE_CASTS,
+        validates: true,
+    };
+    let cast = op_for(mid, t.dtype, &t.name, opts, converter)?;
+    let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
     Ok(Chain::of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,

@@ -1,6 +1,6 @@
 //! Tokenizer export into `tokenizer.ggml.*` / `tokenizer.chat_template` KVs.
 //!
-//! Key order (as the reference writes them, spec gguf.md §5.5-5.6):
+//! Key order (as the reference writes them, docs/specs/gguf.md §5.5-5.6):
 //! `tokenizer.ggml.add_space_prefix` (Llama family, when tokenizer_config has
 //! `add_prefix_space`), `tokenizer.ggml.model`, `.pre`, `.tokens`, `.scores` (SentencePiece
 //! only), `.token_type`, then the special vocabulary ([`special::Special::to_kv`]): `.merges`
@@ -185,7 +185,7 @@ pub fn spm_vocab_len(dir: &Path, hp: &HParams) -> Result<u64> {
     if !path.is_file() {
         return Err(Error::Unsupported {
             at: Location::file(&path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
@@ -307,7 +307,7 @@ fn export_kind(
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir.join("tokenizer_config.json")),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet"
                         .into(),
                 });
@@ -331,14 +331,14 @@ fn export_kind(
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
     if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.json")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "byte-fallback BPE tokenizer.json without tokenizer.model (LlamaHfVocab) \
                    is not supported yet"
                 .into(),
@@ -414,7 +414,7 @@ fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<S
         (None, None) => {
             return Err(Error::Unsupported {
                 at: Location::file(dir.join("tokenizer.json")),
-                format: Format::HfRelease,
+                format: Some(Format::HfRelease),
                 what: format!(
                     "BPE pre-tokenizer not recognized (check hash {}); name it with \
                      --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \

@@ -4,7 +4,7 @@
 //! piece string, score, type) matters here. The structs below declare just those fields; prost
 //! skips the rest (trainer and normalizer specs).
 //!
-//! Reference behaviour (`_create_vocab_sentencepiece`, spec gguf.md §5.6):
+//! Reference behaviour (`_create_vocab_sentencepiece`, docs/specs/gguf.md §5.6):
 //! * `vocab_size` of config.json (else the model's piece count) slots, pre-filled with
 //!   `[PAD{i}]`, score -10000, UNUSED;
 //! * each piece: its text, score, and a type from IsUnknown / IsControl / IsUnused / IsByte

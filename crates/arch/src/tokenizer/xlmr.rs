@@ -71,7 +71,7 @@ pub fn export(dir: &Path, hp: &HParams) -> Result<VocabExport> {
     if !path.is_file() {
         return Err(Error::Unsupported {
             at: Location::file(&path),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: format!(
                 "an XLM-RoBERTa release without {MODEL_FILE} (tokenizer.json only) is not \
                  supported yet"
@@ -86,7 +86,7 @@ pub fn export(dir: &Path, hp: &HParams) -> Result<VocabExport> {
     if model_type != 1 {
         return Err(Error::Unsupported {
             at: Location::file(&path),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: format!(
                 "SentencePiece model type {model_type}: XLM-RoBERTa's vocabulary is a unigram \
                  model (type 1), the only one the reference converts"
