@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -234,6 +235,26 @@ def test_an_exception_in_the_callback_cancels_the_job(tmp_path, big_npy):
     # The cancellation was cleared: the next job runs.
     assert weightport.convert(big_npy, out, dtype="f16")["ok"]
     assert time.monotonic() - t0 < 120
+
+
+def test_ctrl_c_cancels_the_job(tmp_path, big_npy):
+    out = tmp_path / "o.safetensors"
+    started = threading.Event()
+
+    def interrupt():
+        started.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    killer = threading.Thread(target=interrupt)
+    killer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            weightport.convert(big_npy, out, dtype="f16", progress=lambda *a: started.set())
+            time.sleep(5)  # the job ended first: the signal still comes, outside the call
+    finally:
+        started.set()
+        killer.join()
+    assert not out.exists() and os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
 def test_command_convert_and_scan(tmp_path):
