@@ -170,9 +170,9 @@ def test_error_document_equals_the_commands():
 
 @pytest.fixture(scope="module")
 def big_npy(tmp_path_factory):
-    """64 Mi float32 (256 MiB): a conversion long enough to watch while it runs."""
+    """128 Mi float32 (512 MiB): a conversion long enough (about a second) to watch as it runs."""
     path = tmp_path_factory.mktemp("big") / "big.npy"
-    np.save(path, np.arange(64 << 20, dtype=np.float32))
+    np.save(path, np.arange(128 << 20, dtype=np.float32))
     return path
 
 
