@@ -11,6 +11,8 @@
 //! 3. unless `--pure`, the per-category rules of the mix;
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
+use std::path::Path;
+
 use regex::Regex;
 use weightport_core::{CastRule, DType, Error, Format, MetaValue, Metadata, Result};
 
@@ -127,6 +129,90 @@ pub struct MixTensor {
     pub dtype: DType,
 }
 
+/// `--quant` and llama-quantize's other options.
+#[derive(Debug, Clone)]
+pub struct QuantOptions {
+    /// The target file type (`Q4_K_M`, …).
+    pub ftype: Ftype,
+    /// `--pure`.
+    pub pure: bool,
+    /// `--tensor-type REGEX=TYPE`.
+    pub tensor_types: Vec<(Regex, DType)>,
+    /// `--output-tensor-type`.
+    pub output_type: Option<DType>,
+    /// `--token-embedding-type`.
+    pub token_embd_type: Option<DType>,
+    /// `--leave-output-tensor`.
+    pub leave_output: bool,
+    /// `--allow-requantize`.
+    pub allow_requantize: bool,
+}
+
+/// One tensor as the type mix sees it: its output name, shape (outermost first) and the type
+/// it would otherwise be written as.
+#[derive(Debug, Clone, Copy)]
+pub struct TypedTensor<'a> {
+    /// Output name.
+    pub name: &'a str,
+    /// Shape, outermost first.
+    pub shape: &'a [u64],
+    /// Type before `--quant`.
+    pub dtype: DType,
+}
+
+/// What `--quant` makes of a set of tensors: llama-quantize's output order (indices into the
+/// input), each tensor's type (by input index) and the fallback note of each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypePlan {
+    /// Indices of the input tensors in llama-quantize's order.
+    pub order: Vec<usize>,
+    /// The type each input tensor is written as.
+    pub types: Vec<DType>,
+    /// Why a tensor got another type than the file type's (llama-quantize's fallbacks).
+    pub notes: Vec<Option<String>>,
+}
+
+/// llama-quantize's order and type mix for `tensors` of a model whose GGUF metadata is
+/// `meta`: the whole of `--quant`'s per-tensor policy, in one call.
+pub fn plan_types(tensors: &[TypedTensor], meta: &Metadata, q: &QuantOptions) -> TypePlan {
+    let names: Vec<String> = tensors.iter().map(|t| t.name.to_owned()).collect();
+    let refs: Vec<&str> = tensors.iter().map(|t| t.name).collect();
+    let order = quantize_order(&refs);
+    let input: Vec<MixTensor> = order
+        .iter()
+        .map(|&i| MixTensor {
+            name: names[i].clone(),
+            ne0: tensors[i].shape.last().copied().unwrap_or(1),
+            n_dims: ggml_n_dims(tensors[i].shape),
+            dtype: tensors[i].dtype,
+        })
+        .collect();
+    let facts = ModelFacts::read(meta, &names);
+    let params = MixParams {
+        ftype: q.ftype,
+        pure: q.pure,
+        tensor_types: q.tensor_types.clone(),
+        output_type: q.output_type,
+        token_embd_type: q.token_embd_type,
+        leave_output: q.leave_output,
+        n_layer: facts.n_layer,
+        n_gqa: facts.n_gqa,
+        n_expert: facts.n_expert,
+        arch: facts.arch,
+    };
+    let mut types: Vec<DType> = tensors.iter().map(|t| t.dtype).collect();
+    let mut notes = vec![None; tensors.len()];
+    for (&i, c) in order.iter().zip(choose(&input, &params)) {
+        types[i] = c.dtype;
+        notes[i] = c.note;
+    }
+    TypePlan {
+        order,
+        types,
+        notes,
+    }
+}
+
 /// The user's choices and the model facts the rules need.
 #[derive(Debug, Clone)]
 pub struct MixParams {
@@ -233,6 +319,26 @@ pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
 /// disabled" without `--allow-requantize`).
 pub fn requantize_refused(from: DType, to: DType) -> bool {
     from != to && !matches!(from, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Refuses, as llama-quantize does, a `--quant` plan that would requantize a tensor the converter
+/// wrote in a block type: `tensors` are (name, type before `--quant`), `types` the plan's.
+pub fn check_requantize(dir: &Path, tensors: &[(&str, DType)], types: &[DType]) -> Result<()> {
+    let Some(((name, from), to)) = tensors
+        .iter()
+        .zip(types)
+        .find(|((_, from), to)| requantize_refused(*from, **to))
+    else {
+        return Ok(());
+    };
+    Err(Error::Unsupported {
+        at: weightport_core::Location::file(dir).tensor(*name),
+        format: Some(Format::Gguf),
+        what: format!(
+            "--quant would requantize this {from} tensor to {to}, which llama-quantize refuses \
+             (requantizing is disabled without --allow-requantize); convert with --dtype"
+        ),
+    })
 }
 
 /// ggml's `n_dims` of a tensor with numpy-order `shape`: dimensions without the trailing 1s of

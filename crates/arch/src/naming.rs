@@ -79,6 +79,27 @@ pub fn sorts_names(source: Format) -> bool {
     !matches!(source, Format::PytorchZip | Format::PytorchLegacy)
 }
 
+/// The reference's `--outtype` for a requested output type (`None`: its `auto`); a type the
+/// reference cannot write is a usage error.
+pub fn outtype_for(
+    asked: Option<DType>,
+    tensors: &[SourceTensor],
+    sort_names: bool,
+) -> weightport_core::Result<OutType> {
+    Ok(match asked {
+        None => auto_outtype(tensors, sort_names),
+        Some(DType::F32) => OutType::F32,
+        Some(DType::F16) => OutType::F16,
+        Some(DType::BF16) => OutType::Bf16,
+        Some(DType::Q8_0) => OutType::Q8_0,
+        Some(d) => {
+            return Err(weightport_core::Error::Usage(format!(
+                "--dtype {d}: an HF release converts to GGUF as auto, f32, f16, bf16 or q8_0"
+            )))
+        }
+    })
+}
+
 /// `--outtype auto`: the first ≥2-D tensor (in the reference's reading order) decides: BF16
 /// stays BF16, anything else becomes F16.
 pub fn auto_outtype(tensors: &[SourceTensor], sort_names: bool) -> OutType {

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use weightport_core::registry::{OpenRequest, OutputPlan, OutputRequest};
 use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 
+use crate::by_arch::{self, WithGenerated};
 use crate::exec::{run, worker_bytes, Progress};
-use crate::hf_gguf::{self, WithGenerated};
 use crate::input::open_inputs;
 use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
 use crate::registry::output_for;
@@ -180,11 +180,11 @@ pub struct ConvertReport {
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
     let by_arch = fmt.by_architecture;
-    hf_gguf::precheck(&opts.inputs, by_arch, &opts.transform)?;
+    by_arch::precheck(&opts.inputs, by_arch, &opts.transform)?;
     let mut open = opts.open.clone();
     // The reference reads a release with torch.load/safe_open, which give every name of tied
     // weights; its architecture code decides what to write.
-    open.read.shared_copy |= hf_gguf::release_dir(&opts.inputs, by_arch, &opts.transform).is_some();
+    open.read.shared_copy |= by_arch::release_dir(&opts.inputs, by_arch, &opts.transform).is_some();
     let input = open_inputs(&opts.inputs, &open)?;
     let mut r = convert_source(
         input.source.as_ref(),
@@ -233,9 +233,9 @@ pub fn convert_source(
     let by_arch = fmt.by_architecture;
     let with_generated;
     let mut rewrites = None;
-    let (source, outs, metadata, arch) = match hf_gguf::wanted(repo_dir, by_arch, &opts.transform) {
+    let (source, outs, metadata, arch) = match by_arch::wanted(repo_dir, by_arch, &opts.transform) {
         Some(dir) => {
-            let job = hf_gguf::build(source, dir, &opts.transform)?;
+            let job = by_arch::build(source, dir, &opts.transform)?;
             rewrites = job.rewrites;
             with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
             let arch = (job.architecture, job.dropped, job.from);

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! inputs ─registry (probe by content)→ TensorSource
-//!        ─plan→ output tensors, each an input + an operation (identity, cast, …); an HF
-//!               release going to GGUF is planned by its architecture table (hf_gguf)
+//!        ─plan→ output tensors, each an input + an operation (identity, cast, …); a release
+//!               going to a format that plans by architecture is planned by the arch crate's
+//!               table (by_arch)
 //!        ─registry (output format)→ every file, header and offset fixed
 //!        ─prepare→ lock the output, finish killed commits, refuse overwrites, check space
 //!        ─execute (rayon, unit-aligned chunks, zero-copy)→ positional writes into temp files
@@ -14,12 +15,12 @@
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
+pub mod by_arch;
 pub mod cancel;
 pub mod cast;
 pub mod compose;
 pub mod convert;
 pub mod exec;
-pub mod hf_gguf;
 pub mod input;
 pub use weightport_arch::mix;
 pub mod plan;

@@ -15,7 +15,7 @@ use weightport_core::{
 
 use crate::cast::{is_float, Cast};
 use crate::quantize::{Dequantize, Quantize, Requantize};
-use weightport_arch::mix::{self, Ftype, MixParams, MixTensor, ModelFacts};
+use weightport_arch::mix::{self, TypedTensor};
 
 pub use crate::transform::Transform;
 
@@ -130,24 +130,7 @@ pub struct TransformOptions {
     pub pre_tokenizer: Option<String>,
 }
 
-/// `--quant` and llama-quantize's other options.
-#[derive(Debug, Clone)]
-pub struct QuantOptions {
-    /// The target file type (`Q4_K_M`, …).
-    pub ftype: Ftype,
-    /// `--pure`.
-    pub pure: bool,
-    /// `--tensor-type REGEX=TYPE`.
-    pub tensor_types: Vec<(Regex, DType)>,
-    /// `--output-tensor-type`.
-    pub output_type: Option<DType>,
-    /// `--token-embedding-type`.
-    pub token_embd_type: Option<DType>,
-    /// `--leave-output-tensor`.
-    pub leave_output: bool,
-    /// `--allow-requantize`.
-    pub allow_requantize: bool,
-}
+pub use weightport_arch::mix::QuantOptions;
 
 fn renamed(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<String>> {
     let mut seen = std::collections::HashMap::new();
@@ -167,24 +150,6 @@ fn renamed(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<Str
     Ok(names)
 }
 
-/// llama-quantize's parameters: the `--quant` options and the model facts the arch crate reads
-/// from the metadata.
-pub(crate) fn mix_params(q: &QuantOptions, meta: &Metadata, names: &[String]) -> MixParams {
-    let facts = ModelFacts::read(meta, names);
-    MixParams {
-        ftype: q.ftype,
-        pure: q.pure,
-        tensor_types: q.tensor_types.clone(),
-        output_type: q.output_type,
-        token_embd_type: q.token_embd_type,
-        leave_output: q.leave_output,
-        n_layer: facts.n_layer,
-        n_gqa: facts.n_gqa,
-        n_expert: facts.n_expert,
-        arch: facts.arch,
-    }
-}
-
 /// Each tensor's target dtype, and the output order (llama-quantize's for `--quant`).
 fn targets(
     source: &dyn TensorSource,
@@ -193,28 +158,19 @@ fn targets(
 ) -> (Vec<usize>, Vec<DType>, Vec<Option<String>>) {
     let ts = source.tensors();
     let mut dtypes: Vec<DType> = ts.iter().map(|t| t.dtype).collect();
-    let mut notes = vec![None; ts.len()];
+    let notes = vec![None; ts.len()];
     if let Some(q) = &opts.quant {
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let order = mix::quantize_order(&refs);
-        let input: Vec<MixTensor> = order
+        let typed: Vec<TypedTensor> = ts
             .iter()
-            .map(|&i| {
-                let shape = &ts[i].shape;
-                MixTensor {
-                    name: names[i].clone(),
-                    ne0: shape.last().copied().unwrap_or(1),
-                    n_dims: mix::ggml_n_dims(shape),
-                    dtype: ts[i].dtype,
-                }
+            .zip(names)
+            .map(|(t, name)| TypedTensor {
+                name,
+                shape: &t.shape,
+                dtype: t.dtype,
             })
             .collect();
-        let chosen = mix::choose(&input, &mix_params(q, source.metadata(), names));
-        for (&i, c) in order.iter().zip(chosen) {
-            dtypes[i] = c.dtype;
-            notes[i] = c.note;
-        }
-        return (order, dtypes, notes);
+        let p = mix::plan_types(&typed, source.metadata(), q);
+        return (p.order, p.types, p.notes);
     }
     if let DtypeChoice::To(d) = opts.dtype {
         for (i, t) in ts.iter().enumerate() {

@@ -1,22 +1,22 @@
-//! HF release → GGUF: the architecture plan of `weightport-arch` (names, KVs, tokenizer, q/k
-//! permutation, expert stacks, F32 decisions) turned into output tensors of the pipeline, each
-//! one pass of stack or permute → cast (`--dtype`, the reference's `--outtype`) → quantize
-//! (`--quant`, llama-quantize's mix applied to what the reference converter would have written).
-//!
-//! The output equals `convert_hf_to_gguf.py --outtype T` (and, with `--quant Q`, that file run
-//! through `llama-quantize … Q`) byte for byte, without the intermediate file.
+//! Architecture-planned conversions: when the output format plans by architecture (a
+//! registration capability, today GGUF's) and the input is a release directory with a
+//! `config.json`, the plan of `weightport-arch` (names, KVs, tokenizer, and per output tensor its
+//! origin and operations) becomes the pipeline's output tensors. This module executes what the
+//! plan names, without knowing why: `Origin::{Hf, Rows, View, Stack, Blocks, Generated}` become
+//! `compose` transforms, chained with a row permutation, `1 + w`, the casts under the rule of
+//! each stage and `--quant` with the types `arch::mix` chose. Which tensors, names, keys, types
+//! and cast rules, and that the result equals `convert_hf_to_gguf.py` (and `llama-quantize`)
+//! byte for byte, is the arch crate's knowledge, not this module's.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use weightport_arch::{
-    ArchPlan, Origin, OutTensor as PlannedTensor, OutType, PlanOptions, SourceTensor,
-};
+use weightport_arch::{ArchPlan, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor};
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::compose::{Chain, Gather, Interleave, PermuteRows, PlusOne, Slice, Stack};
-use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
-use weightport_arch::mix::{self, MixTensor};
+use crate::plan::{op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
+use weightport_arch::mix::{self, TypedTensor};
 use weightport_arch::naming;
 
 /// What the architecture plan adds to a job.
@@ -24,9 +24,9 @@ pub struct ArchJob {
     /// Tensors computed from the hyper-parameters (Llama 3's `rope_freqs.weight`), as F32 bytes;
     /// the output plan refers to them as source tensors after the release's own.
     pub generated: Vec<(TensorInfo, Vec<u8>)>,
-    /// The output tensors, in the reference's order (llama-quantize's with `--quant`).
+    /// The output tensors, in the plan's order (the type mix's with `--quant`).
     pub outs: Vec<OutTensor>,
-    /// The GGUF KVs, in the reference's order.
+    /// The output's metadata, in the plan's order.
     pub metadata: Metadata,
     /// `general.architecture (HF architectures[0])`.
     pub architecture: String,
@@ -40,52 +40,36 @@ pub struct ArchJob {
     pub rewrites: Option<weightport_core::Format>,
 }
 
-/// The release directory when this job is an HF release → GGUF conversion: the output is GGUF,
-/// the input a repo with a `config.json`, and `--arch` (names kept) was not given.
+/// The release directory when this job is planned by architecture: the output format plans by
+/// architecture, the input is a repo with a `config.json`, and `--arch` (names kept) was not given.
 pub fn wanted<'a>(
     repo_dir: Option<&'a Path>,
-    gguf_output: bool,
+    by_architecture: bool,
     opts: &TransformOptions,
 ) -> Option<&'a Path> {
     let dir = repo_dir?;
-    (gguf_output && opts.arch.is_none() && dir.join("config.json").is_file()).then_some(dir)
+    (by_architecture && opts.arch.is_none() && dir.join("config.json").is_file()).then_some(dir)
 }
 
 /// Refuses an unsupported architecture from `config.json` alone, before any input file is
-/// opened: `inputs` is one HF release directory going to a GGUF output.
-pub fn precheck(inputs: &[PathBuf], gguf_output: bool, opts: &TransformOptions) -> Result<()> {
-    if let Some(dir) = release_dir(inputs, gguf_output, opts) {
+/// opened: `inputs` is one release directory going to a format that plans by architecture.
+pub fn precheck(inputs: &[PathBuf], by_architecture: bool, opts: &TransformOptions) -> Result<()> {
+    if let Some(dir) = release_dir(inputs, by_architecture, opts) {
         weightport_arch::check_supported(dir)?;
     }
     Ok(())
 }
 
-/// The HF release directory when `inputs` is one going to a GGUF output.
+/// The release directory when `inputs` is one going to a format that plans by architecture.
 pub fn release_dir<'a>(
     inputs: &'a [PathBuf],
-    gguf_output: bool,
+    by_architecture: bool,
     opts: &TransformOptions,
 ) -> Option<&'a Path> {
     match inputs {
-        [dir] => wanted(Some(dir), gguf_output, opts),
+        [dir] => wanted(Some(dir), by_architecture, opts),
         _ => None,
     }
-}
-
-/// The reference's `--outtype` for `--dtype` (`keep` is its `auto`).
-fn outtype(opts: &TransformOptions, tensors: &[SourceTensor], sort_names: bool) -> Result<OutType> {
-    Ok(match opts.dtype {
-        DtypeChoice::Keep => naming::auto_outtype(tensors, sort_names),
-        DtypeChoice::To(DType::F32) => OutType::F32,
-        DtypeChoice::To(DType::F16) => OutType::F16,
-        DtypeChoice::To(DType::BF16) => OutType::Bf16,
-        DtypeChoice::To(DType::Q8_0) => OutType::Q8_0,
-        DtypeChoice::To(d) => {
-            return Err(Error::Usage(format!(
-                "--dtype {d}: an HF release converts to GGUF as auto, f32, f16, bf16 or q8_0"
-            )))
-        }
-    })
 }
 
 fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
@@ -106,7 +90,7 @@ fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
         .collect()
 }
 
-/// Plans the conversion of the HF release at `dir` (opened as `source`) to GGUF.
+/// Plans the conversion of the release at `dir` (opened as `source`) by its architecture.
 pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> Result<ArchJob> {
     if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
         return Err(Error::Usage(
@@ -123,20 +107,12 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
     }
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
-    if let Some(i) =
-        (0..finals.len()).find(|&i| mix::requantize_refused(plan.tensors[i].dtype, finals[i]))
-    {
-        let t = &plan.tensors[i];
-        return Err(Error::Unsupported {
-            at: weightport_core::Location::file(dir).tensor(&t.name),
-            format: Some(weightport_core::Format::Gguf),
-            what: format!(
-                "--quant would requantize this {} tensor to {}, which llama-quantize refuses \
-                 (requantizing is disabled without --allow-requantize); convert with --dtype",
-                t.dtype, finals[i]
-            ),
-        });
-    }
+    let before: Vec<(&str, DType)> = plan
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    mix::check_requantize(dir, &before, &finals)?;
     if let Some(q) = &opts.quant {
         mix::quantized_metadata(&mut metadata, q.ftype);
     }
@@ -216,7 +192,14 @@ fn arch_plan(
         dir,
         tensors,
         &PlanOptions {
-            outtype: outtype(opts, tensors, sort_names)?,
+            outtype: naming::outtype_for(
+                match opts.dtype {
+                    DtypeChoice::Keep => None,
+                    DtypeChoice::To(d) => Some(d),
+                },
+                tensors,
+                sort_names,
+            )?,
             name: opts.name.clone().or_else(|| naming::default_name(dir)),
             pre_tokenizer: opts.pre_tokenizer.clone(),
             vocab: true,
@@ -264,32 +247,22 @@ fn quant_targets(
     metadata: &Metadata,
     opts: &TransformOptions,
 ) -> (Vec<usize>, Vec<DType>, Vec<Option<String>>) {
-    let mut finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
-    let mut notes = vec![None; finals.len()];
     let Some(q) = &opts.quant else {
-        return ((0..finals.len()).collect(), finals, notes);
+        let finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
+        let n = finals.len();
+        return ((0..n).collect(), finals, vec![None; n]);
     };
-    let names: Vec<String> = plan.tensors.iter().map(|t| t.name.clone()).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let order = mix::quantize_order(&refs);
-    let input: Vec<MixTensor> = order
+    let typed: Vec<TypedTensor> = plan
+        .tensors
         .iter()
-        .map(|&i| {
-            let t = &plan.tensors[i];
-            MixTensor {
-                name: t.name.clone(),
-                ne0: t.shape.last().copied().unwrap_or(1),
-                n_dims: mix::ggml_n_dims(&t.shape),
-                dtype: t.dtype,
-            }
+        .map(|t| TypedTensor {
+            name: &t.name,
+            shape: &t.shape,
+            dtype: t.dtype,
         })
         .collect();
-    let chosen = mix::choose(&input, &mix_params(q, metadata, &names));
-    for (&i, c) in order.iter().zip(chosen) {
-        finals[i] = c.dtype;
-        notes[i] = c.note;
-    }
-    (order, finals, notes)
+    let p = mix::plan_types(&typed, metadata, q);
+    (p.order, p.types, p.notes)
 }
 
 /// The one-pass operation for tensor `t` stored as `src`: the stack of its parts, the rows it
