@@ -613,6 +613,32 @@ impl<'a> Vm<'a> {
         if shape.len() != stride.len() {
             return self.schema_err(sym, "size and stride differ in length");
         }
+        let (dtype, requires_grad, conj, neg) = self.view_flags(sym, args, &storage)?;
+        self.one_dtype_per_key(&key, dtype)?;
+        let base = self.view_base(&storage, dtype, offset, &shape, &stride)?;
+        Ok(TensorDesc {
+            storage,
+            dtype,
+            offset: base,
+            shape,
+            stride,
+            conj,
+            neg,
+            parameter: false,
+            requires_grad,
+        })
+    }
+
+    /// The dtype (a v3 rebuild may name one, which must be the typed storage's), `requires_grad`,
+    /// the backward hooks (none allowed) and the `conj`/`neg` flags of a rebuild's metadata.
+    fn view_flags(
+        &self,
+        sym: Sym,
+        args: &[Id],
+        storage: &StorageRef,
+    ) -> R<(TorchDType, bool, bool, bool)> {
+        let a = &self.arena;
+        let key = &storage.key;
         let mut requires_grad = false;
         let mut meta = None;
         let mut dtype = match storage.kind {
@@ -668,8 +694,13 @@ impl<'a> Vm<'a> {
                 _ => return self.schema_err(sym, "metadata is not a dict"),
             }
         }
+        Ok((dtype, requires_grad, conj, neg))
+    }
+
+    /// One key, one dtype: a storage viewed as two dtypes is refused.
+    fn one_dtype_per_key(&mut self, key: &str, dtype: TorchDType) -> R<()> {
         // One key, one dtype (docs/specs/pickle.md §1.3): torch refuses to save anything else.
-        if let Some(prev) = self.key_dtype.get(&key) {
+        if let Some(prev) = self.key_dtype.get(key) {
             if *prev != dtype {
                 return refused(
                     self.at,
@@ -680,15 +711,29 @@ impl<'a> Vm<'a> {
                 );
             }
         } else {
-            self.key_dtype.insert(key.clone(), dtype);
+            self.key_dtype.insert(key.to_string(), dtype);
         }
+        Ok(())
+    }
+
+    /// The view's first element in its storage (a legacy storage view's start plus `offset`),
+    /// after checking that every element the view reaches lies within the storage.
+    fn view_base(
+        &self,
+        storage: &StorageRef,
+        dtype: TorchDType,
+        offset: u64,
+        shape: &[u64],
+        stride: &[u64],
+    ) -> R<u64> {
+        let key = &storage.key;
         let item = u64::from(dtype.itemsize);
         // Elements the (view of the) storage holds.
         let (base, elems) = match (storage.kind, storage.view) {
             (_, Some((o, n))) => (o, n),
             (StorageKind::Typed(_), None) => (0, storage.numel),
             (StorageKind::Untyped, None) => {
-                if storage.numel % item != 0 {
+                if !storage.numel.is_multiple_of(item) {
                     return refused(
                         self.at,
                         format!(
@@ -719,7 +764,7 @@ impl<'a> Vm<'a> {
             }
         } else {
             let mut last = Some(offset);
-            for (&n, &s) in shape.iter().zip(&stride) {
+            for (&n, &s) in shape.iter().zip(stride) {
                 last = last.and_then(|l| (n - 1).checked_mul(s).and_then(|x| l.checked_add(x)));
             }
             match last {
@@ -740,17 +785,7 @@ impl<'a> Vm<'a> {
                 }
             }
         }
-        Ok(TensorDesc {
-            storage,
-            dtype,
-            offset: base + offset,
-            shape,
-            stride,
-            conj,
-            neg,
-            parameter: false,
-            requires_grad,
-        })
+        Ok(base + offset)
     }
 
     pub(super) fn build(&mut self, target: Id, state: Id) -> R<()> {
