@@ -324,6 +324,30 @@ impl<'a> Vm<'a> {
 
     /// Plain containers and builtins, and the torch constants that may not be called.
     fn apply_builtin(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+        match sym {
+            Sym::OrderedDict
+            | Sym::Counter
+            | Sym::DefaultDict
+            | Sym::BuiltinType(_)
+            | Sym::Set
+            | Sym::FrozenSet => self.apply_container(sym, args),
+            Sym::Storage(_)
+            | Sym::DType(_)
+            | Sym::QScheme(_)
+            | Sym::TensorType
+            | Sym::ParameterType
+            | Sym::Size
+            | Sym::Device
+            | Sym::CodecsEncode
+            | Sym::ByteArray
+            | Sym::Bytes
+            | Sym::Complex => self.apply_value(sym, args),
+            _ => self.schema_err(sym, "not a symbol of this group"),
+        }
+    }
+
+    /// Plain containers: ordered dicts, counters, default dicts, `dict`/`list`/`tuple`, sets.
+    fn apply_container(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
         let a = &self.arena;
         match sym {
             Sym::OrderedDict | Sym::Counter => {
@@ -368,6 +392,33 @@ impl<'a> Vm<'a> {
                     children,
                 ))
             }
+            Sym::DefaultDict => match args {
+                [] => Ok(Applied::Node(empty_dict(), vec![])),
+                [f] if matches!(a.get(*f), Node::None | Node::Global(Sym::BuiltinType(_))) => {
+                    Ok(Applied::Node(empty_dict(), vec![]))
+                }
+                _ => self.schema_err(sym, "the factory is not None or a builtin type"),
+            },
+            Sym::BuiltinType(t) => self.builtin_call(sym, t, args),
+            Sym::Set | Sym::FrozenSet => match args {
+                [] => Ok(Applied::Node(Node::Set(vec![]), vec![])),
+                [x] => match a.get(*x) {
+                    Node::List(v) | Node::Tuple(v) | Node::Set(v) => {
+                        let v = v.clone();
+                        Ok(Applied::Node(Node::Set(v.clone()), v))
+                    }
+                    _ => self.schema_err(sym, "expected a list"),
+                },
+                _ => self.schema_err(sym, "expected one list"),
+            },
+            _ => self.schema_err(sym, "not a symbol of this group"),
+        }
+    }
+
+    /// Sizes, devices, bytes and complex numbers, and torch constants that may not be called.
+    fn apply_value(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        match sym {
             Sym::Storage(_)
             | Sym::DType(_)
             | Sym::QScheme(_)
@@ -426,25 +477,6 @@ impl<'a> Vm<'a> {
                     Ok(Applied::Node(Node::Bytes(out), vec![]))
                 }
                 _ => self.schema_err(sym, "unexpected arguments"),
-            },
-            Sym::DefaultDict => match args {
-                [] => Ok(Applied::Node(empty_dict(), vec![])),
-                [f] if matches!(a.get(*f), Node::None | Node::Global(Sym::BuiltinType(_))) => {
-                    Ok(Applied::Node(empty_dict(), vec![]))
-                }
-                _ => self.schema_err(sym, "the factory is not None or a builtin type"),
-            },
-            Sym::BuiltinType(t) => self.builtin_call(sym, t, args),
-            Sym::Set | Sym::FrozenSet => match args {
-                [] => Ok(Applied::Node(Node::Set(vec![]), vec![])),
-                [x] => match a.get(*x) {
-                    Node::List(v) | Node::Tuple(v) | Node::Set(v) => {
-                        let v = v.clone();
-                        Ok(Applied::Node(Node::Set(v.clone()), v))
-                    }
-                    _ => self.schema_err(sym, "expected a list"),
-                },
-                _ => self.schema_err(sym, "expected one list"),
             },
             Sym::Complex => {
                 let num = |i: &Id| match a.get(*i) {
