@@ -57,21 +57,7 @@ impl<'a> Vm<'a> {
                 );
             }
         };
-        let key = match self.arena.str(items[2]) {
-            Some(k) if !k.is_empty() && k.len() <= 40 && k.bytes().all(|b| b.is_ascii_digit()) => {
-                k.to_string()
-            }
-            Some(k) => {
-                return refused(
-                    self.at,
-                    format!(
-                        "storage key `{}` is not decimal digits",
-                        weightport_core::sanitize(k)
-                    ),
-                )
-            }
-            None => return refused(self.at, "storage key is not a string"),
-        };
+        let key = self.storage_key(items[2])?;
         let location = match self.arena.str(items[3]) {
             Some(l) => l.to_string(),
             None => return refused(self.at, "storage location is not a string"),
@@ -85,36 +71,11 @@ impl<'a> Vm<'a> {
                 )
             }
         };
-        let mut view = None;
-        if want == 6 {
-            match self.arena.get(items[5]) {
-                Node::None => {}
-                Node::Tuple(v) if v.len() == 3 => {
-                    let (off, n) = (self.arena.int(v[1]), self.arena.int(v[2]));
-                    match (off, n) {
-                        (Some(o), Some(n))
-                            if o >= 0
-                                && n >= 0
-                                && (o as u64).checked_add(n as u64).is_some_and(|e| e <= numel) =>
-                        {
-                            view = Some((o as u64, n as u64))
-                        }
-                        _ => {
-                            return refused(
-                                self.at,
-                                format!("storage `{key}` view is out of range"),
-                            )
-                        }
-                    }
-                }
-                _ => {
-                    return refused(
-                        self.at,
-                        format!("storage `{key}` view metadata is malformed"),
-                    )
-                }
-            }
-        }
+        let view = if want == 6 {
+            self.legacy_view(items[5], &key, numel)?
+        } else {
+            None
+        };
         let s = StorageRef {
             key: key.clone(),
             kind,
@@ -122,7 +83,61 @@ impl<'a> Vm<'a> {
             numel,
             view,
         };
-        match self.storage_index.get(&key) {
+        self.register_storage(&s)?;
+        self.push(Node::Storage(Box::new(s)))
+    }
+
+    /// A storage key: decimal digits (at most 40).
+    fn storage_key(&self, id: Id) -> R<String> {
+        match self.arena.str(id) {
+            Some(k) if !k.is_empty() && k.len() <= 40 && k.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(k.to_string())
+            }
+            Some(k) => refused(
+                self.at,
+                format!(
+                    "storage key `{}` is not decimal digits",
+                    weightport_core::sanitize(k)
+                ),
+            ),
+            None => refused(self.at, "storage key is not a string"),
+        }
+    }
+
+    /// A legacy persistent id's view of its root storage: `None`, or `(offset, numel)` within
+    /// the storage's `numel` elements.
+    fn legacy_view(&self, id: Id, key: &str, numel: u64) -> R<Option<(u64, u64)>> {
+        let mut view = None;
+        match self.arena.get(id) {
+            Node::None => {}
+            Node::Tuple(v) if v.len() == 3 => {
+                let (off, n) = (self.arena.int(v[1]), self.arena.int(v[2]));
+                match (off, n) {
+                    (Some(o), Some(n))
+                        if o >= 0
+                            && n >= 0
+                            && (o as u64).checked_add(n as u64).is_some_and(|e| e <= numel) =>
+                    {
+                        view = Some((o as u64, n as u64))
+                    }
+                    _ => return refused(self.at, format!("storage `{key}` view is out of range")),
+                }
+            }
+            _ => {
+                return refused(
+                    self.at,
+                    format!("storage `{key}` view metadata is malformed"),
+                )
+            }
+        }
+        Ok(view)
+    }
+
+    /// Records a storage the first time its key is seen; a key seen again must have the same
+    /// storage type and size.
+    fn register_storage(&mut self, s: &StorageRef) -> R<()> {
+        let key = &s.key;
+        match self.storage_index.get(key) {
             Some(&i) => {
                 let prev = &self.storages[i];
                 if prev.kind != s.kind {
@@ -142,11 +157,11 @@ impl<'a> Vm<'a> {
                 }
             }
             None => {
-                self.storage_index.insert(key, self.storages.len());
+                self.storage_index.insert(key.clone(), self.storages.len());
                 self.storages.push(s.clone());
             }
         }
-        self.push(Node::Storage(Box::new(s)))
+        Ok(())
     }
 
     /// `dict()`, `dict(d)`, `list(x)`, `tuple(x)`: an empty or copied container.
