@@ -863,103 +863,8 @@ impl<'a> Vm<'a> {
                 }
                 Ok(())
             }
-            Node::NpDtype { .. } => {
-                let order = match self.arena.get(state) {
-                    Node::Tuple(t) if t.len() >= 3 => {
-                        let o = self.arena.str(t[1]).and_then(|s| s.chars().next());
-                        let plain = t[2..t.len().min(5)]
-                            .iter()
-                            .all(|&x| matches!(self.arena.get(x), Node::None));
-                        match o {
-                            Some(c @ ('<' | '>' | '|' | '=')) if plain => c,
-                            _ => {
-                                return refused(
-                                    self.at,
-                                    "numpy dtype state is not a plain numeric dtype",
-                                )
-                            }
-                        }
-                    }
-                    _ => return refused(self.at, "numpy dtype state is not a tuple"),
-                };
-                if let Node::NpDtype { order: o, .. } = self.arena.get_mut(target) {
-                    *o = order;
-                }
-                Ok(())
-            }
-            Node::NpArray { .. } => {
-                let a = &self.arena;
-                let st = match a.get(state) {
-                    Node::Tuple(t) if t.len() == 5 => t.clone(),
-                    _ => {
-                        return refused(
-                            self.at,
-                            "numpy array state is not (version, shape, dtype, fortran, data)",
-                        )
-                    }
-                };
-                let shape: Option<Vec<u64>> = match a.get(st[1]) {
-                    Node::Tuple(v) if v.len() <= self.limits.max_rank => v
-                        .iter()
-                        .map(|&i| a.int(i).and_then(|n| u64::try_from(n).ok()))
-                        .collect(),
-                    _ => None,
-                };
-                let Some(shape) = shape else {
-                    return refused(
-                        self.at,
-                        "numpy array shape is not a tuple of non-negative ints",
-                    );
-                };
-                let (descr, order) = match a.get(st[2]) {
-                    Node::NpDtype { descr, order } => (descr.clone(), *order),
-                    _ => return refused(self.at, "numpy array dtype is not a numeric numpy dtype"),
-                };
-                let fortran = matches!(a.get(st[3]), Node::Bool(true));
-                let raw = match a.get(st[4]) {
-                    Node::Bytes(b) => b.clone(),
-                    Node::Str(s) => match s
-                        .chars()
-                        .map(|c| u8::try_from(u32::from(c)))
-                        .collect::<Result<Vec<u8>, _>>()
-                    {
-                        Ok(b) => b,
-                        Err(_) => return refused(self.at, "numpy array data is not latin-1 bytes"),
-                    },
-                    _ => {
-                        return refused(
-                            self.at,
-                            "numpy array data is not bytes (object arrays hold pickles)",
-                        )
-                    }
-                };
-                let item: u64 = descr[1..].parse().unwrap_or(0);
-                let want = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
-                if want != Some(raw.len() as u64) {
-                    return refused(
-                        self.at,
-                        "numpy array data size does not match its shape and dtype",
-                    );
-                }
-                if let Node::NpArray {
-                    shape: s,
-                    descr: d,
-                    order: o,
-                    fortran: f,
-                    raw: r,
-                } = self.arena.get_mut(target)
-                {
-                    if !d.is_empty() {
-                        return refused(self.at, "numpy array state set twice");
-                    }
-                    *s = shape;
-                    *d = descr;
-                    *o = order;
-                    *f = fortran;
-                    *r = raw;
-                }
-                Ok(())
-            }
+            Node::NpDtype { .. } => self.build_np_dtype(target, state),
+            Node::NpArray { .. } => self.build_np_array(target, state),
             Node::Unknown(_) if lenient => Ok(()),
             other => {
                 let t = other.type_name();
@@ -967,6 +872,103 @@ impl<'a> Vm<'a> {
                 self.refuse(msg)
             }
         }
+    }
+
+    /// `BUILD` of a numpy dtype: its byte order, from a plain numeric dtype's state.
+    fn build_np_dtype(&mut self, target: Id, state: Id) -> R<()> {
+        let order = match self.arena.get(state) {
+            Node::Tuple(t) if t.len() >= 3 => {
+                let o = self.arena.str(t[1]).and_then(|s| s.chars().next());
+                let plain = t[2..t.len().min(5)]
+                    .iter()
+                    .all(|&x| matches!(self.arena.get(x), Node::None));
+                match o {
+                    Some(c @ ('<' | '>' | '|' | '=')) if plain => c,
+                    _ => return refused(self.at, "numpy dtype state is not a plain numeric dtype"),
+                }
+            }
+            _ => return refused(self.at, "numpy dtype state is not a tuple"),
+        };
+        if let Node::NpDtype { order: o, .. } = self.arena.get_mut(target) {
+            *o = order;
+        }
+        Ok(())
+    }
+
+    /// `BUILD` of a numpy array: `(version, shape, dtype, fortran, data)` whose data is exactly
+    /// the shape's bytes of that dtype.
+    fn build_np_array(&mut self, target: Id, state: Id) -> R<()> {
+        let a = &self.arena;
+        let st = match a.get(state) {
+            Node::Tuple(t) if t.len() == 5 => t.clone(),
+            _ => {
+                return refused(
+                    self.at,
+                    "numpy array state is not (version, shape, dtype, fortran, data)",
+                )
+            }
+        };
+        let shape: Option<Vec<u64>> = match a.get(st[1]) {
+            Node::Tuple(v) if v.len() <= self.limits.max_rank => v
+                .iter()
+                .map(|&i| a.int(i).and_then(|n| u64::try_from(n).ok()))
+                .collect(),
+            _ => None,
+        };
+        let Some(shape) = shape else {
+            return refused(
+                self.at,
+                "numpy array shape is not a tuple of non-negative ints",
+            );
+        };
+        let (descr, order) = match a.get(st[2]) {
+            Node::NpDtype { descr, order } => (descr.clone(), *order),
+            _ => return refused(self.at, "numpy array dtype is not a numeric numpy dtype"),
+        };
+        let fortran = matches!(a.get(st[3]), Node::Bool(true));
+        let raw = match a.get(st[4]) {
+            Node::Bytes(b) => b.clone(),
+            Node::Str(s) => match s
+                .chars()
+                .map(|c| u8::try_from(u32::from(c)))
+                .collect::<Result<Vec<u8>, _>>()
+            {
+                Ok(b) => b,
+                Err(_) => return refused(self.at, "numpy array data is not latin-1 bytes"),
+            },
+            _ => {
+                return refused(
+                    self.at,
+                    "numpy array data is not bytes (object arrays hold pickles)",
+                )
+            }
+        };
+        let item: u64 = descr[1..].parse().unwrap_or(0);
+        let want = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
+        if want != Some(raw.len() as u64) {
+            return refused(
+                self.at,
+                "numpy array data size does not match its shape and dtype",
+            );
+        }
+        if let Node::NpArray {
+            shape: s,
+            descr: d,
+            order: o,
+            fortran: f,
+            raw: r,
+        } = self.arena.get_mut(target)
+        {
+            if !d.is_empty() {
+                return refused(self.at, "numpy array state set twice");
+            }
+            *s = shape;
+            *d = descr;
+            *o = order;
+            *f = fortran;
+            *r = raw;
+        }
+        Ok(())
     }
 }
 
