@@ -213,7 +213,11 @@ impl<'a> Vm<'a> {
             | Sym::GetLayout => self.apply_torch(sym, args),
             Sym::OrderedDict
             | Sym::Counter
-            | Sym::Storage(_)
+            | Sym::DefaultDict
+            | Sym::BuiltinType(_)
+            | Sym::Set
+            | Sym::FrozenSet => self.apply_container(sym, args),
+            Sym::Storage(_)
             | Sym::DType(_)
             | Sym::QScheme(_)
             | Sym::TensorType
@@ -223,11 +227,7 @@ impl<'a> Vm<'a> {
             | Sym::CodecsEncode
             | Sym::ByteArray
             | Sym::Bytes
-            | Sym::DefaultDict
-            | Sym::BuiltinType(_)
-            | Sym::Set
-            | Sym::FrozenSet
-            | Sym::Complex => self.apply_builtin(sym, args),
+            | Sym::Complex => self.apply_value(sym, args),
             Sym::NpDtype | Sym::NpNdarray | Sym::NpReconstruct | Sym::NpScalar => {
                 self.apply_numpy(sym, args)
             }
@@ -333,30 +333,6 @@ impl<'a> Vm<'a> {
                 },
                 _ => self.schema_err(sym, "expected one argument"),
             },
-            _ => self.schema_err(sym, "not a symbol of this group"),
-        }
-    }
-
-    /// Plain containers and builtins, and the torch constants that may not be called.
-    fn apply_builtin(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
-        match sym {
-            Sym::OrderedDict
-            | Sym::Counter
-            | Sym::DefaultDict
-            | Sym::BuiltinType(_)
-            | Sym::Set
-            | Sym::FrozenSet => self.apply_container(sym, args),
-            Sym::Storage(_)
-            | Sym::DType(_)
-            | Sym::QScheme(_)
-            | Sym::TensorType
-            | Sym::ParameterType
-            | Sym::Size
-            | Sym::Device
-            | Sym::CodecsEncode
-            | Sym::ByteArray
-            | Sym::Bytes
-            | Sym::Complex => self.apply_value(sym, args),
             _ => self.schema_err(sym, "not a symbol of this group"),
         }
     }
