@@ -10,7 +10,9 @@ use weightport_pipeline::convert::ConvertOptions;
 use weightport_pipeline::mix::Ftype;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
-use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest, Progress};
+use weightport_pipeline::{
+    convert as run_convert, open_inputs, ConvertReport, OpenRequest, Progress,
+};
 
 use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
 use crate::Failure;
@@ -158,43 +160,56 @@ pub fn convert(
     let r = run_convert(&opts, progress)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
-        let files: Vec<Value> = r
-            .files
-            .iter()
-            .map(|f| json!({"path": f.path.display().to_string(), "bytes": f.size, "tensors": f.tensors}))
-            .collect();
-        let v = json!({
-            "ok": true,
-            "command": "convert",
-            "dry_run": r.dry_run,
-            "verified": r.verified,
-            "input_format": r.input_format.name(),
-            "output_format": r.output_format,
-            "inputs": paths(&r.inputs),
-            "files": files,
-            "index": r.index.as_ref().map(|p| p.display().to_string()),
-            "copied": paths(&r.copied),
-            "removed": paths(&r.removed),
-            "cleaned": paths(&r.cleaned),
-            "recovered": paths(&r.recovered),
-            "notes": r.notes,
-            "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
-            "architecture": r.architecture,
-            "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
-            "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
-            "tensors": r.tensors,
-            "data_bytes": r.data_bytes,
-            "elements": r.elements,
-            "total_bytes": r.total_bytes,
-            "needed_bytes": r.needed_bytes,
-            "free_bytes": r.free_bytes,
-            "threads": r.threads,
-            "memory_bytes": r.memory_bytes,
-            "seconds": secs,
-        });
-        writeln!(out, "{v}")?;
-        return Ok(());
+        return convert_json(&r, secs, out);
     }
+    convert_summary(&r, secs, out)?;
+    convert_files(&r, out)?;
+    convert_transforms(&r, out)?;
+    Ok(())
+}
+
+/// The `--json` document of a conversion.
+fn convert_json(r: &ConvertReport, secs: f64, out: &mut impl Write) -> Result<(), Failure> {
+    let files: Vec<Value> = r
+        .files
+        .iter()
+        .map(|f| json!({"path": f.path.display().to_string(), "bytes": f.size, "tensors": f.tensors}))
+        .collect();
+    let v = json!({
+        "ok": true,
+        "command": "convert",
+        "dry_run": r.dry_run,
+        "verified": r.verified,
+        "input_format": r.input_format.name(),
+        "output_format": r.output_format,
+        "inputs": paths(&r.inputs),
+        "files": files,
+        "index": r.index.as_ref().map(|p| p.display().to_string()),
+        "copied": paths(&r.copied),
+        "removed": paths(&r.removed),
+        "cleaned": paths(&r.cleaned),
+        "recovered": paths(&r.recovered),
+        "notes": r.notes,
+        "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
+        "architecture": r.architecture,
+        "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
+        "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
+        "tensors": r.tensors,
+        "data_bytes": r.data_bytes,
+        "elements": r.elements,
+        "total_bytes": r.total_bytes,
+        "needed_bytes": r.needed_bytes,
+        "free_bytes": r.free_bytes,
+        "threads": r.threads,
+        "memory_bytes": r.memory_bytes,
+        "seconds": secs,
+    });
+    writeln!(out, "{v}")?;
+    Ok(())
+}
+
+/// What was (or would be) written, and the architecture.
+fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::io::Result<()> {
     if r.dry_run {
         writeln!(
             out,
@@ -226,10 +241,15 @@ pub fn convert(
         )?;
     }
     if r.dry_run {
-        plan_lines(&r, out)?;
+        plan_lines(r, out)?;
     } else if r.architecture.is_none() {
         not_converted_lines(&r.dropped, out)?;
     }
+    Ok(())
+}
+
+/// The files written, copied, removed, cleaned and recovered.
+fn convert_files(r: &ConvertReport, out: &mut impl Write) -> std::io::Result<()> {
     for f in &r.files {
         writeln!(
             out,
@@ -263,6 +283,11 @@ pub fn convert(
             p(c)
         )?;
     }
+    Ok(())
+}
+
+/// Transform counts and outcomes, bits per weight, notes and the dry run's needs.
+fn convert_transforms(r: &ConvertReport, out: &mut impl Write) -> std::io::Result<()> {
     let mut casts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     let with_outcome = r.transforms.iter().filter(|t| t.outcome.is_some()).count();
     for t in &r.transforms {

@@ -263,36 +263,7 @@ impl Checkpoint {
         opts: &ReadOptions,
     ) -> Result<Self> {
         let loc = || Location::file(path);
-        let mut records = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
-        for s in storages {
-            let rec = keyed.get(&s.key).ok_or_else(|| {
-                Error::malformed(
-                    loc(),
-                    format,
-                    format!("storage `{}` has no data record", s.key),
-                )
-            })?;
-            let want = s.root_bytes().ok_or_else(|| Error::Refused {
-                at: loc(),
-                reason: format!("storage `{}` byte size overflows", s.key),
-            })?;
-            if rec.len != want {
-                return Err(Error::Refused {
-                    at: loc(),
-                    reason: format!(
-                        "storage `{}` declares {} bytes ({} elements) but its record `{}` holds {}",
-                        s.key,
-                        want,
-                        s.numel,
-                        weightport_core::sanitize(&rec.name),
-                        rec.len
-                    ),
-                });
-            }
-            index.insert(s.key.clone(), records.len());
-            records.push(rec.clone());
-        }
+        let (records, index) = records_of(path, format, &keyed, storages)?;
         if sel.tensors.len() as u64 > opts.limits.max_tensors {
             return Err(Error::Limit {
                 at: loc(),
@@ -301,30 +272,7 @@ impl Checkpoint {
                 limit: opts.limits.max_tensors,
             });
         }
-        // Exact aliases: same storage, offset, shape, stride, dtype and conj/neg bits.
-        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, (_, d)) in sel.tensors.iter().enumerate() {
-            let k = format!(
-                "{}|{}|{:?}|{:?}|{}|{}|{}",
-                d.storage.key, d.offset, d.shape, d.stride, d.dtype.name, d.conj, d.neg
-            );
-            groups.entry(k).or_default().push(i);
-        }
-        let mut drop = vec![false; sel.tensors.len()];
-        let mut aliases = Vec::new();
-        if !opts.shared_copy {
-            let mut gs: Vec<&Vec<usize>> = groups.values().filter(|g| g.len() > 1).collect();
-            gs.sort();
-            for g in gs {
-                let keep = keep_of(g, &sel.tensors);
-                for &i in g {
-                    if i != keep {
-                        drop[i] = true;
-                        aliases.push((sel.tensors[i].0.clone(), sel.tensors[keep].0.clone()));
-                    }
-                }
-            }
-        }
+        let (drop, aliases) = aliases_of(&sel.tensors, opts.shared_copy);
         let mut entries = Vec::new();
         let mut infos = Vec::new();
         for (i, (name, d)) in sel.tensors.into_iter().enumerate() {
@@ -350,33 +298,7 @@ impl Checkpoint {
                     limit: opts.limits.max_rank as u64,
                 });
             }
-            let mut flips = Vec::new();
-            let is_complex = d.dtype.itemsize == 2 * d.dtype.swap;
-            if d.neg || (d.conj && is_complex) {
-                let sign_byte = |w: usize| w - 1;
-                match d.dtype.name {
-                    "float16" | "bfloat16" | "float32" | "float64" => {
-                        if d.neg {
-                            flips.push(sign_byte(d.dtype.itemsize as usize));
-                        }
-                    }
-                    "complex64" => {
-                        if d.neg {
-                            flips.push(3);
-                        }
-                        if d.neg != d.conj {
-                            flips.push(7);
-                        }
-                    }
-                    other => {
-                        return Err(Error::Unsupported {
-                            at: tl(),
-                            format: Some(format),
-                            what: format!("a negated/conjugated view of {other}; call resolve_neg()/resolve_conj() before saving"),
-                        })
-                    }
-                }
-            }
+            let flips = flips_of(&d, format, tl())?;
             let byte_len = dtype.byte_len(&d.shape).map_err(|e| Error::Refused {
                 at: tl(),
                 reason: e.to_string(),
@@ -681,6 +603,114 @@ impl TensorSource for Checkpoint {
             mapped::will_need(&self.map, base.saturating_add(offset as usize), end);
         }
     }
+}
+
+/// Each storage's record, which must hold exactly the storage's bytes, and the index of each
+/// storage key's record.
+fn records_of(
+    path: &Path,
+    format: Format,
+    keyed: &HashMap<String, Record>,
+    storages: &[StorageRef],
+) -> Result<(Vec<Record>, HashMap<String, usize>)> {
+    let loc = || Location::file(path);
+    let mut records = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for s in storages {
+        let rec = keyed.get(&s.key).ok_or_else(|| {
+            Error::malformed(
+                loc(),
+                format,
+                format!("storage `{}` has no data record", s.key),
+            )
+        })?;
+        let want = s.root_bytes().ok_or_else(|| Error::Refused {
+            at: loc(),
+            reason: format!("storage `{}` byte size overflows", s.key),
+        })?;
+        if rec.len != want {
+            return Err(Error::Refused {
+                at: loc(),
+                reason: format!(
+                    "storage `{}` declares {} bytes ({} elements) but its record `{}` holds {}",
+                    s.key,
+                    want,
+                    s.numel,
+                    weightport_core::sanitize(&rec.name),
+                    rec.len
+                ),
+            });
+        }
+        index.insert(s.key.clone(), records.len());
+        records.push(rec.clone());
+    }
+    Ok((records, index))
+}
+
+/// Exact aliases (same storage, offset, shape, stride, dtype and conj/neg bits): which tensors
+/// are dropped, and (dropped, kept) pairs. With `shared_copy` every name is kept.
+fn aliases_of(
+    tensors: &[(String, TensorDesc)],
+    shared_copy: bool,
+) -> (Vec<bool>, Vec<(String, String)>) {
+    // Exact aliases: same storage, offset, shape, stride, dtype and conj/neg bits.
+    let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, (_, d)) in tensors.iter().enumerate() {
+        let k = format!(
+            "{}|{}|{:?}|{:?}|{}|{}|{}",
+            d.storage.key, d.offset, d.shape, d.stride, d.dtype.name, d.conj, d.neg
+        );
+        groups.entry(k).or_default().push(i);
+    }
+    let mut drop = vec![false; tensors.len()];
+    let mut aliases = Vec::new();
+    if !shared_copy {
+        let mut gs: Vec<&Vec<usize>> = groups.values().filter(|g| g.len() > 1).collect();
+        gs.sort();
+        for g in gs {
+            let keep = keep_of(g, tensors);
+            for &i in g {
+                if i != keep {
+                    drop[i] = true;
+                    aliases.push((tensors[i].0.clone(), tensors[keep].0.clone()));
+                }
+            }
+        }
+    }
+    (drop, aliases)
+}
+
+/// The sign bytes a negated or conjugated view flips on read (per element).
+fn flips_of(d: &TensorDesc, format: Format, at: Location) -> Result<Vec<usize>> {
+    let tl = || at.clone();
+    let mut flips = Vec::new();
+    let is_complex = d.dtype.itemsize == 2 * d.dtype.swap;
+    if d.neg || (d.conj && is_complex) {
+        let sign_byte = |w: usize| w - 1;
+        match d.dtype.name {
+            "float16" | "bfloat16" | "float32" | "float64" => {
+                if d.neg {
+                    flips.push(sign_byte(d.dtype.itemsize as usize));
+                }
+            }
+            "complex64" => {
+                if d.neg {
+                    flips.push(3);
+                }
+                if d.neg != d.conj {
+                    flips.push(7);
+                }
+            }
+            other => {
+                return Err(Error::Unsupported {
+                    at: tl(),
+                    format: Some(format),
+                    what: format!("a negated/conjugated view of {other}; call resolve_neg()/resolve_conj() before saving"),
+                })
+            }
+        }
+    }
+    Ok(flips)
 }
 
 #[cfg(test)]

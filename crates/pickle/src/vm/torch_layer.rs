@@ -57,21 +57,7 @@ impl<'a> Vm<'a> {
                 );
             }
         };
-        let key = match self.arena.str(items[2]) {
-            Some(k) if !k.is_empty() && k.len() <= 40 && k.bytes().all(|b| b.is_ascii_digit()) => {
-                k.to_string()
-            }
-            Some(k) => {
-                return refused(
-                    self.at,
-                    format!(
-                        "storage key `{}` is not decimal digits",
-                        weightport_core::sanitize(k)
-                    ),
-                )
-            }
-            None => return refused(self.at, "storage key is not a string"),
-        };
+        let key = self.storage_key(items[2])?;
         let location = match self.arena.str(items[3]) {
             Some(l) => l.to_string(),
             None => return refused(self.at, "storage location is not a string"),
@@ -85,36 +71,11 @@ impl<'a> Vm<'a> {
                 )
             }
         };
-        let mut view = None;
-        if want == 6 {
-            match self.arena.get(items[5]) {
-                Node::None => {}
-                Node::Tuple(v) if v.len() == 3 => {
-                    let (off, n) = (self.arena.int(v[1]), self.arena.int(v[2]));
-                    match (off, n) {
-                        (Some(o), Some(n))
-                            if o >= 0
-                                && n >= 0
-                                && (o as u64).checked_add(n as u64).is_some_and(|e| e <= numel) =>
-                        {
-                            view = Some((o as u64, n as u64))
-                        }
-                        _ => {
-                            return refused(
-                                self.at,
-                                format!("storage `{key}` view is out of range"),
-                            )
-                        }
-                    }
-                }
-                _ => {
-                    return refused(
-                        self.at,
-                        format!("storage `{key}` view metadata is malformed"),
-                    )
-                }
-            }
-        }
+        let view = if want == 6 {
+            self.legacy_view(items[5], &key, numel)?
+        } else {
+            None
+        };
         let s = StorageRef {
             key: key.clone(),
             kind,
@@ -122,7 +83,61 @@ impl<'a> Vm<'a> {
             numel,
             view,
         };
-        match self.storage_index.get(&key) {
+        self.register_storage(&s)?;
+        self.push(Node::Storage(Box::new(s)))
+    }
+
+    /// A storage key: decimal digits (at most 40).
+    fn storage_key(&self, id: Id) -> R<String> {
+        match self.arena.str(id) {
+            Some(k) if !k.is_empty() && k.len() <= 40 && k.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(k.to_string())
+            }
+            Some(k) => refused(
+                self.at,
+                format!(
+                    "storage key `{}` is not decimal digits",
+                    weightport_core::sanitize(k)
+                ),
+            ),
+            None => refused(self.at, "storage key is not a string"),
+        }
+    }
+
+    /// A legacy persistent id's view of its root storage: `None`, or `(offset, numel)` within
+    /// the storage's `numel` elements.
+    fn legacy_view(&self, id: Id, key: &str, numel: u64) -> R<Option<(u64, u64)>> {
+        let mut view = None;
+        match self.arena.get(id) {
+            Node::None => {}
+            Node::Tuple(v) if v.len() == 3 => {
+                let (off, n) = (self.arena.int(v[1]), self.arena.int(v[2]));
+                match (off, n) {
+                    (Some(o), Some(n))
+                        if o >= 0
+                            && n >= 0
+                            && (o as u64).checked_add(n as u64).is_some_and(|e| e <= numel) =>
+                    {
+                        view = Some((o as u64, n as u64))
+                    }
+                    _ => return refused(self.at, format!("storage `{key}` view is out of range")),
+                }
+            }
+            _ => {
+                return refused(
+                    self.at,
+                    format!("storage `{key}` view metadata is malformed"),
+                )
+            }
+        }
+        Ok(view)
+    }
+
+    /// Records a storage the first time its key is seen; a key seen again must have the same
+    /// storage type and size.
+    fn register_storage(&mut self, s: &StorageRef) -> R<()> {
+        let key = &s.key;
+        match self.storage_index.get(key) {
             Some(&i) => {
                 let prev = &self.storages[i];
                 if prev.kind != s.kind {
@@ -142,11 +157,11 @@ impl<'a> Vm<'a> {
                 }
             }
             None => {
-                self.storage_index.insert(key, self.storages.len());
+                self.storage_index.insert(key.clone(), self.storages.len());
                 self.storages.push(s.clone());
             }
         }
-        self.push(Node::Storage(Box::new(s)))
+        Ok(())
     }
 
     /// `dict()`, `dict(d)`, `list(x)`, `tuple(x)`: an empty or copied container.
@@ -198,7 +213,11 @@ impl<'a> Vm<'a> {
             | Sym::GetLayout => self.apply_torch(sym, args),
             Sym::OrderedDict
             | Sym::Counter
-            | Sym::Storage(_)
+            | Sym::DefaultDict
+            | Sym::BuiltinType(_)
+            | Sym::Set
+            | Sym::FrozenSet => self.apply_container(sym, args),
+            Sym::Storage(_)
             | Sym::DType(_)
             | Sym::QScheme(_)
             | Sym::TensorType
@@ -208,11 +227,7 @@ impl<'a> Vm<'a> {
             | Sym::CodecsEncode
             | Sym::ByteArray
             | Sym::Bytes
-            | Sym::DefaultDict
-            | Sym::BuiltinType(_)
-            | Sym::Set
-            | Sym::FrozenSet
-            | Sym::Complex => self.apply_builtin(sym, args),
+            | Sym::Complex => self.apply_value(sym, args),
             Sym::NpDtype | Sym::NpNdarray | Sym::NpReconstruct | Sym::NpScalar => {
                 self.apply_numpy(sym, args)
             }
@@ -322,8 +337,8 @@ impl<'a> Vm<'a> {
         }
     }
 
-    /// Plain containers and builtins, and the torch constants that may not be called.
-    fn apply_builtin(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+    /// Plain containers: ordered dicts, counters, default dicts, `dict`/`list`/`tuple`, sets.
+    fn apply_container(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
         let a = &self.arena;
         match sym {
             Sym::OrderedDict | Sym::Counter => {
@@ -368,6 +383,33 @@ impl<'a> Vm<'a> {
                     children,
                 ))
             }
+            Sym::DefaultDict => match args {
+                [] => Ok(Applied::Node(empty_dict(), vec![])),
+                [f] if matches!(a.get(*f), Node::None | Node::Global(Sym::BuiltinType(_))) => {
+                    Ok(Applied::Node(empty_dict(), vec![]))
+                }
+                _ => self.schema_err(sym, "the factory is not None or a builtin type"),
+            },
+            Sym::BuiltinType(t) => self.builtin_call(sym, t, args),
+            Sym::Set | Sym::FrozenSet => match args {
+                [] => Ok(Applied::Node(Node::Set(vec![]), vec![])),
+                [x] => match a.get(*x) {
+                    Node::List(v) | Node::Tuple(v) | Node::Set(v) => {
+                        let v = v.clone();
+                        Ok(Applied::Node(Node::Set(v.clone()), v))
+                    }
+                    _ => self.schema_err(sym, "expected a list"),
+                },
+                _ => self.schema_err(sym, "expected one list"),
+            },
+            _ => self.schema_err(sym, "not a symbol of this group"),
+        }
+    }
+
+    /// Sizes, devices, bytes and complex numbers, and torch constants that may not be called.
+    fn apply_value(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        match sym {
             Sym::Storage(_)
             | Sym::DType(_)
             | Sym::QScheme(_)
@@ -426,25 +468,6 @@ impl<'a> Vm<'a> {
                     Ok(Applied::Node(Node::Bytes(out), vec![]))
                 }
                 _ => self.schema_err(sym, "unexpected arguments"),
-            },
-            Sym::DefaultDict => match args {
-                [] => Ok(Applied::Node(empty_dict(), vec![])),
-                [f] if matches!(a.get(*f), Node::None | Node::Global(Sym::BuiltinType(_))) => {
-                    Ok(Applied::Node(empty_dict(), vec![]))
-                }
-                _ => self.schema_err(sym, "the factory is not None or a builtin type"),
-            },
-            Sym::BuiltinType(t) => self.builtin_call(sym, t, args),
-            Sym::Set | Sym::FrozenSet => match args {
-                [] => Ok(Applied::Node(Node::Set(vec![]), vec![])),
-                [x] => match a.get(*x) {
-                    Node::List(v) | Node::Tuple(v) | Node::Set(v) => {
-                        let v = v.clone();
-                        Ok(Applied::Node(Node::Set(v.clone()), v))
-                    }
-                    _ => self.schema_err(sym, "expected a list"),
-                },
-                _ => self.schema_err(sym, "expected one list"),
             },
             Sym::Complex => {
                 let num = |i: &Id| match a.get(*i) {
@@ -613,6 +636,32 @@ impl<'a> Vm<'a> {
         if shape.len() != stride.len() {
             return self.schema_err(sym, "size and stride differ in length");
         }
+        let (dtype, requires_grad, conj, neg) = self.view_flags(sym, args, &storage)?;
+        self.one_dtype_per_key(&key, dtype)?;
+        let base = self.view_base(&storage, dtype, offset, &shape, &stride)?;
+        Ok(TensorDesc {
+            storage,
+            dtype,
+            offset: base,
+            shape,
+            stride,
+            conj,
+            neg,
+            parameter: false,
+            requires_grad,
+        })
+    }
+
+    /// The dtype (a v3 rebuild may name one, which must be the typed storage's), `requires_grad`,
+    /// the backward hooks (none allowed) and the `conj`/`neg` flags of a rebuild's metadata.
+    fn view_flags(
+        &self,
+        sym: Sym,
+        args: &[Id],
+        storage: &StorageRef,
+    ) -> R<(TorchDType, bool, bool, bool)> {
+        let a = &self.arena;
+        let key = &storage.key;
         let mut requires_grad = false;
         let mut meta = None;
         let mut dtype = match storage.kind {
@@ -668,8 +717,13 @@ impl<'a> Vm<'a> {
                 _ => return self.schema_err(sym, "metadata is not a dict"),
             }
         }
+        Ok((dtype, requires_grad, conj, neg))
+    }
+
+    /// One key, one dtype: a storage viewed as two dtypes is refused.
+    fn one_dtype_per_key(&mut self, key: &str, dtype: TorchDType) -> R<()> {
         // One key, one dtype (docs/specs/pickle.md §1.3): torch refuses to save anything else.
-        if let Some(prev) = self.key_dtype.get(&key) {
+        if let Some(prev) = self.key_dtype.get(key) {
             if *prev != dtype {
                 return refused(
                     self.at,
@@ -680,15 +734,29 @@ impl<'a> Vm<'a> {
                 );
             }
         } else {
-            self.key_dtype.insert(key.clone(), dtype);
+            self.key_dtype.insert(key.to_string(), dtype);
         }
+        Ok(())
+    }
+
+    /// The view's first element in its storage (a legacy storage view's start plus `offset`),
+    /// after checking that every element the view reaches lies within the storage.
+    fn view_base(
+        &self,
+        storage: &StorageRef,
+        dtype: TorchDType,
+        offset: u64,
+        shape: &[u64],
+        stride: &[u64],
+    ) -> R<u64> {
+        let key = &storage.key;
         let item = u64::from(dtype.itemsize);
         // Elements the (view of the) storage holds.
         let (base, elems) = match (storage.kind, storage.view) {
             (_, Some((o, n))) => (o, n),
             (StorageKind::Typed(_), None) => (0, storage.numel),
             (StorageKind::Untyped, None) => {
-                if storage.numel % item != 0 {
+                if !storage.numel.is_multiple_of(item) {
                     return refused(
                         self.at,
                         format!(
@@ -719,7 +787,7 @@ impl<'a> Vm<'a> {
             }
         } else {
             let mut last = Some(offset);
-            for (&n, &s) in shape.iter().zip(&stride) {
+            for (&n, &s) in shape.iter().zip(stride) {
                 last = last.and_then(|l| (n - 1).checked_mul(s).and_then(|x| l.checked_add(x)));
             }
             match last {
@@ -740,17 +808,7 @@ impl<'a> Vm<'a> {
                 }
             }
         }
-        Ok(TensorDesc {
-            storage,
-            dtype,
-            offset: base + offset,
-            shape,
-            stride,
-            conj,
-            neg,
-            parameter: false,
-            requires_grad,
-        })
+        Ok(base + offset)
     }
 
     pub(super) fn build(&mut self, target: Id, state: Id) -> R<()> {
@@ -781,103 +839,8 @@ impl<'a> Vm<'a> {
                 }
                 Ok(())
             }
-            Node::NpDtype { .. } => {
-                let order = match self.arena.get(state) {
-                    Node::Tuple(t) if t.len() >= 3 => {
-                        let o = self.arena.str(t[1]).and_then(|s| s.chars().next());
-                        let plain = t[2..t.len().min(5)]
-                            .iter()
-                            .all(|&x| matches!(self.arena.get(x), Node::None));
-                        match o {
-                            Some(c @ ('<' | '>' | '|' | '=')) if plain => c,
-                            _ => {
-                                return refused(
-                                    self.at,
-                                    "numpy dtype state is not a plain numeric dtype",
-                                )
-                            }
-                        }
-                    }
-                    _ => return refused(self.at, "numpy dtype state is not a tuple"),
-                };
-                if let Node::NpDtype { order: o, .. } = self.arena.get_mut(target) {
-                    *o = order;
-                }
-                Ok(())
-            }
-            Node::NpArray { .. } => {
-                let a = &self.arena;
-                let st = match a.get(state) {
-                    Node::Tuple(t) if t.len() == 5 => t.clone(),
-                    _ => {
-                        return refused(
-                            self.at,
-                            "numpy array state is not (version, shape, dtype, fortran, data)",
-                        )
-                    }
-                };
-                let shape: Option<Vec<u64>> = match a.get(st[1]) {
-                    Node::Tuple(v) if v.len() <= self.limits.max_rank => v
-                        .iter()
-                        .map(|&i| a.int(i).and_then(|n| u64::try_from(n).ok()))
-                        .collect(),
-                    _ => None,
-                };
-                let Some(shape) = shape else {
-                    return refused(
-                        self.at,
-                        "numpy array shape is not a tuple of non-negative ints",
-                    );
-                };
-                let (descr, order) = match a.get(st[2]) {
-                    Node::NpDtype { descr, order } => (descr.clone(), *order),
-                    _ => return refused(self.at, "numpy array dtype is not a numeric numpy dtype"),
-                };
-                let fortran = matches!(a.get(st[3]), Node::Bool(true));
-                let raw = match a.get(st[4]) {
-                    Node::Bytes(b) => b.clone(),
-                    Node::Str(s) => match s
-                        .chars()
-                        .map(|c| u8::try_from(u32::from(c)))
-                        .collect::<Result<Vec<u8>, _>>()
-                    {
-                        Ok(b) => b,
-                        Err(_) => return refused(self.at, "numpy array data is not latin-1 bytes"),
-                    },
-                    _ => {
-                        return refused(
-                            self.at,
-                            "numpy array data is not bytes (object arrays hold pickles)",
-                        )
-                    }
-                };
-                let item: u64 = descr[1..].parse().unwrap_or(0);
-                let want = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
-                if want != Some(raw.len() as u64) {
-                    return refused(
-                        self.at,
-                        "numpy array data size does not match its shape and dtype",
-                    );
-                }
-                if let Node::NpArray {
-                    shape: s,
-                    descr: d,
-                    order: o,
-                    fortran: f,
-                    raw: r,
-                } = self.arena.get_mut(target)
-                {
-                    if !d.is_empty() {
-                        return refused(self.at, "numpy array state set twice");
-                    }
-                    *s = shape;
-                    *d = descr;
-                    *o = order;
-                    *f = fortran;
-                    *r = raw;
-                }
-                Ok(())
-            }
+            Node::NpDtype { .. } => self.build_np_dtype(target, state),
+            Node::NpArray { .. } => self.build_np_array(target, state),
             Node::Unknown(_) if lenient => Ok(()),
             other => {
                 let t = other.type_name();
@@ -885,6 +848,103 @@ impl<'a> Vm<'a> {
                 self.refuse(msg)
             }
         }
+    }
+
+    /// `BUILD` of a numpy dtype: its byte order, from a plain numeric dtype's state.
+    fn build_np_dtype(&mut self, target: Id, state: Id) -> R<()> {
+        let order = match self.arena.get(state) {
+            Node::Tuple(t) if t.len() >= 3 => {
+                let o = self.arena.str(t[1]).and_then(|s| s.chars().next());
+                let plain = t[2..t.len().min(5)]
+                    .iter()
+                    .all(|&x| matches!(self.arena.get(x), Node::None));
+                match o {
+                    Some(c @ ('<' | '>' | '|' | '=')) if plain => c,
+                    _ => return refused(self.at, "numpy dtype state is not a plain numeric dtype"),
+                }
+            }
+            _ => return refused(self.at, "numpy dtype state is not a tuple"),
+        };
+        if let Node::NpDtype { order: o, .. } = self.arena.get_mut(target) {
+            *o = order;
+        }
+        Ok(())
+    }
+
+    /// `BUILD` of a numpy array: `(version, shape, dtype, fortran, data)` whose data is exactly
+    /// the shape's bytes of that dtype.
+    fn build_np_array(&mut self, target: Id, state: Id) -> R<()> {
+        let a = &self.arena;
+        let st = match a.get(state) {
+            Node::Tuple(t) if t.len() == 5 => t.clone(),
+            _ => {
+                return refused(
+                    self.at,
+                    "numpy array state is not (version, shape, dtype, fortran, data)",
+                )
+            }
+        };
+        let shape: Option<Vec<u64>> = match a.get(st[1]) {
+            Node::Tuple(v) if v.len() <= self.limits.max_rank => v
+                .iter()
+                .map(|&i| a.int(i).and_then(|n| u64::try_from(n).ok()))
+                .collect(),
+            _ => None,
+        };
+        let Some(shape) = shape else {
+            return refused(
+                self.at,
+                "numpy array shape is not a tuple of non-negative ints",
+            );
+        };
+        let (descr, order) = match a.get(st[2]) {
+            Node::NpDtype { descr, order } => (descr.clone(), *order),
+            _ => return refused(self.at, "numpy array dtype is not a numeric numpy dtype"),
+        };
+        let fortran = matches!(a.get(st[3]), Node::Bool(true));
+        let raw = match a.get(st[4]) {
+            Node::Bytes(b) => b.clone(),
+            Node::Str(s) => match s
+                .chars()
+                .map(|c| u8::try_from(u32::from(c)))
+                .collect::<Result<Vec<u8>, _>>()
+            {
+                Ok(b) => b,
+                Err(_) => return refused(self.at, "numpy array data is not latin-1 bytes"),
+            },
+            _ => {
+                return refused(
+                    self.at,
+                    "numpy array data is not bytes (object arrays hold pickles)",
+                )
+            }
+        };
+        let item: u64 = descr[1..].parse().unwrap_or(0);
+        let want = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
+        if want != Some(raw.len() as u64) {
+            return refused(
+                self.at,
+                "numpy array data size does not match its shape and dtype",
+            );
+        }
+        if let Node::NpArray {
+            shape: s,
+            descr: d,
+            order: o,
+            fortran: f,
+            raw: r,
+        } = self.arena.get_mut(target)
+        {
+            if !d.is_empty() {
+                return refused(self.at, "numpy array state set twice");
+            }
+            *s = shape;
+            *d = descr;
+            *o = order;
+            *f = fortran;
+            *r = raw;
+        }
+        Ok(())
     }
 }
 
