@@ -150,9 +150,11 @@ pub fn convert(
     opts.transform = transform_options(a)?;
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
+    opts.provenance = a.attest.is_some();
     let t0 = Instant::now();
     let bar = Bar::new();
     let r = run_convert(&opts, &bar)?;
+    crate::attest::write_outputs(a, &r)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
         let files: Vec<Value> = r
@@ -175,7 +177,9 @@ pub fn convert(
             "cleaned": paths(&r.cleaned),
             "recovered": paths(&r.recovered),
             "notes": r.notes,
-            "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
+            "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome, "quality": t.quality.map(quality_json)})).collect::<Vec<_>>(),
+            "attestation": a.attest.as_ref().map(|p| p.display().to_string()),
+            "report": a.report.as_ref().map(|p| p.display().to_string()),
             "architecture": r.architecture,
             "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
             "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
@@ -477,7 +481,16 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
     Ok(())
 }
 
+/// A tensor's quality figures in `--json`.
+fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
+    json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
+           "relative_error": q.relative, "clipped_share": q.clipped})
+}
+
 pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    if let Some(file) = &a.attestation {
+        return crate::attest::verify(a, file, json, out);
+    }
     let req = open_request(&a.read);
     let src = open_inputs(std::slice::from_ref(&a.path), &req)?.source;
     let bar = Bar::new();

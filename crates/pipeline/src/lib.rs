@@ -14,6 +14,7 @@
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
+pub mod attest;
 pub mod cancel;
 pub mod cast;
 pub mod compose;
@@ -23,6 +24,7 @@ pub mod hf_gguf;
 pub mod input;
 pub use weightport_arch::mix;
 pub mod plan;
+pub mod quality;
 pub mod quantize;
 pub mod registry;
 pub mod scan;

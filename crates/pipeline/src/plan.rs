@@ -14,6 +14,7 @@ use weightport_core::{
 };
 
 use crate::cast::{is_float, Cast};
+use crate::quality::Measured;
 use crate::quantize::{Dequantize, Quantize, Requantize};
 use weightport_arch::mix::{self, Ftype, MixParams, MixTensor, ModelFacts};
 
@@ -242,6 +243,11 @@ pub(crate) fn op_for(
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
+        (false, false) if crate::quality::narrowing(from, to) => Arc::new(Measured::new(
+            Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
+            from,
+            to,
+        )),
         (false, false) => Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
         (false, true) => Arc::new(Quantize::new(from, to)?),
         (true, false) => Arc::new(Dequantize::new(from, to)?),
