@@ -324,7 +324,13 @@ pub fn convert_source(
     let (committed, tensors) = committed;
     if let Some(tensors) = tensors {
         report.provenance = Some(provenance_of(
-            source, repo_dir, by_arch, &plan, &committed, tensors,
+            &opts.inputs,
+            source,
+            repo_dir,
+            by_arch,
+            &plan,
+            &committed,
+            tensors,
         ));
     }
     report.verified = opts.verify;
@@ -344,6 +350,7 @@ pub fn convert_source(
 
 /// Inputs and outputs of a committed conversion.
 fn provenance_of(
+    inputs: &[PathBuf],
     source: &dyn TensorSource,
     repo_dir: Option<&Path>,
     by_arch: bool,
@@ -357,9 +364,13 @@ fn provenance_of(
             materials.push(p.clone());
         }
     }
-    if let (Some(dir), true) = (repo_dir, by_arch) {
-        // An HF release read by its architecture: its configs and tokenizer files are inputs.
-        materials.extend(companions(dir));
+    // Inputs named on the command line (an `*.index.json`), a repo's index, and for an HF
+    // release read by its architecture its configs and tokenizer files.
+    materials.extend(inputs.iter().filter(|p| p.is_file()).cloned());
+    if let Some(dir) = repo_dir {
+        let all = companions(dir);
+        let index = |p: &PathBuf| p.to_string_lossy().ends_with(".index.json");
+        materials.extend(all.into_iter().filter(|p| by_arch || index(p)));
     }
     let mut outputs: Vec<PathBuf> = committed.files.iter().map(|w| w.path.clone()).collect();
     outputs.extend(committed.extras.iter().cloned());
