@@ -34,8 +34,11 @@ fn convert(input: &Path, out: &Path, att: &Path, threads: usize, extra: &[&str])
     serde_json::from_slice(&std::fs::read(att).unwrap()).unwrap()
 }
 
+/// Files with their bytes.
+type Tree = Vec<(PathBuf, Vec<u8>)>;
+
 /// Every regular file under `dir` with its bytes, sorted by relative path.
-fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+fn files(dir: &Path) -> Tree {
     let mut v = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -69,7 +72,7 @@ fn outputs_and_attestations_are_the_same_at_any_thread_count() {
         ("good/arch/llama", "gguf/l.gguf", &["--quant", "Q4_K_M"]),
     ];
     for (input, target, extra) in cases {
-        let mut seen: Option<(Vec<(PathBuf, Vec<u8>)>, Value)> = None;
+        let mut seen: Option<(Tree, Value)> = None;
         for (run, threads) in [1, 2, 1, 2].into_iter().enumerate() {
             let root = t.path().join(format!("{run}"));
             let out = root.join(target);
