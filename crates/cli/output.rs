@@ -295,6 +295,12 @@ pub fn convert(
     for n in &r.notes {
         writeln!(out, "note: {}", sanitize(n))?;
     }
+    if let Some(f) = &a.attest {
+        writeln!(out, "  provenance (in-toto statement) written to {}", p(f))?;
+    }
+    if let Some(f) = &a.report {
+        writeln!(out, "  quality report written to {}", p(f))?;
+    }
     if r.dry_run {
         let free = r.free_bytes.map(human).unwrap_or_else(|| "unknown".into());
         writeln!(

@@ -136,7 +136,7 @@ pub fn html(r: &ConvertReport) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>weightport quality report</title>\
          <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #bbb;padding:2px 6px;text-align:right}}td:first-child{{text-align:left}}</style>\
+         td,th{{border:1px solid #bbb;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style>\
          </head><body><h1>Quality report</h1>\
          <p>Output: {}. {} of {} tensors quantized or narrowed; errors against the source values \
          (RMSE, largest absolute error, ‖x−y‖/‖x‖, share of values outside their block's range or \
