@@ -129,6 +129,10 @@ pub struct TransformOptions {
     pub name: Option<String>,
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
+    /// Measure the error of narrowing float casts ([`crate::quality`]; quantizations always
+    /// measure theirs): costs a decode of both sides of every cast chunk, so only when a report
+    /// asks for it.
+    pub measure_casts: bool,
 }
 
 /// `--quant` and llama-quantize's other options.
@@ -243,11 +247,13 @@ pub(crate) fn op_for(
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
-        (false, false) if crate::quality::narrowing(from, to) => Arc::new(Measured::new(
-            Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
-            from,
-            to,
-        )),
+        (false, false) if opts.measure_casts && crate::quality::narrowing(from, to) => {
+            Arc::new(Measured::new(
+                Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
+                from,
+                to,
+            ))
+        }
         (false, false) => Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
         (false, true) => Arc::new(Quantize::new(from, to)?),
         (true, false) => Arc::new(Dequantize::new(from, to)?),

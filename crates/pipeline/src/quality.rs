@@ -13,6 +13,7 @@
 //!   value; k-quant scale searches trade outliers for the rest). The block is ggml's (32
 //!   values, or the 256-value super-block of k-quants). Reported as a share of all values.
 
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -135,6 +136,10 @@ pub fn narrowing(from: DType, to: DType) -> bool {
     )
 }
 
+thread_local! {
+    static DECODED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
 /// A narrowing elementwise cast with its error measured: the source and written values are
 /// decoded to f32 after each chunk and compared.
 pub struct Measured {
@@ -168,11 +173,13 @@ impl Transform for Measured {
     }
     fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         self.inner.apply(out, inputs, dst)?;
-        let (mut x, mut y) = (Vec::new(), Vec::new());
-        to_f32(self.from, inputs[0], &mut x);
-        to_f32(self.to, dst, &mut y);
         let mut a = Accum::default();
-        a.add(&x, &y, 1);
+        DECODED.with(|cell| {
+            let (x, y) = &mut *cell.borrow_mut();
+            to_f32(self.from, inputs[0], x);
+            to_f32(self.to, dst, y);
+            a.add(x, y, 1);
+        });
         self.acc.lock().expect("quality lock").merge(&a);
         Ok(())
     }
