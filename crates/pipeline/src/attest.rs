@@ -150,15 +150,23 @@ fn relative(root: &Path, path: &Path) -> String {
         .join("/")
 }
 
-/// Files with their sha256, hashed in parallel, sorted by name.
-fn digests(files: &[(String, PathBuf)]) -> Result<Vec<(String, String)>> {
-    let mut v: Vec<(String, String)> = files
+/// Files with their sha256, hashed in parallel, in the order given.
+fn digests_unsorted(files: &[(String, PathBuf)]) -> Result<Vec<(String, String)>> {
+    files
         .par_iter()
         .map(|(n, p)| Ok((n.clone(), sha256_file(p)?)))
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+fn sorted(mut v: Vec<(String, String)>) -> Vec<(String, String)> {
     v.sort();
     v.dedup();
-    Ok(v)
+    v
+}
+
+/// Files with their sha256, hashed in parallel, sorted by name.
+fn digests(files: &[(String, PathBuf)]) -> Result<Vec<(String, String)>> {
+    Ok(sorted(digests_unsorted(files)?))
 }
 
 fn descriptors(d: &[(String, String)]) -> Value {
@@ -195,8 +203,11 @@ pub fn statement(p: &Provenance, recipe: Value) -> Result<Value> {
         .iter()
         .map(|f| (f.display().to_string(), f.clone()))
         .collect();
-    let subjects = digests(&outs)?;
-    let materials = digests(&ins)?;
+    // One parallel pass over inputs and outputs together (sha256 is sequential per file).
+    let both: Vec<(String, PathBuf)> = outs.iter().chain(&ins).cloned().collect();
+    let all = digests_unsorted(&both)?;
+    let (o, i) = all.split_at(outs.len());
+    let (subjects, materials) = (sorted(o.to_vec()), sorted(i.to_vec()));
     let tensors: Vec<Value> = p
         .tensors
         .iter()
