@@ -353,3 +353,39 @@ fn the_statement_is_a_valid_in_toto_statement() {
         eprintln!("{input}: {}", String::from_utf8_lossy(&o.stdout).trim());
     }
 }
+
+/// A statement whose subject names a path outside the directory, or that is not an in-toto
+/// statement, is refused as such (exit 2), never followed.
+#[test]
+fn verify_attestation_refuses_paths_outside_the_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("a.bin"), "x").unwrap();
+    let zeros = "0".repeat(64);
+    for (doc, want) in [
+        (
+            format!(
+                r#"{{"_type":"https://in-toto.io/Statement/v1","subject":[{{"name":"../secret","digest":{{"sha256":"{zeros}"}}}}]}}"#
+            ),
+            "is not a relative path",
+        ),
+        (
+            format!(
+                r#"{{"_type":"https://in-toto.io/Statement/v1","subject":[{{"name":"/etc/passwd","digest":{{"sha256":"{zeros}"}}}}]}}"#
+            ),
+            "is not a relative path",
+        ),
+        (
+            r#"{"_type":"https://in-toto.io/Statement/v0.1","subject":[]}"#.to_string(),
+            "not a weightport attestation",
+        ),
+    ] {
+        let att = t.path().join("a.json");
+        std::fs::write(&att, doc).unwrap();
+        let o = wp(&["verify", "--attestation", &s(&att), &s(&dir)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
