@@ -58,11 +58,12 @@ def figures(x, y, block):
     if block > 1:
         yb = y.reshape(-1, block)
         lo, hi = yb.min(axis=1), yb.max(axis=1)
-        gaps = np.diff(np.sort(yb, axis=1), axis=1)
-        gaps[gaps <= 0] = np.inf
-        half = gaps.min(axis=1) / np.float32(2.0)
+        below = np.where(yb < hi[:, None], yb, -np.inf).max(axis=1)
+        above = np.where(yb > lo[:, None], yb, np.inf).min(axis=1)
+        top = ((hi - below) / np.float32(2.0)).astype(np.float32)
+        bottom = ((above - lo) / np.float32(2.0)).astype(np.float32)
         xb = x.reshape(-1, block)
-        out = ((xb - hi[:, None]) > half[:, None]) | ((lo[:, None] - xb) > half[:, None])
+        out = ((xb - hi[:, None]) > top[:, None]) | ((lo[:, None] - xb) > bottom[:, None])
         clipped |= out.reshape(-1) & fx & fy
     both = fx & fy
     d = np.abs(x[both].astype(np.float64) - y[both].astype(np.float64))

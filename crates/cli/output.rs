@@ -90,7 +90,7 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         arch: a.quant.arch.clone(),
         name: a.quant.name.clone(),
         pre_tokenizer: a.quant.pre_tokenizer.clone(),
-        measure_casts: false,
+        measure_quality: false,
     })
 }
 
@@ -152,7 +152,7 @@ pub fn convert(
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
     opts.provenance = a.attest.is_some();
-    opts.transform.measure_casts = json || a.report.is_some();
+    opts.transform.measure_quality = json || a.report.is_some();
     let t0 = Instant::now();
     let bar = Bar::new();
     let r = run_convert(&opts, &bar)?;

@@ -129,10 +129,11 @@ pub struct TransformOptions {
     pub name: Option<String>,
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
-    /// Measure the error of narrowing float casts ([`crate::quality`]; quantizations always
-    /// measure theirs): costs a decode of both sides of every cast chunk, so only when a report
-    /// asks for it.
-    pub measure_casts: bool,
+    /// Measure the quality figures of narrowing float casts and quantizations
+    /// ([`crate::quality`]): costs a decode of both sides of every cast chunk and a per-block
+    /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their
+    /// plain RMSE and max abs error).
+    pub measure_quality: bool,
 }
 
 /// `--quant` and llama-quantize's other options.
@@ -247,7 +248,7 @@ pub(crate) fn op_for(
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
-        (false, false) if opts.measure_casts && crate::quality::narrowing(from, to) => {
+        (false, false) if opts.measure_quality && crate::quality::narrowing(from, to) => {
             Arc::new(Measured::new(
                 Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
                 from,
@@ -255,7 +256,7 @@ pub(crate) fn op_for(
             ))
         }
         (false, false) => Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
-        (false, true) => Arc::new(Quantize::new(from, to)?),
+        (false, true) => Arc::new(Quantize::new(from, to)?.measured(opts.measure_quality)),
         (true, false) => Arc::new(Dequantize::new(from, to)?),
         (true, true) => {
             if !opts.quant.as_ref().is_some_and(|q| q.allow_requantize) {

@@ -7,9 +7,9 @@
 //!   `sqrt(Σ(x - y)² / Σx²)` (0 when `Σx² = 0`);
 //! * clipped: finite source values whose reconstruction is not finite (a cast's overflow to
 //!   ±inf), or, for block types, that lie outside the range `[min y, max y]` of their block's
-//!   reconstruction by more than half the block's smallest step (the smallest positive gap
-//!   between its reconstructed values): more than rounding explains, so the kernel chose a
-//!   scale that cuts the value off (Q4_0's −8..7 grid cuts the side opposite the largest
+//!   reconstruction by more than half the gap between that end and the next distinct
+//!   reconstructed value inside (the last step of the block's grid in use): more than rounding
+//!   explains, so the kernel chose a scale that cuts the value off (Q4_0's −8..7 grid cuts the side opposite the largest
 //!   value; k-quant scale searches trade outliers for the rest). The block is ggml's (32
 //!   values, or the 256-value super-block of k-quants). Reported as a share of all values.
 
@@ -31,6 +31,8 @@ pub struct Accum {
     clipped: u64,
     compared: u64,
     n: u64,
+    /// Every figure was measured ([`Accum::add`]), not only RMSE and max ([`Accum::add_plain`]).
+    detailed: bool,
 }
 
 /// A tensor's error figures, once the job has run.
@@ -48,56 +50,187 @@ pub struct Quality {
     pub clipped: f64,
 }
 
-/// Half the smallest positive gap between the sorted values of `y` (infinite when all equal).
-fn half_step(y: &[f32]) -> f32 {
-    let mut v = y.to_vec();
-    v.sort_by(f32::total_cmp);
-    let gap = v
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .filter(|&d| d > 0.0)
-        .fold(f32::INFINITY, f32::min);
-    gap / 2.0
+/// The gaps between the extreme values of `y` and the next distinct ones inside:
+/// `(hi − next below hi, next above lo − lo)`, infinite when `y` holds one value.
+fn end_gaps(y: &[f32], lo: f32, hi: f32) -> (f32, f32) {
+    let (mut below, mut above) = (f32::NEG_INFINITY, f32::INFINITY);
+    for &v in y {
+        if v < hi && v > below {
+            below = v;
+        }
+        if v > lo && v < above {
+            above = v;
+        }
+    }
+    (hi - below, above - lo)
+}
+
+/// Values of `x` beyond `[lo, hi]` by more than half the gap at that end (see the module
+/// documentation).
+fn clipped_in(x: &[f32], y: &[f32], lo: f32, hi: f32) -> u64 {
+    let (top, bottom) = end_gaps(y, lo, hi);
+    x.iter()
+        .filter(|&&a| a - hi > top / 2.0 || lo - a > bottom / 2.0)
+        .count() as u64
+}
+
+/// Lane count of the vectorised pass.
+const LANES: usize = 8;
+
+/// Sums of one group of values, in `LANES` independent f32 lanes so the loop vectorises.
+#[derive(Default)]
+struct Lanes {
+    sq: [f32; LANES],
+    sx: [f32; LANES],
+    max: [f32; LANES],
+    x_lo: [f32; LANES],
+    x_hi: [f32; LANES],
+    y_lo: [f32; LANES],
+    y_hi: [f32; LANES],
+}
+
+impl Lanes {
+    fn of(x: &[f32], y: &[f32]) -> Lanes {
+        let mut l = Lanes {
+            x_lo: [f32::INFINITY; LANES],
+            y_lo: [f32::INFINITY; LANES],
+            x_hi: [f32::NEG_INFINITY; LANES],
+            y_hi: [f32::NEG_INFINITY; LANES],
+            ..Lanes::default()
+        };
+        let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        for (a, b) in cx.zip(cy) {
+            for i in 0..LANES {
+                l.step(i, a[i], b[i]);
+            }
+        }
+        for (i, (&a, &b)) in rx.iter().zip(ry).enumerate() {
+            l.step(i, a, b);
+        }
+        l
+    }
+
+    #[inline(always)]
+    fn step(&mut self, i: usize, a: f32, b: f32) {
+        let d = a - b;
+        self.sq[i] += d * d;
+        self.sx[i] += a * a;
+        let ad = d.abs();
+        self.max[i] = if ad > self.max[i] { ad } else { self.max[i] };
+        self.x_lo[i] = if a < self.x_lo[i] { a } else { self.x_lo[i] };
+        self.x_hi[i] = if a > self.x_hi[i] { a } else { self.x_hi[i] };
+        self.y_lo[i] = if b < self.y_lo[i] { b } else { self.y_lo[i] };
+        self.y_hi[i] = if b > self.y_hi[i] { b } else { self.y_hi[i] };
+    }
+}
+
+fn fold(v: &[f32; LANES], f: fn(f32, f32) -> f32) -> f32 {
+    v[1..].iter().fold(v[0], |m, &x| f(m, x))
 }
 
 impl Accum {
     /// Adds the source values `x` and their reconstruction `y`, in blocks of `block` values
     /// (1 for elementwise casts).
     pub fn add(&mut self, x: &[f32], y: &[f32], block: usize) {
-        for (xb, yb) in x.chunks(block.max(1)).zip(y.chunks(block.max(1))) {
-            let (lo, hi) = yb
-                .iter()
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), &v| {
-                    (l.min(v), h.max(v))
-                });
-            let outside = block > 1 && xb.iter().any(|&a| a > hi || a < lo);
-            let half = if outside {
-                half_step(yb)
-            } else {
-                f32::INFINITY
-            };
-            let (mut sq, mut sx) = (0f64, 0f64);
-            for (&a, &b) in xb.iter().zip(yb) {
-                if !a.is_finite() {
-                    continue;
-                }
-                if !b.is_finite() {
-                    self.clipped += 1;
-                    continue;
-                }
-                if a - hi > half || lo - a > half {
-                    self.clipped += 1;
-                }
-                let d = (a - b).abs();
-                self.compared += 1;
-                sq += f64::from(d) * f64::from(d);
-                sx += f64::from(a) * f64::from(a);
-                self.max_abs = self.max_abs.max(d);
+        self.detailed = true;
+        let group = if block > 1 { block } else { 256 };
+        for (xb, yb) in x.chunks(group).zip(y.chunks(group)) {
+            if !self.add_finite(xb, yb, block > 1) {
+                self.add_exact(xb, yb, block > 1);
             }
-            self.sum_sq_err += sq;
-            self.sum_sq_src += sx;
         }
         self.n += x.len() as u64;
+    }
+
+    /// The common case, vectorised: every value finite (false, adding nothing, otherwise).
+    fn add_finite(&mut self, x: &[f32], y: &[f32], blocked: bool) -> bool {
+        let l = Lanes::of(x, y);
+        let sq: f64 = l.sq.iter().map(|&v| f64::from(v)).sum();
+        let sx: f64 = l.sx.iter().map(|&v| f64::from(v)).sum();
+        if !(sq.is_finite() && sx.is_finite()) {
+            return false;
+        }
+        if blocked {
+            let (lo, hi) = (fold(&l.y_lo, f32::min), fold(&l.y_hi, f32::max));
+            if fold(&l.x_hi, f32::max) > hi || fold(&l.x_lo, f32::min) < lo {
+                self.clipped += clipped_in(x, y, lo, hi);
+            }
+        }
+        self.sum_sq_err += sq;
+        self.sum_sq_src += sx;
+        self.max_abs = self.max_abs.max(fold(&l.max, f32::max));
+        self.compared += x.len() as u64;
+        true
+    }
+
+    /// Value by value in f64, skipping non-finite sources and counting overflows.
+    fn add_exact(&mut self, xb: &[f32], yb: &[f32], blocked: bool) {
+        let finite = |v: &&f32| v.is_finite();
+        let lo = yb
+            .iter()
+            .filter(finite)
+            .fold(f32::INFINITY, |l, &v| l.min(v));
+        let hi = yb
+            .iter()
+            .filter(finite)
+            .fold(f32::NEG_INFINITY, |h, &v| h.max(v));
+        if blocked {
+            // Finite sources whose reconstruction is finite, against the finite range.
+            let pairs = xb
+                .iter()
+                .zip(yb)
+                .filter(|(a, b)| a.is_finite() && b.is_finite());
+            let fx: Vec<f32> = pairs.map(|(a, _)| *a).collect();
+            let fy: Vec<f32> = yb.iter().copied().filter(|v| v.is_finite()).collect();
+            self.clipped += clipped_in(&fx, &fy, lo, hi);
+        }
+        for (&a, &b) in xb.iter().zip(yb) {
+            if !a.is_finite() {
+                continue;
+            }
+            if !b.is_finite() {
+                self.clipped += 1;
+                continue;
+            }
+            let d = f64::from(a) - f64::from(b);
+            self.compared += 1;
+            self.sum_sq_err += d * d;
+            self.sum_sq_src += f64::from(a) * f64::from(a);
+            self.max_abs = self.max_abs.max(d.abs() as f32);
+        }
+    }
+
+    /// Adds squared errors and the largest error only, in one vectorised pass (what a
+    /// quantization reports when no quality report is asked for).
+    pub fn add_plain(&mut self, x: &[f32], y: &[f32]) {
+        let (mut sq, mut mx) = ([0f32; LANES], [0f32; LANES]);
+        let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        for (a, b) in cx.zip(cy) {
+            for i in 0..LANES {
+                let d = (a[i] - b[i]).abs();
+                sq[i] += d * d;
+                mx[i] = if d > mx[i] { d } else { mx[i] };
+            }
+        }
+        for (i, (&a, &b)) in rx.iter().zip(ry).enumerate() {
+            let d = (a - b).abs();
+            sq[i] += d * d;
+            mx[i] = if d > mx[i] { d } else { mx[i] };
+        }
+        self.sum_sq_err += sq.iter().map(|&v| f64::from(v)).sum::<f64>();
+        self.max_abs = self.max_abs.max(fold(&mx, f32::max));
+        self.compared += x.len() as u64;
+        self.n += x.len() as u64;
+    }
+
+    /// RMSE and max abs error, however measured.
+    pub fn rmse_max(&self) -> Option<(f64, f64)> {
+        (self.n > 0).then(|| {
+            let rmse = (self.sum_sq_err / self.compared.max(1) as f64).sqrt();
+            (rmse, f64::from(self.max_abs))
+        })
     }
 
     /// Adds another accumulator's sums.
@@ -108,11 +241,12 @@ impl Accum {
         self.clipped += o.clipped;
         self.compared += o.compared;
         self.n += o.n;
+        self.detailed |= o.detailed;
     }
 
-    /// The figures, or `None` before any value was seen.
+    /// The figures, or `None` before any value was seen or when only [`Accum::add_plain`] ran.
     pub fn quality(&self) -> Option<Quality> {
-        (self.n > 0).then(|| Quality {
+        (self.n > 0 && self.detailed).then(|| Quality {
             values: self.n,
             rmse: (self.sum_sq_err / self.compared.max(1) as f64).sqrt(),
             max_abs: f64::from(self.max_abs),
