@@ -50,6 +50,30 @@ fn every_json_document_matches_its_schema() {
         (
             "convert",
             vec![
+                s(&f.join("good/quality/model.safetensors")),
+                "-o".into(),
+                s(&t.path().join("att/q.safetensors")),
+                "--dtype".into(),
+                "f16".into(),
+                "--attest".into(),
+                s(&t.path().join("q.intoto.json")),
+                "--report".into(),
+                s(&t.path().join("q.html")),
+            ],
+            "F32 → F16 with quality figures, --attest and --report",
+        ),
+        (
+            "verify",
+            vec![
+                "--attestation".into(),
+                s(&t.path().join("q.intoto.json")),
+                s(&t.path().join("att")),
+            ],
+            "verify --attestation",
+        ),
+        (
+            "convert",
+            vec![
                 s(&f.join("good/ckpt/train.pt")),
                 "-o".into(),
                 s(&t.path().join("c.safetensors")),
@@ -112,4 +136,6 @@ fn every_json_document_matches_its_schema() {
         let o = wp(&refs);
         validate(&py, schema, &o.stdout, what);
     }
+    let statement = std::fs::read(t.path().join("q.intoto.json")).unwrap();
+    validate(&py, "attestation", &statement, "the --attest statement");
 }

@@ -101,6 +101,15 @@ pub struct ConvertArgs {
     /// Rename tensors, sed style (`s/^params\//model./`); repeatable, applied in order.
     #[arg(long, value_name = "s/PAT/REP/")]
     pub rename: Vec<String>,
+    /// Write an in-toto Statement v1 of the conversion to FILE: every output file with its
+    /// sha256 (the subjects), every input file with its sha256, the command and options, and
+    /// per output tensor its source tensors with content hashes.
+    #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
+    pub attest: Option<PathBuf>,
+    /// Write the quality report (per quantized or narrowed tensor: RMSE, max abs and relative
+    /// error, share clipped; a per-layer chart) as a static HTML page to FILE.
+    #[arg(long, value_name = "FILE.html", conflicts_with = "dry_run")]
+    pub report: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
     #[command(flatten)]
@@ -192,6 +201,10 @@ pub struct VerifyArgs {
     /// Also require every tensor to equal this source's (same names, dtypes, shapes, bytes).
     #[arg(long, value_name = "SOURCE")]
     pub against: Option<PathBuf>,
+    /// Check the directory PATH against this in-toto statement (from `convert --attest`):
+    /// every subject's sha256, and no file missing or extra. Exit 1 naming each difference.
+    #[arg(long, value_name = "FILE", conflicts_with = "against")]
+    pub attestation: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
 }

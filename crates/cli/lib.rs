@@ -11,8 +11,10 @@
 //! escapes (it is reported as an internal error, exit 1).
 
 mod args;
+mod attest;
 mod output;
 mod progress;
+mod report;
 mod scan;
 
 use std::ffi::OsString;

@@ -95,6 +95,7 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         arch: a.quant.arch.clone(),
         name: a.quant.name.clone(),
         pre_tokenizer: a.quant.pre_tokenizer.clone(),
+        measure_quality: false,
     })
 }
 
@@ -156,20 +157,29 @@ pub fn convert(
     opts.transform = transform_options(a)?;
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
+    opts.provenance = a.attest.is_some();
+    opts.transform.measure_quality = json || a.report.is_some();
     let t0 = Instant::now();
     let r = run_convert(&opts, progress)?;
+    crate::attest::write_outputs(a, &r)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
-        return convert_json(&r, secs, out);
+        return convert_json(a, &r, secs, out);
     }
     convert_summary(&r, secs, out)?;
     convert_files(&r, out)?;
     convert_transforms(&r, out)?;
+    convert_written(a, out)?;
     Ok(())
 }
 
 /// The `--json` document of a conversion.
-fn convert_json(r: &ConvertReport, secs: f64, out: &mut impl Write) -> Result<(), Failure> {
+fn convert_json(
+    a: &ConvertArgs,
+    r: &ConvertReport,
+    secs: f64,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
     let files: Vec<Value> = r
         .files
         .iter()
@@ -190,7 +200,9 @@ fn convert_json(r: &ConvertReport, secs: f64, out: &mut impl Write) -> Result<()
         "cleaned": paths(&r.cleaned),
         "recovered": paths(&r.recovered),
         "notes": r.notes,
-        "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome})).collect::<Vec<_>>(),
+        "transforms": r.transforms.iter().map(|t| json!({"tensor": t.tensor, "op": t.op, "outcome": t.outcome, "quality": t.quality.map(quality_json)})).collect::<Vec<_>>(),
+        "attestation": a.attest.as_ref().map(|p| p.display().to_string()),
+        "report": a.report.as_ref().map(|p| p.display().to_string()),
         "architecture": r.architecture,
         "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
         "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
@@ -209,6 +221,17 @@ fn convert_json(r: &ConvertReport, secs: f64, out: &mut impl Write) -> Result<()
 }
 
 /// What was (or would be) written, and the architecture.
+/// Where the provenance statement and the quality report went.
+fn convert_written(a: &ConvertArgs, out: &mut impl Write) -> std::io::Result<()> {
+    if let Some(f) = &a.attest {
+        writeln!(out, "  provenance (in-toto statement) written to {}", p(f))?;
+    }
+    if let Some(f) = &a.report {
+        writeln!(out, "  quality report written to {}", p(f))?;
+    }
+    Ok(())
+}
+
 fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::io::Result<()> {
     if r.dry_run {
         writeln!(
@@ -505,12 +528,21 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
     Ok(())
 }
 
+/// A tensor's quality figures in `--json`.
+fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
+    json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
+           "relative_error": q.relative, "clipped_share": q.clipped})
+}
+
 pub fn verify(
     a: &VerifyArgs,
     json: bool,
     bar: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
+    if let Some(file) = &a.attestation {
+        return crate::attest::verify(a, file, json, out);
+    }
     let req = open_request(&a.read);
     let src = open_inputs(std::slice::from_ref(&a.path), &req)?.source;
     let data: u64 = src.tensors().iter().map(|t| t.byte_len).sum();

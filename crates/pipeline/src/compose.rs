@@ -587,6 +587,10 @@ impl Transform for Chain {
             (a, b) => a.or(b),
         }
     }
+
+    fn quality(&self) -> Option<crate::quality::Quality> {
+        self.second.quality().or_else(|| self.first.quality())
+    }
 }
 
 #[cfg(test)]

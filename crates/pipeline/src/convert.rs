@@ -5,13 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::registry::{OpenRequest, OutputPlan, OutputRequest};
+use weightport_core::registry::{ExtraContent, OpenRequest, OutputPlan, OutputRequest};
 use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 
+use crate::attest::{self, Provenance};
 use crate::by_arch::{self, WithGenerated};
 use crate::exec::{run, worker_bytes, Progress};
 use crate::input::open_inputs;
 use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
+use crate::quality::Quality;
 use crate::registry::output_for;
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
@@ -59,6 +61,8 @@ pub struct ConvertOptions {
     pub max_memory: Option<u64>,
     /// Chunk (hash leaf) target size; [`hash::HASH_CHUNK`] except in tests.
     pub chunk: u64,
+    /// Collect what the output was made of ([`ConvertReport::provenance`], for `--attest`).
+    pub provenance: bool,
 }
 
 impl ConvertOptions {
@@ -77,6 +81,7 @@ impl ConvertOptions {
             threads: None,
             max_memory: None,
             chunk: hash::HASH_CHUNK,
+            provenance: false,
         }
     }
 }
@@ -101,6 +106,8 @@ pub struct TransformReport {
     pub op: String,
     /// Counts of lossy effects, if any.
     pub outcome: Option<String>,
+    /// Error against the source values, for quantizations and narrowing casts.
+    pub quality: Option<Quality>,
 }
 
 /// One output tensor as planned.
@@ -174,6 +181,8 @@ pub struct ConvertReport {
     pub threads: usize,
     /// Buffer and mapped-chunk memory the executor holds at most.
     pub memory_bytes: u64,
+    /// With [`ConvertOptions::provenance`]: inputs, outputs and per-tensor sources.
+    pub provenance: Option<Provenance>,
 }
 
 /// Runs a conversion of `opts.inputs`.
@@ -296,6 +305,10 @@ pub fn convert_source(
             sink.write_at(k, off, b)
         })?;
         progress.finish();
+        let read = match opts.provenance {
+            true => Some(attest::source_hashes(source, &outs, &hashes, opts.chunk)?),
+            false => None,
+        };
         if opts.verify {
             progress.start("verify", report.data_bytes);
             for f in &staged.files {
@@ -304,8 +317,22 @@ pub fn convert_source(
             progress.finish();
         }
         let finished = sink.finish()?;
-        txn::commit(prepared, &plan, finished, opts.force)
+        let committed = txn::commit(prepared, &plan, finished, opts.force)?;
+        let tensors = read.map(|r| attest::tensors_of(source, &outs, &hashes, &r));
+        Ok::<_, Error>((committed, tensors))
     })?;
+    let (committed, tensors) = committed;
+    if let Some(tensors) = tensors {
+        report.provenance = Some(provenance_of(
+            &opts.inputs,
+            source,
+            repo_dir,
+            by_arch,
+            &plan,
+            &committed,
+            tensors,
+        ));
+    }
     report.verified = opts.verify;
     report.files = committed
         .files
@@ -319,6 +346,52 @@ pub fn convert_source(
     report.removed = committed.removed;
     report.transforms = transforms_of(&outs);
     Ok(report)
+}
+
+/// Inputs and outputs of a committed conversion.
+fn provenance_of(
+    inputs: &[PathBuf],
+    source: &dyn TensorSource,
+    repo_dir: Option<&Path>,
+    by_arch: bool,
+    plan: &OutputPlan,
+    committed: &txn::Committed,
+    tensors: Vec<attest::TensorProvenance>,
+) -> Provenance {
+    let mut materials = source.files();
+    for e in &plan.extras {
+        if let ExtraContent::CopyOf(p) = &e.content {
+            materials.push(p.clone());
+        }
+    }
+    // Inputs named on the command line (an `*.index.json`), a repo's index, and for an HF
+    // release read by its architecture its configs and tokenizer files.
+    materials.extend(inputs.iter().filter(|p| p.is_file()).cloned());
+    if let Some(dir) = repo_dir {
+        let all = companions(dir);
+        let index = |p: &PathBuf| p.to_string_lossy().ends_with(".index.json");
+        materials.extend(all.into_iter().filter(|p| by_arch || index(p)));
+    }
+    let mut outputs: Vec<PathBuf> = committed.files.iter().map(|w| w.path.clone()).collect();
+    outputs.extend(committed.extras.iter().cloned());
+    Provenance {
+        root: plan.dir.clone(),
+        materials,
+        outputs,
+        tensors,
+    }
+}
+
+/// The regular, non-hidden files at the top of `dir`.
+fn companions(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect()
 }
 
 /// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.
@@ -336,6 +409,7 @@ fn transforms_of(outs: &[OutTensor]) -> Vec<TransformReport> {
                 tensor: o.info.name.clone(),
                 op: op.describe(),
                 outcome: op.outcome(),
+                quality: op.quality(),
             })
         })
         .collect()
@@ -402,5 +476,6 @@ fn report_of(
         dry_run: opts.dry_run,
         threads: 0,
         memory_bytes: 0,
+        provenance: None,
     }
 }

@@ -15,6 +15,7 @@
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
+pub mod attest;
 pub mod by_arch;
 pub mod cancel;
 pub mod cast;
@@ -24,6 +25,7 @@ pub mod exec;
 pub mod input;
 pub use weightport_arch::mix;
 pub mod plan;
+pub mod quality;
 pub mod quantize;
 pub mod registry;
 pub mod scan;

@@ -14,6 +14,7 @@ use weightport_core::{
 };
 
 use crate::cast::{is_float, Cast};
+use crate::quality::Measured;
 use crate::quantize::{Dequantize, Quantize, Requantize};
 use weightport_arch::mix::{self, TypedTensor};
 
@@ -128,6 +129,11 @@ pub struct TransformOptions {
     pub name: Option<String>,
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
+    /// Measure the quality figures of narrowing float casts and quantizations
+    /// ([`crate::quality`]): costs a decode of both sides of every cast chunk and a per-block
+    /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their
+    /// plain RMSE and max abs error).
+    pub measure_quality: bool,
 }
 
 pub use weightport_arch::mix::QuantOptions;
@@ -208,12 +214,23 @@ pub(crate) fn op_for(
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
+        (false, false) if opts.measure_quality && crate::quality::narrowing(from, to) => {
+            Arc::new(Measured::new(
+                Arc::new(
+                    Cast::new(from, to, name, opts.allow_lossy)?
+                        .rule(stage.rule)
+                        .finite_only(stage.validates),
+                ),
+                from,
+                to,
+            ))
+        }
         (false, false) => Arc::new(
             Cast::new(from, to, name, opts.allow_lossy)?
                 .rule(stage.rule)
                 .finite_only(stage.validates),
         ),
-        (false, true) => Arc::new(Quantize::new(from, to)?),
+        (false, true) => Arc::new(Quantize::new(from, to)?.measured(opts.measure_quality)),
         (true, false) => Arc::new(Dequantize::new(from, to)?.rule(stage.rule)),
         (true, true) => {
             if !opts.quant.as_ref().is_some_and(|q| q.allow_requantize) {

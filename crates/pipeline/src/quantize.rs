@@ -3,8 +3,9 @@
 //! bytes, a dequantized one's the elements of one block; rows are whole numbers of blocks (the
 //! plan's fallback guarantees it), so a chunk never splits a block or crosses a row mid-block.
 //!
-//! A quantized tensor also reports its error against its source (RMSE and max abs error,
-//! computed while the bytes pass through by dequantizing each chunk it wrote): no reference
+//! A quantized tensor also reports its error against its source ([`crate::quality`]: RMSE, max
+//! abs and relative error, share clipped; computed while the bytes pass through by dequantizing
+//! each chunk it wrote): no reference
 //! tool prints it, and it tells a user which tensors a mix hurt.
 
 use std::cell::RefCell;
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 use weightport_core::{CastRule, DType, Error, Layout, Result};
 use weightport_quant::cast::{decode_f32, encode_f32};
 
+use crate::quality::{Accum, Quality};
 use crate::transform::Transform;
 
 fn block(d: DType) -> (u64, u64) {
@@ -47,42 +49,12 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
     }
 }
 
-/// Sum of squared differences and largest absolute difference, in 8 independent lanes so the
-/// loop vectorizes (a report figure: the f32 lane sums over one step are exact enough).
-fn error_of(a: &[f32], b: &[f32]) -> (f64, f32) {
-    let (mut sq, mut mx) = ([0f32; 8], [0f32; 8]);
-    let ca = a.chunks_exact(8);
-    let cb = b.chunks_exact(8);
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            let d = (x[i] - y[i]).abs();
-            sq[i] += d * d;
-            mx[i] = if d > mx[i] { d } else { mx[i] };
-        }
-    }
-    let mut total: f64 = sq.iter().map(|&v| f64::from(v)).sum();
-    let mut max = mx.iter().fold(0f32, |m, &v| m.max(v));
-    for (x, y) in ra.iter().zip(rb) {
-        let d = (x - y).abs();
-        total += f64::from(d) * f64::from(d);
-        max = max.max(d);
-    }
-    (total, max)
-}
-
-#[derive(Default)]
-struct ErrorStats {
-    sum_sq: f64,
-    max_abs: f32,
-    n: u64,
-}
-
 /// F32/F16/BF16 → a block type.
 pub struct Quantize {
     from: DType,
     to: DType,
-    stats: Mutex<ErrorStats>,
+    stats: Mutex<Accum>,
+    measure: bool,
 }
 
 impl Quantize {
@@ -96,8 +68,16 @@ impl Quantize {
         Ok(Quantize {
             from,
             to,
-            stats: Mutex::new(ErrorStats::default()),
+            stats: Mutex::new(Accum::default()),
+            measure: false,
         })
+    }
+
+    /// With `on`, every quality figure is measured ([`Accum::add`]); else only RMSE and max
+    /// abs error, in a cheaper pass.
+    pub fn measured(mut self, on: bool) -> Quantize {
+        self.measure = on;
+        self
     }
 }
 
@@ -118,7 +98,7 @@ impl Transform for Quantize {
         let (be, bb) = (be as usize, bb as usize);
         let es = elem_size(self.from) as usize;
         let n = inputs[0].len() / es;
-        let (mut sum_sq, mut max_abs) = (0f64, 0f32);
+        let mut acc = Accum::default();
         VALUES.with(|cell| -> Result<()> {
             let (vals, back) = &mut *cell.borrow_mut();
             for start in (0..n).step_by(STEP_ELEMS) {
@@ -131,28 +111,26 @@ impl Transform for Quantize {
                 weightport_quant::quantize(self.to, vals, out).map_err(kernel_error)?;
                 back.resize(m, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
-                let (sq, mx) = error_of(vals, back);
-                sum_sq += sq;
-                max_abs = max_abs.max(mx);
+                if self.measure {
+                    acc.add(vals, back, be);
+                } else {
+                    acc.add_plain(vals, back);
+                }
             }
             Ok(())
         })?;
-        let mut s = self.stats.lock().expect("stats lock");
-        s.sum_sq += sum_sq;
-        s.max_abs = s.max_abs.max(max_abs);
-        s.n += n as u64;
+        self.stats.lock().expect("stats lock").merge(&acc);
         Ok(())
     }
     fn outcome(&self) -> Option<String> {
-        let s = self.stats.lock().ok()?;
-        (s.n > 0).then(|| {
-            format!(
-                "{}: rmse {:.3e}, max abs error {:.3e}",
-                self.describe(),
-                (s.sum_sq / s.n as f64).sqrt(),
-                s.max_abs
-            )
-        })
+        let (rmse, max) = self.stats.lock().ok()?.rmse_max()?;
+        Some(format!(
+            "{}: rmse {rmse:.3e}, max abs error {max:.3e}",
+            self.describe()
+        ))
+    }
+    fn quality(&self) -> Option<Quality> {
+        self.stats.lock().ok()?.quality()
     }
 }
 

@@ -37,4 +37,9 @@ pub trait Transform: Send + Sync {
     fn outcome(&self) -> Option<String> {
         None
     }
+    /// For a lossy float operation (quantization, narrowing cast): its error against the
+    /// source values ([`crate::quality`]), once the job has run.
+    fn quality(&self) -> Option<crate::quality::Quality> {
+        None
+    }
 }

@@ -1,0 +1,122 @@
+//! `convert --attest FILE` (an in-toto Statement of what was made from what), `convert
+//! --report FILE.html` (the quality report as a static page) and `verify --attestation FILE
+//! DIR`.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{json, Value};
+use weightport_core::Error;
+use weightport_pipeline::attest;
+use weightport_pipeline::ConvertReport;
+
+use crate::args::{ConvertArgs, VerifyArgs};
+use crate::output::p;
+use crate::Failure;
+
+/// What `--attest` records as the recipe: the command line, the options that shape the output,
+/// the version.
+fn recipe(a: &ConvertArgs) -> Value {
+    let q = &a.quant;
+    json!({
+        "command": std::env::args().collect::<Vec<_>>(),
+        "options": {
+            "to": a.to,
+            "shard_size": a.shard_size,
+            "dtype": format!("{:?}", a.dtype),
+            "dtype_filter": a.dtype_filter,
+            "allow_lossy": a.allow_lossy,
+            "rename": a.rename,
+            "quant": q.quant,
+            "pure": q.pure,
+            "tensor_type": q.tensor_type,
+            "output_tensor_type": q.output_tensor_type,
+            "token_embedding_type": q.token_embedding_type,
+            "leave_output_tensor": q.leave_output_tensor,
+            "allow_requantize": q.allow_requantize,
+            "arch": q.arch,
+            "name": q.name,
+            "pre_tokenizer": q.pre_tokenizer,
+            "from": a.read.from,
+            "key": a.read.key,
+            "shared": a.read.shared,
+            "index_only": a.read.index_only,
+        },
+        "weightport": {"version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// Writes `bytes` to `path` through a temp file beside it and a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{}.wp-tmp", name.unwrap_or_default()));
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, "write", e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
+}
+
+/// Writes what `--attest` and `--report` asked for, after a committed conversion.
+pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport) -> Result<(), Error> {
+    if let (Some(path), Some(prov)) = (&a.attest, &r.provenance) {
+        let st = attest::statement(prov, recipe(a))?;
+        let mut text = serde_json::to_vec_pretty(&st)
+            .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
+        text.push(b'\n');
+        write_atomic(path, &text)?;
+    }
+    if let Some(path) = &a.report {
+        write_atomic(path, crate::report::html(r).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `verify --attestation FILE DIR`: every subject's sha256, missing and extra files.
+pub fn verify(
+    a: &VerifyArgs,
+    file: &Path,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let text = std::fs::read(file).map_err(|e| Error::io(file, "read", e))?;
+    let st: Value = serde_json::from_slice(&text)
+        .map_err(|e| Error::Usage(format!("{}: not JSON: {e}", p(file))))?;
+    let subjects = st["subject"].as_array().map_or(0, Vec::len);
+    let found = attest::check(&st, &a.path, &[file.to_path_buf()])?;
+    let diffs: Vec<String> = found.iter().map(|m| m.to_string()).collect();
+    let ok = diffs.is_empty();
+    if json {
+        let v = json!({
+            "ok": ok,
+            "command": "verify",
+            "files": [],
+            "tensors": 0,
+            "data_bytes": 0,
+            "against": Value::Null,
+            "attestation": file.display().to_string(),
+            "subjects": subjects,
+            "differences": diffs,
+        });
+        writeln!(out, "{v}")?;
+    } else if ok {
+        writeln!(
+            out,
+            "{}: all {subjects} files named by {} have their attested sha256, and no other file is there",
+            p(&a.path),
+            p(file)
+        )?;
+    } else {
+        writeln!(out, "{}: differs from {}:", p(&a.path), p(file))?;
+        for d in &diffs {
+            writeln!(out, "  {}", weightport_core::sanitize(d))?;
+        }
+    }
+    if ok {
+        Ok(())
+    } else {
+        let message = format!("{}: {} differences", p(&a.path), diffs.len());
+        Err(Failure::Findings(1, Some(message)))
+    }
+}

@@ -1,0 +1,377 @@
+//! The quality report of a lossy output tensor (a quantization, a narrowing float cast): its
+//! error against the source values, accumulated while the bytes pass through.
+//!
+//! Definitions (the numpy check in `tests/quality_check.py` computes the same from the files):
+//! * over the values whose source and reconstruction are both finite (the compared values):
+//!   RMSE `sqrt(mean((x - y)²))`, max abs error `max |x - y|`, relative error
+//!   `sqrt(Σ(x - y)² / Σx²)` (0 when `Σx² = 0`);
+//! * clipped: finite source values whose reconstruction is not finite (a cast's overflow to
+//!   ±inf), or, for block types, that lie outside the range `[min y, max y]` of their block's
+//!   reconstruction by more than half the gap between that end and the next distinct
+//!   reconstructed value inside (the last step of the block's grid in use): more than rounding
+//!   explains, so the kernel chose a scale that cuts the value off (Q4_0's −8..7 grid cuts the side opposite the largest
+//!   value; k-quant scale searches trade outliers for the rest). The block is ggml's (32
+//!   values, or the 256-value super-block of k-quants). Reported as a share of all values.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use weightport_core::{DType, Result};
+
+use crate::transform::Transform;
+use weightport_core::CastRule;
+use weightport_quant::cast::decode_f32;
+
+/// Running sums of one tensor's error.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Accum {
+    sum_sq_err: f64,
+    sum_sq_src: f64,
+    max_abs: f32,
+    clipped: u64,
+    compared: u64,
+    n: u64,
+    /// Every figure was measured ([`Accum::add`]), not only RMSE and max ([`Accum::add_plain`]).
+    detailed: bool,
+}
+
+/// A tensor's error figures, once the job has run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quality {
+    /// Values compared.
+    pub values: u64,
+    /// Root mean squared error.
+    pub rmse: f64,
+    /// Largest absolute error.
+    pub max_abs: f64,
+    /// `‖x − y‖₂ / ‖x‖₂`.
+    pub relative: f64,
+    /// Share of values clipped (0..=1).
+    pub clipped: f64,
+}
+
+/// The gaps between the extreme values of `y` and the next distinct ones inside:
+/// `(hi − next below hi, next above lo − lo)`, infinite when `y` holds one value.
+fn end_gaps(y: &[f32], lo: f32, hi: f32) -> (f32, f32) {
+    let (mut below, mut above) = (f32::NEG_INFINITY, f32::INFINITY);
+    for &v in y {
+        if v < hi && v > below {
+            below = v;
+        }
+        if v > lo && v < above {
+            above = v;
+        }
+    }
+    (hi - below, above - lo)
+}
+
+/// Values of `x` beyond `[lo, hi]` by more than half the gap at that end (see the module
+/// documentation).
+fn clipped_in(x: &[f32], y: &[f32], lo: f32, hi: f32) -> u64 {
+    let (top, bottom) = end_gaps(y, lo, hi);
+    x.iter()
+        .filter(|&&a| a - hi > top / 2.0 || lo - a > bottom / 2.0)
+        .count() as u64
+}
+
+/// Lane count of the vectorised pass.
+const LANES: usize = 8;
+
+/// Sums of one group of values, in `LANES` independent f32 lanes so the loop vectorises.
+#[derive(Default)]
+struct Lanes {
+    sq: [f32; LANES],
+    sx: [f32; LANES],
+    max: [f32; LANES],
+    x_lo: [f32; LANES],
+    x_hi: [f32; LANES],
+    y_lo: [f32; LANES],
+    y_hi: [f32; LANES],
+}
+
+impl Lanes {
+    fn of(x: &[f32], y: &[f32]) -> Lanes {
+        let mut l = Lanes {
+            x_lo: [f32::INFINITY; LANES],
+            y_lo: [f32::INFINITY; LANES],
+            x_hi: [f32::NEG_INFINITY; LANES],
+            y_hi: [f32::NEG_INFINITY; LANES],
+            ..Lanes::default()
+        };
+        let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        for (a, b) in cx.zip(cy) {
+            for i in 0..LANES {
+                l.step(i, a[i], b[i]);
+            }
+        }
+        for (i, (&a, &b)) in rx.iter().zip(ry).enumerate() {
+            l.step(i, a, b);
+        }
+        l
+    }
+
+    #[inline(always)]
+    fn step(&mut self, i: usize, a: f32, b: f32) {
+        let d = a - b;
+        self.sq[i] += d * d;
+        self.sx[i] += a * a;
+        let ad = d.abs();
+        self.max[i] = if ad > self.max[i] { ad } else { self.max[i] };
+        self.x_lo[i] = if a < self.x_lo[i] { a } else { self.x_lo[i] };
+        self.x_hi[i] = if a > self.x_hi[i] { a } else { self.x_hi[i] };
+        self.y_lo[i] = if b < self.y_lo[i] { b } else { self.y_lo[i] };
+        self.y_hi[i] = if b > self.y_hi[i] { b } else { self.y_hi[i] };
+    }
+}
+
+fn fold(v: &[f32; LANES], f: fn(f32, f32) -> f32) -> f32 {
+    v[1..].iter().fold(v[0], |m, &x| f(m, x))
+}
+
+impl Accum {
+    /// Adds the source values `x` and their reconstruction `y`, in blocks of `block` values
+    /// (1 for elementwise casts).
+    pub fn add(&mut self, x: &[f32], y: &[f32], block: usize) {
+        self.detailed = true;
+        let group = if block > 1 { block } else { 256 };
+        for (xb, yb) in x.chunks(group).zip(y.chunks(group)) {
+            if !self.add_finite(xb, yb, block > 1) {
+                self.add_exact(xb, yb, block > 1);
+            }
+        }
+        self.n += x.len() as u64;
+    }
+
+    /// The common case, vectorised: every value finite (false, adding nothing, otherwise).
+    fn add_finite(&mut self, x: &[f32], y: &[f32], blocked: bool) -> bool {
+        let l = Lanes::of(x, y);
+        let sq: f64 = l.sq.iter().map(|&v| f64::from(v)).sum();
+        let sx: f64 = l.sx.iter().map(|&v| f64::from(v)).sum();
+        if !(sq.is_finite() && sx.is_finite()) {
+            return false;
+        }
+        if blocked {
+            let (lo, hi) = (fold(&l.y_lo, f32::min), fold(&l.y_hi, f32::max));
+            if fold(&l.x_hi, f32::max) > hi || fold(&l.x_lo, f32::min) < lo {
+                self.clipped += clipped_in(x, y, lo, hi);
+            }
+        }
+        self.sum_sq_err += sq;
+        self.sum_sq_src += sx;
+        self.max_abs = self.max_abs.max(fold(&l.max, f32::max));
+        self.compared += x.len() as u64;
+        true
+    }
+
+    /// Value by value in f64, skipping non-finite sources and counting overflows.
+    fn add_exact(&mut self, xb: &[f32], yb: &[f32], blocked: bool) {
+        let finite = |v: &&f32| v.is_finite();
+        let lo = yb
+            .iter()
+            .filter(finite)
+            .fold(f32::INFINITY, |l, &v| l.min(v));
+        let hi = yb
+            .iter()
+            .filter(finite)
+            .fold(f32::NEG_INFINITY, |h, &v| h.max(v));
+        if blocked {
+            // Finite sources whose reconstruction is finite, against the finite range.
+            let pairs = xb
+                .iter()
+                .zip(yb)
+                .filter(|(a, b)| a.is_finite() && b.is_finite());
+            let fx: Vec<f32> = pairs.map(|(a, _)| *a).collect();
+            let fy: Vec<f32> = yb.iter().copied().filter(|v| v.is_finite()).collect();
+            self.clipped += clipped_in(&fx, &fy, lo, hi);
+        }
+        for (&a, &b) in xb.iter().zip(yb) {
+            if !a.is_finite() {
+                continue;
+            }
+            if !b.is_finite() {
+                self.clipped += 1;
+                continue;
+            }
+            let d = f64::from(a) - f64::from(b);
+            self.compared += 1;
+            self.sum_sq_err += d * d;
+            self.sum_sq_src += f64::from(a) * f64::from(a);
+            self.max_abs = self.max_abs.max(d.abs() as f32);
+        }
+    }
+
+    /// Adds squared errors and the largest error only, in one vectorised pass (what a
+    /// quantization reports when no quality report is asked for).
+    pub fn add_plain(&mut self, x: &[f32], y: &[f32]) {
+        let (mut sq, mut mx) = ([0f32; LANES], [0f32; LANES]);
+        let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+        let (rx, ry) = (cx.remainder(), cy.remainder());
+        for (a, b) in cx.zip(cy) {
+            for i in 0..LANES {
+                let d = (a[i] - b[i]).abs();
+                sq[i] += d * d;
+                mx[i] = if d > mx[i] { d } else { mx[i] };
+            }
+        }
+        for (i, (&a, &b)) in rx.iter().zip(ry).enumerate() {
+            let d = (a - b).abs();
+            sq[i] += d * d;
+            mx[i] = if d > mx[i] { d } else { mx[i] };
+        }
+        self.sum_sq_err += sq.iter().map(|&v| f64::from(v)).sum::<f64>();
+        self.max_abs = self.max_abs.max(fold(&mx, f32::max));
+        self.compared += x.len() as u64;
+        self.n += x.len() as u64;
+    }
+
+    /// RMSE and max abs error, however measured.
+    pub fn rmse_max(&self) -> Option<(f64, f64)> {
+        (self.n > 0).then(|| {
+            let rmse = (self.sum_sq_err / self.compared.max(1) as f64).sqrt();
+            (rmse, f64::from(self.max_abs))
+        })
+    }
+
+    /// Adds another accumulator's sums.
+    pub fn merge(&mut self, o: &Accum) {
+        self.sum_sq_err += o.sum_sq_err;
+        self.sum_sq_src += o.sum_sq_src;
+        self.max_abs = self.max_abs.max(o.max_abs);
+        self.clipped += o.clipped;
+        self.compared += o.compared;
+        self.n += o.n;
+        self.detailed |= o.detailed;
+    }
+
+    /// The figures, or `None` before any value was seen or when only [`Accum::add_plain`] ran.
+    pub fn quality(&self) -> Option<Quality> {
+        (self.n > 0 && self.detailed).then(|| Quality {
+            values: self.n,
+            rmse: (self.sum_sq_err / self.compared.max(1) as f64).sqrt(),
+            max_abs: f64::from(self.max_abs),
+            relative: if self.sum_sq_src > 0.0 {
+                (self.sum_sq_err / self.sum_sq_src).sqrt()
+            } else {
+                0.0
+            },
+            clipped: self.clipped as f64 / self.n as f64,
+        })
+    }
+}
+
+/// True for a float cast that loses precision (F32 → F16/BF16, F16 ↔ BF16).
+pub fn narrowing(from: DType, to: DType) -> bool {
+    matches!(
+        (from, to),
+        (DType::F32, DType::F16 | DType::BF16)
+            | (DType::F16, DType::BF16)
+            | (DType::BF16, DType::F16)
+    )
+}
+
+thread_local! {
+    static DECODED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A narrowing elementwise cast with its error measured: the source and written values are
+/// decoded to f32 after each chunk and compared.
+pub struct Measured {
+    inner: Arc<dyn Transform>,
+    from: DType,
+    to: DType,
+    acc: Mutex<Accum>,
+}
+
+impl Measured {
+    /// Wraps `inner`, an elementwise cast `from` → `to` (both F32, F16 or BF16).
+    pub fn new(inner: Arc<dyn Transform>, from: DType, to: DType) -> Measured {
+        Measured {
+            inner,
+            from,
+            to,
+            acc: Mutex::new(Accum::default()),
+        }
+    }
+}
+
+impl Transform for Measured {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn unit(&self) -> u64 {
+        self.inner.unit()
+    }
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        self.inner.needs(out)
+    }
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        self.inner.apply(out, inputs, dst)?;
+        let mut a = Accum::default();
+        DECODED.with(|cell| {
+            let (x, y) = &mut *cell.borrow_mut();
+            to_f32(self.from, inputs[0], x);
+            to_f32(self.to, dst, y);
+            a.add(x, y, 1);
+        });
+        self.acc.lock().expect("quality lock").merge(&a);
+        Ok(())
+    }
+    fn lossless(&self) -> bool {
+        self.inner.lossless()
+    }
+    fn inverse(&self) -> Option<Arc<dyn Transform>> {
+        self.inner.inverse()
+    }
+    fn outcome(&self) -> Option<String> {
+        self.inner.outcome()
+    }
+    fn quality(&self) -> Option<Quality> {
+        self.acc.lock().ok()?.quality()
+    }
+}
+
+/// `src` (F64/F32/F16/BF16) widened to f32 into `out`; the widening is exact, so the rule only
+/// picks NaN bits, which the figures ignore.
+fn to_f32(d: DType, src: &[u8], out: &mut Vec<f32>) {
+    let n = d.elem_bytes().map_or(0, |e| src.len() / e as usize);
+    out.resize(n, 0.0);
+    if decode_f32(d, src, out, CastRule::Ggml).is_err() {
+        out.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_by_hand() {
+        let mut a = Accum::default();
+        // Block of 4 reconstructed within [-1, 1] in steps of 0.5; 3.0 lies beyond it by more
+        // than half a step: clipped (1.2 would be rounding).
+        a.add(&[1.0, -1.0, 0.5, 3.0], &[1.0, -1.0, 0.5, 1.0], 4);
+        let q = a.quality().unwrap();
+        assert_eq!(q.values, 4);
+        assert_eq!(q.max_abs, 2.0);
+        assert!((q.rmse - 1.0).abs() < 1e-12);
+        assert!((q.relative - (4.0f64 / 11.25).sqrt()).abs() < 1e-12);
+        assert_eq!(q.clipped, 0.25);
+        // A cast's overflow to inf is clipped and left out of the error sums.
+        let mut c = Accum::default();
+        c.add(&[70000.0, 2.0], &[f32::INFINITY, 2.0], 1);
+        let q = c.quality().unwrap();
+        assert_eq!((q.clipped, q.rmse, q.values), (0.5, 0.0, 2));
+    }
+
+    #[test]
+    fn narrowing_casts() {
+        assert!(narrowing(DType::F32, DType::F16));
+        assert!(narrowing(DType::BF16, DType::F16));
+        assert!(narrowing(DType::F16, DType::BF16));
+        assert!(!narrowing(DType::F16, DType::F32));
+        assert!(!narrowing(DType::F64, DType::F32));
+        assert!(!narrowing(DType::BF16, DType::F32));
+    }
+}
