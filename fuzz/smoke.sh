@@ -14,6 +14,8 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
 fi
 TRIPLE="$(rustc -vV | sed -n 's/^host: //p')"
 export CARGO_TARGET_DIR="$WORK/target"
+# A smoke run is seconds long: build time matters more than speed (no debug info, -O1).
+export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_OPT_LEVEL=1
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
