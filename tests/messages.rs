@@ -186,3 +186,18 @@ fn a_broken_config_json_is_not_called_a_malformed_gguf() {
     );
     assert!(!err.contains("malformed gguf"), "{err}");
 }
+
+/// A tensor the output format cannot store is not an "unsupported safetensors" input: the
+/// message names no format (the input is fine; the GGUF output has no BOOL type).
+#[test]
+fn a_dtype_the_output_cannot_store_names_no_input_format() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/safetensors/all_dtypes.safetensors");
+    let (code, err) = convert(&src, &t.path().join("o.gguf"));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("unsupported: tensor") && err.contains("which the output format cannot store"),
+        "{err}"
+    );
+    assert!(!err.contains("unsupported safetensors"), "{err}");
+}

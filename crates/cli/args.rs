@@ -8,7 +8,7 @@ use weightport_pipeline::plan::DtypeChoice;
 
 /// Move model weights between formats safely and fast.
 #[derive(Parser, Debug)]
-#[command(name = "weightport", version, about, long_about = None)]
+#[command(name = "weightport", version, long_version = long_version(), about, long_about = None)]
 pub struct Cli {
     /// Print one JSON document on stdout instead of a table.
     #[arg(long, global = true)]
@@ -194,6 +194,32 @@ pub struct VerifyArgs {
     pub against: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadArgs,
+}
+
+/// `weightport --version`: the version, then what this build has in it (this crate has no
+/// optional cargo features: the formats it reads and writes are its features).
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        use weightport_pipeline::registry::{INPUTS, OUTPUTS, REPOS};
+        let reads: Vec<&str> = INPUTS.iter().map(|f| f.name).collect();
+        let repos: Vec<&str> = REPOS.iter().map(|f| f.name).collect();
+        let writes: Vec<&str> = OUTPUTS.iter().map(|f| f.name).collect();
+        let build = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        format!(
+            "{}\nreads:  {} (repos: {})\nwrites: {}\nbuild:  {build}, {}-{}",
+            env!("CARGO_PKG_VERSION"),
+            reads.join(", "),
+            repos.join(", "),
+            writes.join(", "),
+            std::env::consts::ARCH,
+            std::env::consts::OS,
+        )
+    })
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

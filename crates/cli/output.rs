@@ -10,16 +10,19 @@ use weightport_pipeline::convert::ConvertOptions;
 use weightport_pipeline::mix::Ftype;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
-use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest};
+use weightport_pipeline::{convert as run_convert, open_inputs, OpenRequest, Progress};
 
 use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
-use crate::progress::Bar;
 use crate::Failure;
 
-/// Prints `{"ok": false, "error": {...}}` on stdout.
+/// The error document `{"ok": false, "error": {...}}`.
+pub fn error_json(kind: &str, message: &str, code: i32) -> String {
+    json!({"ok": false, "error": {"kind": kind, "message": message, "exit_code": code}}).to_string()
+}
+
+/// Prints the error document on stdout.
 pub fn print_error_json(kind: &str, message: &str, code: i32) {
-    let v = json!({"ok": false, "error": {"kind": kind, "message": message, "exit_code": code}});
-    let _ = writeln!(std::io::stdout(), "{v}");
+    let _ = writeln!(std::io::stdout(), "{}", error_json(kind, message, code));
 }
 
 fn human(bytes: u64) -> String {
@@ -138,6 +141,7 @@ pub fn convert(
     a: &ConvertArgs,
     g: &Global,
     json: bool,
+    progress: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let mut opts = ConvertOptions::new(a.inputs.clone(), a.output.clone());
@@ -151,8 +155,7 @@ pub fn convert(
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
     let t0 = Instant::now();
-    let bar = Bar::new();
-    let r = run_convert(&opts, &bar)?;
+    let r = run_convert(&opts, progress)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
         let files: Vec<Value> = r
@@ -477,10 +480,14 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
     Ok(())
 }
 
-pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub fn verify(
+    a: &VerifyArgs,
+    json: bool,
+    bar: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
     let req = open_request(&a.read);
     let src = open_inputs(std::slice::from_ref(&a.path), &req)?.source;
-    let bar = Bar::new();
     let data: u64 = src.tensors().iter().map(|t| t.byte_len).sum();
     let mut diffs = Vec::new();
     let against = match &a.against {
@@ -491,12 +498,12 @@ pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Fa
     };
     let mine = match &against {
         Some(o) => {
-            let (mine, theirs) = comparable_hashes(src.as_ref(), o.as_ref(), &bar)?;
+            let (mine, theirs) = comparable_hashes(src.as_ref(), o.as_ref(), bar)?;
             diffs = compare(&mine, &theirs);
             mine
         }
         None => {
-            let h = weightport_pipeline::hash_source(src.as_ref(), &bar)?;
+            let h = weightport_pipeline::hash_source(src.as_ref(), bar)?;
             src.tensors()
                 .iter()
                 .map(|t| t.name.clone())
@@ -543,7 +550,7 @@ pub fn verify(a: &VerifyArgs, json: bool, out: &mut impl Write) -> Result<(), Fa
     if ok {
         Ok(())
     } else {
-        eprintln!("weightport: {}: {} differences", p(&a.path), diffs.len());
-        Err(Failure::Findings(1))
+        let message = format!("{}: {} differences", p(&a.path), diffs.len());
+        Err(Failure::Findings(1, Some(message)))
     }
 }

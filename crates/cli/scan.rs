@@ -29,7 +29,7 @@ pub fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure
     if outcome.passed() {
         Ok(())
     } else {
-        Err(Failure::Findings(3))
+        Err(Failure::Findings(3, None))
     }
 }
 

@@ -8,7 +8,7 @@
 //! that normalization for the architectures in the table, from the per-architecture defaults
 //! recorded there ([`crate::table::ConfigDefaults`]).
 //!
-//! See: spec gguf.md §5.1, §5.5.
+//! See: docs/specs/gguf.md §5.1, §5.5.
 
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
 
 /// Largest release side file read (config, tokenizer files, chat template, model card): the
 /// largest real `tokenizer.json` files are tens of MB.
-pub const MAX_SIDE_FILE: u64 = 256 << 20;
+pub const MAX_SIDE_FILE: u64 = weightport_core::Limits::DEFAULT_MAX_SIDE_FILE;
 
 /// Reads a release's side file, refusing one larger than [`MAX_SIDE_FILE`] before reading it.
 pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {
@@ -217,15 +217,18 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
             raw.insert("num_key_value_heads".into(), kv.into());
         }
     }
-    if raw.get("head_dim").is_none_or(Value::is_null) {
+    if d.head_dim == HeadDimDefault::Ignored {
+        raw.remove("head_dim");
+    } else if raw.get("head_dim").is_none_or(Value::is_null) {
         let hd = match d.head_dim {
-            HeadDimDefault::Absent => None,
+            HeadDimDefault::Absent | HeadDimDefault::Ignored => None,
             HeadDimDefault::Derived => raw
                 .get("hidden_size")
                 .and_then(Value::as_u64)
                 .zip(heads)
                 .and_then(|(h, n)| h.checked_div(n)),
             HeadDimDefault::Const(n) => Some(n),
+            HeadDimDefault::Key(_) => None,
         };
         match hd {
             Some(hd) => {
@@ -235,6 +238,12 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 raw.remove("head_dim");
             }
         }
+    }
+    if let HeadDimDefault::Key(k) = d.head_dim {
+        match raw.get(k).cloned() {
+            Some(v) => raw.insert("head_dim".into(), v),
+            None => raw.remove("head_dim"),
+        };
     }
     // rope_parameters: transformers 5 folds the legacy `rope_scaling` and `rope_theta` into it.
     let mut rp = match raw
@@ -248,11 +257,12 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
     if let (Some(local), false) = (d.local_rope_theta, split) {
         // A legacy config of a class with per-layer-type rope parameters (Gemma 3):
         // `rope_scaling` and `rope_theta` are the full-attention layers', `rope_local_base_freq`
-        // the sliding ones'.
+        // the sliding ones' (ModernBERT's transformers-4 names: `global_rope_theta` and
+        // `local_rope_theta`; no config has both spellings).
         let mut full = rp.clone();
-        let theta = raw
-            .get("rope_theta")
-            .filter(|v| !v.is_null())
+        let theta = ["rope_theta", "global_rope_theta"]
+            .iter()
+            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
             .cloned()
             .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
         if let (false, Some(theta)) = (full.contains_key("rope_theta"), theta) {
@@ -265,9 +275,9 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
                 .unwrap_or_else(|| Value::String("default".into()));
             full.insert("rope_type".into(), t);
         }
-        let local = raw
-            .get("rope_local_base_freq")
-            .filter(|v| !v.is_null())
+        let local = ["rope_local_base_freq", "local_rope_theta"]
+            .iter()
+            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
             .cloned()
             .unwrap_or_else(|| serde_json::from_str(local).expect("table default is JSON"));
         let mut sliding = Map::new();

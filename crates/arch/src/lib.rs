@@ -2,7 +2,7 @@
 //!
 //! Pure functions and data the pipeline calls to convert an HF release (config.json,
 //! safetensors, tokenizer files) the way llama.cpp's `convert_hf_to_gguf.py` does
-//! (spec gguf.md §5). Nothing here reads tensor data.
+//! (docs/specs/gguf.md §5). Nothing here reads tensor data.
 //!
 //! * [`plan`]: config.json → the ordered GGUF KV list (exact GGUF types) and the output tensors
 //!   (GGUF name, source, shape, q/k permutation, F32 decision, dtype), dropped tensors.
@@ -12,23 +12,29 @@
 //!   pre-tokenizer check hash computed by HF's `tokenizers` crate.
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
+//! * [`gpt2`]: GPT-2's hyper-parameter list.
+//! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
+//! * [`xlmr`]: XLM-RoBERTa's position offset.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod gpt2;
 pub mod mix;
 pub mod naming;
 pub mod permute;
 pub mod phi3;
 pub mod plan;
 pub mod pooling;
+pub mod split;
 pub mod table;
 pub mod tokenizer;
+pub mod xlmr;
 
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, Origin, OutTensor, OutType,
-    PlanOptions, SourceTensor,
+    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, BlockPart, Origin, OutTensor,
+    OutType, PlanOptions, SourceTensor, View,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -1,6 +1,6 @@
 //! llama-quantize's type selection ("mixes"): which ggml type each tensor of a GGUF model gets
 //! for a target file type such as Q4_K_M, so that our output equals `llama-quantize IN OUT TYPE`
-//! tensor for tensor (spec gguf.md §4, llama.cpp `src/llama-quant.cpp` of the pinned sdist).
+//! tensor for tensor (docs/specs/gguf.md §4, llama.cpp `src/llama-quant.cpp` of the pinned sdist).
 //!
 //! The decision runs at plan time, over the tensors in llama-quantize's order (non-block tensors
 //! first, then `blk.0.*`, `blk.1.*`…, names sorted inside each group: [`quantize_order`]),
@@ -12,7 +12,7 @@
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
 use regex::Regex;
-use weightport_core::{DType, Error, Format, MetaValue, Metadata, Result};
+use weightport_core::{CastRule, DType, Error, Format, MetaValue, Metadata, Result};
 
 /// A target file type (`general.file_type`).
 #[allow(non_camel_case_types, missing_docs)]
@@ -214,6 +214,10 @@ impl ModelFacts {
 /// one-pass `--quant` output is planned as a rewrite of this format.
 pub const QUANTIZE_REWRITES: Format = Format::Gguf;
 
+/// The float conversions llama-quantize makes (F16 targets and fallbacks: ggml's
+/// `ggml_fp32_to_fp16_row`, `sign | 0x7E00` for every NaN).
+pub const QUANTIZE_CASTS: CastRule = CastRule::Ggml;
+
 /// llama-quantize's edits of the metadata it copies: the split keys removed, then
 /// `general.quantization_version` and `general.file_type` set last.
 pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
@@ -222,6 +226,13 @@ pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
     }
     m.push_last("general.quantization_version", MetaValue::U32(2));
     m.push_last("general.file_type", MetaValue::U32(ftype.file_type()));
+}
+
+/// llama-quantize refuses to requantize a tensor of the converter's file that is already of a
+/// block type (GPT-OSS's MXFP4 experts) into another type ("requantizing from type … is
+/// disabled" without `--allow-requantize`).
+pub fn requantize_refused(from: DType, to: DType) -> bool {
+    from != to && !matches!(from, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// ggml's `n_dims` of a tensor with numpy-order `shape`: dimensions without the trailing 1s of

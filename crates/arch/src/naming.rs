@@ -4,9 +4,15 @@
 
 use std::path::Path;
 
-use weightport_core::{DType, Format};
+use weightport_core::{CastRule, DType, Format};
 
 use crate::plan::{OutType, SourceTensor};
+
+/// The float conversions of the reference converter's `--outtype`: torch's `.to(float32)`
+/// of BF16 sources, then numpy's `astype(float16)` for F16 and gguf-py's numpy port of ggml's
+/// BF16 rounding (`gguf.quants.quantize`); an F16 source reaches numpy as F16 and widens with
+/// numpy's rule.
+pub const CONVERT_CASTS: CastRule = CastRule::Numpy;
 
 /// gguf-py's `Metadata.id_to_title`: `-` to spaces, all-lowercase words title-cased unless they
 /// are versions (`v0.2`) or start with a digit (`7b`).

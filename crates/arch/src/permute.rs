@@ -8,7 +8,7 @@
 //! pipeline can apply it as a row gather on any dtype whose rows are contiguous (2-D weights and
 //! 1-D biases alike: a bias "row" is one element).
 //!
-//! See: spec gguf.md §5.3.
+//! See: docs/specs/gguf.md §5.3.
 
 use weightport_core::{Error, Result};
 

@@ -97,7 +97,7 @@ pub fn longrope(hp: &HParams) -> Result<Option<LongRope>> {
         other => {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!("rope type `{other}` with long/short factors (Phi-3: longrope)"),
             })
         }

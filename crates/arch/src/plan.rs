@@ -1,6 +1,6 @@
 //! The HF release → GGUF plan: every KV in the reference's order and every output tensor.
 //!
-//! Key order (what `convert_hf_to_gguf.py` writes, spec gguf.md §5.5):
+//! Key order (what `convert_hf_to_gguf.py` writes, docs/specs/gguf.md §5.5):
 //! 1. `general.architecture`, `general.type` = "model", `general.name` (only when
 //!    [`PlanOptions::name`] is given: the reference derives it from the model card or the
 //!    directory name), `general.size_label` (from the total element count of the output tensors);
@@ -25,7 +25,9 @@ use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
 use crate::permute::QkPermute;
-use crate::table::{self, ArchSpec, ExpertStack, ExtraKv, KvLayout, FORCE_F32, SKIPPED_SUFFIXES};
+use crate::table::{
+    self, ArchSpec, ExpertStack, ExtraKv, Hook, KvLayout, SplitRule, FORCE_F32, SKIPPED_SUFFIXES,
+};
 use crate::tokenizer;
 
 /// One tensor of the HF release, from headers alone.
@@ -117,6 +119,27 @@ pub enum Origin {
         /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
         sources: Vec<(String, usize)>,
     },
+    /// A strided view of one HF tensor ([`View`]): the output's element `i` (row-major over
+    /// the view's sizes) is the source's element `offset + Σ idx_k · stride_k`, cast as the output
+    /// is (a transposed or interleaved part of a fused tensor, [`crate::split`]).
+    View {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`].
+        index: usize,
+        /// Which elements, in which order.
+        view: View,
+    },
+    /// Blocks of several byte tensors interleaved: output block `k` is block `k` of each part
+    /// ([`BlockPart::width`] bytes of its view) one after another, then rewritten in place by
+    /// `map` (GPT-OSS's MXFP4 experts: the scale byte, then the 16 bytes of FP4 values). Written
+    /// as is: the parts already hold the output type's bytes.
+    Blocks {
+        /// The parts, in the order their bytes enter a block.
+        parts: Vec<BlockPart>,
+        /// The rewrite of each assembled block.
+        map: crate::split::BlockMap,
+    },
     /// Rows `rows` (outermost axis) of one HF tensor: the output's bytes are that contiguous
     /// range of the source's, cast as the output is (Gemma 3's token embedding cut to the
     /// vocabulary; one part of a fused tensor).
@@ -128,6 +151,39 @@ pub enum Origin {
         /// The rows kept, `start..end` of the source's first dimension.
         rows: std::ops::Range<u64>,
     },
+}
+
+/// One part of an [`Origin::Blocks`]: a byte view of an HF tensor and the bytes of it each
+/// output block takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockPart {
+    /// Its HF name.
+    pub name: String,
+    /// Its index in the slice given to [`plan`].
+    pub index: usize,
+    /// Its bytes, in block order.
+    pub view: View,
+    /// Bytes per block.
+    pub width: u64,
+}
+
+/// Elements of a tensor taken as torch's `as_strided` takes them, in units of elements: the
+/// output's shape is the sizes of `dims`, its element at index `(i_0, …, i_n)` is the source's
+/// element `offset + Σ i_k · stride_k`. Format-neutral: a transpose swaps strides, every other
+/// row is a stride of two rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// The first element.
+    pub offset: u64,
+    /// `(size, stride)` per output dimension, outermost first.
+    pub dims: Vec<(u64, u64)>,
+}
+
+impl View {
+    /// The output shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.dims.iter().map(|d| d.0).collect()
+    }
 }
 
 /// One output tensor.
@@ -183,7 +239,7 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     let hf_arch = hf_architecture(config_dir)?;
     let spec = table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
         at: Location::file(config_dir.join("config.json")),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what: format!(
             "architecture `{}` cannot be converted to GGUF (supported: {})",
             weightport_core::sanitize(&hf_arch),
@@ -202,7 +258,13 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
 /// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
 pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
-    let hp = HParams::load(config_dir, &spec.config)?;
+    let mut hp = HParams::load(config_dir, &spec.config)?;
+    let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
+        crate::xlmr::position_offset(&mut hp)?
+    } else {
+        None
+    };
+    let hp = hp;
     let arch = spec.arch;
     // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
     let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
@@ -212,10 +274,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     };
     if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
         let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
-        if spec.vocab == crate::table::VocabKind::Bert && !labels.is_empty() && !dummy {
+        // The encoders' `BertModel.__init__` (a classifier head would add labels and tensors).
+        if spec.extra_kv.contains(&ExtraKv::NonCausal) && !labels.is_empty() && !dummy {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: "classifier labels (id2label) are not supported yet".into(),
             });
         }
@@ -223,7 +286,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "Qwen3 rerankers (cls_out head, rank pooling) are not supported yet".into(),
         });
     }
@@ -270,7 +333,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             });
         }
     }
-    let n_head = hp.need_u32(&["n_heads", "num_attention_heads"])?;
+    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
     let n_head_kv = hp
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
@@ -287,6 +350,10 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         Some(e) => Some(Experts::new(e, &hp, block_count)?),
         None => None,
     };
+    // MXFP4 experts, repacked and written before every other tensor of the release.
+    let mxfp4 = crate::split::Mxfp4::new(spec, &hp, tensors, &order, config_dir)?;
+    let mut mx_out = Vec::new();
+    let n_generated = out.len();
     for i in order {
         let t = &tensors[i];
         if SKIPPED_SUFFIXES.iter().any(|s| t.name.ends_with(s)) {
@@ -338,10 +405,61 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             }
             continue;
         }
+        if mxfp4.consumed(&hf) {
+            continue;
+        }
+        if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
+            if let SplitRule::Mxfp4 { alternating } = split.rule {
+                for (part, origin, shape) in mxfp4.repack(&hf, i, alternating)? {
+                    let Some(name) = map_name(spec, &part, block_count) else {
+                        return Err(Error::Unsupported {
+                            at: Location::file(config_dir).tensor(&t.name),
+                            format: Some(Format::Gguf),
+                            what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
+                        });
+                    };
+                    mx_out.push(OutTensor {
+                        name,
+                        origin,
+                        shape,
+                        permute: None,
+                        force_f32: false,
+                        plus_one: false,
+                        dtype: DType::MXFP4,
+                    });
+                }
+                continue;
+            }
+            for (part, view) in crate::split::views(split, &hf, t, &hp, config_dir)? {
+                let Some(gguf_name) = map_name(spec, &part, block_count) else {
+                    return Err(Error::Unsupported {
+                        at: Location::file(config_dir).tensor(&t.name),
+                        format: Some(Format::Gguf),
+                        what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
+                    });
+                };
+                let shape = view.shape();
+                let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
+                out.push(OutTensor {
+                    name: gguf_name,
+                    origin: Origin::View {
+                        name: t.name.clone(),
+                        index: i,
+                        view,
+                    },
+                    shape,
+                    permute: None,
+                    force_f32,
+                    plus_one: false,
+                    dtype,
+                });
+            }
+            continue;
+        }
         let Some(gguf_name) = map_name(spec, &hf, block_count) else {
             return Err(Error::Unsupported {
                 at: Location::file(config_dir).tensor(&t.name),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!("no GGUF name for this tensor of a {} model", hp.hf_arch),
             });
         };
@@ -384,6 +502,38 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 };
             }
         }
+        if spec.transposed.iter().any(|s| t.name.ends_with(s)) {
+            let [rows, cols] = shape[..] else {
+                return Err(bad(
+                    &hp.path,
+                    format!(
+                        "tensor `{}` is not 2-D {:?}: cannot be transposed",
+                        t.name, shape
+                    ),
+                ));
+            };
+            // `[rows, cols]` read as `[cols, rows]`: (c, r) ← r·cols + c.
+            shape = vec![cols, rows];
+            origin = Origin::View {
+                name: t.name.clone(),
+                index: i,
+                view: View {
+                    offset: 0,
+                    dims: vec![(cols, 1), (rows, cols)],
+                },
+            };
+        }
+        // XLM-RoBERTa: positions start after the padding id (`data_torch[offset:, :]`).
+        if let (Some(offset), "position_embd.weight") = (position_offset, gguf_name.as_str()) {
+            let rows =
+                crate::xlmr::kept_rows(&hp, &t.name, shape.first().copied().unwrap_or(0), offset)?;
+            shape[0] = rows.end - rows.start;
+            origin = Origin::Rows {
+                name: t.name.clone(),
+                index: i,
+                rows,
+            };
+        }
         let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
         out.push(OutTensor {
             name: gguf_name,
@@ -399,6 +549,11 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
     if let Some(ex) = &experts {
         ex.finish(config_dir)?;
     }
+    out.splice(n_generated..n_generated, mx_out);
+    let file_type = match opts.outtype {
+        OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
+        o => o.file_type(),
+    };
     if !tensors.is_empty() {
         check_layers(&out, block_count, &hp)?;
     }
@@ -430,7 +585,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         );
     }
     if spec.kv_layout == KvLayout::Phi3 {
-        crate::phi3::kvs(&hp, block_count, opts.outtype.file_type(), &mut put)?;
+        crate::phi3::kvs(&hp, block_count, file_type, &mut put)?;
+    } else if spec.kv_layout == KvLayout::Gpt2 {
+        crate::gpt2::kvs(&hp, block_count, file_type, &mut put)?;
     } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
         // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
         let need_f32 = |k: &str| -> Result<MetaValue> {
@@ -464,10 +621,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         let head_dim = hp.need_u32(&["head_dim"])?;
         put(a("attention.key_length"), MetaValue::U32(head_dim));
         put(a("attention.value_length"), MetaValue::U32(head_dim));
-        put(
-            "general.file_type".into(),
-            MetaValue::U32(opts.outtype.file_type()),
-        );
+        put("general.file_type".into(), MetaValue::U32(file_type));
         if spec.kv_layout == KvLayout::Gemma2 {
             put(
                 a("attn_logit_softcapping"),
@@ -568,19 +722,19 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
                     return Err(Error::Unsupported {
                         at: Location::file(&hp.path),
-                        format: Format::Gguf,
+                        format: Some(Format::Gguf),
                         what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
                     });
                 }
                 _ => {}
             }
         }
-        if spec.experts.is_none()
+        if !spec.is_moe()
             && (hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts"))
         {
             return Err(Error::Unsupported {
                 at: Location::file(&hp.path),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!(
                     "a {} config with experts (mixture-of-experts architectures: {})",
                     hp.hf_arch,
@@ -588,13 +742,13 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                 ),
             });
         }
-        // Expert-group and gating-function keys the reference would write: not for the
-        // architectures in the table.
-        for k in EXPERT_GROUP_KEYS {
+        // Expert-group and gating-function keys: written for the Mixture-of-Experts entries
+        // (after the expert counts), refused for a dense one.
+        for k in EXPERT_GROUP_KEYS.iter().filter(|_| !spec.is_moe()) {
             if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
                 return Err(Error::Unsupported {
                     at: Location::file(&hp.path),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "`{k}` (expert groups / gating function) in a {} config",
                         hp.hf_arch
@@ -620,7 +774,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
             put(a("attention.layer_norm_epsilon"), f32v(v));
         }
-        if spec.experts.is_some() {
+        if spec.is_moe() {
             if let Some(n) = hp.u32(&["num_local_experts", "num_experts", "n_routed_experts"])? {
                 put(a("expert_count"), MetaValue::U32(n));
             }
@@ -632,15 +786,13 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
             if let Some(n) = hp.u32(&used)? {
                 put(a("expert_used_count"), MetaValue::U32(n));
             }
+            expert_group_kvs(&hp, &mut |k, v| put(a(k), v))?;
         }
         if let Some(hd) = hp.u32(&["head_dim"])? {
             put(a("attention.key_length"), MetaValue::U32(hd));
             put(a("attention.value_length"), MetaValue::U32(hd));
         }
-        put(
-            "general.file_type".into(),
-            MetaValue::U32(opts.outtype.file_type()),
-        );
+        put("general.file_type".into(), MetaValue::U32(file_type));
         for extra in spec.extra_kv {
             match extra {
                 ExtraKv::VocabSize => {
@@ -658,6 +810,12 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         put(a("expert_feed_forward_length"), MetaValue::U32(v));
                     }
                 }
+                ExtraKv::ExpertFeedForwardLengthOf(k) => {
+                    put(
+                        a("expert_feed_forward_length"),
+                        MetaValue::U32(hp.need_u32(&[k])?),
+                    );
+                }
                 ExtraKv::ExpertSharedFeedForwardLength => {
                     if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
                         put(a("expert_shared_feed_forward_length"), MetaValue::U32(v));
@@ -672,7 +830,7 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         // The reference asserts it away (removed in Gemma 3).
                         return Err(Error::Unsupported {
                             at: Location::file(&hp.path),
-                            format: Format::Gguf,
+                            format: Some(Format::Gguf),
                             what: format!("attn_logit_softcapping in a {} config", hp.hf_arch),
                         });
                     }
@@ -693,10 +851,71 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
                         );
                     }
                 }
+                ExtraKv::ContextLength(keys) => {
+                    put(a("context_length"), MetaValue::U32(hp.need_u32(keys)?));
+                }
+                ExtraKv::LogitScale => {
+                    let v = hp
+                        .float(&["logit_scale"])?
+                        .ok_or_else(|| bad(&hp.path, "logit_scale is missing"))?;
+                    put(a("logit_scale"), f32v(v));
+                }
+                ExtraKv::RopeScalingNone => {
+                    put(a("rope.scaling.type"), MetaValue::Str("none".into()));
+                }
                 ExtraKv::RmsEpsilon(v) => {
                     let v: f64 = v.parse().expect("table constant is a float");
                     put(a("attention.layer_norm_rms_epsilon"), f32v(v));
                 }
+                ExtraKv::Scale(h, key) => {
+                    // `if (v := hparams.get(h))`: written when truthy.
+                    if let Some(v) = hp.float(&[h])?.filter(|v| *v != 0.0) {
+                        put(a(key), f32v(v));
+                    }
+                }
+                ExtraKv::SlidingWindowPattern => {
+                    if let Some((window, pattern)) = sliding_window_pattern(&hp, block_count)? {
+                        put(a("attention.sliding_window"), MetaValue::U32(window));
+                        let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
+                        put(
+                            a("attention.sliding_window_pattern"),
+                            MetaValue::Array(pattern),
+                        );
+                    }
+                }
+                ExtraKv::NoRopeEvery(step) => check_no_rope_layers(&hp, block_count, *step)?,
+                ExtraKv::HeadCountKv(n) => put(a("attention.head_count_kv"), MetaValue::U32(*n)),
+                ExtraKv::LeadingDenseBlockCount
+                | ExtraKv::QLoraRank
+                | ExtraKv::MlaLengths
+                | ExtraKv::ExpertSharedCount
+                | ExtraKv::ExpertWeightsScale
+                | ExtraKv::ExpertWeightsNorm
+                | ExtraKv::YarnLogMultiplier => {
+                    crate::split::mla_kvs(*extra, &hp, block_count, &mut |k, v| put(a(k), v))?
+                }
+                ExtraKv::LocalAttention => {
+                    put(
+                        a("attention.sliding_window"),
+                        MetaValue::U32(hp.need_u32(&["local_attention"])?),
+                    );
+                    if let Some(n) = hp.u32(&["global_attn_every_n_layers"])? {
+                        put(a("attention.sliding_window_pattern"), MetaValue::U32(n));
+                    }
+                }
+                ExtraKv::HiddenActivation => match hp.raw.get("hidden_activation") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) if s.is_empty() => {}
+                    Some(Value::String(s)) => {
+                        put(a("hidden_activation"), MetaValue::Str(s.clone()))
+                    }
+                    Some(v) => {
+                        return Err(bad(
+                            &hp.path,
+                            format!("`hidden_activation` is not a string: {v}"),
+                        ))
+                    }
+                },
                 ExtraKv::RopeDimensionCount => {
                     let d = match hp.u32(&["head_dim"])? {
                         Some(d) => d,
@@ -727,6 +946,9 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         })??;
         chkhsh = vocab.chkhsh;
         kv.extend(vocab.kv);
+        // The special vocabulary may write again a flag the architecture's vocabulary wrote
+        // (ModernBERT's add_*_token).
+        keep_first_position_last_value(&mut kv);
     }
     Ok(ArchPlan {
         hf_arch: hp.hf_arch.clone(),
@@ -736,6 +958,58 @@ pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
         dropped,
         chkhsh,
         hparams: hp,
+    })
+}
+
+/// [`ExtraKv::SlidingWindowPattern`]: when config.json has `sliding_window`, the window and one
+/// bool per layer (true = sliding): from `layer_types`, else every 4th layer global (OLMo 3's
+/// default, `Olmo2Model.set_gguf_parameters`).
+fn sliding_window_pattern(hp: &HParams, block_count: u32) -> Result<Option<(u32, Vec<bool>)>> {
+    match hp.raw.get("sliding_window") {
+        None => return Ok(None),
+        // The reference fails writing a null window.
+        Some(Value::Null) => return Err(bad(&hp.path, "`sliding_window` is null")),
+        Some(_) => {}
+    }
+    let window = hp.need_u32(&["sliding_window"])?;
+    let pattern: Vec<bool> = match hp.raw.get("layer_types") {
+        Some(types) => types
+            .as_array()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| bad(&hp.path, "`layer_types` is not a non-empty list"))?
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect(),
+        None => (0..block_count)
+            .map(|i| !(i + 1).is_multiple_of(4))
+            .collect(),
+    };
+    Ok(Some((window, pattern)))
+}
+
+/// [`ExtraKv::NoRopeEvery`]: the GGUF cannot say which layers skip rope; llama.cpp's graph
+/// skips it on layers `i` with `(i + 1) % step == 0`. `no_rope_layers` (1 = rope, transformers
+/// fills it from `no_rope_layer_interval`) must say the same.
+fn check_no_rope_layers(hp: &HParams, block_count: u32, step: u32) -> Result<()> {
+    let want = |i: u32| u64::from(!(i + 1).is_multiple_of(step));
+    let ok = match hp.raw.get("no_rope_layers").filter(|v| !v.is_null()) {
+        Some(v) => v.as_array().is_some_and(|l| {
+            l.len() == block_count as usize
+                && (0..block_count).all(|i| l[i as usize].as_u64() == Some(want(i)))
+        }),
+        None => hp.u32(&["no_rope_layer_interval"])?.unwrap_or(step) == step,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        at: Location::file(&hp.path),
+        format: Some(Format::Gguf),
+        what: format!(
+            "`no_rope_layers` other than every {step}th layer without rope: llama.cpp's {} \
+             graph assumes that pattern and the GGUF has no key for another",
+            hp.hf_arch
+        ),
     })
 }
 
@@ -752,6 +1026,44 @@ fn keep_first_position_last_value(kv: &mut Vec<(String, MetaValue)>) {
         }
     }
 }
+
+/// `expert_group_count` ← `n_group`, `expert_group_used_count` ← `topk_group`,
+/// `expert_gating_func` from the first score-function key (`TextModel.set_gguf_parameters`).
+fn expert_group_kvs(hp: &HParams, put: &mut dyn FnMut(&str, MetaValue)) -> Result<()> {
+    let present = |k: &str| hp.raw.get(k).is_some_and(|v| !v.is_null());
+    if present("n_group") {
+        put(
+            "expert_group_count",
+            MetaValue::U32(hp.need_u32(&["n_group"])?),
+        );
+    }
+    if present("topk_group") {
+        put(
+            "expert_group_used_count",
+            MetaValue::U32(hp.need_u32(&["topk_group"])?),
+        );
+    }
+    if let Some(k) = EXPERT_GROUP_KEYS[2..].iter().find(|k| present(k)) {
+        // gguf-py's ExpertGatingFuncType.
+        let f = match hp.raw[*k].as_str() {
+            Some("softmax") => 1,
+            Some("sigmoid") => 2,
+            Some("sqrtsoftplus") => 4,
+            _ => {
+                return Err(bad(
+                    &hp.path,
+                    format!("unsupported expert gating function `{k}`: {}", hp.raw[*k]),
+                ))
+            }
+        };
+        put("expert_gating_func", MetaValue::U32(f));
+    }
+    Ok(())
+}
+
+/// `general.file_type` of a release with MXFP4 experts converted to F32, F16 or BF16 (gguf-py's
+/// `LlamaFileType.MOSTLY_MXFP4_MOE`).
+const MOSTLY_MXFP4_MOE: u32 = 38;
 
 /// Hyper-parameters the reference writes as expert-group / gating-function keys.
 const EXPERT_GROUP_KEYS: &[&str] = &[
@@ -831,7 +1143,7 @@ impl Experts {
     ) -> Result<(u32, Stacks)> {
         let refuse = |what: String| Error::Unsupported {
             at: Location::file(dir).tensor(&tensors[i].name),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what,
         };
         let (bid, xid, w) = match_expert(self.spec.pattern, hf)
@@ -876,7 +1188,7 @@ impl Experts {
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir).tensor(&tensors[j].name),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: format!(
                         "experts of different shapes or types cannot be stacked (`{}` is {} {:?})",
                         first.name, first.dtype, first.shape

@@ -64,7 +64,7 @@ pub fn pooling_kvs(dir: &Path, hp: &HParams) -> Result<Vec<(&'static str, MetaVa
 fn unsupported(path: &Path, what: String) -> Error {
     Error::Unsupported {
         at: Location::file(path),
-        format: Format::HfRelease,
+        format: Some(Format::HfRelease),
         what,
     }
 }

@@ -7,9 +7,11 @@
 //! found. Adding an architecture is adding an entry to [`ARCHS`] (and a fixture that proves it
 //! against the reference converter); a Mixture-of-Experts one also names its [`ExpertStack`]
 //! (which per-expert tensors are stacked into which GGUF tensor, in which order).
+//! Where a converter class truly differs in something that is not a key or a name, the entry
+//! lists a named [`Hook`].
 //!
-//! Derived from `conversion/{llama,qwen}.py` and `gguf-py/gguf/tensor_mapping.py` of the pinned
-//! llama.cpp tree (spec gguf.md §5.2) and checked against its output
+//! Derived from `conversion/*.py` (llama, qwen, bert, …) and `gguf-py/gguf/tensor_mapping.py` of the
+//! pinned llama.cpp tree (docs/specs/gguf.md §5.2) and checked against its output
 //! (`fixtures/expected/arch/*.json`).
 
 /// What the transformers config class fills in for a missing `num_key_value_heads`.
@@ -32,6 +34,12 @@ pub enum HeadDimDefault {
     Derived,
     /// A constant.
     Const(u64),
+    /// The reference's class drops `head_dim` whatever config.json says (Granite's
+    /// `hparams.pop("head_dim")`): no key/value length, rope dimensions from the hidden size.
+    Ignored,
+    /// Always the value of this key (DeepseekV2Config sets `head_dim = qk_rope_head_dim`
+    /// whatever config.json says).
+    Key(&'static str),
 }
 
 /// The defaults of one transformers config class, for the keys the export reads.
@@ -81,6 +89,58 @@ pub enum ExtraKv {
     /// common keys). gguf-py's writer keeps a key written twice where it was first written, with
     /// the last value, so the key stays among the common ones when they wrote it.
     RmsEpsilon(&'static str),
+    /// `{arch}.context_length` u32 ← the first of these hyper-parameters present (Command-R's
+    /// `model_max_length` before `max_position_embeddings`). The common keys already wrote the
+    /// key, so it keeps its place and takes this value (gguf-py's dict, as for
+    /// [`ExtraKv::RmsEpsilon`]).
+    ContextLength(&'static [&'static str]),
+    /// `{arch}.logit_scale` f32 ← `logit_scale` (required; Command-R).
+    LogitScale,
+    /// `{arch}.rope.scaling.type` = `"none"` (Command-R's `add_rope_scaling_type(NONE)`;
+    /// ModernBERT writes it whatever the rope parameters).
+    RopeScalingNone,
+    /// `{arch}.<key>` f32 ← hyper-parameter `.0`, when truthy (Granite's multipliers:
+    /// `attention_multiplier` → `attention.scale`, …).
+    Scale(&'static str, &'static str),
+    /// When config.json has `sliding_window` (OLMo 3's shape in an OLMo 2 class):
+    /// `{arch}.attention.sliding_window` u32, then `{arch}.attention.sliding_window_pattern`, one
+    /// bool per layer: `layer_types[i] == "sliding_attention"`, else every 4th layer global.
+    SlidingWindowPattern,
+    /// Writes nothing: the architecture's llama.cpp graph skips rope on every n-th layer and has
+    /// no key for another pattern, so a config whose `no_rope_layers` (1 = rope) says otherwise
+    /// is refused (SmolLM3, n = 4).
+    NoRopeEvery(u32),
+    /// `{arch}.attention.head_count_kv` set to this constant (DeepSeek-V2 converts MLA into MQA
+    /// with one KV head); the key keeps the common writer's position.
+    HeadCountKv(u32),
+    /// `{arch}.expert_feed_forward_length` u32 ← this key (GPT-OSS: `intermediate_size`).
+    ExpertFeedForwardLengthOf(&'static str),
+    /// `{arch}.leading_dense_block_count` ← `first_k_dense_replace`, else 0 for a config with
+    /// `n_routed_experts`, else the block count.
+    LeadingDenseBlockCount,
+    /// `{arch}.attention.q_lora_rank` ← `q_lora_rank`, when not null.
+    QLoraRank,
+    /// Multi-head latent attention: `attention.kv_lora_rank` ← `kv_lora_rank` (default 512),
+    /// `attention.key_length` = rank + `qk_rope_head_dim`, `attention.value_length` = rank,
+    /// `attention.key_length_mla` = `qk_nope_head_dim + qk_rope_head_dim`,
+    /// `attention.value_length_mla` = `v_head_dim`.
+    MlaLengths,
+    /// `{arch}.expert_shared_count` ← `n_shared_experts` (default 0).
+    ExpertSharedCount,
+    /// `{arch}.expert_weights_scale` f32 ← `routed_scaling_factor`, when not null.
+    ExpertWeightsScale,
+    /// `{arch}.expert_weights_norm` bool ← `norm_topk_prob`, when true.
+    ExpertWeightsNorm,
+    /// `{arch}.rope.scaling.yarn_log_multiplier` f32 = 0.1 × the rope parameters'
+    /// `mscale_all_dim`, when present (DeepSeek-V2's legacy factor).
+    YarnLogMultiplier,
+    /// `{arch}.attention.sliding_window` u32 ← `local_attention` (required), then
+    /// `{arch}.attention.sliding_window_pattern` u32 ← `global_attn_every_n_layers` when present
+    /// (ModernBERT; transformers 5 keeps that key from a legacy config only).
+    LocalAttention,
+    /// `{arch}.hidden_activation` string ← `hidden_activation`, when truthy (ModernBERT's GeGLU
+    /// or SwiGLU).
+    HiddenActivation,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -165,6 +225,10 @@ pub enum KvLayout {
     /// reference writes while preparing tensors, i.e. right after `general.architecture`
     /// (the named hook [`crate::phi3`]).
     Phi3,
+    /// GPT-2's own list (`conversion/gpt2.py` `GPT2Model.set_gguf_parameters`), every key
+    /// required: blocks, context (`n_ctx`), embedding (`n_embd`), feed-forward `4 × n_embd`
+    /// (whatever `n_inner` says), heads (`n_head`), LayerNorm epsilon, file type.
+    Gpt2,
 }
 
 /// How the vocabulary is exported.
@@ -192,6 +256,14 @@ pub enum VocabKind {
     /// WordPiece `tokenizer.json` with "phantom space" tokens (`▁word`, `##xx` → `xx`), model
     /// `bert`, preceded by `tokenizer.ggml.token_type_count` ← `type_vocab_size`.
     Bert,
+    /// XLM-RoBERTa's unigram SentencePiece `sentencepiece.bpe.model`, realigned to the HF ids
+    /// (`<s> <pad> </s> <unk>` first, pieces shifted by one), model `t5`, with its normalizer
+    /// flags and precompiled charsmap (the named hook [`crate::tokenizer::xlmr`]).
+    XlmRoberta,
+    /// `add_bos_token`, `add_eos_token` and `add_sep_token` = true, then GPT-2 style BPE
+    /// (`ModernBertModel.set_vocab`; the special vocabulary may overwrite the flags' values, in
+    /// place).
+    Gpt2AddBosEosSep,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -243,6 +315,90 @@ pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 /// from: Qwen2MoeModel").
 pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
+/// How a fused HF tensor is split ([`crate::split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitRule {
+    /// Multi-head latent attention's `kv_b_proj` `[n_head_kv·(nope + v), rank]` (per head its
+    /// `qk_nope_head_dim` key rows, then its `v_head_dim` value rows): `k_b_proj`
+    /// `[n_head_kv, rank, nope]` (each head's key rows transposed) and `v_b_proj`
+    /// `[n_head_kv, v, rank]` (`conversion/deepseek.py` `DeepseekV2Model.modify_tensors`).
+    MlaKvB,
+    /// GPT-OSS's fused experts `gate_up_proj` `[experts, hidden, 2·ff]` (gate and up columns
+    /// alternating): transposed, then even rows `gate_proj.weight` and odd rows `up_proj.weight`,
+    /// each `[experts, ff, hidden]` (`conversion/gpt_oss.py` `GptOssModel.modify_tensors`).
+    GateUpAlternating,
+    /// GPT-OSS's `gate_up_proj_bias` `[experts, 2·ff]`: even columns `gate_proj.bias`, odd
+    /// columns `up_proj.bias`.
+    GateUpBiasAlternating,
+    /// GPT-OSS's fused experts `down_proj` `[experts, ff, hidden]`, transposed to
+    /// `down_proj.weight` `[experts, hidden, ff]`.
+    DownTransposed,
+    /// GPT-OSS's MXFP4 experts (`quantization_config.quant_method` "mxfp4"): `*_scales`
+    /// `[experts, rows, cols/32]` with its `*_blocks` `[experts, rows, cols/32, 16]` repacked into
+    /// GGUF MXFP4 blocks (the scale byte, then the 16 bytes with their nibbles reordered),
+    /// written before every other tensor (`generate_extra_tensors`); `alternating`: rows
+    /// alternate gate/up (`gate_up_proj`), else one output (`down_proj`).
+    Mxfp4 {
+        /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
+        alternating: bool,
+    },
+}
+
+impl SplitRule {
+    /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
+    pub fn experts(self) -> bool {
+        !matches!(self, SplitRule::MlaKvB)
+    }
+}
+
+/// A fused HF tensor the reference writes as several GGUF tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// HF names ending with this are split.
+    pub suffix: &'static str,
+    /// How.
+    pub rule: SplitRule,
+}
+
+/// DeepSeek-V2's MLA split.
+pub const MLA_SPLITS: &[Split] = &[Split {
+    suffix: "kv_b_proj.weight",
+    rule: SplitRule::MlaKvB,
+}];
+
+/// DeepSeek-V2's routed experts (`mlp.experts.N.{gate,up,down}_proj`, stacked down, gate, up);
+/// the marker is `mlp.experts` so that `mlp.shared_experts.*` stays a named tensor.
+pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mlp.experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: QWEN2MOE_EXPERTS.members,
+    count: &["n_routed_experts"],
+};
+
+/// GPT-OSS's fused expert tensors, unquantized and MXFP4.
+pub const GPTOSS_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_bias",
+        rule: SplitRule::GateUpBiasAlternating,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: true },
+    },
+    Split {
+        suffix: "mlp.experts.down_proj_scales",
+        rule: SplitRule::Mxfp4 { alternating: false },
+    },
+];
+
 /// One GGUF architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct ArchSpec {
@@ -272,10 +428,30 @@ pub struct ArchSpec {
     /// `*norm.weight` tensors are stored as `w` and used as `1 + w` (Gemma's RMSNorm): the
     /// reference adds 1 while converting (in the tensor's own precision for F16, else F32).
     pub norm_plus_one: bool,
+    /// HF tensors the reference splits into several GGUF tensors, each a strided view of it
+    /// ([`crate::Origin::View`]; the rules are the named hook [`crate::split`]).
+    pub splits: &'static [Split],
     /// `token_embd.weight` keeps only the vocabulary's rows (Gemma 3's `data_torch[:n_vocab]`,
     /// `n_vocab` the SentencePiece export's length): an [`crate::Origin::Rows`] when the
     /// embedding has more rows.
     pub embd_rows_to_vocab: bool,
+    /// HF name suffixes of 2-D weights stored `[in, out]` (GPT-2's `Conv1D`), which the
+    /// reference transposes to `[out, in]` before writing: an [`crate::Origin::View`] with swapped strides.
+    pub transposed: &'static [&'static str],
+    /// Where the reference's class truly differs from the common converter in something that is
+    /// not a key or a name ([`Hook`]); empty for most architectures.
+    pub hooks: &'static [Hook],
+}
+
+/// A named difference of one architecture's converter class, applied by the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// XLM-RoBERTa (`BertModel._xlmroberta_tokenizer_init` and `XLMRobertaModel.modify_tensors`):
+    /// position ids start at `pad_token_id + 1`, so when config.json has a `pad_token_id` the
+    /// first `pad_token_id + 1` rows of `position_embd` are dropped (an
+    /// [`crate::Origin::Rows`]) and `context_length` is `max_position_embeddings` minus them
+    /// ([`crate::xlmr`]).
+    PositionOffsetFromPad,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -308,9 +484,11 @@ const EMBED_NORM: NameGroup = &[
 /// An untied output head (absent from Gemma and Gemma 2, which always tie it).
 const LM_HEAD: NameGroup = &[("lm_head", "output")];
 
-/// Llama-style attention with its input norm.
+/// The norm before attention (absent from OLMo 2, which norms after attention).
+const ATTN_NORM: NameGroup = &[("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm")];
+
+/// Llama-style attention projections.
 const ATTN: NameGroup = &[
-    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
     ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
@@ -338,21 +516,24 @@ const FFN_NORM: NameGroup = &[(
     "blk.{bid}.ffn_norm",
 )];
 
-/// Gemma 2/3's four norms per block: after attention, before and after the feed-forward.
-const SANDWICH_NORMS: NameGroup = &[
+/// Norms after attention and after the feed-forward (Gemma 2/3 with [`PRE_FFN_NORM`] and the
+/// input norm: four per block; OLMo 2 alone: its only norms).
+const POST_NORMS: NameGroup = &[
     (
         "model.layers.{bid}.post_attention_layernorm",
         "blk.{bid}.post_attention_norm",
-    ),
-    (
-        "model.layers.{bid}.pre_feedforward_layernorm",
-        "blk.{bid}.ffn_norm",
     ),
     (
         "model.layers.{bid}.post_feedforward_layernorm",
         "blk.{bid}.post_ffw_norm",
     ),
 ];
+
+/// Gemma 2/3's norm before the feed-forward.
+const PRE_FFN_NORM: NameGroup = &[(
+    "model.layers.{bid}.pre_feedforward_layernorm",
+    "blk.{bid}.ffn_norm",
+)];
 
 /// The gated MLP (also the dense layers of the Qwen MoE models).
 const MLP: NameGroup = &[
@@ -390,6 +571,83 @@ const SHARED_EXPERT: NameGroup = &[
     ),
 ];
 
+/// DeepSeek-V2's multi-head latent attention: a query either direct (`q_proj`, V2-Lite) or
+/// low-rank (`q_a_proj`, its norm, `q_b_proj`), the compressed KV projection with its norm, and
+/// `kv_b_proj`'s two halves as the MLA split names them ([`MLA_SPLITS`]).
+const MLA: NameGroup = &[
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    (
+        "model.layers.{bid}.self_attn.q_a_proj",
+        "blk.{bid}.attn_q_a",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_a_layernorm",
+        "blk.{bid}.attn_q_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_b_proj",
+        "blk.{bid}.attn_q_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_proj_with_mqa",
+        "blk.{bid}.attn_kv_a_mqa",
+    ),
+    (
+        "model.layers.{bid}.self_attn.kv_a_layernorm",
+        "blk.{bid}.attn_kv_a_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_b_proj",
+        "blk.{bid}.attn_k_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.v_b_proj",
+        "blk.{bid}.attn_v_b",
+    ),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+];
+
+/// DeepSeek's shared experts (no gate of their own).
+const SHARED_EXPERTS: NameGroup = &[
+    (
+        "model.layers.{bid}.mlp.shared_experts.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_experts.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+];
+
+/// GPT-OSS: norms, router (with a bias), attention sinks, and the names its expert splits give.
+const GPTOSS: NameGroup = &[
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),
+    (
+        "model.layers.{bid}.mlp.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+    ),
+];
+
 /// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
 /// the pinned reference writes fused, as llama.cpp's phi3 graph reads them.
 const PHI3_FUSED: NameGroup = &[
@@ -406,15 +664,44 @@ const PHI3_FUSED: NameGroup = &[
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// StarCoder2's plain (ungated) MLP.
+const STARCODER2_MLP: NameGroup = &[
+    ("model.layers.{bid}.mlp.c_fc", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
+];
+
+/// GPT-2 after its `transformer.` prefix is removed (`tensor_mapping.py` lists both spellings:
+/// openai-community/gpt2's own weights have no prefix, `save_pretrained` writes it).
+const GPT2_NAMES: NameGroup = &[
+    ("wte", "token_embd"),
+    ("wpe", "position_embd"),
+    ("ln_f", "output_norm"),
+    ("lm_head", "output"),
+    ("h.{bid}.ln_1", "blk.{bid}.attn_norm"),
+    ("h.{bid}.attn.c_attn", "blk.{bid}.attn_qkv"),
+    ("h.{bid}.attn.c_proj", "blk.{bid}.attn_output"),
+    ("h.{bid}.ln_2", "blk.{bid}.ffn_norm"),
+    ("h.{bid}.mlp.c_fc", "blk.{bid}.ffn_up"),
+    ("h.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
+];
+
 /// Llama, Mistral and Qwen2.
-const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MLP];
+const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
-const MIXTRAL_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, FFN_NORM, MIXTRAL_ROUTER];
+const MIXTRAL_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    MIXTRAL_ROUTER,
+];
 /// Qwen2-MoE: a router, the shared expert, [`QWEN2MOE_EXPERTS`], and dense MLP names for
 /// `mlp_only_layers`.
 const QWEN2MOE_TENSORS: &[NameGroup] = &[
     EMBED_NORM,
     LM_HEAD,
+    ATTN_NORM,
     ATTN,
     FFN_NORM,
     ROUTER,
@@ -422,20 +709,68 @@ const QWEN2MOE_TENSORS: &[NameGroup] = &[
     MLP,
 ];
 /// Qwen3-MoE: Qwen3 attention, a router, [`QWEN3MOE_EXPERTS`], dense MLP names.
-const QWEN3MOE_TENSORS: &[NameGroup] =
-    &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP];
+const QWEN3MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP,
+];
 /// OLMoE: every layer sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN), [`OLMOE_EXPERTS`].
-const OLMOE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, ROUTER];
+const OLMOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, ROUTER,
+];
 /// Qwen3: Llama's names plus per-head q/k norms.
-const QWEN3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, FFN_NORM, MLP];
+const QWEN3_TENSORS: &[NameGroup] = &[
+    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, MLP,
+];
 /// Gemma 2 (`MODEL_TENSORS[GEMMA2]`): four norms per block, no `output`.
-const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, SANDWICH_NORMS, MLP];
+const GEMMA2_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, POST_NORMS, PRE_FFN_NORM, MLP];
 /// Gemma (v1): Llama's names without `output` (`lm_head` is dropped).
-const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN, FFN_NORM, MLP];
+const GEMMA_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Gemma 3 (text): Gemma 2's norms plus q/k norms; an untied `lm_head` is `output`.
-const GEMMA3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, SANDWICH_NORMS, MLP];
+const GEMMA3_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    POST_NORMS,
+    PRE_FFN_NORM,
+    MLP,
+];
+/// DeepSeek-V2: MLA, dense MLP names for the leading dense blocks, a router, shared experts and
+/// [`DEEPSEEK2_EXPERTS`].
+const DEEPSEEK2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    MLA,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+];
+/// GPT-OSS: Llama attention with biases, [`GPTOSS`].
+const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, GPTOSS];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
+/// OLMo 2 (`MODEL_TENSORS[OLMO2]`): no norm before attention or the feed-forward, norms after
+/// both, q/k norms over the whole projections.
+const OLMO2_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN, QK_NORMS, POST_NORMS, MLP];
+
+/// StarCoder2 (`MODEL_TENSORS[STARCODER2]`): Llama's attention and norms (LayerNorms with
+/// biases; the `.bias` rows follow from the same base names), a plain MLP.
+const STARCODER2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    STARCODER2_MLP,
+];
+/// Command-R (`MODEL_TENSORS[COMMAND_R]`): one norm per block (attention and MLP in parallel),
+/// optional per-head q/k norms, no `output` (the head is tied; an `lm_head` is refused, as the
+/// reference cannot map it).
+const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, QK_NORMS, MLP];
+/// GPT-2.
+const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -468,6 +803,37 @@ const BERT_NAMES: NameGroup = &[
     ),
 ];
 const BERT_TENSORS: &[NameGroup] = &[BERT_NAMES];
+
+/// ModernBERT (`tensor_mapping.py`, after `model.` is removed): fused `Wqkv` (`attn_qkv`) and
+/// `Wi` (`ffn_up`, the GLU's two halves), which llama.cpp's graph reads fused; layer 0 has no
+/// `attn_norm` (an identity in the model).
+const MODERNBERT_NAMES: NameGroup = &[
+    ("embeddings.tok_embeddings", "token_embd"),
+    ("embeddings.norm", "token_embd_norm"),
+    ("layers.{bid}.attn_norm", "blk.{bid}.attn_norm"),
+    ("layers.{bid}.attn.Wqkv", "blk.{bid}.attn_qkv"),
+    ("layers.{bid}.attn.Wo", "blk.{bid}.attn_output"),
+    ("layers.{bid}.mlp_norm", "blk.{bid}.ffn_norm"),
+    ("layers.{bid}.mlp.Wi", "blk.{bid}.ffn_up"),
+    ("layers.{bid}.mlp.Wo", "blk.{bid}.ffn_down"),
+    ("final_norm", "output_norm"),
+];
+const MODERNBERT_TENSORS: &[NameGroup] = &[MODERNBERT_NAMES];
+
+/// `BertModel.filter_tensors` (BERT, and what XLM-RoBERTa and ModernBERT call after their own
+/// prefix removal): `bert.` removed, `.gamma`/`.beta` renamed, the pooler and the pre-training
+/// heads dropped.
+const BERT_RULES: NameRules = NameRules {
+    strip_prefix: &["bert."],
+    suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
+    drop: &[
+        "embeddings.position_ids",
+        "pooler.dense.weight",
+        "pooler.dense.bias",
+    ],
+    drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
+    text_of_multimodal: false,
+};
 
 /// Every supported architecture.
 pub const ARCHS: &[ArchSpec] = &[
@@ -502,6 +868,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -534,6 +903,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "llama",
@@ -568,6 +940,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2",
@@ -598,6 +973,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen2moe",
@@ -635,6 +1013,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3",
@@ -665,6 +1046,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "qwen3moe",
@@ -705,6 +1089,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "olmoe",
@@ -741,6 +1128,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "bert",
@@ -769,20 +1159,13 @@ pub const ARCHS: &[ArchSpec] = &[
         extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
         vocab: VocabKind::Bert,
         llama3_rope_freqs: false,
-        names: NameRules {
-            strip_prefix: &["bert."],
-            suffix_renames: &[(".gamma", ".weight"), (".beta", ".bias")],
-            drop: &[
-                "embeddings.position_ids",
-                "pooler.dense.weight",
-                "pooler.dense.bias",
-            ],
-            drop_prefixes: &["cls.predictions", "cls.seq_relationship"],
-            text_of_multimodal: false,
-        },
+        names: BERT_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma2",
@@ -826,6 +1209,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma2,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma3",
@@ -868,6 +1254,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Common,
         norm_plus_one: true,
         embd_rows_to_vocab: true,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "phi3",
@@ -902,6 +1291,9 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Phi3,
         norm_plus_one: false,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
     ArchSpec {
         arch: "gemma",
@@ -941,8 +1333,468 @@ pub const ARCHS: &[ArchSpec] = &[
         kv_layout: KvLayout::Gemma,
         norm_plus_one: true,
         embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "starcoder2",
+        hf_archs: &["Starcoder2ForCausalLM"],
+        tensors: STARCODER2_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "49152"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "30"),
+                ("num_attention_heads", "24"),
+                ("norm_epsilon", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "50256"),
+                ("eos_token_id", "50256"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "command-r",
+        hf_archs: &["CohereForCausalLM"],
+        tensors: COHERE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "256000"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "8192"),
+                ("intermediate_size", "22528"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "64"),
+                ("layer_norm_eps", "1e-05"),
+                ("logit_scale", "0.0625"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "5"),
+                ("eos_token_id", "255001"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // CommandR2Model: context from `model_max_length` first; after the common keys,
+        // `logit_scale` and rope scaling type "none".
+        extra_kv: &[
+            ExtraKv::ContextLength(&["model_max_length", "max_position_embeddings"]),
+            ExtraKv::LogitScale,
+            ExtraKv::RopeScalingNone,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "gpt2",
+        hf_archs: &["GPT2LMHeadModel"],
+        tensors: GPT2_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50257"),
+                ("n_positions", "1024"),
+                ("n_embd", "768"),
+                ("n_layer", "12"),
+                ("n_head", "12"),
+                ("layer_norm_epsilon", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "50256"),
+                ("eos_token_id", "50256"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `attn.bias` / `attn.masked_bias` (causal-mask buffers of older releases) have no GGUF
+        // name: the reference fails on them ("Can not map tensor"), and so is the release refused.
+        names: NameRules {
+            strip_prefix: &["transformer."],
+            suffix_renames: &[],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Gpt2,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        // GPT2Model.modify_tensors: Conv1D weights are `[in, out]`.
+        transposed: &[".c_attn.weight", ".c_proj.weight", ".c_fc.weight"],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "granite",
+        hf_archs: &["GraniteForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // GraniteModel is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("attention_multiplier", "1.0"),
+                ("embedding_multiplier", "1.0"),
+                ("residual_multiplier", "1.0"),
+                ("logits_scaling", "1.0"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Ignored,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys, then GraniteModel's multipliers under their `_scale` names.
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Scale("attention_multiplier", "attention.scale"),
+            ExtraKv::Scale("embedding_multiplier", "embedding_scale"),
+            ExtraKv::Scale("residual_multiplier", "residual_scale"),
+            ExtraKv::Scale("logits_scaling", "logit_scale"),
+        ],
+        vocab: VocabKind::Llama,
+        // `MODEL_TENSORS[GRANITE]` has no `rope_freqs`: the reference cannot write llama3 rope.
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "olmo2",
+        hf_archs: &["Olmo2ForCausalLM"],
+        tensors: OLMO2_TENSORS,
+        experts: None,
+        // Olmo2Model is a TextModel (OlmoModel's permutation is not inherited).
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50304"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("eos_token_id", "50279"),
+                ("pad_token_id", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::SlidingWindowPattern],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "smollm3",
+        hf_archs: &["SmolLM3ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // SmolLM3Model is a LlamaModel under another arch name.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "128256"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "36"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "128000"),
+                ("eos_token_id", "128001"),
+                ("pad_token_id", "128004"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("2000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::NoRopeEvery(4),
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "deepseek2",
+        hf_archs: &["DeepseekV2ForCausalLM"],
+        tensors: DEEPSEEK2_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        // DeepseekV2Config's defaults (`q_lora_rank` is not filled: V2-Lite's config says null).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "102400"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("moe_intermediate_size", "1407"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("n_shared_experts", "2"),
+                ("n_routed_experts", "64"),
+                ("routed_scaling_factor", "1.0"),
+                ("kv_lora_rank", "512"),
+                ("qk_rope_head_dim", "64"),
+                ("v_head_dim", "128"),
+                ("qk_nope_head_dim", "128"),
+                ("norm_topk_prob", "false"),
+                ("first_k_dense_replace", "0"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Key("qk_rope_head_dim"),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // DeepseekV2Model.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::HeadCountKv(1),
+            ExtraKv::LeadingDenseBlockCount,
+            ExtraKv::VocabSize,
+            ExtraKv::QLoraRank,
+            ExtraKv::MlaLengths,
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedCount,
+            ExtraKv::ExpertWeightsScale,
+            ExtraKv::ExpertWeightsNorm,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::YarnLogMultiplier,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: MLA_SPLITS,
+        transposed: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "gpt-oss",
+        hf_archs: &["GptOssForCausalLM"],
+        tensors: GPTOSS_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // GptOssConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "201088"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2880"),
+                ("intermediate_size", "2880"),
+                ("num_hidden_layers", "36"),
+                ("num_attention_heads", "64"),
+                ("num_local_experts", "128"),
+                ("num_experts_per_tok", "4"),
+                ("sliding_window", "128"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(64),
+            rope_theta: Some("150000.0"),
+            local_rope_theta: None,
+        },
+        // GptOssModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::SlidingWindow,
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `filter_tensors` appends `.weight` to the sinks; `modify_tensors` renames the down bias.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[
+                (".sinks", ".sinks.weight"),
+                ("down_proj_bias", "down_proj.bias"),
+            ],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: GPTOSS_SPLITS,
+        transposed: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "bert",
+        hf_archs: &["XLMRobertaModel"],
+        tensors: BERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "30522"),
+                ("max_position_embeddings", "512"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "12"),
+                ("num_attention_heads", "12"),
+                ("layer_norm_eps", "1e-12"),
+                ("type_vocab_size", "2"),
+                ("pad_token_id", "1"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::NonCausal, ExtraKv::Pooling],
+        vocab: VocabKind::XlmRoberta,
+        llama3_rope_freqs: false,
+        // `XLMRobertaModel.filter_tensors`: `roberta.` removed (rerankers), then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["roberta.", "bert."],
+            ..BERT_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[Hook::PositionOffsetFromPad],
+        transposed: &[],
+        splits: &[],
+    },
+    ArchSpec {
+        arch: "modern-bert",
+        hf_archs: &["ModernBertModel"],
+        tensors: MODERNBERT_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // ModernBertConfig's (transformers 5 keeps rope parameters per layer type).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "50368"),
+                ("max_position_embeddings", "8192"),
+                ("hidden_size", "768"),
+                ("intermediate_size", "1152"),
+                ("num_hidden_layers", "22"),
+                ("num_attention_heads", "12"),
+                ("norm_eps", "1e-05"),
+                ("local_attention", "128"),
+                ("hidden_activation", "\"gelu\""),
+                ("classifier_pooling", "\"cls\""),
+                ("pad_token_id", "50283"),
+                ("eos_token_id", "50282"),
+                ("bos_token_id", "50281"),
+                ("tie_word_embeddings", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("160000.0"),
+            local_rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::NonCausal,
+            ExtraKv::Pooling,
+            ExtraKv::LocalAttention,
+            ExtraKv::RopeScalingNone,
+            ExtraKv::VocabSize,
+            ExtraKv::HiddenActivation,
+        ],
+        vocab: VocabKind::Gpt2AddBosEosSep,
+        llama3_rope_freqs: false,
+        // `ModernBertModel.filter_tensors`: `model.` removed, then BERT's rules.
+        names: NameRules {
+            strip_prefix: &["model.", "bert."],
+            ..BERT_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        hooks: &[],
+        transposed: &[],
+        splits: &[],
     },
 ];
+
+impl ArchSpec {
+    /// A Mixture-of-Experts architecture: per-expert tensors stacked, or fused expert tensors
+    /// split ([`SplitRule::experts`]).
+    pub fn is_moe(&self) -> bool {
+        self.experts.is_some() || self.splits.iter().any(|s| s.rule.experts())
+    }
+}
 
 /// The entry for an HF `architectures[0]` value.
 pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
@@ -961,7 +1813,7 @@ pub fn supported() -> Vec<&'static str> {
 pub fn supported_moe() -> Vec<&'static str> {
     ARCHS
         .iter()
-        .filter(|a| a.experts.is_some())
+        .filter(|a| a.is_moe())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
 }

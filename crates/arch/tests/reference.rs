@@ -44,6 +44,7 @@ fn dtype_of(s: &str) -> DType {
         "F32" => DType::F32,
         "F16" => DType::F16,
         "BF16" => DType::BF16,
+        "U8" => DType::U8,
         other => panic!("fixture dtype {other}"),
     }
 }
@@ -125,6 +126,36 @@ fn output_bytes(
             return all[rows.start as usize * row..rows.end as usize * row].to_vec();
         }
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Origin::View { index, view, .. } => {
+            // The view's elements one by one, each at offset + Σ i_k · stride_k.
+            let all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let n: u64 = srcs[*index].shape.iter().product();
+            let e = all.len() / n as usize;
+            let count: u64 = view.shape().iter().product();
+            return (0..count)
+                .flat_map(|i| {
+                    let at = view_index(view, i);
+                    all[at * e..(at + 1) * e].to_vec()
+                })
+                .collect();
+        }
+        Origin::Blocks { parts, map } => {
+            // Block k: `width` bytes of each part's view, then the map.
+            let n_blocks = parts[0].view.shape().iter().product::<u64>() / parts[0].width;
+            let mut out = Vec::new();
+            for k in 0..n_blocks {
+                let mut block = Vec::new();
+                for part in parts {
+                    let raw = raw_bytes(sts, &srcs[part.index]);
+                    for b in k * part.width..(k + 1) * part.width {
+                        block.push(raw[view_index(&part.view, b)]);
+                    }
+                }
+                map.apply(&mut block);
+                out.extend(block);
+            }
+            return out;
+        }
         Origin::Stack { sources } => {
             // The parts one after another, each converted alone (no permutation).
             return sources
@@ -141,6 +172,24 @@ fn output_bytes(
 }
 
 /// One source tensor's elements, rows gathered through `perm`, widened to f32 unless `keep_f16`.
+/// The stored bytes of `src`.
+fn raw_bytes<'a>(sts: &'a BTreeMap<String, St>, src: &SourceTensor) -> &'a [u8] {
+    let st = &sts[&src.file];
+    let off = &st.header[&src.name]["data_offsets"];
+    let (a, b) = (off[0].as_u64().unwrap(), off[1].as_u64().unwrap());
+    &st.data[a as usize..b as usize]
+}
+
+/// Element `i` (row-major over the view's sizes) of `view`: its index in the source.
+fn view_index(view: &weightport_arch::View, mut i: u64) -> usize {
+    let mut at = view.offset;
+    for &(size, stride) in view.dims.iter().rev() {
+        at += (i % size) * stride;
+        i /= size;
+    }
+    at as usize
+}
+
 fn part_bytes(
     sts: &BTreeMap<String, St>,
     src: &SourceTensor,
@@ -211,6 +260,7 @@ fn elem_name(t: MetaType) -> &'static str {
         MetaType::I32 => "int32",
         MetaType::F32 => "float32",
         MetaType::U32 => "uint32",
+        MetaType::U8 => "uint8",
         other => panic!("unexpected element type {other:?}"),
     }
 }
@@ -227,6 +277,7 @@ fn stored_sha(items: &[MetaValue]) -> String {
             MetaValue::I32(v) => h.update(v.to_le_bytes()),
             MetaValue::F32(v) => h.update(v.to_le_bytes()),
             MetaValue::U32(v) => h.update(v.to_le_bytes()),
+            MetaValue::U8(v) => h.update([*v]),
             other => panic!("unexpected element {other:?}"),
         }
     }
@@ -341,12 +392,17 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
             t.name
         );
         let src_dtype = match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => srcs[*index].dtype,
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+                srcs[*index].dtype
+            }
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
+            Origin::Blocks { .. } => DType::MXFP4,
         };
         // Exact byte comparisons: f32 output, or f16/bf16 output of a source of the same type.
         let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
+        // Repacked blocks are the release's bytes rearranged, whatever the output type.
+        let same16 = same16 || matches!(t.origin, Origin::Blocks { .. });
         // `1 + w` norms are compared as whole files (tests/hf_gguf.rs).
         if (outtype == "f32" || same16) && !t.plus_one {
             let keep = same16;
@@ -743,6 +799,82 @@ fn olmoe_matches_reference() {
     }
 }
 
+/// DeepSeek-V2: `kv_b_proj` split into two strided views (each head's key rows transposed, its
+/// value rows), routed experts stacked, shared experts named, MLA and expert-group keys.
+#[test]
+fn deepseek2_matches_reference() {
+    let pre = Some("qwen2");
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("deepseek2", o, pre);
+        let views: Vec<&str> = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.origin, Origin::View { .. }))
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(views.len(), 6, "{views:?}");
+        assert!(p.kv.contains(&(
+            "deepseek2.attention.head_count_kv".into(),
+            MetaValue::U32(1)
+        )));
+        assert!(p
+            .kv
+            .contains(&("deepseek2.expert_group_count".into(), MetaValue::U32(2))));
+    }
+}
+
+/// DeepSeek-V2-Lite's shape with the real release's legacy config.json: direct `q_proj`, no
+/// `q_lora_rank` key (null in config.json), `rope_scaling` folded as transformers 5 folds it,
+/// `scoring_func` softmax → `expert_gating_func` 1.
+#[test]
+fn deepseek2_lite_legacy_config_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("deepseek2_lite", o, Some("qwen2"));
+        assert!(!p
+            .kv
+            .iter()
+            .any(|(k, _)| k == "deepseek2.attention.q_lora_rank"));
+        assert!(p
+            .kv
+            .contains(&("deepseek2.expert_gating_func".into(), MetaValue::U32(1))));
+        assert!(p.tensors.iter().any(|t| t.name == "blk.0.attn_q.weight"));
+    }
+}
+
+/// GPT-OSS unquantized: the fused experts transposed and split by alternating rows (views).
+#[test]
+fn gptoss_matches_reference() {
+    for o in ["f32", "f16", "bf16", "q8_0"] {
+        let p = check("gptoss", o, Some("qwen2"));
+        let views = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.origin, Origin::View { .. }))
+            .count();
+        // Per block: gate, up, down weights and gate, up biases.
+        assert_eq!(views, 10);
+    }
+}
+
+/// GPT-OSS with MXFP4 experts: the blocks repacked first, `general.file_type` MOSTLY_MXFP4_MOE
+/// (38) for f32/f16/bf16, each repacked tensor's bytes equal to the reference's.
+#[test]
+fn gptoss_mxfp4_matches_reference() {
+    for (o, ft) in [("f32", 38), ("f16", 38), ("bf16", 38), ("q8_0", 7)] {
+        let p = check("gptoss_mxfp4", o, Some("qwen2"));
+        let first: Vec<&str> = p.tensors[..6].iter().map(|t| t.name.as_str()).collect();
+        assert!(
+            p.tensors[..6]
+                .iter()
+                .all(|t| matches!(t.origin, Origin::Blocks { .. })),
+            "{first:?}"
+        );
+        assert!(p
+            .kv
+            .contains(&("general.file_type".into(), MetaValue::U32(ft))));
+    }
+}
+
 #[test]
 fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arch-moe-refused");
@@ -759,14 +891,14 @@ fn moe_configs_of_dense_or_unknown_architectures_are_refused() {
     assert!(msg.contains("MixtralForCausalLM"), "{msg}");
     std::fs::write(
         dir.join("config.json"),
-        r#"{"architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 2}"#,
+        r#"{"architectures": ["DbrxForCausalLM"], "num_hidden_layers": 2}"#,
     )
     .unwrap();
     let msg = plan(&dir, &[], &PlanOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("DeepseekV2ForCausalLM") && msg.contains("MixtralForCausalLM"),
+        msg.contains("DbrxForCausalLM") && msg.contains("MixtralForCausalLM"),
         "{msg}"
     );
 }
@@ -803,4 +935,66 @@ fn unsupported_architecture_is_refused_before_anything_else() {
         "{msg}"
     );
     assert_eq!(err.kind(), "unsupported");
+}
+
+/// StarCoder2, Command-R and GPT-2 (fixtures/gen/gen_arch_dense3.py): every KV and tensor name,
+/// order, `ne` and type; f32 bytes. GPT-2's Conv1D weights are transposed: their f32 bytes equal
+/// the reference's only through the transpose.
+#[test]
+fn starcoder2_cohere_gpt2_match_reference() {
+    for (name, pre) in [
+        ("starcoder2", "starcoder"),
+        ("cohere", "command-r"),
+        ("cohere_qk", "command-r"),
+        ("gpt2", "gpt-2"),
+    ] {
+        for o in ["f32", "f16", "bf16", "q8_0"] {
+            check(name, o, Some(pre));
+        }
+    }
+    let p = check("cohere", "f16", Some("command-r"));
+    // `model_max_length` (2048) wins over `max_position_embeddings` (512), in the common place.
+    let ctx =
+        p.kv.iter()
+            .position(|(k, _)| k == "command-r.context_length")
+            .unwrap();
+    assert_eq!(p.kv[ctx].1, MetaValue::U32(2048));
+    assert_eq!(p.kv[ctx - 1].0, "command-r.block_count");
+    let p = check("gpt2", "f32", Some("gpt-2"));
+    let transposed: Vec<&str> = p
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.origin, Origin::View { .. }))
+        .map(|t| t.name.as_str())
+        .collect();
+    // c_attn, attn c_proj, c_fc, mlp c_proj per block.
+    assert_eq!(transposed.len(), 8, "{transposed:?}");
+    assert!(transposed.contains(&"blk.1.attn_qkv.weight"));
+}
+
+/// Embedding encoders (fixtures/gen/gen_arch_enc.py): every KV and tensor of the reference's
+/// XLM-RoBERTa and ModernBERT files, f32 bytes included (XLM-R's `position_embd` is rows 2..66
+/// of the source: positions start after `pad_token_id` 1).
+#[test]
+fn xlm_roberta_and_modernbert_match_reference() {
+    for name in ["xlmr_st", "modernbert"] {
+        let pre = expected(name)["pre_override"].as_str().map(str::to_owned);
+        for o in ["f32", "f16", "bf16", "q8_0"] {
+            check(name, o, pre.as_deref());
+        }
+    }
+    let p = check("xlmr_st", "f32", None);
+    let pos = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "position_embd.weight")
+        .unwrap();
+    assert!(
+        matches!(&pos.origin, Origin::Rows { rows, .. } if *rows == (2..66)),
+        "{:?}",
+        pos.origin
+    );
+    assert!(p
+        .kv
+        .contains(&("bert.context_length".into(), MetaValue::U32(64))));
 }

@@ -270,6 +270,22 @@ impl fmt::Display for DType {
     }
 }
 
+/// Whose floating-point conversions a cast reproduces. All three round finite values to nearest
+/// even and keep ±inf and subnormals; they differ only in the bits a NaN becomes (the table is
+/// in `weightport_quant::cast`). An output format names the rule of the tool it reproduces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CastRule {
+    /// torch's CPU `.to(dtype)`: what safetensors outputs (`save_file`, `save_pretrained`) hold.
+    #[default]
+    Torch,
+    /// ggml's C conversions (`ggml_fp32_to_fp16`, `ggml_compute_fp32_to_bf16`): what
+    /// llama-quantize writes (`--quant F16`, its F16 fallbacks).
+    Ggml,
+    /// numpy's `astype` (f32 ↔ f16) and gguf-py's numpy port of ggml's BF16 rounding: what
+    /// convert_hf_to_gguf.py writes.
+    Numpy,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,7 +304,7 @@ mod tests {
 
     #[test]
     fn sub_byte_rules_match_the_reference() {
-        // spec §1.4: F4 [3] is misaligned, F4 [4] is 2 bytes, F6 [4] is 3 bytes, F6 [2] fails.
+        // docs/specs/safetensors.md §1.4: F4 [3] is misaligned, F4 [4] is 2 bytes, F6 [4] is 3 bytes, F6 [2] fails.
         assert_eq!(DType::F4.byte_len(&[3]), Err(SizeError::Misaligned));
         assert_eq!(DType::F4.byte_len(&[4]), Ok(2));
         assert_eq!(DType::F6_E2M3.byte_len(&[4]), Ok(3));

@@ -75,12 +75,13 @@ pub enum Error {
         source: io::Error,
     },
     /// The input breaks its format's rules.
-    #[error("{at}: malformed {format}: {reason}")]
+    #[error("{at}: malformed {}: {reason}", named(*format, "input"))]
     Malformed {
         /// Where.
         at: Location,
-        /// The format being read.
-        format: Format,
+        /// The format being read (`None`: the input is no format of this crate's, or the
+        /// rule broken is not one of a format's).
+        format: Option<Format>,
         /// What is wrong.
         reason: String,
     },
@@ -95,12 +96,13 @@ pub enum Error {
         what: String,
     },
     /// A valid input uses something weightport does not handle.
-    #[error("{at}: unsupported {format}: {what}")]
+    #[error("{at}: unsupported{}: {what}", spaced(*format))]
     Unsupported {
         /// Where.
         at: Location,
-        /// The format.
-        format: Format,
+        /// The format whose feature is not handled (`None`: not a format's, e.g. a dtype
+        /// without a kernel).
+        format: Option<Format>,
         /// The feature.
         what: String,
     },
@@ -153,12 +155,29 @@ impl Error {
         }
     }
 
-    /// A malformed-input error.
-    pub fn malformed(at: Location, format: Format, reason: impl Into<String>) -> Self {
+    /// A malformed-input error (`format`: a [`Format`], or `None`).
+    pub fn malformed(
+        at: Location,
+        format: impl Into<Option<Format>>,
+        reason: impl Into<String>,
+    ) -> Self {
         Error::Malformed {
             at,
-            format,
+            format: format.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// An unsupported-feature error (`format`: a [`Format`], or `None`).
+    pub fn unsupported(
+        at: Location,
+        format: impl Into<Option<Format>>,
+        what: impl Into<String>,
+    ) -> Self {
+        Error::Unsupported {
+            at,
+            format: format.into(),
+            what: what.into(),
         }
     }
 
@@ -200,6 +219,16 @@ impl Error {
             _ => 1,
         }
     }
+}
+
+/// A format's name, or `none` when there is none.
+fn named(format: Option<Format>, none: &'static str) -> &'static str {
+    format.map_or(none, Format::name)
+}
+
+/// ` NAME` for a format, nothing without one.
+fn spaced(format: Option<Format>) -> String {
+    format.map_or(String::new(), |f| format!(" {f}"))
 }
 
 /// A path made safe to print (control characters escaped).
@@ -262,5 +291,24 @@ mod tests {
         assert!(!e.to_string().contains('\x1b'));
         let e = Error::malformed(Location::file(evil).tensor(evil), Format::Safetensors, "r");
         assert!(!e.to_string().contains('\x1b'));
+    }
+
+    #[test]
+    fn a_format_is_named_only_when_there_is_one() {
+        let at = Location::file("m.bin").at(8);
+        let e = Error::malformed(at.clone(), Format::Gguf, "bad");
+        assert_eq!(e.to_string(), "m.bin (byte 8): malformed gguf: bad");
+        let e = Error::malformed(at.clone(), None, "bad");
+        assert_eq!(e.to_string(), "m.bin (byte 8): malformed input: bad");
+        let e = Error::unsupported(at.clone(), Format::Npz, "encrypted member");
+        assert_eq!(
+            e.to_string(),
+            "m.bin (byte 8): unsupported npz: encrypted member"
+        );
+        let e = Error::unsupported(at, None, "dequantizing Q4_K to I32");
+        assert_eq!(
+            e.to_string(),
+            "m.bin (byte 8): unsupported: dequantizing Q4_K to I32"
+        );
     }
 }

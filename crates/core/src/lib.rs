@@ -12,6 +12,7 @@
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks.
 #![deny(missing_docs)]
 
+pub mod archive;
 pub mod contain;
 pub mod dtype;
 pub mod error;
@@ -26,11 +27,11 @@ pub mod staging;
 pub mod tensor;
 
 pub use contain::{contain_panic, panic_is_contained};
-pub use dtype::{DType, Layout, SizeError};
+pub use dtype::{CastRule, DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;
-pub use limits::{Budget, Limits, PickleLimits, ReadOptions};
+pub use limits::{Limits, PickleLimits, ReadOptions};
 pub use multi::MultiSource;
 pub use source::{Access, FinishedFile, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};
 pub use tensor::{MetaType, MetaValue, Metadata, TensorInfo};

@@ -1,4 +1,4 @@
-//! Caps on sizes read from files, and the executor's memory budget.
+//! Caps on sizes read from files.
 
 /// Caps every reader applies to sizes it reads from a file, so a crafted file cannot exhaust
 /// memory or time. All of them live here, each default with its reason, and every one can be
@@ -34,8 +34,17 @@ pub struct Limits {
     /// torch ZIP: the largest deflated storage record inflated whole (needed only for a strided
     /// view of a compressed record; contiguous reads stream).
     pub max_inflate_bytes: u64,
+    /// HF release side files (`config.json`, tokenizer files, chat templates, model cards):
+    /// the largest read. The largest real `tokenizer.json` files are tens of MB. The arch crate
+    /// applies [`Limits::DEFAULT_MAX_SIDE_FILE`] today (its plan takes no read options yet).
+    pub max_side_file: u64,
     /// The pickle interpreter's caps.
     pub pickle: PickleLimits,
+}
+
+impl Limits {
+    /// Default of [`Limits::max_side_file`]: 256 MiB.
+    pub const DEFAULT_MAX_SIDE_FILE: u64 = 256 << 20;
 }
 
 impl Default for Limits {
@@ -51,12 +60,13 @@ impl Default for Limits {
             max_meta_keys: 10_000,
             max_deflate_ratio: 1050,
             max_inflate_bytes: 1 << 30,
+            max_side_file: Limits::DEFAULT_MAX_SIDE_FILE,
             pickle: PickleLimits::default(),
         }
     }
 }
 
-/// Caps the pickle interpreter applies (spec pickle.md §0.4 defaults). Real state-dict
+/// Caps the pickle interpreter applies (docs/specs/pickle.md §0.4 defaults). Real state-dict
 /// pickles are kilobytes to a few megabytes.
 #[derive(Debug, Clone)]
 pub struct PickleLimits {
@@ -91,22 +101,6 @@ impl Default for PickleLimits {
             max_long_bytes: 1024,
             max_expanded: 1 << 20,
         }
-    }
-}
-
-/// How much memory the executor may use for buffers: about `threads × chunk` bytes.
-#[derive(Debug, Clone, Copy)]
-pub struct Budget {
-    /// Worker threads.
-    pub threads: usize,
-    /// Bytes per unit of work (a multiple of [`crate::hash::HASH_CHUNK`]).
-    pub chunk: u64,
-}
-
-impl Budget {
-    /// Peak buffer memory this budget allows.
-    pub fn peak_bytes(&self) -> u64 {
-        self.threads as u64 * self.chunk
     }
 }
 

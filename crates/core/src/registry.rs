@@ -168,4 +168,7 @@ pub struct OutputFormat {
     /// planned by its architecture (the arch crate's names, hyper-parameter KVs and
     /// tokenizer), and its metadata always names an architecture.
     pub by_architecture: bool,
+    /// Whose float conversions the format's casts reproduce (the tool that writes such files
+    /// in practice: torch for safetensors, llama-quantize for GGUF).
+    pub cast_rule: crate::CastRule,
 }

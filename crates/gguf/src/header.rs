@@ -1,7 +1,7 @@
 //! Parsing and validating a GGUF header (key/values and tensor infos) from bytes.
 //!
 //! [`parse`] takes the whole file as a byte slice (the reader passes its read-only map, so only
-//! the header pages are touched) and applies every check of spec §1.3 in the order llama.cpp's
+//! the header pages are touched) and applies every check of docs/specs/gguf.md §1.3 in the order llama.cpp's
 //! `gguf_init_from_file` applies them, with checked arithmetic throughout and no allocation
 //! sized by a count before the bytes backing it are known to exist. Every error names the file,
 //! the key or tensor concerned, and the absolute byte offset.
@@ -213,10 +213,31 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
         values: 0,
         limits,
     };
-    if buf.len() < 4 || &buf[..4] != MAGIC {
-        let head: Vec<String> = buf.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let version = version(&mut c)?;
+    let (n_tensors, n_kv) = counts(&mut c)?;
+    let (metadata, kv_offsets, alignment_at) = key_values(&mut c, n_kv)?;
+    let alignment = alignment_of(&c, &metadata, alignment_at)?;
+    let tensors = tensor_infos(&mut c, n_tensors)?;
+    let infos_end = c.pos as u64;
+    let data_start = data_start(&c, &tensors, infos_end, alignment)?;
+    check_offsets(&c, &tensors, data_start, alignment)?;
+    Ok(GgufHeader {
+        version,
+        alignment,
+        metadata,
+        kv_offsets,
+        tensors,
+        infos_end,
+        data_start,
+    })
+}
+
+/// The magic and a supported version.
+fn version(c: &mut Cur) -> Result<u32> {
+    if c.buf.len() < 4 || &c.buf[..4] != MAGIC {
+        let head: Vec<String> = c.buf.iter().take(4).map(|b| format!("{b:02x}")).collect();
         return Err(Error::NotFormat {
-            path: path.to_path_buf(),
+            path: c.path.to_path_buf(),
             expected: Format::Gguf,
             what: format!(
                 "not a GGUF file: it starts with bytes [{}], not the magic `GGUF` (47 47 55 46)",
@@ -227,15 +248,15 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
     c.pos = 4;
     let version = c.u32(&|| "the version".into())?;
     let unsupported = |what: String| Error::Unsupported {
-        at: Location::file(path).at(4),
-        format: Format::Gguf,
+        at: Location::file(c.path).at(4),
+        format: Some(Format::Gguf),
         what,
     };
     if version == 0 {
         return Err(c.mal(4, None, "version 0 is not a GGUF version".into()));
     }
     if version & 0xFFFF == 0 {
-        // See: spec §1.2 — a byte-swapped (big-endian) file reads as version 0x03000000.
+        // See: docs/specs/gguf.md §1.2 — a byte-swapped (big-endian) file reads as version 0x03000000.
         return Err(unsupported(format!(
             "version field reads {version:#010x}: a big-endian GGUF file; only little-endian \
              GGUF is supported (llama.cpp refuses these too)"
@@ -251,6 +272,11 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
             "GGUF version {version}; versions 2 and 3 are supported"
         )));
     }
+    Ok(version)
+}
+
+/// The tensor and key/value counts, bounded by the bytes left and the caps.
+fn counts(c: &mut Cur) -> Result<(u64, u64)> {
     let n_tensors = c.u64(&|| "the tensor count".into())?;
     let n_kv = c.u64(&|| "the key/value count".into())?;
     for (n, what, min, at) in [
@@ -272,114 +298,126 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                 ),
             ));
         }
-        if what == "key/value count" && n > limits.max_meta_keys {
+        if what == "key/value count" && n > c.limits.max_meta_keys {
             return Err(Error::Limit {
-                at: Location::file(path).at(at as u64),
+                at: Location::file(c.path).at(at as u64),
                 what: "number of gguf key/value pairs",
                 needed: n,
-                limit: limits.max_meta_keys,
+                limit: c.limits.max_meta_keys,
             });
         }
-        if what == "tensor count" && n > limits.max_tensors {
+        if what == "tensor count" && n > c.limits.max_tensors {
             return Err(Error::Limit {
-                at: Location::file(path).at(at as u64),
+                at: Location::file(c.path).at(at as u64),
                 what: "number of tensors",
                 needed: n,
-                limit: limits.max_tensors,
+                limit: c.limits.max_tensors,
             });
         }
     }
+    Ok((n_tensors, n_kv))
+}
 
-    // Key/value pairs.
+/// The key/value pairs, their offsets, and where `general.alignment` was.
+fn key_values(c: &mut Cur, n_kv: u64) -> Result<(Metadata, Vec<u64>, usize)> {
     let mut metadata = Metadata::new();
     let mut kv_offsets = Vec::new();
     let mut seen = HashSet::new();
     let mut alignment_at = 0usize;
     for i in 0..n_kv {
         let at = c.pos;
-        let kb = c.string(&|| format!("key {i}"))?;
-        if kb.is_empty() {
-            return Err(c.mal(at, None, format!("key {i} is empty")));
-        }
-        let key = std::str::from_utf8(kb)
-            .map_err(|_| c.mal(at, None, format!("key {i} is not valid UTF-8")))?
-            .to_owned();
-        let sk = sanitize(&key);
-        if !seen.insert(key.clone()) {
-            return Err(c.mal(at, None, format!("duplicate key `{sk}`")));
-        }
-        let ty_at = c.pos;
-        let ty = c.u32(&|| format!("the type of key `{sk}`"))?;
-        let t = types::meta_type_of(ty).ok_or_else(|| {
-            c.mal(
-                ty_at,
-                None,
-                format!("key `{sk}` has unknown value type {ty}"),
-            )
-        })?;
-        let what = || format!("the value of key `{sk}`");
-        let value = if t == MetaType::Array {
-            let et_at = c.pos;
-            let et = c.u32(&what)?;
-            let elem = types::meta_type_of(et).ok_or_else(|| {
-                c.mal(
-                    et_at,
-                    None,
-                    format!("key `{sk}`: array has unknown element type {et}"),
-                )
-            })?;
-            if elem == MetaType::Array {
-                // See: spec §1.1 — gguf-py reads nested arrays, llama.cpp rejects them
-                // (gguf.cpp:606-611) and its writer cannot produce them.
-                return Err(Error::Unsupported {
-                    at: Location::file(path).at(et_at as u64),
-                    format: Format::Gguf,
-                    what: format!(
-                        "key `{sk}` is an array of arrays, which llama.cpp's reader rejects"
-                    ),
-                });
-            }
-            let n_at = c.pos;
-            let n = c.u64(&what)?;
-            if n > c.limits.max_gguf_array {
-                return Err(Error::Limit {
-                    at: Location::file(path).at(n_at as u64),
-                    what: "gguf array length",
-                    needed: n,
-                    limit: c.limits.max_gguf_array,
-                });
-            }
-            let min = types::fixed_size(elem).unwrap_or(8);
-            if n > c.remaining() / min {
-                return Err(c.mal(
-                    n_at,
-                    None,
-                    format!(
-                        "key `{sk}`: array of {n} {} needs at least {} bytes but only {} follow",
-                        elem.name(),
-                        n.saturating_mul(min),
-                        c.remaining()
-                    ),
-                ));
-            }
-            c.count_values(n, n_at)?;
-            let mut items = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                items.push(c.scalar(elem, &what)?);
-            }
-            MetaValue::TypedArray { elem, items }
-        } else {
-            c.count_values(1, ty_at)?;
-            c.scalar(t, &what)?
-        };
+        let (key, value) = key_value(c, i, &mut seen)?;
         if key == ALIGNMENT_KEY {
             alignment_at = at;
         }
         kv_offsets.push(at as u64);
         metadata.insert(key, value);
     }
+    Ok((metadata, kv_offsets, alignment_at))
+}
 
-    let alignment = match metadata.get(ALIGNMENT_KEY) {
+/// Key/value pair `i`: a non-empty unique key, a known type, its value.
+fn key_value(c: &mut Cur, i: u64, seen: &mut HashSet<String>) -> Result<(String, MetaValue)> {
+    let at = c.pos;
+    let kb = c.string(&|| format!("key {i}"))?;
+    if kb.is_empty() {
+        return Err(c.mal(at, None, format!("key {i} is empty")));
+    }
+    let key = std::str::from_utf8(kb)
+        .map_err(|_| c.mal(at, None, format!("key {i} is not valid UTF-8")))?
+        .to_owned();
+    let sk = sanitize(&key);
+    if !seen.insert(key.clone()) {
+        return Err(c.mal(at, None, format!("duplicate key `{sk}`")));
+    }
+    let ty_at = c.pos;
+    let ty = c.u32(&|| format!("the type of key `{sk}`"))?;
+    let t = types::meta_type_of(ty).ok_or_else(|| {
+        c.mal(
+            ty_at,
+            None,
+            format!("key `{sk}` has unknown value type {ty}"),
+        )
+    })?;
+    let what = || format!("the value of key `{sk}`");
+    let value = if t == MetaType::Array {
+        let et_at = c.pos;
+        let et = c.u32(&what)?;
+        let elem = types::meta_type_of(et).ok_or_else(|| {
+            c.mal(
+                et_at,
+                None,
+                format!("key `{sk}`: array has unknown element type {et}"),
+            )
+        })?;
+        if elem == MetaType::Array {
+            // See: docs/specs/gguf.md §1.1 — gguf-py reads nested arrays, llama.cpp rejects them
+            // (gguf.cpp:606-611) and its writer cannot produce them.
+            return Err(Error::Unsupported {
+                at: Location::file(c.path).at(et_at as u64),
+                format: Some(Format::Gguf),
+                what: format!("key `{sk}` is an array of arrays, which llama.cpp's reader rejects"),
+            });
+        }
+        let n_at = c.pos;
+        let n = c.u64(&what)?;
+        if n > c.limits.max_gguf_array {
+            return Err(Error::Limit {
+                at: Location::file(c.path).at(n_at as u64),
+                what: "gguf array length",
+                needed: n,
+                limit: c.limits.max_gguf_array,
+            });
+        }
+        let min = types::fixed_size(elem).unwrap_or(8);
+        if n > c.remaining() / min {
+            return Err(c.mal(
+                n_at,
+                None,
+                format!(
+                    "key `{sk}`: array of {n} {} needs at least {} bytes but only {} follow",
+                    elem.name(),
+                    n.saturating_mul(min),
+                    c.remaining()
+                ),
+            ));
+        }
+        c.count_values(n, n_at)?;
+        let mut items = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            items.push(c.scalar(elem, &what)?);
+        }
+        MetaValue::TypedArray { elem, items }
+    } else {
+        c.count_values(1, ty_at)?;
+        c.scalar(t, &what)?
+    };
+    Ok((key, value))
+}
+
+/// `general.alignment`: a `u32` non-zero power of two, or the default.
+fn alignment_of(c: &Cur, metadata: &Metadata, alignment_at: usize) -> Result<u32> {
+    Ok(match metadata.get(ALIGNMENT_KEY) {
         None => DEFAULT_ALIGNMENT,
         Some(MetaValue::U32(a)) if a.is_power_of_two() => *a,
         Some(MetaValue::U32(a)) => {
@@ -399,131 +437,149 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                 ),
             ))
         }
-    };
+    })
+}
 
-    // Tensor infos.
+/// The tensor infos: names, dimensions, types and sizes.
+fn tensor_infos(c: &mut Cur, n_tensors: u64) -> Result<Vec<GgufTensor>> {
     let mut tensors: Vec<GgufTensor> = Vec::new();
     let mut names = HashSet::new();
     for i in 0..n_tensors {
-        let at = c.pos;
-        let nb = c.string(&|| format!("the name of tensor {i}"))?;
-        let lossy = String::from_utf8_lossy(nb).into_owned();
-        if nb.len() > MAX_NAME {
-            return Err(c.mal(
-                at,
-                Some(&lossy),
-                format!(
-                    "tensor name is {} bytes; llama.cpp allows at most {MAX_NAME} (GGML_MAX_NAME)",
-                    nb.len()
-                ),
-            ));
-        }
-        let name = std::str::from_utf8(nb)
-            .map_err(|_| c.mal(at, Some(&lossy), "tensor name is not valid UTF-8".into()))?
-            .to_owned();
-        if !names.insert(name.clone()) {
-            return Err(c.mal(at, Some(&name), "duplicate tensor name".into()));
-        }
-        let what = || format!("the info of tensor `{}`", sanitize(&name));
-        let nd_at = c.pos;
-        let n_dims = c.u32(&what)?;
-        if n_dims > MAX_DIMS {
-            return Err(c.mal(
-                nd_at,
-                Some(&name),
-                format!("{n_dims} dimensions; GGUF allows at most {MAX_DIMS}"),
-            ));
-        }
-        let mut ne = Vec::with_capacity(n_dims as usize);
-        for j in 0..n_dims {
-            let d_at = c.pos;
-            let d = c.u64(&what)?;
-            if d > i64::MAX as u64 {
-                return Err(c.mal(
-                    d_at,
-                    Some(&name),
-                    format!("dimension {j} is {d}, negative as i64"),
-                ));
-            }
-            ne.push(d);
-        }
-        // llama.cpp's check (gguf.cpp:700-719): the element count must fit i64.
-        let mut nel: u64 = ne.first().copied().unwrap_or(1);
-        for &d in ne.iter().skip(1) {
-            if d > 1 && (i64::MAX as u64) / d < nel {
-                return Err(c.mal(
-                    nd_at,
-                    Some(&name),
-                    format!("shape (ne) {ne:?} has more elements than fit in i64"),
-                ));
-            }
-            nel *= d;
-        }
-        let ty_at = c.pos;
-        let ty = c.u32(&what)?;
-        let dtype = match types::dtype_of(ty) {
-            Ok(d) => d,
-            Err(TypeIdError::Unknown(id)) => {
-                return Err(c.mal(
-                    ty_at,
-                    Some(&name),
-                    format!(
-                        "unknown ggml type id {id} (known ids are below {})",
-                        types::GGML_TYPE_COUNT
-                    ),
-                ))
-            }
-            Err(TypeIdError::Removed(id, n)) => {
-                return Err(Error::Unsupported {
-                    at: Location::file(path).at(ty_at as u64).tensor(name),
-                    format: Format::Gguf,
-                    what: format!("ggml type id {id} ({n}) was removed from ggml"),
-                })
-            }
-        };
-        let (blck, tsize) = types::block_of(dtype);
-        let ne0 = ne.first().copied().unwrap_or(1);
-        if ne0 % blck != 0 {
-            return Err(c.mal(
-                ty_at,
-                Some(&name),
-                format!(
-                    "row length ne[0] = {ne0} is not a multiple of the {dtype} block size {blck}"
-                ),
-            ));
-        }
-        let nbytes = (nel / blck).checked_mul(tsize).ok_or_else(|| {
-            c.mal(
-                ty_at,
-                Some(&name),
-                format!("byte size of {dtype} {ne:?} overflows"),
-            )
-        })?;
-        let shape: Vec<u64> = ne.iter().rev().copied().collect();
-        if dtype.byte_len(&shape) != Ok(nbytes) {
-            return Err(c.mal(
-                nd_at,
-                Some(&name),
-                format!(
-                    "shape {shape:?} of {dtype} overflows when multiplied outermost first \
-                     (llama.cpp accepts it because a dimension is 0; weightport does not)"
-                ),
-            ));
-        }
-        let offset = c.u64(&what)?;
-        tensors.push(GgufTensor {
-            name,
-            dtype,
-            ggml_type: ty,
-            ne,
-            offset,
-            nbytes,
-            info_at: at as u64,
-        });
+        tensors.push(tensor_info(c, i, &mut names)?);
     }
-    let infos_end = c.pos as u64;
-    let file_len = buf.len() as u64;
-    let data_start = if tensors.is_empty() {
+    Ok(tensors)
+}
+
+/// Tensor info `i`: a short unique name, at most 4 dimensions, a known type whose block
+/// divides `ne[0]`, a size that fits, the offset.
+fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufTensor> {
+    let at = c.pos;
+    let nb = c.string(&|| format!("the name of tensor {i}"))?;
+    let lossy = String::from_utf8_lossy(nb).into_owned();
+    if nb.len() > MAX_NAME {
+        return Err(c.mal(
+            at,
+            Some(&lossy),
+            format!(
+                "tensor name is {} bytes; llama.cpp allows at most {MAX_NAME} (GGML_MAX_NAME)",
+                nb.len()
+            ),
+        ));
+    }
+    let name = std::str::from_utf8(nb)
+        .map_err(|_| c.mal(at, Some(&lossy), "tensor name is not valid UTF-8".into()))?
+        .to_owned();
+    if !names.insert(name.clone()) {
+        return Err(c.mal(at, Some(&name), "duplicate tensor name".into()));
+    }
+    let what = || format!("the info of tensor `{}`", sanitize(&name));
+    let nd_at = c.pos;
+    let (ne, nel) = dims(c, &name)?;
+    let ty_at = c.pos;
+    let ty = c.u32(&what)?;
+    let dtype = match types::dtype_of(ty) {
+        Ok(d) => d,
+        Err(TypeIdError::Unknown(id)) => {
+            return Err(c.mal(
+                ty_at,
+                Some(&name),
+                format!(
+                    "unknown ggml type id {id} (known ids are below {})",
+                    types::GGML_TYPE_COUNT
+                ),
+            ))
+        }
+        Err(TypeIdError::Removed(id, n)) => {
+            return Err(Error::Unsupported {
+                at: Location::file(c.path).at(ty_at as u64).tensor(name),
+                format: Some(Format::Gguf),
+                what: format!("ggml type id {id} ({n}) was removed from ggml"),
+            })
+        }
+    };
+    let (blck, tsize) = types::block_of(dtype);
+    let ne0 = ne.first().copied().unwrap_or(1);
+    if ne0 % blck != 0 {
+        return Err(c.mal(
+            ty_at,
+            Some(&name),
+            format!("row length ne[0] = {ne0} is not a multiple of the {dtype} block size {blck}"),
+        ));
+    }
+    let nbytes = (nel / blck).checked_mul(tsize).ok_or_else(|| {
+        c.mal(
+            ty_at,
+            Some(&name),
+            format!("byte size of {dtype} {ne:?} overflows"),
+        )
+    })?;
+    let shape: Vec<u64> = ne.iter().rev().copied().collect();
+    if dtype.byte_len(&shape) != Ok(nbytes) {
+        return Err(c.mal(
+            nd_at,
+            Some(&name),
+            format!(
+                "shape {shape:?} of {dtype} overflows when multiplied outermost first \
+                 (llama.cpp accepts it because a dimension is 0; weightport does not)"
+            ),
+        ));
+    }
+    let offset = c.u64(&what)?;
+    Ok(GgufTensor {
+        name,
+        dtype,
+        ggml_type: ty,
+        ne,
+        offset,
+        nbytes,
+        info_at: at as u64,
+    })
+}
+
+/// A tensor info's dimensions (at most 4, each non-negative as i64) and their element count
+/// (llama.cpp's check, gguf.cpp:700-719: it must fit i64).
+fn dims(c: &mut Cur, name: &str) -> Result<(Vec<u64>, u64)> {
+    let what = || format!("the info of tensor `{}`", sanitize(name));
+    let nd_at = c.pos;
+    let n_dims = c.u32(&what)?;
+    if n_dims > MAX_DIMS {
+        return Err(c.mal(
+            nd_at,
+            Some(name),
+            format!("{n_dims} dimensions; GGUF allows at most {MAX_DIMS}"),
+        ));
+    }
+    let mut ne = Vec::with_capacity(n_dims as usize);
+    for j in 0..n_dims {
+        let d_at = c.pos;
+        let d = c.u64(&what)?;
+        if d > i64::MAX as u64 {
+            return Err(c.mal(
+                d_at,
+                Some(name),
+                format!("dimension {j} is {d}, negative as i64"),
+            ));
+        }
+        ne.push(d);
+    }
+    let mut nel: u64 = ne.first().copied().unwrap_or(1);
+    for &d in ne.iter().skip(1) {
+        if d > 1 && (i64::MAX as u64) / d < nel {
+            return Err(c.mal(
+                nd_at,
+                Some(name),
+                format!("shape (ne) {ne:?} has more elements than fit in i64"),
+            ));
+        }
+        nel *= d;
+    }
+    Ok((ne, nel))
+}
+
+/// Where the data section begins: the first multiple of the alignment after the infos.
+fn data_start(c: &Cur, tensors: &[GgufTensor], infos_end: u64, alignment: u32) -> Result<u64> {
+    let file_len = c.buf.len() as u64;
+    Ok(if tensors.is_empty() {
         infos_end
     } else {
         align_up(infos_end, alignment)
@@ -537,12 +593,16 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
                     ),
                 )
             })?
-    };
+    })
+}
 
-    // Offsets: exactly sequential, as llama.cpp requires (gguf.cpp:791-801).
+/// Offsets exactly sequential, as llama.cpp requires (gguf.cpp:791-801), and every tensor
+/// within the file.
+fn check_offsets(c: &Cur, tensors: &[GgufTensor], data_start: u64, alignment: u32) -> Result<()> {
+    let file_len = c.buf.len() as u64;
     let mut expected = 0u64;
     let mut prev: Option<&str> = None;
-    for t in &tensors {
+    for t in tensors {
         let at = (t.info_at + 8 + t.name.len() as u64 + 4 + 8 * t.ne.len() as u64 + 4) as usize;
         let m = |reason: String| c.mal(at, Some(&t.name), reason);
         if t.offset % u64::from(alignment) != 0 {
@@ -580,16 +640,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
             .ok_or_else(|| m("data section size overflows".into()))?;
         prev = Some(&t.name);
     }
-
-    Ok(GgufHeader {
-        version,
-        alignment,
-        metadata,
-        kv_offsets,
-        tensors,
-        infos_end,
-        data_start,
-    })
+    Ok(())
 }
 
 /// The GGUF type name of a value (`u32`, `array[str]`, …), for messages.

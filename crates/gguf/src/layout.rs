@@ -1,7 +1,7 @@
 //! The layout of llama.cpp's C writer, planned up front and pure: from the tensor specs and the
 //! key/values, the header bytes (magic, version 3, counts, key/values in the given order, tensor
 //! infos, zero padding to the alignment) and every tensor's absolute offset, with tensors back
-//! to back in the given order, each padded to the alignment including the last (spec §1.1;
+//! to back in the given order, each padded to the alignment including the last (docs/specs/gguf.md §1.1;
 //! `gguf.cpp:1409-1422, 1556-1561`). So the file size is a multiple of the alignment, and the
 //! same inputs always give the same bytes.
 
@@ -71,7 +71,7 @@ impl GgufTensorSpec {
         if self.name.len() > MAX_NAME {
             return Err(Error::Unsupported {
                 at: Location::default().tensor(shortened(&self.name)),
-                format: Format::Gguf,
+                format: Some(Format::Gguf),
                 what: format!(
                     "the tensor name is {} bytes; llama.cpp allows at most {MAX_NAME} \
                      (GGML_MAX_NAME): shorten it with --rename s/PATTERN/REPLACEMENT/",
@@ -87,7 +87,7 @@ impl GgufTensorSpec {
         }
         let id = types::ggml_id(self.dtype).ok_or_else(|| Error::Unsupported {
             at: Location::default().tensor(self.name.clone()),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: format!("dtype {} has no ggml type", self.dtype),
         })?;
         let mut nel: u64 = 1;
@@ -318,7 +318,7 @@ pub fn encode_kv(out: &mut Vec<u8>, key: &str, v: &MetaValue) -> Result<()> {
     let sk = sanitize(key);
     let refuse = |what: String| Error::Unsupported {
         at: Location::default(),
-        format: Format::Gguf,
+        format: Some(Format::Gguf),
         what: format!("metadata key `{sk}`: {what}"),
     };
     if key.is_empty() {

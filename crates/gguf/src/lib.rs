@@ -16,7 +16,7 @@
 //! dimension, so a tensor's shape (outermost first, as [`TensorInfo::shape`] has it) is `ne`
 //! reversed. Offsets must be exactly sequential: `offset_i = Σ_{k<i} align_up(nbytes_k)`.
 //!
-//! * [`open`] / [`GgufFile`]: reads v2 and v3 with every check of spec §1.3 (the rules of
+//! * [`open`] / [`GgufFile`]: reads v2 and v3 with every check of docs/specs/gguf.md §1.3 (the rules of
 //!   llama.cpp's `gguf_init_from_file`, hardened: caps on counts, lengths and values; checked
 //!   arithmetic; nested arrays, big-endian files, v1, removed and unknown type ids refused).
 //!   Tensor bytes come zero-copy from a read-only map.

@@ -1,4 +1,4 @@
-//! Split GGUF sets, as llama.cpp's `gguf-split` writes them (spec §7).
+//! Split GGUF sets, as llama.cpp's `gguf-split` writes them (docs/specs/gguf.md §7).
 //!
 //! A set is `<prefix>-00001-of-0000N.gguf` … `<prefix>-0000N-of-0000N.gguf`
 //! (`llama_split_path`), each file a complete GGUF with its own header, offsets and padding.

@@ -159,4 +159,5 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     },
     stores: |d: DType| types::ggml_id(d).is_some(),
     by_architecture: true,
+    cast_rule: weightport_core::CastRule::Ggml,
 };

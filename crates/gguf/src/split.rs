@@ -1,4 +1,4 @@
-//! Reading a split GGUF set (spec §7) as one source: every part opened, its `split.*` keys
+//! Reading a split GGUF set (docs/specs/gguf.md §7) as one source: every part opened, its `split.*` keys
 //! checked against the set, tensors numbered across the parts. Naming and partitioning live
 //! in [`crate::partition`], re-exported here.
 

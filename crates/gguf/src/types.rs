@@ -1,6 +1,6 @@
 //! The ggml type ids of GGUF tensor infos and the GGUF value type ids of key/value pairs.
 //!
-//! Tensor types follow `enum ggml_type` (spec §2, `ggml/include/ggml.h:389-434`): the table is
+//! Tensor types follow `enum ggml_type` (docs/specs/gguf.md §2, `ggml/include/ggml.h:389-434`): the table is
 //! data, so an id that is unknown (≥ 43) or removed (4, 5, 31-33, 36-38: block size 0 in ggml's
 //! type traits) is refused by lookup, never by a panic. Block sizes and byte sizes come from
 //! [`DType::layout`], which carries the same numbers as ggml's type traits (a unit test checks
@@ -95,7 +95,7 @@ pub fn block_of(dtype: DType) -> (u64, u64) {
     }
 }
 
-/// GGUF value type id → [`MetaType`] (spec §1.1 value encoding).
+/// GGUF value type id → [`MetaType`] (docs/specs/gguf.md §1.1 value encoding).
 pub fn meta_type_of(id: u32) -> Option<MetaType> {
     Some(match id {
         0 => MetaType::U8,
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn table_matches_ggml_type_traits() {
-        // (id, block size, type size) from ggml/src/ggml.c type_traits, spec §2.
+        // (id, block size, type size) from ggml/src/ggml.c type_traits, docs/specs/gguf.md §2.
         let want: &[(u32, u64, u64)] = &[
             (0, 1, 4),
             (1, 1, 2),

@@ -3,7 +3,7 @@
 //! [`layout_with`] is pure: from the tensor specs and the key/values it computes the header
 //! bytes (magic, version 3, counts, key/values in the given order, tensor infos, zero padding to
 //! the alignment) and every tensor's absolute offset, with tensors back to back in the given
-//! order, each padded to the alignment including the last (spec §1.1; `gguf.cpp:1409-1422,
+//! order, each padded to the alignment including the last (docs/specs/gguf.md §1.1; `gguf.cpp:1409-1422,
 //! 1556-1561`). So the file size is a multiple of the alignment, and the same inputs always give
 //! the same bytes.
 //!

@@ -1,4 +1,4 @@
-//! Malformed GGUF built from bytes: every case of spec §1.3 is refused with the right error,
+//! Malformed GGUF built from bytes: every case of docs/specs/gguf.md §1.3 is refused with the right error,
 //! naming the file, the key or tensor and the byte offset, and never panics.
 
 use std::path::Path;

@@ -354,7 +354,7 @@ fn split_writer_reproduces_llama_gguf_split_byte_for_byte() {
 
 /// Parses `bytes` cut at each of `cuts`: an error exactly when the cut removes header or tensor
 /// bytes (cutting only the padding after the last tensor is accepted, as llama.cpp's model
-/// loader does, spec §1.1), and never a panic.
+/// loader does, docs/specs/gguf.md §1.1), and never a panic.
 fn check_cuts(file: &Path, bytes: &[u8], cuts: impl Iterator<Item = usize>) {
     let g = parse(file, bytes, &Default::default()).unwrap();
     let needed = g

@@ -307,4 +307,5 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     sink: weightport_safetensors::registration::sink_for,
     stores: weightport_safetensors::registration::stores,
     by_architecture: false,
+    cast_rule: weightport_core::CastRule::Torch,
 };

@@ -1,5 +1,5 @@
 //! Greedy sharding as huggingface_hub's `split_state_dict_into_shards_factory` does it
-//! (spec §4.3): tensors in order; a tensor larger than the limit becomes its own shard at once
+//! (docs/specs/safetensors.md §4.3): tensors in order; a tensor larger than the limit becomes its own shard at once
 //! (while the open shard stays open); otherwise the open shard is closed when adding the tensor
 //! would exceed the limit (strictly greater: exactly the limit fits).
 
@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn oversized_tensor_gets_its_own_shard_first() {
-        // spec §4.3, verified against huggingface_hub: sizes [1,1,10,1,2], max 3.
+        // docs/specs/safetensors.md §4.3, verified against huggingface_hub: sizes [1,1,10,1,2], max 3.
         assert_eq!(
             assign(&[1, 1, 10, 1, 2], 3),
             vec![vec![2], vec![0, 1, 3], vec![4]]

@@ -27,8 +27,8 @@ use memmap2::Mmap;
 use weightport_core::{Access, Error, Format, Location, Result, TensorInfo};
 
 use crate::header::{self, HeaderError, HeaderErrorKind, NpyHeader};
-use crate::inflate::{InflateError, Inflater};
 use crate::layout::{c_to_fortran, fortran_to_c, to_little};
+use weightport_core::archive::{InflateError, Inflater};
 
 /// Default size of the buffer used to skip or scatter inflated bytes.
 pub const DEFAULT_SCRATCH: usize = 256 << 10;
@@ -125,11 +125,7 @@ pub(crate) fn header_error(
     }
     match e.kind {
         HeaderErrorKind::Malformed(r) => Error::malformed(at, format, r + &suffix),
-        HeaderErrorKind::Unsupported(w) => Error::Unsupported {
-            at,
-            format,
-            what: w + &suffix,
-        },
+        HeaderErrorKind::Unsupported(w) => Error::unsupported(at, format, w + &suffix),
         HeaderErrorKind::Refused(r) => Error::Refused { at, reason: r },
         HeaderErrorKind::Limit {
             what,
@@ -310,7 +306,8 @@ impl Array {
                     }
                     z.fill(comp, dst).map_err(|e| fail(e, want))?;
                     if z.position() == d.size {
-                        z.finish(comp, d.size, d.crc).map_err(|e| fail(e, d.size))?;
+                        z.finish(comp, d.size, Some(d.crc))
+                            .map_err(|e| fail(e, d.size))?;
                     } else {
                         *guard = Some(z);
                     }
@@ -358,7 +355,7 @@ impl Array {
             f += k as u64;
         }
         if f == numel {
-            z.finish(comp, d.size, d.crc)?;
+            z.finish(comp, d.size, Some(d.crc))?;
         }
         Ok(())
     }

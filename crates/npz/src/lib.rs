@@ -41,7 +41,6 @@
 
 mod array;
 pub mod header;
-mod inflate;
 mod layout;
 mod npy;
 mod npz;

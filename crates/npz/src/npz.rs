@@ -10,25 +10,21 @@
 //! See: APPNOTE.TXT <https://pkware.cachefly.net/webdocs/casestudies/APPNOTE.TXT> §4.3, and
 //! numpy's `savez` (`numpy/lib/_npyio_impl.py`).
 //!
-//! The `zip` crate finds and parses the end-of-central-directory records (including ZIP64) and
-//! the central directory, and (through `validate_header_consistency`) rejects duplicate names,
-//! local headers that disagree with their central-directory entry (name, method, sizes, CRC,
-//! flags), members whose bytes overlap, and local headers missing from the central directory.
-//! This module adds: the member count cap, encrypted members, compression methods other than
-//! stored/deflated, names not ending in `.npy`, member data running past the end of the file,
-//! stored members whose compressed and uncompressed sizes differ, a declared compression ratio
-//! no deflate stream can reach, the npy header against the member's declared size, and (while
-//! streaming) the inflated length and CRC-32 against the central directory.
+//! The archive's entries are read and checked by [`weightport_core::archive`] (the ZIP layer
+//! the torch reader shares: duplicate names, local/central disagreements, flags, methods,
+//! bounds, sizes, the deflate ratio and the entry count cap); its inflater enforces each
+//! member's length and CRC-32 while streaming. This module adds names not ending in `.npy` and
+//! the npy header against the member's declared size.
 
 use std::fs::File;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use weightport_core::archive::{self, Concern, Method};
 use weightport_core::{
     Access, Error, Format, Location, Metadata, ReadOptions, Result, TensorInfo, TensorSource,
 };
-use zip::{CompressionMethod, ZipArchive};
+use zip::ZipArchive;
 
 use crate::array::{
     header_error, inflate_header, Array, Backing, Body, Deflated, Origin, DEFAULT_SCRATCH,
@@ -93,14 +89,6 @@ pub fn probe_npz(path: &Path, head: &[u8]) -> bool {
     npy
 }
 
-fn zip_error(path: &Path, e: zip::result::ZipError) -> Error {
-    Error::malformed(
-        Location::file(path),
-        Format::Npz,
-        format!("not a valid ZIP archive: {e}"),
-    )
-}
-
 impl NpzSource {
     /// Validates an `.npz` held in memory; `label` names it in messages.
     pub fn from_bytes(label: &Path, bytes: Vec<u8>, opts: &ReadOptions) -> Result<NpzSource> {
@@ -127,157 +115,13 @@ impl NpzSource {
 
     fn build(path: PathBuf, backing: Backing, opts: &ReadOptions) -> Result<NpzSource> {
         let data = backing.bytes();
-        let file_len = data.len() as u64;
-        let mut ar = ZipArchive::new(Cursor::new(data)).map_err(|e| zip_error(&path, e))?;
-        let limits = &opts.limits;
-        if ar.len() as u64 > limits.max_tensors {
-            return Err(Error::Limit {
-                at: Location::file(&path),
-                what: "npz member count",
-                needed: ar.len() as u64,
-                limit: limits.max_tensors,
-            });
+        let table = table(&path, data, opts)?;
+        let mut arrays = Vec::with_capacity(table.entries.len());
+        let mut members = Vec::with_capacity(table.entries.len());
+        for e in &table.entries {
+            arrays.push(member(&path, data, e, opts)?);
+            members.push(e.name.clone());
         }
-        if ar.has_duplicate_names() {
-            return Err(Error::malformed(
-                Location::file(&path).at(ar.central_directory_start()),
-                Format::Npz,
-                "the central directory lists the same member name twice",
-            ));
-        }
-        ar.validate_header_consistency().map_err(|e| {
-            Error::malformed(
-                Location::file(&path),
-                Format::Npz,
-                format!("local headers disagree with the central directory: {e}"),
-            )
-        })?;
-        let mut arrays = Vec::with_capacity(ar.len());
-        let mut members = Vec::with_capacity(ar.len());
-        for i in 0..ar.len() {
-            let f = ar.by_index_raw(i).map_err(|e| zip_error(&path, e))?;
-            let member = f.name().map_err(|e| zip_error(&path, e))?.into_owned();
-            let header_start = f.header_start();
-            // Messages name the tensor (the member name without `.npy`), or the member itself.
-            let label = member.strip_suffix(".npy").unwrap_or(&member);
-            let at = Location::file(&path).tensor(label).at(header_start);
-            let bad = |reason: String| Error::malformed(at.clone(), Format::Npz, reason);
-            let Some(name) = member.strip_suffix(".npy") else {
-                return Err(bad(format!(
-                    "member `{}` is not an .npy array (an npz holds only NAME.npy members)",
-                    weightport_core::sanitize(&member)
-                )));
-            };
-            if f.encrypted() {
-                return Err(Error::Unsupported {
-                    at,
-                    format: Format::Npz,
-                    what: "encrypted member".into(),
-                });
-            }
-            let deflated = match f.compression() {
-                CompressionMethod::Stored => false,
-                CompressionMethod::Deflated => true,
-                m => {
-                    return Err(Error::Unsupported {
-                        at,
-                        format: Format::Npz,
-                        what: format!("compression method {m} (only stored and deflated)"),
-                    })
-                }
-            };
-            let comp_start = f
-                .data_start()
-                .ok_or_else(|| bad("local header could not be read".into()))?;
-            let comp_len = f.compressed_size();
-            let size = f.size();
-            let crc = f.crc32();
-            if comp_start
-                .checked_add(comp_len)
-                .is_none_or(|end| end > file_len)
-            {
-                return Err(bad(format!(
-                    "member data ({comp_len} bytes at byte {comp_start}) runs past the end of \
-                     the file ({file_len} bytes): truncated?"
-                )));
-            }
-            let comp = &data[comp_start as usize..(comp_start + comp_len) as usize];
-            let header = if deflated {
-                let ratio = opts.limits.max_deflate_ratio;
-                if size > comp_len.saturating_mul(ratio) {
-                    return Err(Error::Refused {
-                        at,
-                        reason: format!(
-                            "member declares {size} bytes from {comp_len} compressed bytes, a \
-                             ratio over {ratio}:1 that no deflate stream reaches \
-                             (a ZIP bomb or a corrupt size)"
-                        ),
-                    });
-                }
-                inflate_header(comp, size, opts).map_err(|e| match e {
-                    Ok(h) => header_error(
-                        h,
-                        &path,
-                        Some(name),
-                        Format::Npz,
-                        Origin::Member(comp_start),
-                        size,
-                    ),
-                    Err(reason) => bad(format!("deflated member: {reason} (in its npy header)")),
-                })?
-            } else {
-                if comp_len != size {
-                    return Err(bad(format!(
-                        "stored member has compressed size {comp_len} but uncompressed size \
-                         {size}"
-                    )));
-                }
-                header::parse(comp, opts).map_err(|e| {
-                    header_error(
-                        e,
-                        &path,
-                        Some(name),
-                        Format::Npz,
-                        Origin::File(comp_start),
-                        size,
-                    )
-                })?
-            };
-            let total = header.data_offset.checked_add(header.byte_len);
-            if total != Some(size) {
-                return Err(bad(format!(
-                    "declared size mismatch: the npy header says shape {:?} of '{}' ({} data \
-                     bytes after a {}-byte header) but the member's uncompressed size is {size}",
-                    header.shape, header.descr, header.byte_len, header.data_offset
-                )));
-            }
-            let body = if deflated {
-                Body::Deflated(Box::new(Deflated {
-                    comp_start,
-                    comp_len,
-                    size,
-                    crc,
-                    cursor: Mutex::new(None),
-                }))
-            } else {
-                Body::Stored {
-                    data: comp_start + header.data_offset,
-                }
-            };
-            arrays.push(Array {
-                info: TensorInfo {
-                    name: name.to_string(),
-                    dtype: header.dtype,
-                    shape: header.shape.clone(),
-                    byte_len: header.byte_len,
-                },
-                header,
-                file: 0,
-                body,
-            });
-            members.push(member);
-        }
-        drop(ar);
         let infos = arrays.iter().map(|a| a.info.clone()).collect();
         Ok(NpzSource {
             path,
@@ -289,6 +133,93 @@ impl NpzSource {
             scratch: DEFAULT_SCRATCH,
         })
     }
+}
+
+/// The archive's checked entry table; its first anomaly is the error (an ambiguous archive is
+/// malformed here: an npz holds no code, so a member two tools read differently is a broken
+/// file, not an attack on the reader).
+fn table(path: &Path, data: &[u8], opts: &ReadOptions) -> Result<archive::Table> {
+    let table = archive::entries(data, &opts.limits).map_err(|e| match e {
+        archive::TableError::Malformed(m, o) => {
+            Error::malformed(Location::file(path).at(o), Format::Npz, m)
+        }
+        archive::TableError::TooMany(n, cap) => Error::Limit {
+            at: Location::file(path),
+            what: "npz member count",
+            needed: n,
+            limit: cap,
+        },
+    })?;
+    if let Some(a) = table.anomalies.first() {
+        let at = Location::file(path).at(a.offset);
+        return Err(match a.concern {
+            Concern::Bomb => Error::Refused {
+                at,
+                reason: a.what.clone(),
+            },
+            Concern::Unsupported => Error::unsupported(at, Format::Npz, a.what.clone()),
+            Concern::Ambiguous | Concern::Malformed => {
+                Error::malformed(at, Format::Npz, a.what.clone())
+            }
+        });
+    }
+    Ok(table)
+}
+
+/// One `NAME.npy` member: its npy header (inflated as far as needed) against its declared size.
+fn member(path: &Path, data: &[u8], e: &archive::Entry, opts: &ReadOptions) -> Result<Array> {
+    // Messages name the tensor (the member name without `.npy`), or the member itself.
+    let label = e.name.strip_suffix(".npy").unwrap_or(&e.name);
+    let at = Location::file(path).tensor(label).at(e.header_start);
+    let bad = |reason: String| Error::malformed(at.clone(), Format::Npz, reason);
+    let Some(name) = e.name.strip_suffix(".npy") else {
+        return Err(bad(format!(
+            "member `{}` is not an .npy array (an npz holds only NAME.npy members)",
+            weightport_core::sanitize(&e.name)
+        )));
+    };
+    let deflated = e.method == Some(Method::Deflated);
+    let (comp, size) = (e.data(data), e.size);
+    let header_error = |h, origin| header_error(h, path, Some(name), Format::Npz, origin, size);
+    let header = if deflated {
+        inflate_header(comp, size, opts).map_err(|err| match err {
+            Ok(h) => header_error(h, Origin::Member(e.data_start)),
+            Err(reason) => bad(format!("deflated member: {reason} (in its npy header)")),
+        })?
+    } else {
+        header::parse(comp, opts).map_err(|h| header_error(h, Origin::File(e.data_start)))?
+    };
+    if header.data_offset.checked_add(header.byte_len) != Some(size) {
+        return Err(bad(format!(
+            "declared size mismatch: the npy header says shape {:?} of '{}' ({} data bytes \
+             after a {}-byte header) but the member's uncompressed size is {size}",
+            header.shape, header.descr, header.byte_len, header.data_offset
+        )));
+    }
+    let body = if deflated {
+        Body::Deflated(Box::new(Deflated {
+            comp_start: e.data_start,
+            comp_len: e.csize,
+            size,
+            crc: e.crc,
+            cursor: Mutex::new(None),
+        }))
+    } else {
+        Body::Stored {
+            data: e.data_start + header.data_offset,
+        }
+    };
+    Ok(Array {
+        info: TensorInfo {
+            name: name.to_string(),
+            dtype: header.dtype,
+            shape: header.shape.clone(),
+            byte_len: header.byte_len,
+        },
+        header,
+        file: 0,
+        body,
+    })
 }
 
 impl TensorSource for NpzSource {

@@ -235,3 +235,29 @@ fn reads_outside_the_tensor_or_misaligned_are_errors() {
     src.read_into(0, 16, &mut buf).unwrap();
     assert_eq!(buf[..4], 4f32.to_le_bytes());
 }
+
+/// Checks the shared ZIP layer (`weightport_core::archive`) makes that this reader did not
+/// make before it shared them with the torch reader: names climbing out of the archive, the
+/// "compressed patched data" flag, and a local method that differs from the central one.
+#[test]
+fn checks_shared_with_the_torch_reader_apply_to_npz() {
+    let a = npy_v1(&dict("<f4", "(1,)"), &[0; 4]);
+    let e = open_npz_bytes(
+        zip_of(&[("../a.npy", a.clone(), false)]),
+        &ReadOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), "malformed", "{e}");
+    assert!(e.to_string().contains("path traversal"), "{e}");
+
+    let mut z = zip_of(&[("a.npy", a.clone(), false)]);
+    z[6] |= 0x20; // general-purpose flags of the first local header
+    let e = open_npz_bytes(z, &ReadOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), "unsupported", "{e}");
+    assert!(e.to_string().contains("patched data"), "{e}");
+
+    let mut z = zip_of(&[("a.npy", a, false)]);
+    z[8] = 8; // the local header says deflated, the central directory stored
+    let e = open_npz_bytes(z, &ReadOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("compression method"), "{e}");
+}

@@ -1,4 +1,4 @@
-//! The allowlist: the only `(module, name)` pairs a pickle may name (spec §2.3).
+//! The allowlist: the only `(module, name)` pairs a pickle may name (docs/specs/pickle.md §2.3).
 //!
 //! Matching is exact, after mapping the Python 2 module name `__builtin__` to `builtins` and
 //! nothing else. Dotted names are refused (`STACK_GLOBAL('torch', 'serialization.os.system')`
@@ -270,7 +270,7 @@ pub fn beyond_weights_only(module: &str, name: &str) -> bool {
         || (module == "builtins" && !matches!(name, "set" | "bytearray" | "complex"))
 }
 
-/// The opcodes torch's `weights_only` unpickler accepts (spec pickle.md §2.1); any other makes
+/// The opcodes torch's `weights_only` unpickler accepts (docs/specs/pickle.md §2.1); any other makes
 /// it refuse the file.
 pub const WEIGHTS_ONLY_OPCODES: &[&str] = &[
     "PROTO",

@@ -1,4 +1,4 @@
-//! The torch ZIP container (spec §1.2).
+//! The torch ZIP container (docs/specs/pickle.md §1.2).
 //!
 //! Byte layout: a ZIP (stored entries written by miniz, 64-byte aligned data, ZIP64 always
 //! enabled) whose entries all sit under one arbitrary prefix `<p>/`: `data.pkl` (the pickle),
@@ -15,11 +15,11 @@
 //! the file. TorchScript archives and the legacy tar format are refused with what they are.
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
 use memmap2::Mmap;
+use weightport_core::archive::{self, Concern, Method};
 use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
@@ -68,10 +68,6 @@ pub struct ZipLayout {
     pub extra: Vec<String>,
 }
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
-    b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
-}
-
 /// Opens the map read-only.
 #[allow(unsafe_code)]
 pub(crate) fn map_file(path: &Path) -> Result<Arc<Mmap>> {
@@ -94,169 +90,26 @@ pub(crate) fn is_tar(b: &[u8]) -> bool {
     b.get(257..262) == Some(b"ustar")
 }
 
-fn bad_name(n: &str) -> bool {
-    n.starts_with('/') || n.contains('\\') || n.contains('\0') || n.split('/').any(|c| c == "..")
-}
-
 /// Parses and checks the ZIP structure. Fatal structural errors (not a ZIP at all) are
 /// returned as errors; rule violations are collected as anomalies.
-pub fn layout(path: &Path, map: &[u8]) -> Result<ZipLayout> {
+pub fn layout(path: &Path, map: &[u8], limits: &weightport_core::Limits) -> Result<ZipLayout> {
     let malformed =
         |o: u64, m: String| Error::malformed(Location::file(path).at(o), Format::PytorchZip, m);
-    if !map.starts_with(b"PK\x03\x04") {
-        if is_tar(map) {
-            return Err(Error::Refused {
-                at: Location::file(path),
-                reason: "legacy tar-format PyTorch checkpoint (torch <= 0.1.9), which torch itself refuses under weights_only; re-save it with a current torch".into(),
-            });
-        }
-        return Err(Error::NotFormat {
-            path: path.to_path_buf(),
-            expected: Format::PytorchZip,
-            what: "is not a PyTorch checkpoint (no ZIP local header at offset 0)".into(),
-        });
-    }
-    // The archive starts at 0 (checked above); the crate's offset detection mis-parses some
-    // real torch files (a ZIP64 EOCD before the EOCD, depending on name lengths).
-    let config = zip::read::Config {
-        archive_offset: zip::read::ArchiveOffset::Known(0),
+    not_zip(path, map)?;
+    let table = archive::entries(map, limits).map_err(|e| match e {
+        archive::TableError::Malformed(m, o) => malformed(o, m),
+        archive::TableError::TooMany(n, cap) => Error::Limit {
+            at: Location::file(path),
+            what: "ZIP entry count",
+            needed: n,
+            limit: cap,
+        },
+    })?;
+    let mut out = ZipLayout {
+        anomalies: table.anomalies.iter().map(anomaly).collect(),
+        entries: table.entries.iter().map(zip_entry).collect(),
+        ..ZipLayout::default()
     };
-    let mut ar = zip::ZipArchive::with_config(config, Cursor::new(map))
-        .map_err(|e| malformed(0, format!("ZIP central directory: {e}")))?;
-    let mut out = ZipLayout::default();
-    let anomaly = |out: &mut ZipLayout, offset: u64, refused: bool, what: String| {
-        out.anomalies.push(Anomaly {
-            offset,
-            refused,
-            what,
-        })
-    };
-    if ar.has_duplicate_names() {
-        anomaly(
-            &mut out,
-            ar.central_directory_start(),
-            true,
-            "duplicate entry names in the central directory (torch reads the first, other tools the last)".into(),
-        );
-    }
-    for i in 0..ar.len() {
-        let f = ar
-            .by_index_raw(i)
-            .map_err(|e| malformed(0, format!("ZIP entry {i}: {e}")))?;
-        let cd = f.central_header_start();
-        let raw = f.name_raw().to_vec();
-        let name = match String::from_utf8(raw.clone()) {
-            Ok(n) => n,
-            Err(_) => {
-                anomaly(&mut out, cd, true, format!("entry {i} name is not UTF-8"));
-                String::from_utf8_lossy(&raw).into_owned()
-            }
-        };
-        let shown = weightport_core::sanitize(&name);
-        if bad_name(&name) {
-            anomaly(
-                &mut out,
-                cd,
-                true,
-                format!("entry `{shown}`: path traversal or absolute name"),
-            );
-        }
-        let cd_flags = u16_at(map, cd as usize + 8).unwrap_or(0);
-        let h = f.header_start();
-        let hs = h as usize;
-        let (lfh_flags, lfh_method, nlen, xlen) = match (
-            map.get(hs..hs + 4),
-            u16_at(map, hs + 6),
-            u16_at(map, hs + 8),
-            u16_at(map, hs + 26),
-            u16_at(map, hs + 28),
-        ) {
-            (Some(b"PK\x03\x04"), Some(fl), Some(m), Some(n), Some(x)) => (fl, m, n, x),
-            _ => {
-                return Err(malformed(
-                    h,
-                    format!("entry `{shown}`: no local header at its offset"),
-                ))
-            }
-        };
-        let lname = map.get(hs + 30..hs + 30 + nlen as usize).unwrap_or(&[]);
-        if lname != raw.as_slice() {
-            anomaly(
-                &mut out,
-                h,
-                true,
-                format!(
-                    "entry `{shown}`: local header name `{}` differs from the central directory",
-                    weightport_core::sanitize(&String::from_utf8_lossy(lname))
-                ),
-            );
-        }
-        for (which, fl, at) in [("central", cd_flags, cd), ("local", lfh_flags, h)] {
-            if fl & 0x41 != 0 || f.encrypted() {
-                anomaly(
-                    &mut out,
-                    at,
-                    true,
-                    format!("entry `{shown}`: encryption flag set in the {which} header"),
-                );
-            }
-            if fl & 0x20 != 0 {
-                anomaly(&mut out, at, true, format!("entry `{shown}`: 'compressed patched data' flag (0x20) set in the {which} header"));
-            }
-        }
-        let method: u16 = match f.compression() {
-            zip::CompressionMethod::Stored => 0,
-            zip::CompressionMethod::Deflated => 8,
-            other => {
-                anomaly(
-                    &mut out,
-                    h,
-                    false,
-                    format!("entry `{shown}`: compression {other:?} (only stored and deflate)"),
-                );
-                u16::MAX
-            }
-        };
-        if method != u16::MAX && lfh_method != method {
-            anomaly(
-                &mut out,
-                h,
-                true,
-                format!("entry `{shown}`: local and central compression methods differ"),
-            );
-        }
-        let data_start = h + 30 + u64::from(nlen) + u64::from(xlen);
-        if let Some(ds) = f.data_start() {
-            if ds != data_start {
-                return Err(malformed(
-                    h,
-                    format!("entry `{shown}`: data offset disagrees with the zip reader"),
-                ));
-            }
-        }
-        let (csize, usize) = (f.compressed_size(), f.size());
-        if data_start
-            .checked_add(csize)
-            .is_none_or(|e| e > map.len() as u64)
-        {
-            return Err(malformed(
-                h,
-                format!("entry `{shown}`: data runs past the end of the file"),
-            ));
-        }
-        if method == 0 && csize != usize {
-            anomaly(&mut out, h, false, format!("entry `{shown}`: stored entry with different compressed and uncompressed sizes"));
-        }
-        out.entries.push(ZipEntry {
-            name,
-            method,
-            header_start: h,
-            data_start,
-            csize,
-            usize,
-            crc: f.crc32(),
-        });
-    }
     let Some(first) = out.entries.first() else {
         return Err(malformed(0, "empty ZIP archive".into()));
     };
@@ -266,15 +119,77 @@ pub fn layout(path: &Path, map: &[u8]) -> Result<ZipLayout> {
             "file in archive is not in a subdirectory".into(),
         ));
     };
-    let prefix = prefix.to_string();
-    out.prefix = prefix.clone();
-    let p = format!("{prefix}/");
-    let mut extra = Vec::new();
-    let mut outside = Vec::new();
+    out.prefix = prefix.to_string();
+    check_prefix(&mut out);
+    Ok(out)
+}
+
+/// Refuses what is not a ZIP at byte 0, naming what it is.
+fn not_zip(path: &Path, map: &[u8]) -> Result<()> {
+    if map.starts_with(b"PK\x03\x04") {
+        return Ok(());
+    }
+    if is_tar(map) {
+        return Err(Error::Refused {
+            at: Location::file(path),
+            reason: "legacy tar-format PyTorch checkpoint (torch <= 0.1.9), which torch itself refuses under weights_only; re-save it with a current torch".into(),
+        });
+    }
+    Err(Error::NotFormat {
+        path: path.to_path_buf(),
+        expected: Format::PytorchZip,
+        what: "is not a PyTorch checkpoint (no ZIP local header at offset 0)".into(),
+    })
+}
+
+/// The shared table's anomaly under torch's policy: an archive tools read differently is
+/// refused (a pickle is code), as are bombs and encrypted or patched entries; an unknown method
+/// or inconsistent stored sizes are malformed.
+fn anomaly(a: &archive::Anomaly) -> Anomaly {
+    let refused = match a.concern {
+        Concern::Ambiguous | Concern::Bomb => true,
+        Concern::Unsupported => a.what.contains("flag"),
+        Concern::Malformed => false,
+    };
+    Anomaly {
+        offset: a.offset,
+        refused,
+        what: a.what.clone(),
+    }
+}
+
+fn zip_entry(e: &archive::Entry) -> ZipEntry {
+    ZipEntry {
+        name: e.name.clone(),
+        method: match e.method {
+            Some(Method::Stored) => 0,
+            Some(Method::Deflated) => 8,
+            None => u16::MAX,
+        },
+        header_start: e.header_start,
+        data_start: e.data_start,
+        csize: e.csize,
+        usize: e.size,
+        crc: e.crc,
+    }
+}
+
+/// Entries outside the prefix and TorchScript archives are anomalies; entries under the prefix
+/// that torch does not write are listed.
+fn check_prefix(out: &mut ZipLayout) {
+    let p = format!("{}/", out.prefix);
     let mut torchscript = false;
     for e in &out.entries {
         let Some(rest) = e.name.strip_prefix(&p) else {
-            outside.push((e.header_start, weightport_core::sanitize(&e.name)));
+            out.anomalies.push(Anomaly {
+                offset: e.header_start,
+                refused: true,
+                what: format!(
+                    "entry `{}` lies outside the archive prefix `{}`",
+                    weightport_core::sanitize(&e.name),
+                    weightport_core::sanitize(&p)
+                ),
+            });
             continue;
         };
         match rest {
@@ -290,25 +205,16 @@ pub fn layout(path: &Path, map: &[u8]) -> Result<ZipLayout> {
             r if r
                 .strip_prefix("data/")
                 .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())) => {}
-            r => extra.push(weightport_core::sanitize(r)),
+            r => out.extra.push(weightport_core::sanitize(r)),
         }
     }
-    for (o, n) in outside {
-        anomaly(
-            &mut out,
-            o,
-            true,
-            format!(
-                "entry `{n}` lies outside the archive prefix `{}/`",
-                weightport_core::sanitize(&prefix)
-            ),
-        );
-    }
     if torchscript {
-        anomaly(&mut out, 0, true, "TorchScript archive (torch.jit.save: constants.pkl, code/), not a checkpoint; load it with torch.jit.load and save its state_dict()".into());
+        out.anomalies.push(Anomaly {
+            offset: 0,
+            refused: true,
+            what: "TorchScript archive (torch.jit.save: constants.pkl, code/), not a checkpoint; load it with torch.jit.load and save its state_dict()".into(),
+        });
     }
-    out.extra = extra;
-    Ok(out)
 }
 
 impl ZipLayout {
@@ -338,7 +244,8 @@ pub(crate) fn entry_bytes(
     if e.method == 0 {
         Ok(map[e.data_start as usize..(e.data_start + e.csize) as usize].to_vec())
     } else {
-        inflate(map, e.data_start, e.csize, e.usize).map_err(|m| {
+        let crc = (e.crc != 0).then_some(e.crc);
+        inflate(map, e.data_start, e.csize, e.usize, crc).map_err(|m| {
             Error::malformed(
                 Location::file(path).at(e.data_start),
                 Format::PytorchZip,
@@ -360,10 +267,11 @@ pub(crate) struct ZipParse {
 pub(crate) fn parse(
     path: &Path,
     map: &Arc<Mmap>,
+    opts: &ReadOptions,
     limits: &VmLimits,
-    inert: bool,
 ) -> Result<ZipParse> {
-    let layout = layout(path, map)?;
+    let inert = opts.inert_objects;
+    let layout = layout(path, map, &opts.limits)?;
     if let Some(a) = layout.anomalies.first() {
         let at = Location::file(path).at(a.offset);
         return Err(if a.refused {
@@ -443,7 +351,7 @@ pub(crate) fn parse(
 /// Opens a torch ZIP checkpoint.
 pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkpoint> {
     let map = map_file(path)?;
-    let zp = parse(path, &map, limits, opts.inert_objects)?;
+    let zp = parse(path, &map, opts, limits)?;
     let parsed = zp.parsed.expect("strict parse");
     let sel = crate::source::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
     let mut keyed = HashMap::new();
@@ -457,6 +365,7 @@ pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkp
                 RecordData::Deflated {
                     start: e.data_start,
                     csize: e.csize,
+                    crc: (e.crc != 0).then_some(e.crc),
                 }
             };
             keyed.insert(

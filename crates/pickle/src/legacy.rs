@@ -1,5 +1,5 @@
 //! The legacy stacked format (torch 0.1.10 – 1.5, or `_use_new_zipfile_serialization=False`),
-//! spec §1.4.
+//! docs/specs/pickle.md §1.4.
 //!
 //! Byte layout: five pickles back to back — the magic number `0x1950A86A20F9469CFC6C`, the
 //! protocol version `1001`, `sys_info` (a dict of primitives), the object (persistent ids are

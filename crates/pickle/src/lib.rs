@@ -2,7 +2,7 @@
 //!
 //! Nothing in a checkpoint is ever executed. The [`vm`] interprets pickle opcodes into an inert
 //! value tree; globals resolve only against the exact allowlist in [`allow`] (spec
-//! `shared/specs/pickle.md` §2.3), and calls on allowed symbols build descriptions, never
+//! `docs/specs/pickle.md` §2.3), and calls on allowed symbols build descriptions, never
 //! calls. Everything else — unknown globals, `INST`/`OBJ`/`NEWOBJ`/`EXT*`, `BUILD` on
 //! anything but an OrderedDict, data after `STOP` — is refused with the symbol and its byte
 //! offset. Sizes are capped before anything is allocated ([`vm::VmLimits`]).

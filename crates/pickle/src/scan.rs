@@ -350,7 +350,7 @@ impl Acc {
     }
 
     fn zip(&mut self, path: &Path, map: &Arc<Mmap>, limits: &VmLimits) -> Vec<ScanRecord> {
-        let layout = match container::layout(path, map) {
+        let layout = match container::layout(path, map, &weightport_core::Limits::default()) {
             Ok(l) => l,
             Err(e) => {
                 self.push(finding(None, e.to_string(), true, rules::CONTAINER));

@@ -8,12 +8,11 @@
 //! ([`Access::Sequential`]) when the view is contiguous, and inflated once (bounded) otherwise.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use flate2::read::DeflateDecoder;
 use memmap2::Mmap;
+use weightport_core::archive::{self, Inflater};
 use weightport_core::mapped;
 use weightport_core::{
     Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
@@ -38,6 +37,8 @@ pub(crate) enum RecordData {
         start: u64,
         /// Compressed size.
         csize: u64,
+        /// The central directory's CRC-32 (`None`: 0, torch's "not computed").
+        crc: Option<u32>,
     },
 }
 
@@ -79,8 +80,7 @@ pub struct CheckpointReport {
 }
 
 struct SeqState {
-    dec: DeflateDecoder<MapReader>,
-    pos: u64,
+    z: Inflater,
 }
 
 /// A validated PyTorch checkpoint (ZIP or legacy).
@@ -229,59 +229,22 @@ pub(crate) fn kind_error(at: Location, format: Format, kind: VmErrorKind) -> Err
             limit,
         },
         VmErrorKind::Malformed(reason) => Error::malformed(at, format, reason),
-        VmErrorKind::Unsupported(what) => Error::Unsupported { at, format, what },
+        VmErrorKind::Unsupported(what) => Error::unsupported(at, format, what),
     }
 }
 
-pub(crate) struct MapReader {
-    map: Arc<Mmap>,
-    pos: usize,
-    end: usize,
-}
-
-impl Read for MapReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = buf.len().min(self.end - self.pos);
-        buf[..n].copy_from_slice(&self.map[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
-}
-
-/// Inflates a whole deflated region, refusing more or fewer bytes than `len`.
+/// Inflates a whole deflated record: exactly `len` bytes, with its CRC-32 when recorded.
 pub(crate) fn inflate(
     map: &Arc<Mmap>,
     start: u64,
     csize: u64,
     len: u64,
+    crc: Option<u32>,
 ) -> std::result::Result<Vec<u8>, String> {
-    let mut dec = DeflateDecoder::new(MapReader {
-        map: map.clone(),
-        pos: start as usize,
-        end: (start + csize) as usize,
-    });
-    let mut out = Vec::new();
-    (&mut dec)
-        .take(len)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("deflate error: {e}"))?;
-    if out.len() as u64 != len {
-        return Err(format!(
-            "deflated record inflates to {} bytes, the directory says {len}",
-            out.len()
-        ));
-    }
-    let mut probe = [0u8; 1];
-    if dec
-        .read(&mut probe)
-        .map_err(|e| format!("deflate error: {e}"))?
-        != 0
-    {
-        return Err(format!(
-            "deflated record inflates past its declared {len} bytes"
-        ));
-    }
-    Ok(out)
+    let comp = map
+        .get(start as usize..(start + csize) as usize)
+        .ok_or("record lies past the end of the file")?;
+    archive::inflate_all(comp, len, crc).map_err(|e| format!("deflated record: {e}"))
 }
 
 impl Checkpoint {
@@ -372,7 +335,7 @@ impl Checkpoint {
             let Some(dtype) = d.dtype.core else {
                 return Err(Error::Unsupported {
                     at: tl(),
-                    format,
+                    format: Some(format),
                     what: format!(
                         "dtype {} has no weightport equivalent (weightport has no {} type)",
                         d.dtype.name, d.dtype.name
@@ -408,7 +371,7 @@ impl Checkpoint {
                     other => {
                         return Err(Error::Unsupported {
                             at: tl(),
-                            format,
+                            format: Some(format),
                             what: format!("a negated/conjugated view of {other}; call resolve_neg()/resolve_conj() before saving"),
                         })
                     }
@@ -501,9 +464,10 @@ impl Checkpoint {
 
     fn read_sequential(&self, index: usize, e: &Entry, offset: u64, dst: &mut [u8]) -> Result<()> {
         let rec = &self.records[e.record];
-        let RecordData::Deflated { start, csize } = rec.data else {
+        let RecordData::Deflated { start, csize, crc } = rec.data else {
             unreachable!("sequential reads are for deflated records")
         };
+        let comp = &self.map[start as usize..(start + csize) as usize];
         let want = e.desc.offset * e.itemsize + offset;
         // The state is taken out of the map so other tensors' reads do not wait on this one.
         let taken = self
@@ -512,30 +476,21 @@ impl Checkpoint {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&index);
         let mut st = match taken {
-            Some(s) if s.pos <= want => s,
-            _ => SeqState {
-                dec: DeflateDecoder::new(MapReader {
-                    map: self.map.clone(),
-                    pos: start as usize,
-                    end: (start + csize) as usize,
-                }),
-                pos: 0,
-            },
+            Some(s) if s.z.position() <= want => s,
+            _ => SeqState { z: Inflater::new() },
         };
-        let skip = want - st.pos;
+        let fail =
+            |e: archive::InflateError| self.err(index, start, format!("deflated record: {e}"));
+        let skip = want - st.z.position();
         if skip > 0 {
-            let n = std::io::copy(&mut (&mut st.dec).take(skip), &mut std::io::sink())
-                .map_err(|e| self.err(index, start, format!("deflate error: {e}")))?;
-            if n != skip {
-                return Err(self.err(index, start, "deflated record is shorter than declared"));
-            }
+            let mut scratch = vec![0u8; skip.min(256 << 10) as usize];
+            st.z.skip(comp, skip, &mut scratch).map_err(fail)?;
         }
-        st.dec
-            .read_exact(dst)
-            .map_err(|e| self.err(index, start, format!("deflated record: {e}")))?;
-        st.pos = want + dst.len() as u64;
+        st.z.fill(comp, dst).map_err(fail)?;
         self.fix(e, dst);
-        if st.pos < e.desc.offset * e.itemsize + self.infos[index].byte_len {
+        if st.z.position() == rec.len {
+            st.z.finish(comp, rec.len, crc).map_err(fail)?;
+        } else if st.z.position() < e.desc.offset * e.itemsize + self.infos[index].byte_len {
             self.seq
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -551,11 +506,11 @@ impl Checkpoint {
                 .map
                 .get(start as usize..(start + rec.len) as usize)
                 .ok_or_else(|| self.err(index, start, "record lies past the end of the file")),
-            RecordData::Deflated { start, csize } => {
+            RecordData::Deflated { start, csize, crc } => {
                 if rec.len > self.max_inflate {
                     return Err(Error::Unsupported {
                         at: Location::file(&self.path).tensor(self.infos[index].name.clone()),
-                        format: self.format,
+                        format: Some(self.format),
                         what: format!(
                             "a strided view of a deflated record over {} bytes; re-save the checkpoint uncompressed",
                             self.max_inflate
@@ -563,7 +518,7 @@ impl Checkpoint {
                     });
                 }
                 let r = self.inflated[e.record]
-                    .get_or_init(|| inflate(&self.map, start, csize, rec.len));
+                    .get_or_init(|| inflate(&self.map, start, csize, rec.len, crc));
                 r.as_deref().map_err(|m| self.err(index, start, m.clone()))
             }
         }

@@ -101,7 +101,7 @@ const C64: TorchDType = dt("complex64", 8, 4, Some(DType::C64));
 const C128: TorchDType = dt("complex128", 16, 8, None);
 const C32: TorchDType = dt("complex32", 4, 2, None);
 
-/// The legacy typed storage classes `torch.<X>Storage` and their dtypes (spec §1.3 table).
+/// The legacy typed storage classes `torch.<X>Storage` and their dtypes (docs/specs/pickle.md §1.3 table).
 pub const STORAGES: &[(&str, TorchDType)] = &[
     ("DoubleStorage", F64),
     ("FloatStorage", F32),

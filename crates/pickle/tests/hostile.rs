@@ -1,4 +1,4 @@
-//! Every file of the hostile corpus (spec §4, `fixtures/hostile/pickle`) is refused with an
+//! Every file of the hostile corpus (docs/specs/pickle.md §4, `fixtures/hostile/pickle`) is refused with an
 //! exit-3-class error (`Refused` or `Limit`), quickly, without panicking, and nothing runs.
 
 use std::path::{Path, PathBuf};
@@ -100,4 +100,56 @@ fn refusals_name_the_symbol_and_offset() {
         .globals
         .iter()
         .any(|g| g.allowed && g.name == "_rebuild_tensor_v2"));
+}
+
+/// Checks of the shared ZIP layer (`weightport_core::archive`) that this reader did not make
+/// before it shared them with the npz reader: the CRC-32 of a deflated storage record (checked
+/// when its stream is read to the end) and the declared deflate ratio.
+#[test]
+fn checks_shared_with_the_npz_reader_apply_to_torch_zips() {
+    let good = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/good/pickle/rezipped_deflate.pt");
+    let bytes = std::fs::read(&good).unwrap();
+    let table = weightport_core::archive::entries(&bytes, &Default::default()).unwrap();
+    let rec = table
+        .entries
+        .iter()
+        .find(|e| e.name.ends_with("/data/0"))
+        .expect("a storage record");
+    assert_eq!(rec.method, Some(weightport_core::archive::Method::Deflated));
+    let tmp = tempfile::tempdir().unwrap();
+    let patched = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = bytes.clone();
+        edit(&mut b);
+        let p = tmp.path().join(name);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+    let (h, cd) = (rec.header_start as usize, rec.central_start as usize);
+    // Both headers agree on a wrong CRC: the archive opens, reading the record fails.
+    let p = patched("crc.pt", &|b| {
+        b[h + 14] ^= 1;
+        b[cd + 16] ^= 1;
+    });
+    let src = weightport_pickle::open(&p, &ReadOptions::default()).unwrap();
+    let mut failed = None;
+    for i in 0..src.tensors().len() {
+        let mut buf = vec![0u8; src.tensors()[i].byte_len as usize];
+        if let Err(e) = src.read_into(i, 0, &mut buf) {
+            failed = Some(e);
+        }
+    }
+    let e = failed.expect("a CRC mismatch");
+    assert!(e.to_string().contains("CRC-32 mismatch"), "{e}");
+    // Both headers declare 2000 times the compressed size: refused before anything is read.
+    let huge = (rec.csize * 2000) as u32;
+    let p = patched("bomb.pt", &|b| {
+        b[h + 22..h + 26].copy_from_slice(&huge.to_le_bytes());
+        b[cd + 24..cd + 28].copy_from_slice(&huge.to_le_bytes());
+    });
+    let Err(e) = weightport_pickle::open(&p, &ReadOptions::default()) else {
+        panic!("a declared ratio of 2000:1 opened");
+    };
+    assert_eq!(e.exit_code(), 3, "{e}");
+    assert!(e.to_string().contains("ratio"), "{e}");
 }

@@ -24,6 +24,13 @@ pub fn request() {
     CANCELLED.store(true, Ordering::SeqCst);
 }
 
+/// Forgets a [`request`] once the jobs it stopped have returned (a caller in a long-lived
+/// process, such as the Python module, whose next job must run). A termination signal caught by
+/// [`install`]'s handlers is not forgotten.
+pub fn clear() {
+    CANCELLED.store(false, Ordering::SeqCst);
+}
+
 /// True once [`request`] was called or a termination signal arrived.
 pub fn requested() -> bool {
     CANCELLED.load(Ordering::Relaxed) || flag().load(Ordering::Relaxed)

@@ -183,6 +183,237 @@ impl Transform for Slice {
     // hashes computed while writing, as stacked and permuted outputs are.
 }
 
+/// A strided view of one input (torch's `as_strided`, in elements of `elem` bytes): output
+/// element `(i_0, …, i_n)` is input element `offset + Σ i_k · stride_k` (a transpose, every
+/// other row, a per-head part of a fused tensor). Any element-aligned output range is computed
+/// from the input under it: when the innermost stride is 1, the contiguous runs it names
+/// (concatenated, as a stack's pieces); otherwise the input span between the lowest and highest
+/// element the range reads, gathered element by element. So a transposed tensor is written chunk
+/// by chunk from the part of its source each chunk reads, never by holding the whole input.
+pub struct Gather {
+    offset: u64,
+    dims: Vec<(u64, u64)>,
+    elem: u64,
+}
+
+impl Gather {
+    /// The view `dims` (`(size, stride)`, outermost first) from element `offset` of an input
+    /// whose elements are `elem` bytes.
+    pub fn new(offset: u64, dims: Vec<(u64, u64)>, elem: u64) -> Gather {
+        Gather {
+            offset,
+            dims,
+            elem: elem.max(1),
+        }
+    }
+
+    /// True when the innermost dimension is contiguous in the input.
+    fn runs(&self) -> bool {
+        self.dims.last().is_none_or(|&(_, stride)| stride == 1)
+    }
+
+    /// Input element of output element `i`.
+    fn source(&self, mut i: u64) -> u64 {
+        let mut at = self.offset;
+        for &(size, stride) in self.dims.iter().rev() {
+            let size = size.max(1);
+            at += (i % size) * stride;
+            i /= size;
+        }
+        at
+    }
+
+    /// Calls `f(output element, input element, length)` for each contiguous run of output
+    /// elements `a..b` (runs of one element when the innermost stride is not 1).
+    fn each_run(&self, a: u64, b: u64, mut f: impl FnMut(u64, u64, u64)) {
+        let inner = match self.dims.last() {
+            Some(&(size, 1)) => size.max(1),
+            _ => 1,
+        };
+        let mut i = a;
+        while i < b {
+            let len = (inner - i % inner).min(b - i);
+            f(i, self.source(i), len);
+            i += len;
+        }
+    }
+
+    /// The multi-index of output element `i`.
+    fn index(&self, mut i: u64) -> Vec<u64> {
+        let mut idx = vec![0; self.dims.len()];
+        for (k, &(size, _)) in self.dims.iter().enumerate().rev() {
+            let size = size.max(1);
+            idx[k] = i % size;
+            i /= size;
+        }
+        idx
+    }
+
+    /// An input span holding every element output elements `a..b` read, in `O(dims)`: the
+    /// dimensions outside the first one where the range's first and last index differ are fixed,
+    /// that one runs between the two, the ones inside it may take any value. Exact for whole
+    /// heads, rows or experts; at most one inner block more otherwise.
+    fn span(&self, a: u64, b: u64) -> (u64, u64) {
+        if a >= b {
+            return (0, 0);
+        }
+        let (ia, ib) = (self.index(a), self.index(b - 1));
+        let Some(d) = (0..ia.len()).find(|&k| ia[k] != ib[k]) else {
+            let at = self.source(a);
+            return (at, at + 1);
+        };
+        let fixed: u64 = self.offset + (0..d).map(|k| ia[k] * self.dims[k].1).sum::<u64>();
+        let inner: u64 = self.dims[d + 1..]
+            .iter()
+            .map(|&(size, stride)| size.saturating_sub(1) * stride)
+            .sum();
+        let stride = self.dims[d].1;
+        (fixed + ia[d] * stride, fixed + ib[d] * stride + inner + 1)
+    }
+}
+
+impl Transform for Gather {
+    fn describe(&self) -> String {
+        format!("strided view {:?} from {}", self.dims, self.offset)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let (a, b, e) = (out.start / self.elem, out.end / self.elem, self.elem);
+        if !self.runs() {
+            let (lo, hi) = self.span(a, b);
+            return vec![(0, lo * e..hi * e)];
+        }
+        let mut v: Vec<(usize, Range<u64>)> = Vec::new();
+        self.each_run(a, b, |_, from, len| match v.last_mut() {
+            Some((_, last)) if last.end == from * e => last.end += len * e,
+            _ => v.push((0, from * e..(from + len) * e)),
+        });
+        v
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        if self.runs() {
+            concatenate(inputs, dst);
+            return Ok(());
+        }
+        let (a, b, e) = (
+            out.start / self.elem,
+            out.end / self.elem,
+            self.elem as usize,
+        );
+        if a >= b {
+            return Ok(());
+        }
+        let (lo, _) = self.span(a, b);
+        let src = inputs[0];
+        // An odometer over the output's multi-index: no division per element.
+        let mut idx = self.index(a);
+        let mut at = self.source(a);
+        for o in dst.chunks_exact_mut(e) {
+            let s = (at - lo) as usize * e;
+            o.copy_from_slice(&src[s..s + e]);
+            let mut k = idx.len();
+            while k > 0 {
+                k -= 1;
+                let (size, stride) = self.dims[k];
+                idx[k] += 1;
+                at += stride;
+                if idx[k] < size || k == 0 {
+                    break;
+                }
+                at -= size * stride;
+                idx[k] = 0;
+            }
+        }
+        Ok(())
+    }
+
+    fn concatenates(&self) -> bool {
+        self.runs()
+    }
+
+    // Not `lossless`: its output leaves do not map back onto input leaves. The written bytes are
+    // verified against the hashes computed while writing, as stacked and sliced outputs are.
+}
+
+/// A rewrite of one assembled block, in place.
+pub type BlockFn = Arc<dyn Fn(&mut [u8]) + Send + Sync>;
+
+/// Blocks of several inputs interleaved: output block `k` is `widths[p]` bytes of each part `p`
+/// (block `k` of that part's [`Gather`]) one after another, then rewritten in place by `map`.
+/// An output range of whole blocks needs the same blocks of every part, so the tensor is
+/// written range by range from the pieces of its inputs under it.
+pub struct Interleave {
+    parts: Vec<Gather>,
+    widths: Vec<u64>,
+    map: BlockFn,
+}
+
+impl Interleave {
+    /// `parts[p]` (a byte view of input `p`) gives `widths[p]` bytes to each block; `map`
+    /// rewrites each assembled block.
+    pub fn new(parts: Vec<Gather>, widths: Vec<u64>, map: BlockFn) -> Interleave {
+        Interleave { parts, widths, map }
+    }
+
+    fn block(&self) -> u64 {
+        self.widths.iter().sum::<u64>().max(1)
+    }
+
+    /// Each part's byte range for output range `out`.
+    fn part_ranges(&self, out: &Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
+        let (a, b) = (out.start / self.block(), out.end / self.block());
+        self.widths.iter().map(move |w| a * w..b * w)
+    }
+}
+
+impl Transform for Interleave {
+    fn describe(&self) -> String {
+        format!("blocks of {} parts interleaved", self.parts.len())
+    }
+
+    fn unit(&self) -> u64 {
+        self.block()
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        self.part_ranges(&out)
+            .zip(&self.parts)
+            .enumerate()
+            .flat_map(|(p, (r, g))| g.needs(r).into_iter().map(move |(_, n)| (p, n)))
+            .collect()
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let mut used = 0;
+        let mut gathered = Vec::with_capacity(self.parts.len());
+        for (r, g) in self.part_ranges(&out).zip(&self.parts) {
+            let n = g.needs(r.clone()).len();
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            g.apply(r, &inputs[used..used + n], &mut buf)?;
+            used += n;
+            gathered.push(buf);
+        }
+        let block = self.block() as usize;
+        for (k, d) in dst.chunks_exact_mut(block).enumerate() {
+            let mut at = 0;
+            for (buf, &w) in gathered.iter().zip(&self.widths) {
+                let w = w as usize;
+                d[at..at + w].copy_from_slice(&buf[k * w..(k + 1) * w]);
+                at += w;
+            }
+            (self.map)(d);
+        }
+        Ok(())
+    }
+
+    // Not `lossless`: verified against the hashes computed while writing.
+}
+
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first).
@@ -394,6 +625,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_transposing_gather_reads_columns_for_any_chunking() {
+        // 3 rows of 5 u16 values (value = r·5 + c); output row c holds column c of the input.
+        let input: Vec<u8> = (0u16..15).flat_map(|v| v.to_le_bytes()).collect();
+        let t = Gather::new(0, vec![(5, 1), (3, 5)], 2);
+        let want: Vec<u8> = (0u16..5)
+            .flat_map(|c| (0u16..3).flat_map(move |r| (r * 5 + c).to_le_bytes()))
+            .collect();
+        // Chunks that end inside output rows, span several, or cover everything.
+        for step in [2, 4, 6, 8, 14, 30] {
+            assert_eq!(run(&t, &input, 30, step), want, "step {step}");
+        }
+        // Chained before a cast, as the plan uses it.
+        let c = Chain::of(
+            Some(Arc::new(t) as Arc<dyn Transform>),
+            Some(
+                Arc::new(Cast::new(DType::F16, DType::F32, "t", false).unwrap())
+                    as Arc<dyn Transform>,
+            ),
+        )
+        .unwrap();
+        let f16s: Vec<u8> = (0u16..15)
+            .flat_map(|v| f16::from_f32(f32::from(v)).to_le_bytes())
+            .collect();
+        let want32: Vec<u8> = (0u16..5)
+            .flat_map(|c| (0u16..3).flat_map(move |r| f32::from(r * 5 + c).to_le_bytes()))
+            .collect();
+        for step in [4, 12, 20, 60] {
+            assert_eq!(
+                run(c.as_ref(), &f16s, 60, step),
+                want32,
+                "cast, step {step}"
+            );
+        }
+    }
+
     /// `run` for a transform with several inputs.
     fn run_many(op: &dyn Transform, inputs: &[Vec<u8>], out_len: u64, step: u64) -> Vec<u8> {
         let mut out = vec![0u8; out_len as usize];
@@ -488,6 +755,65 @@ mod tests {
             assert_eq!(run(chain.as_ref(), &f32s, 12, step), want, "step {step}");
         }
         assert!(!chain.lossless());
+    }
+
+    #[test]
+    fn gather_transposes_and_interleaves_over_ragged_chunks() {
+        // A [2 heads, 3 rows, 4 cols] u16 tensor, value = 100·head + 10·row + col.
+        let input: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..3).flat_map(move |r| (0..4).map(move |c| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        // Each head's first two rows transposed: [2, 4, 2].
+        let t = Gather::new(0, vec![(2, 12), (4, 1), (2, 4)], 2);
+        let want: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..4).flat_map(move |c| (0..2).map(move |r| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 4, 6, 10, 32] {
+            assert_eq!(run(&t, &input, 32, step), want, "step {step}");
+        }
+        assert!(!t.concatenates());
+        assert_eq!(t.needs(16..20), vec![(0, 24..34)]);
+        // Each head's last row: contiguous runs, concatenated.
+        let v = Gather::new(8, vec![(2, 12), (1, 4), (4, 1)], 2);
+        let want: Vec<u8> = [20u16, 21, 22, 23, 120, 121, 122, 123]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 6, 8, 16] {
+            assert_eq!(run(&v, &input, 16, step), want, "step {step}");
+        }
+        assert!(v.concatenates());
+        assert_eq!(v.needs(4..12), vec![(0, 20..24), (0, 40..44)]);
+        // Every other column (stride 2): [2·3 rows, 2 cols] from offset 1.
+        let odd = Gather::new(1, vec![(6, 4), (2, 2)], 2);
+        let want: Vec<u8> = (0u16..2)
+            .flat_map(|h| (0..3).flat_map(move |r| [1, 3].map(|c| 100 * h + 10 * r + c)))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for step in [2, 6, 24] {
+            assert_eq!(run(&odd, &input, 24, step), want, "step {step}");
+        }
+    }
+
+    #[test]
+    fn interleave_takes_one_block_of_each_part_over_ragged_chunks() {
+        // Part 0: 1 byte a block (rows 0 and 2 of a [4, 2] byte tensor); part 1: 3 bytes a block
+        // (all of a [4, 3] byte tensor); the map adds 1 to each block's first byte.
+        let a: Vec<u8> = (0u8..8).collect();
+        let b: Vec<u8> = (100u8..112).collect();
+        let ga = Gather::new(0, vec![(2, 4), (2, 1)], 1);
+        let gb = Gather::new(0, vec![(2, 6), (6, 1)], 1);
+        let map = Arc::new(|blk: &mut [u8]| blk[0] += 1);
+        let op = Interleave::new(vec![ga, gb], vec![1, 3], map);
+        let want: Vec<u8> = vec![
+            1, 100, 101, 102, 2, 103, 104, 105, 5, 106, 107, 108, 6, 109, 110, 111,
+        ];
+        let inputs = [a, b];
+        for step in [4, 8, 12, 16] {
+            assert_eq!(run_many(&op, &inputs, 16, step), want, "step {step}");
+        }
     }
 
     #[test]

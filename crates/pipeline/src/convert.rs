@@ -248,7 +248,7 @@ pub fn convert_source(
         }
         None => (
             source,
-            build(source, &opts.transform, fmt.stores)?,
+            build(source, &opts.transform, fmt.stores, fmt.cast_rule)?,
             output_metadata(source, &opts.transform, by_arch),
             None,
         ),

@@ -14,8 +14,8 @@ use weightport_arch::{
 };
 use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
 
-use crate::compose::{Chain, PermuteRows, PlusOne, Slice, Stack};
-use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Transform, TransformOptions};
+use crate::compose::{Chain, Gather, Interleave, PermuteRows, PlusOne, Slice, Stack};
+use crate::plan::{mix_params, op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
 use weightport_arch::mix::{self, MixTensor};
 use weightport_arch::naming;
 
@@ -123,6 +123,20 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
     }
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
+    if let Some(i) =
+        (0..finals.len()).find(|&i| mix::requantize_refused(plan.tensors[i].dtype, finals[i]))
+    {
+        let t = &plan.tensors[i];
+        return Err(Error::Unsupported {
+            at: weightport_core::Location::file(dir).tensor(&t.name),
+            format: Some(weightport_core::Format::Gguf),
+            what: format!(
+                "--quant would requantize this {} tensor to {}, which llama-quantize refuses \
+                 (requantizing is disabled without --allow-requantize); convert with --dtype",
+                t.dtype, finals[i]
+            ),
+        });
+    }
     if let Some(q) = &opts.quant {
         mix::quantized_metadata(&mut metadata, q.ftype);
     }
@@ -154,6 +168,18 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
             Origin::Rows { name, rows, .. } => {
                 Some(format!("{name} rows {}..{}", rows.start, rows.end))
             }
+            Origin::Blocks { parts, .. } => Some(format!(
+                "blocks of {}",
+                parts
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            )),
+            Origin::View { name, view, .. } => Some(format!(
+                "{name} view {:?} from element {}",
+                view.dims, view.offset
+            )),
             Origin::Stack { sources } => Some(format!(
                 "{} stacked: {} … {}",
                 sources.len(),
@@ -210,8 +236,11 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } => vec![*index],
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+                vec![*index]
+            }
             Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
+            Origin::Blocks { parts, .. } => parts.iter().map(|p| p.index).collect(),
             Origin::Generated(v) => {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 let info = TensorInfo {
@@ -287,6 +316,27 @@ fn op_of(
                 / n;
             Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
         }
+        Origin::View { view, .. } => Some(Arc::new(Gather::new(
+            view.offset,
+            view.dims.clone(),
+            src.granule(),
+        )) as Arc<dyn Transform>),
+        Origin::Blocks { parts, map } => {
+            let map = *map;
+            let gathers = parts
+                .iter()
+                .map(|p| Gather::new(p.view.offset, p.view.dims.clone(), 1))
+                .collect();
+            let widths = parts.iter().map(|p| p.width).collect();
+            let op = Interleave::new(gathers, widths, Arc::new(move |b: &mut [u8]| map.apply(b)));
+            // The parts already hold the output type's bytes: nothing is cast.
+            let quantizer = Stage {
+                rule: mix::QUANTIZE_CASTS,
+                validates: true,
+            };
+            let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
+            return Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant));
+        }
         _ => None,
     };
     let permute = match &t.permute {
@@ -312,8 +362,17 @@ fn op_of(
     } else {
         (None, src)
     };
-    let cast = op_for(mid, t.dtype, &t.name, opts)?;
-    let quant = op_for(t.dtype, to, &t.name, opts)?;
+    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
+    let converter = Stage {
+        rule: naming::CONVERT_CASTS,
+        validates: false,
+    };
+    let quantizer = Stage {
+        rule: mix::QUANTIZE_CASTS,
+        validates: true,
+    };
+    let cast = op_for(mid, t.dtype, &t.name, opts, converter)?;
+    let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
     Ok(Chain::of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,

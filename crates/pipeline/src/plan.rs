@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use regex::Regex;
 use weightport_core::{
-    sanitize, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
+    sanitize, CastRule, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
 };
 
 use crate::cast::{is_float, Cast};
@@ -231,20 +231,34 @@ fn targets(
     ((0..ts.len()).collect(), dtypes, notes)
 }
 
-/// The operation turning `from` into `to` for tensor `name`.
+/// Whose conversions an operation reproduces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stage {
+    /// The float conversions' NaN rule.
+    pub rule: CastRule,
+    /// llama-quantize's stage: a cast refuses to write a NaN or ±inf, as it does.
+    pub validates: bool,
+}
+
+/// The operation turning `from` into `to` for tensor `name`, as `stage` converts.
 pub(crate) fn op_for(
     from: DType,
     to: DType,
     name: &str,
     opts: &TransformOptions,
+    stage: Stage,
 ) -> Result<Option<Arc<dyn Transform>>> {
     if from == to {
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
-        (false, false) => Arc::new(Cast::new(from, to, name, opts.allow_lossy)?),
+        (false, false) => Arc::new(
+            Cast::new(from, to, name, opts.allow_lossy)?
+                .rule(stage.rule)
+                .finite_only(stage.validates),
+        ),
         (false, true) => Arc::new(Quantize::new(from, to)?),
-        (true, false) => Arc::new(Dequantize::new(from, to)?),
+        (true, false) => Arc::new(Dequantize::new(from, to)?.rule(stage.rule)),
         (true, true) => {
             if !opts.quant.as_ref().is_some_and(|q| q.allow_requantize) {
                 return Err(Error::Refused {
@@ -263,11 +277,13 @@ pub(crate) fn op_for(
 
 /// Builds the output plan for `source`: renames, each tensor's target type (`--quant` mix,
 /// `--dtype`, and what the output format can store: block types are dequantized to F32, or to
-/// `--dtype`, for formats that cannot hold them), the operation, and the order.
+/// `--dtype`, for formats that cannot hold them), the operation (its float conversions under
+/// the output format's `rule`), and the order.
 pub fn build(
     source: &dyn TensorSource,
     opts: &TransformOptions,
     stores: fn(DType) -> bool,
+    rule: CastRule,
 ) -> Result<Vec<OutTensor>> {
     let names = renamed(source, opts)?;
     if let DtypeChoice::To(d) = opts.dtype {
@@ -278,6 +294,10 @@ pub fn build(
         }
     }
     let (order, mut dtypes, mut notes) = targets(source, &names, opts);
+    let stage = Stage {
+        rule,
+        validates: opts.quant.is_some(),
+    };
     let mut outs = Vec::with_capacity(order.len());
     for i in order {
         let t = &source.tensors()[i];
@@ -291,7 +311,7 @@ pub fn build(
         if !stores(to) {
             return Err(Error::Unsupported {
                 at: weightport_core::Location::file(source.file_of(i)).tensor(t.name.clone()),
-                format: source.format(),
+                format: None,
                 what: format!(
                     "tensor `{}` is {to}, which the output format cannot store",
                     sanitize(&names[i])
@@ -302,7 +322,7 @@ pub fn build(
             .byte_len(&t.shape)
             .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&names[i]))))?;
         outs.push(OutTensor {
-            op: op_for(t.dtype, to, &names[i], opts).map_err(|e| in_file(e, source, i))?,
+            op: op_for(t.dtype, to, &names[i], opts, stage).map_err(|e| in_file(e, source, i))?,
             info: TensorInfo {
                 name: names[i].clone(),
                 dtype: to,

@@ -11,9 +11,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Mutex;
 
-use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-use half::{bf16, f16};
-use weightport_core::{DType, Error, Layout, Result};
+use weightport_core::{CastRule, DType, Error, Layout, Result};
+use weightport_quant::cast::{decode_f32, encode_f32};
 
 use crate::transform::Transform;
 
@@ -28,48 +27,23 @@ fn elem_size(d: DType) -> u64 {
     u64::from(d.elem_bytes().unwrap_or(4))
 }
 
-/// Decodes F32/F16/BF16 little-endian bytes into f32.
-pub fn to_f32(d: DType, src: &[u8], out: &mut Vec<f32>) {
-    BITS.with(|b| to_f32_with(d, src, out, &mut b.borrow_mut()))
-}
-
-fn to_f32_with(d: DType, src: &[u8], out: &mut Vec<f32>, bits: &mut Vec<u16>) {
-    out.clear();
-    match d {
-        DType::F16 | DType::BF16 => {
-            bits.clear();
-            bits.extend(
-                src.chunks_exact(2)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]])),
-            );
-            out.resize(bits.len(), 0.0);
-            if d == DType::F16 {
-                bits.reinterpret_cast::<f16>().convert_to_f32_slice(out);
-            } else {
-                bits.reinterpret_cast::<bf16>().convert_to_f32_slice(out);
-            }
-        }
-        _ => out.extend(
-            src.chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
-        ),
-    }
-}
-
 /// Elements quantized per step: a multiple of every block size (32, 256), small enough that the
 /// f32 values and their round trip stay in L2 instead of growing with the chunk.
 const STEP_ELEMS: usize = 16 << 10;
 
 thread_local! {
-    static BITS: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
     static VALUES: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// A kernel's refusal: a dtype without a kernel is unsupported (of no format: the kernels are
+/// ggml's types, whatever file they are read from or written to); a slice of the wrong length
+/// is a bug of the plan, which hands kernels whole blocks.
 fn kernel_error(e: weightport_quant::QuantError) -> Error {
-    Error::Unsupported {
-        at: weightport_core::Location::default(),
-        format: weightport_core::Format::Gguf,
-        what: e.to_string(),
+    match e {
+        weightport_quant::QuantError::Unsupported { .. } => {
+            Error::unsupported(weightport_core::Location::default(), None, e.to_string())
+        }
+        other => Error::Internal(format!("quantization kernel: {other}")),
     }
 }
 
@@ -150,7 +124,10 @@ impl Transform for Quantize {
             for start in (0..n).step_by(STEP_ELEMS) {
                 let m = STEP_ELEMS.min(n - start);
                 let out = &mut dst[start / be * bb..(start + m) / be * bb];
-                to_f32(self.from, &inputs[0][start * es..(start + m) * es], vals);
+                vals.resize(m, 0.0);
+                // The reference quantizes what ggml's row conversion makes of the input.
+                let src = &inputs[0][start * es..(start + m) * es];
+                decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
                 weightport_quant::quantize(self.to, vals, out).map_err(kernel_error)?;
                 back.resize(m, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
@@ -179,10 +156,12 @@ impl Transform for Quantize {
     }
 }
 
-/// A block type → F32, F16 or BF16 (through f32, as ggml's `dequantize_row_*`).
+/// A block type → F32, F16 or BF16 (through f32, as ggml's `dequantize_row_*`; F16 and BF16
+/// under the output's [`CastRule`]).
 pub struct Dequantize {
     from: DType,
     to: DType,
+    rule: CastRule,
 }
 
 impl Dequantize {
@@ -191,13 +170,23 @@ impl Dequantize {
         if !matches!(to, DType::F32 | DType::F16 | DType::BF16)
             || !weightport_quant::can_dequantize(from)
         {
-            return Err(Error::Unsupported {
-                at: weightport_core::Location::default(),
-                format: weightport_core::Format::Gguf,
-                what: format!("dequantizing {from} is not supported"),
-            });
+            return Err(Error::unsupported(
+                weightport_core::Location::default(),
+                None,
+                format!("dequantizing {from} to {to} is not supported"),
+            ));
         }
-        Ok(Dequantize { from, to })
+        Ok(Dequantize {
+            from,
+            to,
+            rule: CastRule::Ggml,
+        })
+    }
+
+    /// The same dequantization narrowing to F16/BF16 with `rule`'s NaN bits.
+    pub fn rule(mut self, rule: CastRule) -> Dequantize {
+        self.rule = rule;
+        self
     }
 }
 
@@ -217,26 +206,7 @@ impl Transform for Dequantize {
         let (be, bb) = block(self.from);
         let mut vals = vec![0f32; (inputs[0].len() as u64 / bb * be) as usize];
         weightport_quant::dequantize(self.from, inputs[0], &mut vals).map_err(kernel_error)?;
-        match self.to {
-            DType::F32 => {
-                for (o, v) in dst.chunks_exact_mut(4).zip(&vals) {
-                    o.copy_from_slice(&v.to_le_bytes());
-                }
-            }
-            _ => {
-                let mut bits = vec![0u16; vals.len()];
-                if self.to == DType::F16 {
-                    bits.reinterpret_cast_mut::<f16>()
-                        .convert_from_f32_slice(&vals);
-                } else {
-                    bits.reinterpret_cast_mut::<bf16>()
-                        .convert_from_f32_slice(&vals);
-                }
-                for (o, b) in dst.chunks_exact_mut(2).zip(&bits) {
-                    o.copy_from_slice(&b.to_le_bytes());
-                }
-            }
-        }
+        encode_f32(self.to, &vals, dst, self.rule).map_err(kernel_error)?;
         Ok(())
     }
 }
@@ -290,5 +260,30 @@ impl Transform for Requantize {
         let mut vals = vec![0f32; (inputs[0].len() as u64 / bb * be) as usize];
         weightport_quant::dequantize(self.from, inputs[0], &mut vals).map_err(kernel_error)?;
         weightport_quant::quantize(self.to, &vals, dst).map_err(kernel_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_errors_name_no_format() {
+        let e = Dequantize::new(DType::Q4_K, DType::I32).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            ": unsupported: dequantizing Q4_K to I32 is not supported"
+        );
+        let e = kernel_error(weightport_quant::QuantError::Unsupported {
+            dtype: DType::Q8_K,
+            op: "quantize",
+        });
+        assert!(!e.to_string().contains("gguf"), "{e}");
+        let e = kernel_error(weightport_quant::QuantError::Length {
+            what: "dst",
+            expected: 1,
+            got: 2,
+        });
+        assert!(matches!(e, Error::Internal(_)), "{e}");
     }
 }

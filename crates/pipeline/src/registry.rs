@@ -179,7 +179,7 @@ fn unrecognised(path: &Path, head: &[u8]) -> Error {
     match weightport_core::sniff(head) {
         Sniffed::Format(f) => Error::Unsupported {
             at: Location::file(path),
-            format: f,
+            format: Some(f),
             what: format!(
                 "reading {f} is not available in this build (readable: {})",
                 names(&inputs(), |f| f.name)

@@ -173,6 +173,7 @@ static OUTPUT: OutputFormat = OutputFormat {
     },
     stores: |d| d == DType::Q8_0,
     by_architecture: false,
+    cast_rule: weightport_core::CastRule::Torch,
 };
 
 #[test]

@@ -6,8 +6,13 @@
 //! | f32→f16, NaN | sign and top 10 mantissa bits kept, quiet bit forced (F16C `vcvtps2ph`) | C: `sign \| 0x7E00` (`GGML_FP32_TO_FP16`); gguf-py (numpy `astype(float16)`): sign and top 10 mantissa bits, quiet bit *not* forced, `0x7C01` if they are all zero | [`F16Nan`] picks |
 //! | f32→bf16, finite | RNE: `(u + 0x7FFF + lsb) >> 16` | same | [`f32_to_bf16`] |
 //! | f32→bf16, NaN | `0xFFFF` on contiguous tensors (AVX2/AVX-512 kernels); `0x7FC0` for 0-dim and strided tensors (c10 scalar `round_to_nearest_even`) | `(u >> 16) \| 0x40` (`ggml_compute_fp32_to_bf16`), = `half::bf16::from_f32` | [`Bf16Rounding`] picks |
-//! | f16→f32 | exact; NaN gets the quiet bit (long contiguous and strided tensors) | C: exact, NaN gets the quiet bit; numpy: signalling NaNs stay signalling | [`f16_to_f32`] (quiet bit set) |
+//! | f16→f32 | exact; NaN gets the quiet bit (long contiguous and strided tensors) | C: exact, NaN gets the quiet bit; numpy: signalling NaNs stay signalling | [`f16_to_f32`] (quiet bit set), [`f16_to_f32_by`] (numpy's) |
 //! | bf16→f32 | `u << 16`, NaN payload untouched | same | [`bf16_to_f32`] |
+//!
+//! Which column a cast follows is a [`CastRule`], named by the output format (torch for
+//! safetensors outputs, ggml for llama-quantize's, numpy for convert_hf_to_gguf.py's):
+//! [`cast_bytes`], [`decode_f32`] and [`encode_f32`] take one. numpy also widens f16 its own
+//! way: a signalling NaN stays signalling ([`f16_to_f32_by`]).
 //!
 //! The torch and numpy behaviour was measured (fixtures/good/quant/torch_* and numpy_*, see
 //! the README there; the tests compare against them). One more torch quirk not reproduced here: f16→f32 of *short* tensors (5 elements)
@@ -15,6 +20,8 @@
 
 use crate::QuantError;
 use half::{bf16, f16, slice::HalfFloatSliceExt};
+pub use weightport_core::CastRule;
+use weightport_core::DType;
 
 /// How NaN inputs map to f16 (finite values and ±inf round identically in all three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,6 +233,234 @@ pub fn half_bf16_bits(x: f32) -> u16 {
     bf16::from_f32(x).to_bits()
 }
 
+// ---- whole tensors as little-endian bytes, by rule ----
+
+impl From<CastRule> for F16Nan {
+    fn from(r: CastRule) -> F16Nan {
+        match r {
+            CastRule::Torch => F16Nan::KeepPayload,
+            CastRule::Ggml => F16Nan::Canonical,
+            CastRule::Numpy => F16Nan::Numpy,
+        }
+    }
+}
+
+impl From<CastRule> for Bf16Rounding {
+    fn from(r: CastRule) -> Bf16Rounding {
+        match r {
+            CastRule::Torch => Bf16Rounding::Torch,
+            // gguf-py's BF16 is a numpy port of ggml's.
+            CastRule::Ggml | CastRule::Numpy => Bf16Rounding::Ggml,
+        }
+    }
+}
+
+/// f16 bits → f32 under `rule`: exact; a NaN keeps its payload, and gets the quiet bit except
+/// under numpy (whose `astype(float32)` keeps a signalling NaN signalling).
+#[inline]
+pub fn f16_to_f32_by(h: u16, rule: CastRule) -> f32 {
+    if rule == CastRule::Numpy && h & 0x7C00 == 0x7C00 && h & 0x03FF != 0 {
+        let sign = u32::from(h & 0x8000) << 16;
+        f32::from_bits(sign | 0x7F80_0000 | (u32::from(h & 0x03FF) << 13))
+    } else {
+        f16_to_f32(h)
+    }
+}
+
+/// f64 → f32 as torch's `.to(float32)` and numpy's `astype(float32)` (the hardware
+/// conversion): round to nearest even; a NaN keeps its sign and top 22 payload bits and gets
+/// the quiet bit. Written out rather than left to `as`, whose NaN bits Rust does not specify.
+pub fn f64_to_f32(v: f64) -> f32 {
+    if v.is_nan() {
+        let u = v.to_bits();
+        let sign = (u >> 32) as u32 & 0x8000_0000;
+        return f32::from_bits(sign | 0x7FC0_0000 | ((u >> 29) as u32 & 0x003F_FFFF));
+    }
+    v as f32
+}
+
+/// True for the dtypes these functions convert between.
+pub fn is_float(d: DType) -> bool {
+    matches!(d, DType::F64 | DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// `src` as `T`s without a copy when it is aligned for them on a little-endian host, else
+/// decoded into `tmp`.
+fn view<'a, T: bytemuck::Pod>(src: &'a [u8], tmp: &'a mut Vec<T>) -> &'a [T] {
+    let n = std::mem::size_of::<T>();
+    if cfg!(target_endian = "little") {
+        if let Ok(v) = bytemuck::try_cast_slice(src) {
+            return v;
+        }
+    }
+    tmp.clear();
+    tmp.extend(src.chunks_exact(n).map(|b| {
+        let mut v = T::zeroed();
+        let bytes = bytemuck::bytes_of_mut(&mut v);
+        bytes.copy_from_slice(b);
+        if cfg!(target_endian = "big") {
+            bytes.reverse();
+        }
+        v
+    }));
+    tmp
+}
+
+/// Decodes F32, F16, BF16 or F64 little-endian bytes into `dst` (one f32 per element; F64
+/// narrows as [`f64_to_f32`]), widening under `rule`.
+pub fn decode_f32(d: DType, src: &[u8], dst: &mut [f32], rule: CastRule) -> Result<(), QuantError> {
+    match d {
+        DType::F16 | DType::BF16 => {
+            let mut tmp = Vec::new();
+            let bits: &[u16] = view(src, &mut tmp);
+            if d == DType::F16 {
+                cast_f16_to_f32(bits, dst)?;
+                if rule == CastRule::Numpy {
+                    for (&h, y) in bits.iter().zip(dst.iter_mut()) {
+                        if h & 0x7C00 == 0x7C00 && h & 0x0200 == 0 && h & 0x03FF != 0 {
+                            *y = f16_to_f32_by(h, rule);
+                        }
+                    }
+                }
+                Ok(())
+            } else {
+                cast_bf16_to_f32(bits, dst)
+            }
+        }
+        DType::F64 => {
+            let mut tmp = Vec::new();
+            let wide: &[f64] = view(src, &mut tmp);
+            check_len(wide.len(), dst.len())?;
+            for (&v, y) in wide.iter().zip(dst.iter_mut()) {
+                *y = f64_to_f32(v);
+            }
+            Ok(())
+        }
+        _ => {
+            let mut tmp = Vec::new();
+            let v: &[f32] = view(src, &mut tmp);
+            check_len(v.len(), dst.len())?;
+            dst.copy_from_slice(v);
+            Ok(())
+        }
+    }
+}
+
+/// Encodes f32 values as F32, F16 or BF16 little-endian bytes into `dst` under `rule`,
+/// counting overflow and underflow.
+pub fn encode_f32(
+    to: DType,
+    vals: &[f32],
+    dst: &mut [u8],
+    rule: CastRule,
+) -> Result<CastStats, QuantError> {
+    match to {
+        DType::F16 | DType::BF16 => {
+            check_len(vals.len() * 2, dst.len())?;
+            let mut tmp = Vec::new();
+            let aligned = cfg!(target_endian = "little")
+                && bytemuck::try_cast_slice_mut::<u8, u16>(dst).is_ok();
+            let bits: &mut [u16] = if aligned {
+                bytemuck::cast_slice_mut(dst)
+            } else {
+                tmp.resize(vals.len(), 0u16);
+                &mut tmp
+            };
+            let s = if to == DType::F16 {
+                cast_f32_to_f16(vals, bits, rule.into())?
+            } else {
+                cast_f32_to_bf16(vals, bits, rule.into())?
+            };
+            if !aligned {
+                for (o, b) in dst.chunks_exact_mut(2).zip(&tmp) {
+                    o.copy_from_slice(&b.to_le_bytes());
+                }
+            }
+            Ok(s)
+        }
+        DType::F32 => {
+            check_len(vals.len() * 4, dst.len())?;
+            for (o, v) in dst.chunks_exact_mut(4).zip(vals) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(CastStats::default())
+        }
+        _ => Err(QuantError::Unsupported {
+            dtype: to,
+            op: "cast",
+        }),
+    }
+}
+
+/// Elements converted per step: the f32 values of one step stay in L2.
+const STEP: usize = 16 << 10;
+
+/// Casts `src` (dtype `from`) into `dst` (dtype `to`), both little-endian F64, F32, F16 or
+/// BF16, under `rule`, counting what a narrowing lost. Every cast goes through f32 (exact for
+/// F16/BF16 inputs), F64 too, as torch's CPU `.to()` does: a value that f32 rounds onto a tie
+/// of the target rounds twice there and here.
+pub fn cast_bytes(
+    from: DType,
+    to: DType,
+    src: &[u8],
+    dst: &mut [u8],
+    rule: CastRule,
+) -> Result<CastStats, QuantError> {
+    let (fs, ts) = (elem(from)?, elem(to)?);
+    check_len(src.len() / fs * ts, dst.len())?;
+    if from == DType::F64 {
+        return narrow_f64(to, src, dst, rule);
+    }
+    let mut vals = vec![0f32; STEP.min(src.len() / fs)];
+    let mut stats = CastStats::default();
+    for (si, di) in src.chunks(STEP * fs).zip(dst.chunks_mut(STEP * ts)) {
+        let v = &mut vals[..si.len() / fs];
+        decode_f32(from, si, v, rule)?;
+        if to == DType::F64 {
+            for (o, &x) in di.chunks_exact_mut(8).zip(v.iter()) {
+                o.copy_from_slice(&f64::from(x).to_le_bytes());
+            }
+        } else {
+            stats.merge(encode_f32(to, v, di, rule)?);
+        }
+    }
+    Ok(stats)
+}
+
+fn elem(d: DType) -> Result<usize, QuantError> {
+    match d {
+        DType::F64 => Ok(8),
+        DType::F32 => Ok(4),
+        DType::F16 | DType::BF16 => Ok(2),
+        _ => Err(QuantError::Unsupported {
+            dtype: d,
+            op: "cast",
+        }),
+    }
+}
+
+/// F64 → F32/F16/BF16 through f32 ([`f64_to_f32`]); overflow and underflow are counted
+/// against the f64 values.
+fn narrow_f64(
+    to: DType,
+    src: &[u8],
+    dst: &mut [u8],
+    rule: CastRule,
+) -> Result<CastStats, QuantError> {
+    let mut tmp = Vec::new();
+    let wide: &[f64] = view(src, &mut tmp);
+    let narrow: Vec<f32> = wide.iter().map(|&v| f64_to_f32(v)).collect();
+    encode_f32(to, &narrow, dst, rule)?;
+    let mut back = vec![0f32; narrow.len()];
+    decode_f32(to, dst, &mut back, rule)?;
+    let mut s = CastStats::default();
+    for (&v, &r) in wide.iter().zip(&back) {
+        s.overflow += u64::from(v.is_finite() && r.is_infinite());
+        s.underflow += u64::from(v != 0.0 && r == 0.0);
+    }
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +530,85 @@ mod tests {
         assert_eq!(b[6], 0xFFFF);
         assert_eq!(f32_to_bf16(f32::MAX, Bf16Rounding::Ggml), 0x7F80);
         assert!(cast_f32_to_f16(&src, &mut [0u16; 3], F16Nan::Canonical).is_err());
+    }
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn cast_bytes_counts_overflow_and_underflow() {
+        let src = f32s(&[1.0, 65504.0, 65520.0, 1e-9, -0.0, f32::NAN, f32::INFINITY]);
+        let mut dst = vec![0u8; 14];
+        let s = cast_bytes(DType::F32, DType::F16, &src, &mut dst, CastRule::Torch).unwrap();
+        assert_eq!((s.overflow, s.underflow), (1, 1));
+        let bits: Vec<u16> = dst
+            .chunks(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(bits[1], 0x7bff);
+        assert_eq!(bits[2], 0x7c00);
+        assert!(f16::from_bits(bits[5]).is_nan());
+        assert!(cast_bytes(DType::F32, DType::F16, &src, &mut dst[2..], CastRule::Torch).is_err());
+    }
+
+    #[test]
+    fn aligned_and_unaligned_bytes_agree() {
+        let vals: Vec<f32> = (0..40000).map(|i| (i as f32 - 500.0) * 131.7).collect();
+        let src = f32s(&vals);
+        let mut padded = vec![0u8; src.len() + 1];
+        padded[1..].copy_from_slice(&src);
+        let n = vals.len();
+        for rule in [CastRule::Torch, CastRule::Ggml, CastRule::Numpy] {
+            for to in [DType::F16, DType::BF16] {
+                let (mut a, mut b) = (vec![0u8; 2 * n], vec![0u8; 2 * n + 1]);
+                let ra = cast_bytes(DType::F32, to, &src, &mut a, rule).unwrap();
+                let rb = cast_bytes(DType::F32, to, &padded[1..], &mut b[1..], rule).unwrap();
+                assert_eq!((a.as_slice(), ra), (&b[1..], rb), "{to}");
+                let (mut w1, mut w2) = (vec![0u8; 4 * n], vec![0u8; 4 * n + 1]);
+                cast_bytes(to, DType::F32, &a, &mut w1, rule).unwrap();
+                cast_bytes(to, DType::F32, &b[1..], &mut w2[1..], rule).unwrap();
+                assert_eq!(w1.as_slice(), &w2[1..]);
+            }
+        }
+    }
+
+    #[test]
+    fn f64_narrows_through_f32_as_torch() {
+        let v = [
+            21.3125 + 2f64.powi(-17),
+            1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+            1e39,
+        ];
+        let src: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut dst = [0u8; 6];
+        // half's bf16::from_f64 drops the low 32 mantissa bits: 21.3125+2⁻¹⁷ became 21.25.
+        let s = cast_bytes(DType::F64, DType::BF16, &src, &mut dst, CastRule::Torch).unwrap();
+        assert_eq!((s.overflow, s.underflow), (1, 0));
+        assert_eq!(dst, [0xab, 0x41, 0x80, 0x3f, 0x80, 0x7f]);
+        let nan = f64::from_bits(0xFFF4_0000_0000_0001);
+        assert_eq!(f64_to_f32(nan).to_bits(), 0xFFE0_0000);
+    }
+
+    #[test]
+    fn rules_differ_only_in_nan_bits() {
+        let x = [
+            f32::from_bits(0xFF81_2345),
+            1.5,
+            f32::from_bits(0x7FC0_0000),
+        ];
+        let src = f32s(&x);
+        let mut out = [[0u8; 6]; 3];
+        for (k, rule) in [CastRule::Torch, CastRule::Ggml, CastRule::Numpy]
+            .into_iter()
+            .enumerate()
+        {
+            cast_bytes(DType::F32, DType::F16, &src, &mut out[k], rule).unwrap();
+        }
+        let first = |o: &[u8; 6]| u16::from_le_bytes([o[0], o[1]]);
+        assert_eq!(
+            [first(&out[0]), first(&out[1]), first(&out[2])],
+            [0xFE09, 0xFE00, 0xFC09]
+        );
+        assert!(out.iter().all(|o| o[2..] == out[0][2..]));
     }
 }

@@ -144,7 +144,7 @@ fn quantize_q5_1_portable(x: &[f32], y: &mut [BlockQ5_1]) {
         b.m = put_f16(min);
         let mut qh = 0u32;
         for j in 0..16 {
-            // (uint8_t) cast, no clamp (spec §3.1)
+            // (uint8_t) cast, no clamp (docs/specs/gguf.md §3.1)
             let q0 = cvtt_i32((x[j] - min) * id + 0.5) as u8;
             let q1 = cvtt_i32((x[j + 16] - min) * id + 0.5) as u8;
             b.qs[j] = (q0 & 15) | ((q1 & 15) << 4);

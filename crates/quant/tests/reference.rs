@@ -3,7 +3,7 @@
 //! dequantized/cast values identical bit for bit (NaN payloads included).
 
 use std::path::PathBuf;
-use weightport_quant::cast::{self, Bf16Rounding, F16Nan};
+use weightport_quant::cast::{self, Bf16Rounding, CastRule, F16Nan};
 use weightport_quant::{can_dequantize, can_quantize, dequantize, quantize, DType};
 
 /// Elements per input distribution in input.f32 (see fixtures/gen/quant_ref.c).
@@ -263,6 +263,22 @@ fn casts_match_torch() {
     for i in 0..w.len() {
         assert_eq!(wide[i].to_bits(), want[i], "f16 {:#06x} -> f32", w[i]);
         assert_eq!(cast::f16_to_f32(w[i]).to_bits(), want[i]);
+    }
+    // numpy's widening (convert_hf_to_gguf.py's F32 of an F16 tensor) keeps signalling NaNs.
+    let want = u32s(&read("numpy_widen.f16.u32"));
+    let bytes: Vec<u8> = w.iter().flat_map(|h| h.to_le_bytes()).collect();
+    cast::decode_f32(DType::F16, &bytes, &mut wide, CastRule::Numpy).unwrap();
+    for i in 0..w.len() {
+        assert_eq!(
+            wide[i].to_bits(),
+            want[i],
+            "numpy: f16 {:#06x} -> f32",
+            w[i]
+        );
+        assert_eq!(
+            cast::f16_to_f32_by(w[i], CastRule::Numpy).to_bits(),
+            want[i]
+        );
     }
     cast::cast_bf16_to_f32(&w, &mut wide).unwrap();
     let want = u32s(&read("torch_widen.bf16.u32"));

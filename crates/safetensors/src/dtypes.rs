@@ -1,4 +1,4 @@
-//! The safetensors dtype table (spec §1.4).
+//! The safetensors dtype table (docs/specs/safetensors.md §1.4).
 //!
 //! Declaration order in the reference crate is its "alignment order": the writer sorts tensors
 //! by this rank, descending, then by name.

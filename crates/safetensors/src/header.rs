@@ -1,4 +1,4 @@
-//! Header parsing and validation, in the reference's order (spec §1.2).
+//! Header parsing and validation, in the reference's order (docs/specs/safetensors.md §1.2).
 //!
 //! ```text
 //! [u64 LE N][N bytes of UTF-8 JSON][data: every tensor's bytes, tiling [0, len) exactly]
@@ -197,7 +197,7 @@ fn json_position(text: &[u8], line: usize, column: usize) -> u64 {
     (start + column.saturating_sub(1)).min(text.len()) as u64
 }
 
-/// Parses the JSON header (steps 4–6 of spec §1.2) and validates the offsets against
+/// Parses the JSON header (steps 4–6 of docs/specs/safetensors.md §1.2) and validates the offsets against
 /// `data_len`, the number of bytes after the header (step 7).
 pub fn parse(json: &[u8], data_len: u64, limits: &Limits) -> Result<Header, HeaderError> {
     let text = std::str::from_utf8(json).map_err(|e| {

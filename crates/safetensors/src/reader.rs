@@ -1,7 +1,7 @@
 //! Opening a safetensors file: header by positional reads, data by a read-only memory map.
 //!
 //! `open` reads the 8-byte prefix and the JSON header with `pread`, validates everything
-//! (spec §1.2, plus duplicate names), and maps the file without touching data pages, so
+//! (docs/specs/safetensors.md §1.2, plus duplicate names), and maps the file without touching data pages, so
 //! inspecting a 100 GB file reads only its header. When the first checks fail, the file's
 //! first bytes are sniffed so that a Git LFS pointer, an HTML page or a ZIP checkpoint gets a
 //! message saying what it really is instead of "header too large".

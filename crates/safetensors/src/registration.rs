@@ -131,6 +131,7 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     sink: sink_for,
     stores,
     by_architecture: false,
+    cast_rule: weightport_core::CastRule::Torch,
 };
 
 /// The dtypes safetensors can hold (no ggml block types).

@@ -1,6 +1,6 @@
 //! Writing safetensors: layout planned up front, data written in parallel.
 //!
-//! The layout is the reference's (spec §2.1), so for the same tensors and at most one metadata
+//! The layout is the reference's (docs/specs/safetensors.md §2.1), so for the same tensors and at most one metadata
 //! key the output is byte-identical to `safetensors.torch.save_file`:
 //! tensors sorted by dtype alignment rank descending, then by name (bytewise); offsets back to
 //! back; compact JSON with `__metadata__` first (keys sorted: deterministic where the reference
@@ -78,7 +78,7 @@ pub fn layout(
         }
         let rank = dtypes::rank(t.dtype).ok_or_else(|| Error::Unsupported {
             at: Location::default().tensor(t.name.clone()),
-            format: Format::Safetensors,
+            format: Some(Format::Safetensors),
             what: format!("dtype {} cannot be stored in safetensors", t.dtype),
         })?;
         let need = t
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn empty_headers_match_reference_golden_vectors() {
-        // spec §2.3 (tensor.rs:1132-1158): no tensors → `{}` + 6 spaces, N = 8.
+        // docs/specs/safetensors.md §2.3 (tensor.rs:1132-1158): no tensors → `{}` + 6 spaces, N = 8.
         let l = layout(&[], None).unwrap();
         assert_eq!(l.header, b"\x08\0\0\0\0\0\0\0{}      ");
         let mut m = BTreeMap::new();

@@ -1,5 +1,5 @@
 //! GPT-2 style BPE `tokenizer.json` → `tokenizer.ggml.{tokens,token_type}` and the
-//! pre-tokenizer check hash (spec gguf.md §5.6, `get_vocab_base` / `get_vocab_base_pre`).
+//! pre-tokenizer check hash (docs/specs/gguf.md §5.6, `get_vocab_base` / `get_vocab_base_pre`).
 //!
 //! The vocabulary and the check hash both come from HF's `tokenizers` crate loading
 //! `tokenizer.json` (no hand-written BPE): ids `0..vocab_size`, missing ids `[PAD{i}]` UNUSED,

@@ -1,6 +1,6 @@
 //! Tokenizer export into `tokenizer.ggml.*` / `tokenizer.chat_template` KVs.
 //!
-//! Key order (as the reference writes them, spec gguf.md §5.5-5.6):
+//! Key order (as the reference writes them, docs/specs/gguf.md §5.5-5.6):
 //! `tokenizer.ggml.add_space_prefix` (Llama family, when tokenizer_config has
 //! `add_prefix_space`), `tokenizer.ggml.model`, `.pre`, `.tokens`, `.scores` (SentencePiece
 //! only), `.token_type`, then the special vocabulary ([`special::Special::to_kv`]): `.merges`
@@ -12,6 +12,7 @@
 pub mod bpe;
 pub mod special;
 pub mod spm;
+pub mod xlmr;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -184,7 +185,7 @@ pub fn spm_vocab_len(dir: &Path, hp: &HParams) -> Result<u64> {
     if !path.is_file() {
         return Err(Error::Unsupported {
             at: Location::file(&path),
-            format: Format::Gguf,
+            format: Some(Format::Gguf),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
@@ -196,6 +197,30 @@ pub fn spm_vocab_len(dir: &Path, hp: &HParams) -> Result<u64> {
 /// `pre_override` names the pre-tokenizer when the check hash is not in the table (the CLI's
 /// `--pre-tokenizer NAME`); a known hash always wins.
 pub fn export(
+    dir: &Path,
+    kind: VocabKind,
+    hp: &HParams,
+    pre_override: Option<&str>,
+) -> Result<VocabExport> {
+    let mut v = export_kind(dir, kind, hp, pre_override)?;
+    if kind == VocabKind::Llama && hp.uint(&["vocab_size"])? == Some(SMALL_GRANITE_VOCAB) {
+        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary, which keeps the
+        // key's place when the special tokens already wrote it (gguf-py's KV dict).
+        let key = "tokenizer.ggml.add_bos_token";
+        match v.kv.iter_mut().find(|(k, _)| k == key) {
+            Some((_, val)) => *val = MetaValue::Bool(false),
+            None => v.kv.push((key.to_owned(), MetaValue::Bool(false))),
+        }
+    }
+    Ok(v)
+}
+
+/// The vocabulary size for which the reference's Llama-family vocabulary export turns
+/// `add_bos_token` off ("granite small models"; SmolLM/SmolLM2 have it too).
+const SMALL_GRANITE_VOCAB: u64 = 49152;
+
+/// [`export`] before the Llama family's vocabulary-size rule.
+fn export_kind(
     dir: &Path,
     kind: VocabKind,
     hp: &HParams,
@@ -214,9 +239,26 @@ pub fn export(
         }
     }
     let vocab_size = hp.uint(&["vocab_size"])?;
-    if kind == VocabKind::Bert {
-        return export_bert(dir, hp, vocab_size, pre_override);
+    match kind {
+        VocabKind::Bert => return export_bert(dir, hp, vocab_size, pre_override),
+        VocabKind::XlmRoberta => return xlmr::export(dir, hp),
+        VocabKind::Gpt2AddBosEosSep => {
+            // ModernBertModel.set_vocab: the three flags first, then the GPT-2 vocabulary (whose
+            // special vocabulary may write them again: the plan keeps their first position).
+            for flag in ["bos", "eos", "sep"] {
+                kv.push((
+                    format!("tokenizer.ggml.add_{flag}_token"),
+                    MetaValue::Bool(true),
+                ));
+            }
+        }
+        _ => {}
     }
+    let kind = if kind == VocabKind::Gpt2AddBosEosSep {
+        VocabKind::Gpt2
+    } else {
+        kind
+    };
     // Phi-4 releases keep Phi-3's class with a GPT-2 tokenizer.
     let kind = if kind == VocabKind::SpmPhi3
         && tokenizer_class(dir)?.as_deref() == Some("GPT2Tokenizer")
@@ -265,7 +307,7 @@ pub fn export(
             {
                 return Err(Error::Unsupported {
                     at: Location::file(dir.join("tokenizer_config.json")),
-                    format: Format::Gguf,
+                    format: Some(Format::Gguf),
                     what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet"
                         .into(),
                 });
@@ -289,14 +331,14 @@ pub fn export(
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "this architecture needs a SentencePiece tokenizer.model".into(),
         });
     }
     if kind == VocabKind::Llama && is_llama_hf_bpe(dir)? {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.json")),
-            format: Format::HfRelease,
+            format: Some(Format::HfRelease),
             what: "byte-fallback BPE tokenizer.json without tokenizer.model (LlamaHfVocab) \
                    is not supported yet"
                 .into(),
@@ -372,7 +414,7 @@ fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<S
         (None, None) => {
             return Err(Error::Unsupported {
                 at: Location::file(dir.join("tokenizer.json")),
-                format: Format::HfRelease,
+                format: Some(Format::HfRelease),
                 what: format!(
                     "BPE pre-tokenizer not recognized (check hash {}); name it with \
                      --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \

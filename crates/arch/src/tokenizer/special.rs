@@ -1,5 +1,5 @@
 //! Special token ids, `add_*_token` flags, chat template and normalizer flags
-//! (gguf-py's `SpecialVocab`, spec gguf.md §5.6).
+//! (gguf-py's `SpecialVocab`, docs/specs/gguf.md §5.6).
 //!
 //! Sources, in order:
 //! 1. `tokenizer.json`: merges (when asked), the normalizer (lowercase / strip accents), the

@@ -4,7 +4,7 @@
 //! piece string, score, type) matters here. The structs below declare just those fields; prost
 //! skips the rest (trainer and normalizer specs).
 //!
-//! Reference behaviour (`_create_vocab_sentencepiece`, spec gguf.md §5.6):
+//! Reference behaviour (`_create_vocab_sentencepiece`, docs/specs/gguf.md §5.6):
 //! * `vocab_size` of config.json (else the model's piece count) slots, pre-filled with
 //!   `[PAD{i}]`, score -10000, UNUSED;
 //! * each piece: its text, score, and a type from IsUnknown / IsControl / IsUnused / IsByte
@@ -87,13 +87,7 @@ pub fn load(dir: &Path, vocab_size: Option<u64>, flavor: Flavor) -> Result<SpmVo
     for (id, p) in model.pieces.iter().enumerate().take(n) {
         tokens[id] = p.piece.clone().unwrap_or_default();
         scores[id] = p.score.unwrap_or(0.0);
-        types[id] = match p.r#type.unwrap_or(1) {
-            2 => TokenType::Unknown,
-            3 => TokenType::Control,
-            5 => TokenType::Unused,
-            6 => TokenType::Byte,
-            _ => TokenType::Normal,
-        };
+        types[id] = piece_type(p.r#type);
     }
     let added = dir.join("added_tokens.json");
     if added.is_file() {
@@ -144,6 +138,18 @@ pub fn load(dir: &Path, vocab_size: Option<u64>, flavor: Flavor) -> Result<SpmVo
         scores,
         types,
     })
+}
+
+/// The reference's type of a piece (`IsUnknown` / `IsControl` / `IsUnused` / `IsByte`, in that
+/// order, else NORMAL: a USER_DEFINED piece is NORMAL).
+pub fn piece_type(t: Option<i32>) -> TokenType {
+    match t.unwrap_or(1) {
+        2 => TokenType::Unknown,
+        3 => TokenType::Control,
+        5 => TokenType::Unused,
+        6 => TokenType::Byte,
+        _ => TokenType::Normal,
+    }
 }
 
 /// Phi-3's added tokens: `added_tokens_decoder` of tokenizer_config.json, then `added_tokens`

@@ -1,0 +1,575 @@
+//! One ZIP layer for the readers of ZIP-based formats (npz, torch checkpoints): a checked entry
+//! table and an inflater that enforces each entry's exact length and CRC-32.
+//!
+//! The `zip` crate finds and parses the end-of-central-directory records (ZIP64 included) and
+//! the central directory, and `validate_header_consistency` rejects local headers that disagree
+//! with their central entry (name, method, sizes, CRC, flags), overlapping entries and local
+//! headers missing from the central directory. [`entries`] adds, for every reader alike: the
+//! entry count cap, duplicate names, names that are not UTF-8 or that climb out (`..`, a leading
+//! `/`, `\`, NUL), a local header missing at its offset, a local name or method that differs from
+//! the central one, the encryption and "patched data" flags in either header, methods other than
+//! stored and deflate, data past the end of the file, stored entries whose two sizes differ, and
+//! a declared deflate ratio no stream reaches. Problems that leave the table readable are
+//! [`Anomaly`]s, each of a [`Concern`]; a reader refuses on the first, mapping the concern to its
+//! own error kind (torch refuses ambiguous archives, whose content depends on the tool reading
+//! them, as it refuses code; npz calls them malformed).
+//!
+//! [`Inflater`] streams one deflated entry through caller-owned buffers (about 40 KiB of state,
+//! never an allocation of the declared size), and [`Inflater::finish`] checks that the stream
+//! ends at the declared size with the declared CRC-32; [`inflate_all`] inflates a whole entry
+//! that way.
+//!
+//! See: APPNOTE.TXT <https://pkware.cachefly.net/webdocs/casestudies/APPNOTE.TXT> §4.3, §4.4, and
+//! RFC 1951.
+
+use std::io::Cursor;
+
+use crate::limits::Limits;
+
+use flate2::{Decompress, FlushDecompress, Status};
+
+/// Why a member could not be inflated as declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InflateError {
+    /// The compressed bytes are not valid deflate.
+    Corrupt(String),
+    /// The stream ends (or its compressed bytes run out) before the declared size.
+    Short {
+        /// Uncompressed bytes produced.
+        produced: u64,
+    },
+    /// The stream holds more than the declared size.
+    Long {
+        /// The declared size.
+        declared: u64,
+    },
+    /// The CRC-32 of the inflated bytes is not the central directory's.
+    Crc {
+        /// The central directory's.
+        expected: u32,
+        /// The data's.
+        found: u32,
+    },
+}
+
+impl std::fmt::Display for InflateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InflateError::Corrupt(e) => write!(f, "corrupt deflate data: {e}"),
+            InflateError::Short { produced } => write!(
+                f,
+                "the compressed data ends after {produced} uncompressed bytes, before the \
+                 member's declared size (truncated or size mismatch)"
+            ),
+            InflateError::Long { declared } => write!(
+                f,
+                "the compressed data inflates to more than the member's declared size of \
+                 {declared} bytes"
+            ),
+            InflateError::Crc { expected, found } => write!(
+                f,
+                "CRC-32 mismatch: the central directory says {expected:08x}, the data gives \
+                 {found:08x}"
+            ),
+        }
+    }
+}
+
+/// The state of one pass over a deflated member.
+pub struct Inflater {
+    z: Decompress,
+    /// Compressed bytes consumed.
+    in_pos: usize,
+    /// Uncompressed bytes produced (from the member start).
+    out: u64,
+    ended: bool,
+    crc: crc32fast::Hasher,
+}
+
+impl Default for Inflater {
+    fn default() -> Self {
+        Inflater::new()
+    }
+}
+
+impl Inflater {
+    /// A decoder at the start of a member.
+    pub fn new() -> Self {
+        Inflater {
+            z: Decompress::new(false),
+            in_pos: 0,
+            out: 0,
+            ended: false,
+            crc: crc32fast::Hasher::new(),
+        }
+    }
+
+    /// Uncompressed bytes produced so far.
+    pub fn position(&self) -> u64 {
+        self.out
+    }
+
+    /// Compressed bytes consumed so far.
+    pub fn consumed(&self) -> u64 {
+        self.in_pos as u64
+    }
+
+    /// Fills all of `dst` with the next uncompressed bytes of the member whose compressed bytes
+    /// are `comp`.
+    pub fn fill(&mut self, comp: &[u8], dst: &mut [u8]) -> Result<(), InflateError> {
+        let mut filled = 0usize;
+        while filled < dst.len() {
+            if self.ended {
+                return Err(InflateError::Short { produced: self.out });
+            }
+            let input = comp.get(self.in_pos..).unwrap_or(&[]);
+            let (in0, out0) = (self.z.total_in(), self.z.total_out());
+            let status = self
+                .z
+                .decompress(input, &mut dst[filled..], FlushDecompress::None)
+                .map_err(|e| InflateError::Corrupt(e.to_string()))?;
+            let consumed = (self.z.total_in() - in0) as usize;
+            let produced = (self.z.total_out() - out0) as usize;
+            self.crc.update(&dst[filled..filled + produced]);
+            self.in_pos += consumed;
+            self.out += produced as u64;
+            filled += produced;
+            match status {
+                Status::StreamEnd => self.ended = true,
+                Status::Ok | Status::BufError => {
+                    if consumed == 0 && produced == 0 {
+                        return Err(InflateError::Short { produced: self.out });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Discards the next `n` uncompressed bytes, inflating through `scratch`.
+    pub fn skip(
+        &mut self,
+        comp: &[u8],
+        mut n: u64,
+        scratch: &mut [u8],
+    ) -> Result<(), InflateError> {
+        while n > 0 {
+            let k = scratch.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+            self.fill(comp, &mut scratch[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// Called once `size` bytes were produced: the stream must end here and its CRC-32 match
+    /// `crc` (`None`: not recorded).
+    pub fn finish(&mut self, comp: &[u8], size: u64, crc: Option<u32>) -> Result<(), InflateError> {
+        if !self.ended {
+            let mut probe = [0u8; 1];
+            let input = comp.get(self.in_pos..).unwrap_or(&[]);
+            let out0 = self.z.total_out();
+            let status = self
+                .z
+                .decompress(input, &mut probe, FlushDecompress::None)
+                .map_err(|e| InflateError::Corrupt(e.to_string()))?;
+            if self.z.total_out() != out0 {
+                return Err(InflateError::Long { declared: size });
+            }
+            if status != Status::StreamEnd {
+                return Err(InflateError::Corrupt(
+                    "the deflate stream does not end after the declared size".into(),
+                ));
+            }
+            self.ended = true;
+        }
+        let found = self.crc.clone().finalize();
+        if let Some(expected) = crc.filter(|&c| c != found) {
+            return Err(InflateError::Crc { expected, found });
+        }
+        Ok(())
+    }
+}
+
+/// How an entry's data is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Stored as is.
+    Stored,
+    /// Raw deflate.
+    Deflated,
+}
+
+/// One entry as the central directory and its local header describe it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Name (from the central directory; lossy UTF-8 when it is not UTF-8, an anomaly).
+    pub name: String,
+    /// Stored or deflated (`None`: another method, an anomaly).
+    pub method: Option<Method>,
+    /// Absolute offset of the central directory record.
+    pub central_start: u64,
+    /// Absolute offset of the local header.
+    pub header_start: u64,
+    /// Absolute offset of the data (after the local header's own name and extra field).
+    pub data_start: u64,
+    /// Compressed size.
+    pub csize: u64,
+    /// Uncompressed size.
+    pub size: u64,
+    /// CRC-32 from the central directory.
+    pub crc: u32,
+}
+
+impl Entry {
+    /// The entry's compressed bytes in `map` (bounds were checked by [`entries`]).
+    pub fn data<'a>(&self, map: &'a [u8]) -> &'a [u8] {
+        &map[self.data_start as usize..(self.data_start + self.csize) as usize]
+    }
+}
+
+/// What kind of problem an [`Anomaly`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concern {
+    /// Tools may read different content from the archive (duplicate names, local and central
+    /// headers that disagree, names climbing out of the archive).
+    Ambiguous,
+    /// Encrypted, patched-data or compressed with a method other than stored/deflate.
+    Unsupported,
+    /// The archive breaks ZIP's rules (a stored entry whose sizes differ).
+    Malformed,
+    /// A declared deflate ratio no stream reaches: a bomb or a lie.
+    Bomb,
+}
+
+/// A problem found in the archive; the table is still readable.
+#[derive(Debug, Clone)]
+pub struct Anomaly {
+    /// Absolute byte offset.
+    pub offset: u64,
+    /// What kind of problem.
+    pub concern: Concern,
+    /// Description (names sanitized).
+    pub what: String,
+}
+
+/// The checked entries of an archive.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    /// Entries in central-directory order.
+    pub entries: Vec<Entry>,
+    /// Problems, in the order found.
+    pub anomalies: Vec<Anomaly>,
+    /// Absolute offset of the central directory.
+    pub central_start: u64,
+}
+
+/// Why the archive could not be read at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableError {
+    /// Not a ZIP, or its structure is broken (message, absolute offset).
+    Malformed(String, u64),
+    /// More entries than [`Limits::max_tensors`] (entries, cap).
+    TooMany(u64, u64),
+}
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+fn climbs_out(n: &str) -> bool {
+    n.starts_with('/') || n.contains('\\') || n.contains('\0') || n.split('/').any(|c| c == "..")
+}
+
+/// Reads and checks the entry table of the ZIP archive `map` (which starts at byte 0).
+pub fn entries(map: &[u8], limits: &Limits) -> Result<Table, TableError> {
+    let bad = |m: String, o: u64| TableError::Malformed(m, o);
+    // The archive starts at 0; the crate's offset detection mis-parses some real torch files
+    // (a ZIP64 EOCD before the EOCD, depending on name lengths).
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut ar = zip::ZipArchive::with_config(config, Cursor::new(map))
+        .map_err(|e| bad(format!("not a valid ZIP archive: {e}"), 0))?;
+    if ar.len() as u64 > limits.max_tensors {
+        return Err(TableError::TooMany(ar.len() as u64, limits.max_tensors));
+    }
+    let mut t = Table {
+        central_start: ar.central_directory_start(),
+        ..Table::default()
+    };
+    if ar.has_duplicate_names() {
+        t.anomalies.push(Anomaly {
+            offset: t.central_start,
+            concern: Concern::Ambiguous,
+            what: "the central directory lists the same entry name twice (torch reads the \
+                   first, other tools the last)"
+                .into(),
+        });
+    }
+    for i in 0..ar.len() {
+        let f = ar
+            .by_index_raw(i)
+            .map_err(|e| bad(format!("ZIP entry {i}: {e}"), t.central_start))?;
+        let e = entry(map, &f, i, limits, &mut t.anomalies)?;
+        t.entries.push(e);
+    }
+    if t.anomalies.is_empty() {
+        if let Err(e) = ar.validate_header_consistency() {
+            t.anomalies.push(Anomaly {
+                offset: 0,
+                concern: Concern::Ambiguous,
+                what: format!("the local headers disagree with the central directory: {e}"),
+            });
+        }
+    }
+    Ok(t)
+}
+
+/// The fields of a local header this layer reads.
+struct Local {
+    flags: u16,
+    method: u16,
+    data_start: u64,
+}
+
+/// One entry's checks.
+fn entry(
+    map: &[u8],
+    f: &zip::read::ZipFile<'_, Cursor<&[u8]>>,
+    i: usize,
+    limits: &Limits,
+    out: &mut Vec<Anomaly>,
+) -> Result<Entry, TableError> {
+    let mut flag = |offset: u64, concern: Concern, what: String| {
+        out.push(Anomaly {
+            offset,
+            concern,
+            what,
+        })
+    };
+    let (cd, h) = (f.central_header_start(), f.header_start());
+    let raw = f.name_raw();
+    let name = std::str::from_utf8(raw).map_or_else(
+        |_| {
+            flag(
+                cd,
+                Concern::Ambiguous,
+                format!("entry {i}: name is not UTF-8"),
+            );
+            String::from_utf8_lossy(raw).into_owned()
+        },
+        str::to_string,
+    );
+    let shown = crate::sanitize(&name);
+    if climbs_out(&name) {
+        flag(
+            cd,
+            Concern::Ambiguous,
+            format!("entry `{shown}`: path traversal or absolute name"),
+        );
+    }
+    let local = local_header(map, h, raw, &shown, &mut flag)?;
+    if f.data_start().is_some_and(|ds| ds != local.data_start) {
+        return Err(TableError::Malformed(
+            format!("entry `{shown}`: data offset disagrees with the zip reader"),
+            h,
+        ));
+    }
+    let cd_flags = u16_at(map, cd as usize + 8).unwrap_or(0);
+    for (which, fl, at) in [("central", cd_flags, cd), ("local", local.flags, h)] {
+        if fl & 0x41 != 0 || f.encrypted() {
+            let what = format!("entry `{shown}`: encrypted (flag set in the {which} header)");
+            flag(at, Concern::Unsupported, what);
+        }
+        if fl & 0x20 != 0 {
+            let what = format!(
+                "entry `{shown}`: 'compressed patched data' flag (0x20) set in the {which} header"
+            );
+            flag(at, Concern::Unsupported, what);
+        }
+    }
+    let method = method_of(f.compression(), local.method, h, &shown, &mut flag);
+    let e = Entry {
+        name,
+        method,
+        central_start: cd,
+        header_start: h,
+        data_start: local.data_start,
+        csize: f.compressed_size(),
+        size: f.size(),
+        crc: f.crc32(),
+    };
+    sizes(
+        &e,
+        map.len() as u64,
+        limits.max_deflate_ratio,
+        &shown,
+        &mut flag,
+    )?;
+    Ok(e)
+}
+
+/// The local header at `h`: present, with the central name.
+fn local_header(
+    map: &[u8],
+    h: u64,
+    raw: &[u8],
+    shown: &str,
+    flag: &mut impl FnMut(u64, Concern, String),
+) -> Result<Local, TableError> {
+    let hs = h as usize;
+    let (flags, method, nlen, xlen) = match (
+        map.get(hs..hs + 4),
+        u16_at(map, hs + 6),
+        u16_at(map, hs + 8),
+        u16_at(map, hs + 26),
+        u16_at(map, hs + 28),
+    ) {
+        (Some(b"PK\x03\x04"), Some(fl), Some(m), Some(n), Some(x)) => (fl, m, n, x),
+        _ => {
+            return Err(TableError::Malformed(
+                format!("entry `{shown}`: no local header at its offset"),
+                h,
+            ))
+        }
+    };
+    let lname = map.get(hs + 30..hs + 30 + nlen as usize).unwrap_or(&[]);
+    if lname != raw {
+        let what = format!(
+            "entry `{shown}`: the local headers disagree with the central directory (local \
+             name `{}`)",
+            crate::sanitize(&String::from_utf8_lossy(lname))
+        );
+        flag(h, Concern::Ambiguous, what);
+    }
+    Ok(Local {
+        flags,
+        method,
+        data_start: h + 30 + u64::from(nlen) + u64::from(xlen),
+    })
+}
+
+/// Stored or deflated, the same in both headers.
+fn method_of(
+    central: zip::CompressionMethod,
+    local: u16,
+    h: u64,
+    shown: &str,
+    flag: &mut impl FnMut(u64, Concern, String),
+) -> Option<Method> {
+    let (method, code) = match central {
+        zip::CompressionMethod::Stored => (Method::Stored, 0),
+        zip::CompressionMethod::Deflated => (Method::Deflated, 8),
+        m => {
+            let what =
+                format!("entry `{shown}`: compression method {m} (only stored and deflated)");
+            flag(h, Concern::Unsupported, what);
+            return None;
+        }
+    };
+    if code != local {
+        let what = format!(
+            "entry `{shown}`: the local headers disagree with the central directory \
+             (compression method)"
+        );
+        flag(h, Concern::Ambiguous, what);
+    }
+    Some(method)
+}
+
+/// The data within the file, a stored entry's two sizes equal, a deflated one's ratio possible.
+fn sizes(
+    e: &Entry,
+    file_len: u64,
+    ratio: u64,
+    shown: &str,
+    flag: &mut impl FnMut(u64, Concern, String),
+) -> Result<(), TableError> {
+    let (h, csize, size, start) = (e.header_start, e.csize, e.size, e.data_start);
+    if start.checked_add(csize).is_none_or(|end| end > file_len) {
+        return Err(TableError::Malformed(
+            format!(
+                "entry `{shown}`: its data ({csize} bytes at byte {start}) runs past the end of \
+                 the file ({file_len} bytes): truncated?"
+            ),
+            h,
+        ));
+    }
+    if e.method == Some(Method::Stored) && csize != size {
+        let what = format!(
+            "entry `{shown}`: stored with compressed size {csize} but uncompressed size {size}"
+        );
+        flag(h, Concern::Malformed, what);
+    }
+    if e.method == Some(Method::Deflated) && size > csize.saturating_mul(ratio) {
+        let what = format!(
+            "entry `{shown}` declares {size} bytes from {csize} compressed bytes, a ratio over \
+             {ratio}:1 that no deflate stream reaches (a ZIP bomb or a corrupt size)"
+        );
+        flag(h, Concern::Bomb, what);
+    }
+    Ok(())
+}
+
+/// Inflates all of a deflated entry's `comp` bytes: exactly `size` bytes whose CRC-32 is `crc`
+/// (`None`: not recorded, as torch writes with CRCs turned off).
+pub fn inflate_all(comp: &[u8], size: u64, crc: Option<u32>) -> Result<Vec<u8>, InflateError> {
+    let len = usize::try_from(size).map_err(|_| InflateError::Long { declared: size })?;
+    let mut out = vec![0u8; len];
+    let mut z = Inflater::new();
+    z.fill(comp, &mut out)?;
+    z.finish(comp, size, crc)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::{Compress, Compression, FlushCompress};
+
+    fn deflate(data: &[u8]) -> Vec<u8> {
+        let mut c = Compress::new(Compression::default(), false);
+        let mut out = Vec::with_capacity(data.len() + 64);
+        c.compress_vec(data, &mut out, FlushCompress::Finish)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn streams_skips_and_checks_the_end() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let comp = deflate(&data);
+        let crc = crc32fast::hash(&data);
+        let mut z = Inflater::new();
+        let mut scratch = [0u8; 7];
+        z.skip(&comp, 1234, &mut scratch).unwrap();
+        let mut buf = vec![0u8; 10_000 - 1234];
+        z.fill(&comp, &mut buf).unwrap();
+        assert_eq!(buf, data[1234..]);
+        z.finish(&comp, 10_000, Some(crc)).unwrap();
+
+        let mut z = Inflater::new();
+        let mut buf = vec![0u8; 9_999];
+        z.fill(&comp, &mut buf).unwrap();
+        assert_eq!(
+            z.finish(&comp, 9_999, Some(crc)),
+            Err(InflateError::Long { declared: 9_999 })
+        );
+
+        let mut z = Inflater::new();
+        let mut buf = vec![0u8; 10_001];
+        assert!(matches!(
+            z.fill(&comp, &mut buf),
+            Err(InflateError::Short { .. })
+        ));
+        let mut z = Inflater::new();
+        let mut buf = vec![0u8; 10_000];
+        assert!(z.fill(&comp[..comp.len() / 2], &mut buf).is_err());
+        let mut z = Inflater::new();
+        z.fill(&comp, &mut buf).unwrap();
+        assert!(matches!(
+            z.finish(&comp, 10_000, Some(crc ^ 1)),
+            Err(InflateError::Crc { .. })
+        ));
+    }
+}
