@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Crash loop and disk-full runs of the release binary (issue 19, item 3). Run by hand:
 #
-#   bash benches/crash_loop.sh            # KILLS=50 FILLS=20 SCRATCH=/tmp/wp-crash WP=target/release/weightport
+#   bash benches/crash_loop.sh            # KILLS=50 FILLS=20 JOBS="bin gguf" SCRATCH=/tmp/wp-crash WP=target/release/weightport
 #
 # Two ~470 MB Llama-shaped models, A and B (benches/gen_llama.py seeds 0 and 1: 2 layers, hidden
 # 2048, vocab 32000, F16), each as a torch.save `.bin` and as an HF release (model.safetensors,
@@ -29,6 +29,7 @@ PY="${PY:-$HOME/ref/bin/python}"
 SCRATCH="${SCRATCH:-/tmp/wp-crash}"
 KILLS="${KILLS:-50}"
 FILLS="${FILLS:-20}"
+JOBS="${JOBS:-bin gguf}"
 LOG="$SCRATCH/rounds.tsv"
 die() { echo "crash_loop: $*" >&2; exit 2; }
 [[ -x "$WP" ]] || die "$WP not found (cargo build --release)"
@@ -155,7 +156,7 @@ disk_full() {
 
 make_inputs
 total=0
-for j in bin gguf; do
+for j in $JOBS; do
     references "$j"
     echo "$j: uninterrupted run $(cat "$SCRATCH/ref-$j-A.us") us"
     crash_loop "$j" || total=$((total + $?))
