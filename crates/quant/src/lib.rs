@@ -51,6 +51,9 @@ mod kquants;
 mod legacy;
 mod other;
 mod util;
+mod weighted;
+
+pub use weighted::{requires_imatrix, uses_imatrix};
 
 pub use weightport_core::DType;
 
@@ -211,6 +214,78 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         });
     }
     quantize_dispatch(dtype, src, dst);
+    Ok(())
+}
+
+/// Quantizes rows of `n_per_row` values exactly as `ggml_quantize_chunk(dtype, src, dst, 0,
+/// nrows, n_per_row, imatrix)` does: with an importance matrix (`imatrix.len() ==
+/// n_per_row`, the same weights for every row) the types whose ggml quantizer reads one use
+/// it; every other type, and every type without one, writes what [`quantize`] writes.
+///
+/// `src.len()` must be a multiple of `n_per_row`, and `n_per_row` of the block's element
+/// count; `dst.len()` exactly `blocks × block bytes`. Rows are independent, so callers may
+/// split a tensor at any row boundary.
+pub fn quantize_rows(
+    dtype: DType,
+    src: &[f32],
+    dst: &mut [u8],
+    n_per_row: usize,
+    imatrix: Option<&[f32]>,
+) -> Result<(), QuantError> {
+    let unsupported = QuantError::Unsupported {
+        dtype,
+        op: "quantize",
+    };
+    let kernel = weighted::row_kernel(dtype);
+    if kernel.is_none() && !can_quantize(dtype) {
+        return Err(unsupported);
+    }
+    let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
+    if n_per_row == 0 || !n_per_row.is_multiple_of(elems) {
+        return Err(QuantError::PartialBlock {
+            dtype,
+            len: n_per_row,
+            block: elems,
+        });
+    }
+    if !src.len().is_multiple_of(n_per_row) {
+        return Err(QuantError::Length {
+            what: "quantize source elements (a whole number of rows)",
+            expected: src.len() / n_per_row * n_per_row,
+            got: src.len(),
+        });
+    }
+    if let Some(w) = imatrix {
+        if w.len() != n_per_row {
+            return Err(QuantError::Length {
+                what: "importance matrix weights (one per column)",
+                expected: n_per_row,
+                got: w.len(),
+            });
+        }
+    }
+    let row_bytes = n_per_row / elems * bytes;
+    let want = src.len() / n_per_row * row_bytes;
+    if dst.len() != want {
+        return Err(QuantError::Length {
+            what: "quantize destination bytes",
+            expected: want,
+            got: dst.len(),
+        });
+    }
+    match kernel {
+        Some(k) => {
+            for (x, y) in src
+                .chunks_exact(n_per_row)
+                .zip(dst.chunks_exact_mut(row_bytes))
+            {
+                k(x, y, imatrix);
+            }
+        }
+        None => {
+            quantize_dispatch(dtype, src, dst);
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,38 @@
+//! Row-wise quantization with an optional importance matrix: ggml's `ggml_quantize_chunk`
+//! with `quant_weights`, which is what `llama-quantize --imatrix` calls.
+//!
+//! A *row kernel* quantizes one row of `n_per_row` values (a whole number of blocks) into
+//! that row's blocks, with the row's importance weights (`n_per_row` values, the same for
+//! every row of a tensor, or of one expert of a 3-D tensor) or without them. Types that have
+//! no row kernel here ignore the importance matrix in ggml (Q8_0, MXFP4, …) and go through
+//! their block kernel.
+
+use crate::DType;
+
+/// Quantizes one row `x` into the bytes `y` of that row's blocks, with optional importance
+/// weights (`weights.len() == x.len()`).
+pub(crate) type RowKernel = fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>);
+
+/// The row kernel of `dtype`, if its ggml quantizer reads the importance matrix.
+pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
+    // One arm per type whose ggml `quantize_<type>` reads `quant_weights`.
+    #[allow(clippy::match_single_binding)]
+    match dtype {
+        _ => None,
+    }
+}
+
+/// True if ggml refuses to quantize `dtype` without an importance matrix (its quantizer
+/// asserts `quant_weights != NULL`). llama-quantize's refusal names more cases (it is per
+/// file type and tensor); that rule lives with the mixes.
+pub fn requires_imatrix(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::IQ2_XXS | DType::IQ2_XS | DType::IQ1_S | DType::IQ1_M
+    )
+}
+
+/// True if an importance matrix changes what [`crate::quantize_rows`] writes for `dtype`.
+pub fn uses_imatrix(dtype: DType) -> bool {
+    row_kernel(dtype).is_some()
+}
