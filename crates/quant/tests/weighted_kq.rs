@@ -1,0 +1,216 @@
+//! `quantize_rows` with an importance matrix against ggml's `ggml_quantize_chunk(type, x, …,
+//! imatrix)` for the K-quants and legacy types: the reference bytes in
+//! fixtures/good/quant/weighted/ come from ggml's C (fixtures/gen/gen_quant_weighted.sh; cases
+//! in cases.txt, described in the README there). Checked with the AVX2 build and the portable
+//! one.
+
+use std::path::PathBuf;
+use weightport_quant::{
+    can_quantize, quantize, quantize_rows, set_portable_only, uses_imatrix, DType,
+};
+
+/// The types whose ggml quantizer reads `quant_weights`, by fixture name.
+const WEIGHTED: &[(&str, DType)] = &[
+    ("q2_k", DType::Q2_K),
+    ("q3_k", DType::Q3_K),
+    ("q4_k", DType::Q4_K),
+    ("q5_k", DType::Q5_K),
+    ("q6_k", DType::Q6_K),
+    ("q4_0", DType::Q4_0),
+    ("q4_1", DType::Q4_1),
+    ("q5_0", DType::Q5_0),
+    ("q5_1", DType::Q5_1),
+];
+
+/// Types ggml's `quantize_<type>` quantizes while ignoring `quant_weights` (the harness checks
+/// that ggml's bytes with and without the imatrix are equal for every case).
+const IGNORING: &[DType] = &[
+    DType::Q8_0,
+    DType::TQ1_0,
+    DType::TQ2_0,
+    DType::MXFP4,
+    DType::NVFP4,
+    DType::Q1_0,
+    DType::Q2_0,
+];
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/good/quant/weighted")
+}
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(dir().join(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+struct Case {
+    name: String,
+    nrows: usize,
+    n_per_row: usize,
+    x: Vec<f32>,
+    imat: Vec<f32>,
+}
+
+fn cases() -> Vec<Case> {
+    let list = String::from_utf8(read("cases.txt")).unwrap();
+    let cases: Vec<Case> = list
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f[0].to_string();
+            let x = f32s(&read(&format!("{name}.x.f32")));
+            let imat = f32s(&read(&format!("{name}.imat.f32")));
+            let (nrows, n_per_row) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+            assert_eq!(x.len(), nrows * n_per_row, "{name}");
+            assert_eq!(imat.len(), n_per_row, "{name}");
+            Case {
+                name,
+                nrows,
+                n_per_row,
+                x,
+                imat,
+            }
+        })
+        .collect();
+    assert_eq!(
+        cases.len(),
+        20,
+        "cases.txt lists the 20 cases of the harness"
+    );
+    cases
+}
+
+fn out_len(dt: DType, elems: usize) -> usize {
+    match dt.layout() {
+        weightport_core::Layout::Block { elems: e, bytes } => elems / e as usize * bytes as usize,
+        _ => unreachable!(),
+    }
+}
+
+/// First differing byte, for a readable failure.
+fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
+
+fn check_all_weighted(portable: bool) {
+    set_portable_only(portable);
+    let mut checked = 0;
+    for c in cases() {
+        for &(tn, dt) in WEIGHTED {
+            let want = read(&format!("{}.{tn}.q", c.name));
+            let mut got = vec![0u8; out_len(dt, c.x.len())];
+            quantize_rows(dt, &c.x, &mut got, c.n_per_row, Some(&c.imat)).unwrap();
+            assert_eq!(got.len(), want.len(), "{} {tn}", c.name);
+            if let Some(i) = first_diff(&got, &want) {
+                let row_bytes = got.len() / c.nrows;
+                panic!(
+                    "{} {tn} (portable={portable}): byte {i} (row {}, offset {} in row) is {:#04x}, ggml {:#04x}",
+                    c.name,
+                    i / row_bytes,
+                    i % row_bytes,
+                    got[i],
+                    want[i]
+                );
+            }
+            checked += 1;
+        }
+    }
+    set_portable_only(false);
+    assert_eq!(checked, 20 * WEIGHTED.len());
+}
+
+#[test]
+fn weighted_equals_ggml_avx2() {
+    check_all_weighted(false);
+}
+
+#[test]
+fn weighted_equals_ggml_portable() {
+    check_all_weighted(true);
+}
+
+/// The fixtures exercise the weights: for the normal data ggml's imatrix bytes differ from the
+/// unweighted ones for every weighted type, so matching them is not matching `quantize`.
+#[test]
+fn fixtures_depend_on_the_imatrix() {
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name == "normal_skew")
+        .unwrap();
+    for &(tn, dt) in WEIGHTED {
+        let want = read(&format!("{}.{tn}.q", c.name));
+        let mut plain = vec![0u8; want.len()];
+        quantize(dt, &c.x, &mut plain).unwrap();
+        assert_ne!(plain, want, "{tn}");
+    }
+}
+
+/// Types whose ggml quantizer ignores the imatrix write what `quantize` writes; ggml's
+/// bytes for those (with imatrix == without, checked by the harness) are the unweighted
+/// fixtures of tests/reference.rs, which `quantize` is checked against there.
+#[test]
+fn ignoring_types_write_the_unweighted_bytes() {
+    for c in cases() {
+        for &dt in IGNORING {
+            assert!(!uses_imatrix(dt), "{dt}");
+            let n = out_len(dt, c.x.len());
+            let (mut with, mut plain) = (vec![0u8; n], vec![0u8; n]);
+            quantize_rows(dt, &c.x, &mut with, c.n_per_row, Some(&c.imat)).unwrap();
+            quantize(dt, &c.x, &mut plain).unwrap();
+            assert_eq!(with, plain, "{} {dt}", c.name);
+        }
+    }
+    for &(_, dt) in WEIGHTED {
+        assert!(uses_imatrix(dt), "{dt}");
+    }
+}
+
+/// Without an imatrix `quantize_rows` is `quantize` for every type (ggml's `quantize_<type>`
+/// with `quant_weights == NULL` is the `_ref` path, which `quantize` reproduces).
+#[test]
+fn rows_without_imatrix_equal_quantize() {
+    for c in cases() {
+        for &dt in DType::ALL {
+            if !can_quantize(dt) || !c.n_per_row.is_multiple_of(dt.layout_block_elems()) {
+                continue;
+            }
+            let n = out_len(dt, c.x.len());
+            let (mut rows, mut plain) = (vec![0u8; n], vec![0u8; n]);
+            quantize_rows(dt, &c.x, &mut rows, c.n_per_row, None).unwrap();
+            quantize(dt, &c.x, &mut plain).unwrap();
+            assert_eq!(rows, plain, "{} {dt}", c.name);
+        }
+    }
+}
+
+trait BlockElems {
+    fn layout_block_elems(self) -> usize;
+}
+
+impl BlockElems for DType {
+    fn layout_block_elems(self) -> usize {
+        match self.layout() {
+            weightport_core::Layout::Block { elems, .. } => elems as usize,
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// Bad arguments are errors, not panics.
+#[test]
+fn bad_arguments_are_errors() {
+    let x = vec![0.5f32; 512];
+    let w = vec![1.0f32; 256];
+    let mut y = vec![0u8; out_len(DType::Q4_K, 512)];
+    assert!(quantize_rows(DType::Q4_K, &x, &mut y, 256, Some(&w[..255])).is_err());
+    assert!(quantize_rows(DType::Q4_K, &x, &mut y, 128, None).is_err());
+    assert!(quantize_rows(DType::Q4_K, &x[..300], &mut y, 256, Some(&w)).is_err());
+    assert!(quantize_rows(DType::Q4_K, &x, &mut y[..10], 256, Some(&w)).is_err());
+    quantize_rows(DType::Q4_K, &x, &mut y, 256, Some(&w)).unwrap();
+}
