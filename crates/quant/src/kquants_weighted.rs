@@ -14,29 +14,6 @@ use crate::weighted_search::{
     lane_weights, make_qkx3_quants, make_qp_quants, make_qx_quants_w, sum_sq,
 };
 
-/// Runs `f` over `x` (and `y`, `qw`) two super-blocks at a time, then the odd one left over;
-/// `$two`/`$one` are the lane-batch functions for 2 and 1 super-blocks.
-macro_rules! by_pairs {
-    ($x:expr, $y:expr, $qw:expr, $two:expr, $one:expr) => {{
-        let (mut xc, mut yc, mut wc) = (
-            $x.chunks_exact(512),
-            $y.chunks_exact_mut(2),
-            $qw.chunks_exact(512),
-        );
-        for ((x2, y2), w2) in (&mut xc).zip(&mut yc).zip(&mut wc) {
-            $two(x2, y2, w2);
-        }
-        for ((x1, y1), w1) in xc
-            .remainder()
-            .chunks_exact(256)
-            .zip(yc.into_remainder().chunks_exact_mut(1))
-            .zip(wc.remainder().chunks_exact(256))
-        {
-            $one(x1, y1, w1);
-        }
-    }};
-}
-
 /// `σ²` of each super-block of `x`, spread over its `per_sb` sub-block lanes:
 /// `factor · Σx² / 256` (factor 1 for Q2_K, 2 for the others).
 #[inline(always)]
@@ -74,7 +51,7 @@ pub(crate) fn q2_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
 
 #[inline(always)]
 fn q2_k_weighted_portable(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
-    by_pairs!(x, y, qw, q2k_batch::<32>, q2k_batch::<16>);
+    in_batches!(x, y, qw, 256; 2 => q2k_batch::<32>, 1 => q2k_batch::<16>);
 }
 
 /// `M / 16` Q2_K super-blocks: the weighted `make_qkx3_quants` over all their 16-element
@@ -87,7 +64,7 @@ fn q2k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 16];
     let (scales, mins) = make_qkx3_quants(3, &xt, &wt, &mut lt, -0.9, 0.05, 36);
-    let mut l = [0u8; 512];
+    let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..16 * M]);
     for (k, b) in y.iter_mut().enumerate() {
         let r = 16 * k..16 * k + 16;
@@ -155,7 +132,7 @@ pub(crate) fn q3_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
 
 #[inline(always)]
 fn q3_k_weighted_portable(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
-    by_pairs!(x, y, qw, q3k_batch::<32>, q3k_batch::<16>);
+    in_batches!(x, y, qw, 256; 4 => q3k_batch::<64>, 1 => q3k_batch::<16>);
 }
 
 /// `M / 16` Q3_K super-blocks: weighted `make_qx_quants(nmax 4)` over the 16-element
@@ -168,7 +145,7 @@ fn q3k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0i8; M]; 16];
     let scales = make_qx_quants_w(4, &xt, &wt, &mut lt);
-    let mut l = [0i8; 512];
+    let mut l = [0i8; 1024];
     untranspose(&lt, &mut l[..16 * M]);
     for (k, b) in y.iter_mut().enumerate() {
         let r = 16 * k..16 * k + 16;
@@ -269,7 +246,7 @@ fn q4_k_weighted_portable(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
         (y[0].d, y[0].dmin, y[0].scales) = hd[0];
         pack_q4_k(&mut y[0], &l[..256]);
     };
-    by_pairs!(x, y, qw, two, one);
+    in_batches!(x, y, qw, 256; 2 => two, 1 => one);
 }
 
 #[inline(always)]
@@ -286,7 +263,7 @@ fn q5_k_weighted_portable(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
         (y[0].d, y[0].dmin, y[0].scales) = hd[0];
         pack_q5_k(&mut y[0], &l[..256]);
     };
-    by_pairs!(x, y, qw, two, one);
+    in_batches!(x, y, qw, 256; 2 => two, 1 => one);
 }
 
 /// Block header of Q4_K/Q5_K: `(d, dmin, scales)`.
@@ -296,16 +273,16 @@ type Head45 = ([u8; 2], [u8; 2], [u8; 12]);
 /// `make_qkx3_quants` over their 32-element sub-blocks in lanes, then per block the
 /// `make_qp_quants` scales and requantization. Returns the levels and block headers.
 #[inline(always)]
-fn q45k_batch<const M: usize>(x: &[f32], qw: &[f32], nmax: i32) -> ([u8; 512], [Head45; 2]) {
+fn q45k_batch<const M: usize>(x: &[f32], qw: &[f32], nmax: i32) -> ([u8; 1024], [Head45; 4]) {
     let xt: [[f32; M]; 32] = transpose(x);
     let sigma2 = sigma2_lanes::<M>(x, 8, 2.0);
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 32];
     let (scales, mins) = make_qkx3_quants(nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
-    let mut l = [0u8; 512];
+    let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..32 * M]);
-    let mut heads = [([0u8; 2], [0u8; 2], [0u8; 12]); 2];
+    let mut heads = [([0u8; 2], [0u8; 2], [0u8; 12]); 4];
     for k in 0..M / 8 {
         let r = 8 * k..8 * k + 8;
         let e = 256 * k..256 * k + 256;
@@ -383,7 +360,7 @@ pub(crate) fn q6_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
 
 #[inline(always)]
 fn q6_k_weighted_portable(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
-    by_pairs!(x, y, qw, q6k_batch::<32>, q6k_batch::<16>);
+    in_batches!(x, y, qw, 256; 4 => q6k_batch::<64>, 1 => q6k_batch::<16>);
 }
 
 /// `M / 16` Q6_K super-blocks: `make_qx_quants(nmax 32)` weighted by the raw imatrix values
@@ -395,7 +372,7 @@ fn q6k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
     let wt: [[f32; M]; 16] = transpose(qw);
     let mut lt = [[0i8; M]; 16];
     let scales = make_qx_quants_w(32, &xt, &wt, &mut lt);
-    let mut l = [0i8; 512];
+    let mut l = [0i8; 1024];
     untranspose(&lt, &mut l[..16 * M]);
     for (k, b) in y.iter_mut().enumerate() {
         let e = 256 * k..256 * k + 256;

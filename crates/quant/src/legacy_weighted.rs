@@ -10,29 +10,6 @@ use crate::legacy;
 use crate::util::put_f16;
 use crate::weighted_search::{lane_weights, make_qkx3_quants, make_qx_quants_w, sum_sq};
 
-/// Blocks of 32 per lane batch.
-const LANES: usize = 8;
-
-/// Runs `$batch::<LANES>` over the row's blocks [`LANES`] at a time, then `$batch::<1>` over
-/// the rest; `$sigma2` is the row's σ².
-macro_rules! by_lanes {
-    ($x:expr, $y:expr, $qw:expr, $sigma2:expr, $batch:ident) => {{
-        let (mut xc, mut yc, mut wc) = (
-            $x.chunks_exact(32 * LANES),
-            $y.chunks_exact_mut(LANES),
-            $qw.chunks_exact(32 * LANES),
-        );
-        for ((x8, y8), w8) in (&mut xc).zip(&mut yc).zip(&mut wc) {
-            $batch::<LANES>(x8, y8, w8, $sigma2);
-        }
-        let rest = xc.remainder().chunks_exact(32);
-        let rest = rest.zip(yc.into_remainder().chunks_exact_mut(1));
-        for ((x1, y1), w1) in rest.zip(wc.remainder().chunks_exact(32)) {
-            $batch::<1>(x1, y1, w1, $sigma2);
-        }
-    }};
-}
-
 /// The row's `σ² = Σx² / n_per_row`.
 #[inline(always)]
 fn row_sigma2(x: &[f32]) -> f32 {
@@ -111,7 +88,11 @@ multiversion_weighted!(q5_1_weighted, q5_1_weighted_portable, BlockQ5_1);
 
 #[inline(always)]
 fn q4_0_weighted_portable(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32]) {
-    by_lanes!(x, y, qw, row_sigma2(x), q4_0_batch);
+    let s2 = row_sigma2(x);
+    in_batches!(x, y, qw, 32;
+        32 => |x, y, w| q4_0_batch::<32>(x, y, w, s2),
+        8 => |x, y, w| q4_0_batch::<8>(x, y, w, s2),
+        1 => |x, y, w| q4_0_batch::<1>(x, y, w, s2));
 }
 
 #[inline(always)]
@@ -127,7 +108,11 @@ fn q4_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32], sigma2
 
 #[inline(always)]
 fn q5_0_weighted_portable(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32]) {
-    by_lanes!(x, y, qw, row_sigma2(x), q5_0_batch);
+    let s2 = row_sigma2(x);
+    in_batches!(x, y, qw, 32;
+        32 => |x, y, w| q5_0_batch::<32>(x, y, w, s2),
+        8 => |x, y, w| q5_0_batch::<8>(x, y, w, s2),
+        1 => |x, y, w| q5_0_batch::<1>(x, y, w, s2));
 }
 
 #[inline(always)]
@@ -141,7 +126,11 @@ fn q5_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32], sigma2
 
 #[inline(always)]
 fn q4_1_weighted_portable(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32]) {
-    by_lanes!(x, y, qw, row_sigma2(x), q4_1_batch);
+    let s2 = row_sigma2(x);
+    in_batches!(x, y, qw, 32;
+        16 => |x, y, w| q4_1_batch::<16>(x, y, w, s2),
+        8 => |x, y, w| q4_1_batch::<8>(x, y, w, s2),
+        1 => |x, y, w| q4_1_batch::<1>(x, y, w, s2));
 }
 
 #[inline(always)]
@@ -158,7 +147,11 @@ fn q4_1_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32], sigma2
 
 #[inline(always)]
 fn q5_1_weighted_portable(x: &[f32], y: &mut [BlockQ5_1], qw: &[f32]) {
-    by_lanes!(x, y, qw, row_sigma2(x), q5_1_batch);
+    let s2 = row_sigma2(x);
+    in_batches!(x, y, qw, 32;
+        16 => |x, y, w| q5_1_batch::<16>(x, y, w, s2),
+        8 => |x, y, w| q5_1_batch::<8>(x, y, w, s2),
+        1 => |x, y, w| q5_1_batch::<1>(x, y, w, s2));
 }
 
 #[inline(always)]

@@ -35,6 +35,25 @@ macro_rules! multiversion_weighted {
     };
 }
 
+/// Runs lane-batch functions over a row: `$f1` on batches of `$n1` blocks (of `$elems`
+/// values) while whole ones remain, then `$f2` on batches of `$n2`, and so on (the last tier is
+/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch.
+macro_rules! in_batches {
+    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:expr),+) => {{
+        let (mut x, mut y, mut qw) = ($x, $y, $qw);
+        $(
+            let mut xc = x.chunks_exact($elems * $n);
+            let mut yc = y.chunks_exact_mut($n);
+            let mut wc = qw.chunks_exact($elems * $n);
+            for ((xb, yb), wb) in (&mut xc).zip(&mut yc).zip(&mut wc) {
+                $f(xb, yb, wb);
+            }
+            (x, y, qw) = (xc.remainder(), yc.into_remainder(), wc.remainder());
+        )+
+        let _ = (x, y, qw);
+    }};
+}
+
 /// `Σ x[i]²` in index order.
 #[inline(always)]
 pub(crate) fn sum_sq(x: &[f32]) -> f32 {
