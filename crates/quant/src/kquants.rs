@@ -8,7 +8,8 @@
 use crate::blocks::*;
 use crate::util::{get_f16, nearest_int, put_f16};
 
-const GROUP_MAX_EPS: f32 = 1e-15;
+/// ggml's `GROUP_MAX_EPS`.
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// `make_qkx2_quants` run on `M` independent sub-blocks at once, one per lane:
 /// `x[i][m]` is element `i` of sub-block `m`. Every lane performs exactly the C sequence of f32
@@ -164,7 +165,9 @@ fn abs_max(x: &[f32]) -> (f32, f32) {
 
 /// Per-lane `(amax, signed max)` over `x[i][m]` with strict `>` (first element wins ties).
 #[inline(always)]
-fn abs_max_lanes<const N: usize, const M: usize>(x: &[[f32; M]; N]) -> ([f32; M], [f32; M]) {
+pub(crate) fn abs_max_lanes<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+) -> ([f32; M], [f32; M]) {
     let (mut amax, mut max) = ([0f32; M], [0f32; M]);
     for row in x {
         for m in 0..M {

@@ -8,10 +8,8 @@
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
+use crate::kquants::{abs_max_lanes, GROUP_MAX_EPS};
 use crate::util::nearest_int;
-
-/// ggml's `GROUP_MAX_EPS`.
-pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// Defines `fn $name(x, y: &mut [$blk], weights)`, which runs `$portable` compiled for AVX2
 /// when the CPU has it (see the `multiversion!` macro in lib.rs: same code, same bytes).
@@ -244,15 +242,7 @@ pub(crate) fn make_qx_quants_w<const N: usize, const M: usize>(
     w: &[[f32; M]; N],
     l: &mut [[i8; M]; N],
 ) -> [f32; M] {
-    let (mut amax, mut max) = ([0f32; M], [0f32; M]);
-    for row in x {
-        for m in 0..M {
-            let a = row[m].abs();
-            let gt = a > amax[m];
-            amax[m] = if gt { a } else { amax[m] };
-            max[m] = if gt { row[m] } else { max[m] };
-        }
-    }
+    let (amax, max) = abs_max_lanes(x);
     let sums = |iscale: &[f32; M], lq: &mut [[f32; M]; N]| {
         let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
         for i in 0..N {
