@@ -234,36 +234,32 @@ pub(crate) fn q5_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
 
 #[inline(always)]
 fn q4_k_weighted_portable(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
-    let two = |x: &[f32], y: &mut [BlockQ4K], w: &[f32]| {
-        let (l, hd) = q45k_batch::<16>(x, w, 15);
-        for (k, b) in y.iter_mut().enumerate() {
-            (b.d, b.dmin, b.scales) = hd[k];
-            pack_q4_k(b, &l[256 * k..256 * k + 256]);
-        }
-    };
-    let one = |x: &[f32], y: &mut [BlockQ4K], w: &[f32]| {
-        let (l, hd) = q45k_batch::<8>(x, w, 15);
-        (y[0].d, y[0].dmin, y[0].scales) = hd[0];
-        pack_q4_k(&mut y[0], &l[..256]);
-    };
-    in_batches!(x, y, qw, 256; 2 => two, 1 => one);
+    in_batches!(x, y, qw, 256; 2 => q4k_batch::<16>, 1 => q4k_batch::<8>);
+}
+
+/// `M / 8` Q4_K super-blocks through [`q45k_batch`], headers stored and levels packed.
+#[inline(always)]
+fn q4k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
+    let (l, heads) = q45k_batch::<M>(x, qw, 15);
+    for (k, b) in y.iter_mut().enumerate() {
+        (b.d, b.dmin, b.scales) = heads[k];
+        pack_q4_k(b, &l[256 * k..256 * k + 256]);
+    }
 }
 
 #[inline(always)]
 fn q5_k_weighted_portable(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
-    let two = |x: &[f32], y: &mut [BlockQ5K], w: &[f32]| {
-        let (l, hd) = q45k_batch::<16>(x, w, 31);
-        for (k, b) in y.iter_mut().enumerate() {
-            (b.d, b.dmin, b.scales) = hd[k];
-            pack_q5_k(b, &l[256 * k..256 * k + 256]);
-        }
-    };
-    let one = |x: &[f32], y: &mut [BlockQ5K], w: &[f32]| {
-        let (l, hd) = q45k_batch::<8>(x, w, 31);
-        (y[0].d, y[0].dmin, y[0].scales) = hd[0];
-        pack_q5_k(&mut y[0], &l[..256]);
-    };
-    in_batches!(x, y, qw, 256; 2 => two, 1 => one);
+    in_batches!(x, y, qw, 256; 2 => q5k_batch::<16>, 1 => q5k_batch::<8>);
+}
+
+/// `M / 8` Q5_K super-blocks through [`q45k_batch`], headers stored and levels packed.
+#[inline(always)]
+fn q5k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
+    let (l, heads) = q45k_batch::<M>(x, qw, 31);
+    for (k, b) in y.iter_mut().enumerate() {
+        (b.d, b.dmin, b.scales) = heads[k];
+        pack_q5_k(b, &l[256 * k..256 * k + 256]);
+    }
 }
 
 /// Block header of Q4_K/Q5_K: `(d, dmin, scales)`.

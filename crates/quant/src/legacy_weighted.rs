@@ -89,10 +89,7 @@ multiversion_weighted!(q5_1_weighted, q5_1_weighted_portable, BlockQ5_1);
 #[inline(always)]
 fn q4_0_weighted_portable(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32]) {
     let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32;
-        32 => |x, y, w| q4_0_batch::<32>(x, y, w, s2),
-        8 => |x, y, w| q4_0_batch::<8>(x, y, w, s2),
-        1 => |x, y, w| q4_0_batch::<1>(x, y, w, s2));
+    in_batches!(x, y, qw, 32, ctx = s2; 32 => q4_0_batch::<32>, 8 => q4_0_batch::<8>, 1 => q4_0_batch::<1>);
 }
 
 #[inline(always)]
@@ -109,10 +106,7 @@ fn q4_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32], sigma2
 #[inline(always)]
 fn q5_0_weighted_portable(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32]) {
     let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32;
-        32 => |x, y, w| q5_0_batch::<32>(x, y, w, s2),
-        8 => |x, y, w| q5_0_batch::<8>(x, y, w, s2),
-        1 => |x, y, w| q5_0_batch::<1>(x, y, w, s2));
+    in_batches!(x, y, qw, 32, ctx = s2; 32 => q5_0_batch::<32>, 8 => q5_0_batch::<8>, 1 => q5_0_batch::<1>);
 }
 
 #[inline(always)]
@@ -127,10 +121,7 @@ fn q5_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32], sigma2
 #[inline(always)]
 fn q4_1_weighted_portable(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32]) {
     let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32;
-        16 => |x, y, w| q4_1_batch::<16>(x, y, w, s2),
-        8 => |x, y, w| q4_1_batch::<8>(x, y, w, s2),
-        1 => |x, y, w| q4_1_batch::<1>(x, y, w, s2));
+    in_batches!(x, y, qw, 32, ctx = s2; 16 => q4_1_batch::<16>, 8 => q4_1_batch::<8>, 1 => q4_1_batch::<1>);
 }
 
 #[inline(always)]
@@ -148,10 +139,7 @@ fn q4_1_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32], sigma2
 #[inline(always)]
 fn q5_1_weighted_portable(x: &[f32], y: &mut [BlockQ5_1], qw: &[f32]) {
     let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32;
-        16 => |x, y, w| q5_1_batch::<16>(x, y, w, s2),
-        8 => |x, y, w| q5_1_batch::<8>(x, y, w, s2),
-        1 => |x, y, w| q5_1_batch::<1>(x, y, w, s2));
+    in_batches!(x, y, qw, 32, ctx = s2; 16 => q5_1_batch::<16>, 8 => q5_1_batch::<8>, 1 => q5_1_batch::<1>);
 }
 
 #[inline(always)]

@@ -35,21 +35,33 @@ macro_rules! multiversion_weighted {
 
 /// Runs lane-batch functions over a row: `$f1` on batches of `$n1` blocks (of `$elems`
 /// values) while whole ones remain, then `$f2` on batches of `$n2`, and so on (the last tier is
-/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch.
+/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch, and `$ctx` after them if given.
+///
+/// The `$f` must be `#[inline(always)]` functions, not closures: a closure is compiled as its
+/// own function without the caller's AVX2 target feature, and the lane code inlined into it
+/// would run on SSE only.
 macro_rules! in_batches {
-    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:expr),+) => {{
+    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:path),+) => {
+        in_batches!(@run $x, $y, $qw, $elems, (); $($n => $f),+)
+    };
+    ($x:expr, $y:expr, $qw:expr, $elems:expr, ctx = $ctx:expr; $($n:expr => $f:path),+) => {
+        in_batches!(@run $x, $y, $qw, $elems, ($ctx); $($n => $f),+)
+    };
+    (@run $x:expr, $y:expr, $qw:expr, $elems:expr, $ctx:tt; $($n:expr => $f:path),+) => {{
         let (mut x, mut y, mut qw) = ($x, $y, $qw);
         $(
             let mut xc = x.chunks_exact($elems * $n);
             let mut yc = y.chunks_exact_mut($n);
             let mut wc = qw.chunks_exact($elems * $n);
             for ((xb, yb), wb) in (&mut xc).zip(&mut yc).zip(&mut wc) {
-                $f(xb, yb, wb);
+                in_batches!(@call $f, xb, yb, wb, $ctx);
             }
             (x, y, qw) = (xc.remainder(), yc.into_remainder(), wc.remainder());
         )+
         let _ = (x, y, qw);
     }};
+    (@call $f:path, $a:ident, $b:ident, $c:ident, ()) => { $f($a, $b, $c) };
+    (@call $f:path, $a:ident, $b:ident, $c:ident, ($ctx:expr)) => { $f($a, $b, $c, $ctx) };
 }
 
 /// `Σ x[i]²` in index order.
