@@ -26,7 +26,7 @@ fn sigma2_lanes<const M: usize>(x: &[f32], per_sb: usize, factor: f32) -> [f32; 
     s
 }
 
-/// `L[16·m + i] = lt[i][m]`.
+/// `l[N·m + i] = lt[i][m]`: lane `m` back to sub-block `m` of the row.
 #[inline(always)]
 fn untranspose<T: Copy, const N: usize, const M: usize>(lt: &[[T; M]; N], l: &mut [T]) {
     for i in 0..N {
