@@ -8,7 +8,8 @@
 use crate::blocks::*;
 use crate::util::{get_f16, nearest_int, put_f16};
 
-const GROUP_MAX_EPS: f32 = 1e-15;
+/// ggml's `GROUP_MAX_EPS`.
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// `make_qkx2_quants` run on `M` independent sub-blocks at once, one per lane:
 /// `x[i][m]` is element `i` of sub-block `m`. Every lane performs exactly the C sequence of f32
@@ -138,7 +139,7 @@ fn make_qkx2_quants<const N: usize, const M: usize>(
 
 /// `t[i][m] = x[N*m + i]`: sub-block `m` of `x` in lane `m`.
 #[inline(always)]
-fn transpose<const N: usize, const M: usize>(x: &[f32]) -> [[f32; M]; N] {
+pub(crate) fn transpose<const N: usize, const M: usize>(x: &[f32]) -> [[f32; M]; N] {
     let mut t = [[0f32; M]; N];
     for m in 0..M {
         for i in 0..N {
@@ -164,7 +165,9 @@ fn abs_max(x: &[f32]) -> (f32, f32) {
 
 /// Per-lane `(amax, signed max)` over `x[i][m]` with strict `>` (first element wins ties).
 #[inline(always)]
-fn abs_max_lanes<const N: usize, const M: usize>(x: &[[f32; M]; N]) -> ([f32; M], [f32; M]) {
+pub(crate) fn abs_max_lanes<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+) -> ([f32; M], [f32; M]) {
     let (mut amax, mut max) = ([0f32; M], [0f32; M]);
     for row in x {
         for m in 0..M {
@@ -318,7 +321,7 @@ fn make_qx_quants<const N: usize, const M: usize>(
 
 /// `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of Q4_K/Q5_K.
 #[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -447,7 +450,7 @@ pub(crate) fn dequantize_q2_k(x: &[BlockQ2K], y: &mut [f32]) {
 
 /// The 16 signed 6-bit scales of a Q3_K block (still biased by 32).
 #[inline(always)]
-fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
+pub(crate) fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
     let mut out = [0u8; 16];
     for (j, o) in out.iter_mut().enumerate() {
         let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
@@ -677,14 +680,18 @@ fn quantize_q4_k_portable(x: &[f32], y: &mut [BlockQ4K]) {
         -1.0,
         20,
         |b| (&mut b.d, &mut b.dmin, &mut b.scales),
-        |b, l| {
-            for c in 0..4 {
-                for k in 0..32 {
-                    b.qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
-                }
-            }
-        },
+        pack_q4_k,
     );
+}
+
+/// Packs the 256 levels `l` (`0..16`) of a Q4_K block into its nibbles.
+#[inline(always)]
+pub(crate) fn pack_q4_k(b: &mut BlockQ4K, l: &[u8]) {
+    for c in 0..4 {
+        for k in 0..32 {
+            b.qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
+        }
+    }
 }
 
 pub(crate) fn dequantize_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
@@ -714,25 +721,29 @@ fn quantize_q5_k_portable(x: &[f32], y: &mut [BlockQ5K]) {
         -0.5,
         15,
         |b| (&mut b.d, &mut b.dmin, &mut b.scales),
-        |b, l| {
-            b.qh = [0; 32];
-            for c in 0..4 {
-                for k in 0..32 {
-                    let mut l1 = l[64 * c + k];
-                    if l1 > 15 {
-                        l1 -= 16;
-                        b.qh[k] |= 1 << (2 * c);
-                    }
-                    let mut l2 = l[64 * c + 32 + k];
-                    if l2 > 15 {
-                        l2 -= 16;
-                        b.qh[k] |= 2 << (2 * c);
-                    }
-                    b.qs[32 * c + k] = l1 | (l2 << 4);
-                }
-            }
-        },
+        pack_q5_k,
     );
+}
+
+/// Packs the 256 levels `l` (`0..32`) of a Q5_K block into its nibbles and high bits.
+#[inline(always)]
+pub(crate) fn pack_q5_k(b: &mut BlockQ5K, l: &[u8]) {
+    b.qh = [0; 32];
+    for c in 0..4 {
+        for k in 0..32 {
+            let mut l1 = l[64 * c + k];
+            if l1 > 15 {
+                l1 -= 16;
+                b.qh[k] |= 1 << (2 * c);
+            }
+            let mut l2 = l[64 * c + 32 + k];
+            if l2 > 15 {
+                l2 -= 16;
+                b.qh[k] |= 2 << (2 * c);
+            }
+            b.qs[32 * c + k] = l1 | (l2 << 4);
+        }
+    }
 }
 
 pub(crate) fn dequantize_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
@@ -773,7 +784,7 @@ fn q6k_first<const M: usize>(x: &[f32], l: &mut [i8]) -> [f32; M] {
 
 /// Q6_K per super-block: scales, super-scale, requantization, packing.
 #[inline(always)]
-fn q6k_finish(x: &[f32], scales: &[f32], l: &mut [i8], b: &mut BlockQ6K) {
+pub(crate) fn q6k_finish(x: &[f32], scales: &[f32], l: &mut [i8], b: &mut BlockQ6K) {
     let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
     for &s in &scales[..16] {
         if s.abs() > max_abs_scale {

@@ -52,6 +52,10 @@ mod legacy;
 mod other;
 mod util;
 mod weighted;
+#[macro_use]
+mod weighted_search;
+mod kquants_weighted;
+mod legacy_weighted;
 
 pub use weighted::{requires_imatrix, uses_imatrix};
 

@@ -1,0 +1,413 @@
+//! The weighted scale searches of ggml's imatrix quantizers (`ggml-quants.c`):
+//! `make_qkx3_quants`, `make_qx_quants` with explicit weights, `make_qp_quants`, and the
+//! per-element importance `qw[i] · sqrt(σ² + x[i]²)` they are fed with.
+//!
+//! The searches over many sub-blocks run in lockstep lanes (`x[i][m]` is element `i` of
+//! sub-block `m`), as in `kquants.rs`: every lane performs exactly the C sequence of f32
+//! operations, so each lane's result equals the scalar C function's.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
+
+use crate::kquants::{abs_max_lanes, GROUP_MAX_EPS};
+use crate::util::nearest_int;
+
+/// Defines `fn $name(x, y: &mut [$blk], weights)`, which runs `$portable` compiled for AVX2
+/// when the CPU has it (see the `multiversion!` macro in lib.rs: same code, same bytes).
+macro_rules! multiversion_weighted {
+    ($name:ident, $portable:ident, $blk:ty) => {
+        fn $name(x: &[f32], y: &mut [$blk], w: &[f32]) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+                    #[target_feature(enable = "avx2")]
+                    unsafe fn avx2(x: &[f32], y: &mut [$blk], w: &[f32]) {
+                        $portable(x, y, w)
+                    }
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    unsafe { avx2(x, y, w) };
+                    return;
+                }
+            }
+            $portable(x, y, w)
+        }
+    };
+}
+
+/// Runs lane-batch functions over a row: `$f1` on batches of `$n1` blocks (of `$elems`
+/// values) while whole ones remain, then `$f2` on batches of `$n2`, and so on (the last tier is
+/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch, and `$ctx` after them if given.
+///
+/// The `$f` must be `#[inline(always)]` functions, not closures: a closure is compiled as its
+/// own function without the caller's AVX2 target feature, and the lane code inlined into it
+/// would run on SSE only.
+macro_rules! in_batches {
+    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:path),+) => {
+        in_batches!(@run $x, $y, $qw, $elems, (); $($n => $f),+)
+    };
+    ($x:expr, $y:expr, $qw:expr, $elems:expr, ctx = $ctx:expr; $($n:expr => $f:path),+) => {
+        in_batches!(@run $x, $y, $qw, $elems, ($ctx); $($n => $f),+)
+    };
+    (@run $x:expr, $y:expr, $qw:expr, $elems:expr, $ctx:tt; $($n:expr => $f:path),+) => {{
+        let (mut x, mut y, mut qw) = ($x, $y, $qw);
+        $(
+            let mut xc = x.chunks_exact($elems * $n);
+            let mut yc = y.chunks_exact_mut($n);
+            let mut wc = qw.chunks_exact($elems * $n);
+            for ((xb, yb), wb) in (&mut xc).zip(&mut yc).zip(&mut wc) {
+                in_batches!(@call $f, xb, yb, wb, $ctx);
+            }
+            (x, y, qw) = (xc.remainder(), yc.into_remainder(), wc.remainder());
+        )+
+        let _ = (x, y, qw);
+    }};
+    (@call $f:path, $a:ident, $b:ident, $c:ident, ()) => { $f($a, $b, $c) };
+    (@call $f:path, $a:ident, $b:ident, $c:ident, ($ctx:expr)) => { $f($a, $b, $c, $ctx) };
+}
+
+/// `Σ x[i]²` in index order.
+#[inline(always)]
+pub(crate) fn sum_sq(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s
+}
+
+/// The importance of element `i` of sub-block `m` as the k-quant and legacy imatrix paths
+/// compute it: `qw · sqrtf(sigma2 + x·x)`, written transposed into `w[i][m]` for the `N`
+/// elements of each of the `M` sub-blocks of `x`, whose per-sub-block sums (in element order)
+/// go to `sw`. `sigma2[m]` is sub-block `m`'s σ².
+#[inline(always)]
+pub(crate) fn lane_weights<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+    qw: &[f32],
+    sigma2: &[f32; M],
+    sw: &mut [f32],
+) -> [[f32; M]; N] {
+    let mut w = [[0f32; M]; N];
+    for i in 0..N {
+        for m in 0..M {
+            w[i][m] = qw[N * m + i] * (sigma2[m] + x[i][m] * x[i][m]).sqrt();
+        }
+    }
+    for m in 0..M {
+        let mut s = 0.0f32;
+        for i in 0..N {
+            s += w[i][m];
+        }
+        sw[m] = s;
+    }
+    w
+}
+
+/// `make_qkx3_quants(N, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep,
+/// use_mad = false)` on `M` sub-blocks in lockstep lanes (every caller passes explicit weights
+/// and `nstep ≥ 1`). Returns `(scale, the_min)` per lane and fills `l[i][m]` with `0..=nmax`.
+#[inline(always)]
+pub(crate) fn make_qkx3_quants<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    w: &[[f32; M]; N],
+    l: &mut [[u8; M]; N],
+    rmin: f32,
+    rdelta: f32,
+    nstep: usize,
+) -> ([f32; M], [f32; M]) {
+    let (mut min, max, sum_w, sum_x) = qkx3_stats(x, w);
+    let (mut done, mut iscale, mut scale) = ([false; M], [0f32; M], [0f32; M]);
+    for m in 0..M {
+        if min[m] > 0.0 {
+            min[m] = 0.0;
+        }
+        done[m] = max[m] <= min[m];
+        iscale[m] = nmax as f32 / (max[m] - min[m]);
+        scale[m] = 1.0 / iscale[m];
+    }
+    let mut best = [0f32; M];
+    for i in 0..N {
+        for m in 0..M {
+            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax);
+            l[i][m] = q as u8;
+            let diff = scale[m] * q as f32 + min[m] - x[i][m];
+            best[m] += w[i][m] * (diff * diff);
+        }
+    }
+    let mut laux = [[0f32; M]; N];
+    for is in 0..=nstep {
+        for m in 0..M {
+            iscale[m] = (rmin + rdelta * is as f32 + nmax as f32) / (max[m] - min[m]);
+        }
+        let (this_scale, this_min, d_pos) =
+            qkx3_step(nmax, x, w, &iscale, &min, &sum_w, &sum_x, &mut laux);
+        let mut cur = [0f32; M];
+        for i in 0..N {
+            for m in 0..M {
+                let diff = this_scale[m] * laux[i][m] + this_min[m] - x[i][m];
+                cur[m] += w[i][m] * (diff * diff);
+            }
+        }
+        let mut accept = [false; M];
+        let mut any = false;
+        for m in 0..M {
+            accept[m] = !done[m] && d_pos[m] && cur[m] < best[m];
+            any |= accept[m];
+            if accept[m] {
+                best[m] = cur[m];
+                scale[m] = this_scale[m];
+                min[m] = this_min[m];
+            }
+        }
+        if any {
+            for i in 0..N {
+                for m in 0..M {
+                    if accept[m] {
+                        l[i][m] = laux[i][m] as u8;
+                    }
+                }
+            }
+        }
+    }
+    let mut the_min = [0f32; M];
+    for m in 0..M {
+        if done[m] {
+            scale[m] = 0.0;
+            for row in l.iter_mut() {
+                row[m] = 0;
+            }
+        }
+        the_min[m] = -min[m];
+    }
+    (scale, the_min)
+}
+
+/// The first loop of `make_qkx3_quants`: `(min, max, Σw, Σw·x)` per lane, strict compares.
+#[inline(always)]
+fn qkx3_stats<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+    w: &[[f32; M]; N],
+) -> ([f32; M], [f32; M], [f32; M], [f32; M]) {
+    let (mut min, mut max, mut sum_w) = (x[0], x[0], w[0]);
+    let mut sum_x = [0f32; M];
+    for m in 0..M {
+        sum_x[m] = sum_w[m] * x[0][m];
+    }
+    for i in 1..N {
+        for m in 0..M {
+            let v = x[i][m];
+            min[m] = if v < min[m] { v } else { min[m] };
+            max[m] = if v > max[m] { v } else { max[m] };
+            sum_w[m] += w[i][m];
+            sum_x[m] += w[i][m] * v;
+        }
+    }
+    (min, max, sum_w, sum_x)
+}
+
+/// One candidate step of `make_qkx3_quants`: levels into `laux`, the least-squares
+/// `(this_scale, this_min)` and whether its determinant `D > 0`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn qkx3_step<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    w: &[[f32; M]; N],
+    iscale: &[f32; M],
+    min: &[f32; M],
+    sum_w: &[f32; M],
+    sum_x: &[f32; M],
+    laux: &mut [[f32; M]; N],
+) -> ([f32; M], [f32; M], [bool; M]) {
+    let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
+    for i in 0..N {
+        for m in 0..M {
+            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
+            laux[i][m] = q;
+            let wi = w[i][m];
+            sum_l[m] += wi * q;
+            sum_l2[m] += wi * q * q;
+            sum_xl[m] += wi * q * x[i][m];
+        }
+    }
+    let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
+    for m in 0..M {
+        let d = sum_w[m] * sum_l2[m] - sum_l[m] * sum_l[m];
+        d_pos[m] = d > 0.0;
+        let mut s = (sum_w[m] * sum_xl[m] - sum_x[m] * sum_l[m]) / d;
+        let mut mn = (sum_l2[m] * sum_x[m] - sum_l[m] * sum_xl[m]) / d;
+        if mn > 0.0 {
+            mn = 0.0;
+            s = sum_xl[m] / sum_l2[m];
+        }
+        this_scale[m] = s;
+        this_min[m] = mn;
+    }
+    (this_scale, this_min, d_pos)
+}
+
+/// `make_qx_quants(N, nmax, x, L, rmse_type = 1, qw)` with explicit weights `w[i][m]`, on `M`
+/// sub-blocks in lockstep lanes; `l[i][m]` receives values in `0..2*nmax`.
+#[inline(always)]
+pub(crate) fn make_qx_quants_w<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    w: &[[f32; M]; N],
+    l: &mut [[i8; M]; N],
+) -> [f32; M] {
+    let (amax, max) = abs_max_lanes(x);
+    let sums = |iscale: &[f32; M], lq: &mut [[f32; M]; N]| {
+        let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
+        for i in 0..N {
+            for m in 0..M {
+                let q = nearest_int(iscale[m] * x[i][m]).clamp(-nmax, nmax - 1) as f32;
+                lq[i][m] = q;
+                sumlx[m] += w[i][m] * x[i][m] * q;
+                suml2[m] += w[i][m] * q * q;
+            }
+        }
+        (sumlx, suml2)
+    };
+    let mut iscale = [0f32; M];
+    for m in 0..M {
+        iscale[m] = -(nmax as f32) / max[m];
+    }
+    let mut lbest = [[0f32; M]; N];
+    let (sumlx, suml2) = sums(&iscale, &mut lbest);
+    let (mut scale, mut best) = ([0f32; M], [0f32; M]);
+    for m in 0..M {
+        scale[m] = if suml2[m] != 0.0 {
+            sumlx[m] / suml2[m]
+        } else {
+            0.0
+        };
+        best[m] = scale[m] * sumlx[m];
+    }
+    let mut lq = [[0f32; M]; N];
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        for m in 0..M {
+            iscale[m] = -(nmax as f32 + 0.1 * is as f32) / max[m];
+        }
+        let (sumlx, suml2) = sums(&iscale, &mut lq);
+        let mut take = [false; M];
+        let mut any = false;
+        for m in 0..M {
+            take[m] = suml2[m] > 0.0 && sumlx[m] * sumlx[m] > best[m] * suml2[m];
+            any |= take[m];
+            if take[m] {
+                scale[m] = sumlx[m] / suml2[m];
+                best[m] = scale[m] * sumlx[m];
+            }
+        }
+        if any {
+            for i in 0..N {
+                for m in 0..M {
+                    if take[m] {
+                        lbest[i][m] = lq[i][m];
+                    }
+                }
+            }
+        }
+    }
+    for m in 0..M {
+        let zero = amax[m] < GROUP_MAX_EPS;
+        for i in 0..N {
+            l[i][m] = if zero {
+                0
+            } else {
+                (lbest[i][m] as i32 + nmax) as i8
+            };
+        }
+        if zero {
+            scale[m] = 0.0;
+        }
+    }
+    scale
+}
+
+/// `make_qp_quants(n, nmax, x, L, quant_weights)`: the weighted search for the 6-/4-bit
+/// quantized sub-block scales and mins of Q2_K/Q4_K/Q5_K (`x ≥ 0` in practice). `L` is
+/// `uint8_t` in C, so levels are stored truncated to 8 bits, exactly as there.
+pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32]) -> f32 {
+    let n = x.len();
+    let mut max = 0.0f32;
+    for &v in x {
+        max = if max > v { max } else { v };
+    }
+    if max < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * l[i] as f32;
+        best_mse += qw[i] * diff * diff;
+    }
+    for is in -4i32..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for i in 0..n {
+            let q = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * q as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for i in 0..n {
+        let q = nearest_int(iscale * x[i]).min(nmax);
+        l[i] = q as u8;
+        sumlx += qw[i] * x[i] * q as f32;
+        suml2 += qw[i] * q as f32 * q as f32;
+    }
+    qp_refine(nmax, x, l, qw, &mut sumlx, &mut suml2);
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// The coordinate-descent passes (at most 5) that end `make_qp_quants`.
+#[inline(always)]
+fn qp_refine(nmax: i32, x: &[f32], l: &mut [u8], qw: &[f32], sumlx: &mut f32, suml2: &mut f32) {
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..x.len() {
+            let (w, li) = (qw[i], l[i] as f32);
+            let mut slx = *sumlx - w * x[i] * li;
+            let mut sl2 = *suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != l[i] as i32 {
+                    let nl = new_l as f32;
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if slx * slx * *suml2 > *sumlx * *sumlx * sl2 {
+                        l[i] = new_l as u8;
+                        *sumlx = slx;
+                        *suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+}
