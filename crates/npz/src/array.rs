@@ -170,9 +170,15 @@ pub(crate) fn inflate_header(
             offset: size,
         }));
     }
-    buf.resize(need as usize, 0);
-    z.fill(comp, &mut buf[n..])
-        .map_err(|e| Err(inflate_error(e)))?;
+    // A version-1 preamble is 10 bytes: a header text of 0 or 1 bytes ends inside the 12
+    // bytes already inflated.
+    if need <= n as u64 {
+        buf.truncate(need as usize);
+    } else {
+        buf.resize(need as usize, 0);
+        z.fill(comp, &mut buf[n..])
+            .map_err(|e| Err(inflate_error(e)))?;
+    }
     header::parse(&buf, opts).map_err(Ok)
 }
 

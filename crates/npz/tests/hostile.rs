@@ -202,6 +202,26 @@ fn unknown_compression_method_is_unsupported() {
     assert!(matches!(e.kind(), "unsupported" | "malformed"), "{e}");
 }
 
+/// Fuzzing finding (sniff_open, crash-1e68f8c4): a deflated member whose version-1 header text
+/// is 0 or 1 bytes long ends before the 12 preamble bytes read first; the reader sliced past
+/// the header and panicked. Now it is a malformed header, as for a stored member.
+#[test]
+fn fuzz_sniff_open_deflated_npy_with_a_header_shorter_than_the_preamble() {
+    for text in ["", "{"] {
+        for deflate in [true, false] {
+            let a = npy_v1(text, &[0; 16]);
+            let z = zip_of(&[("a.npy", a, deflate)]);
+            let e = open_npz_bytes(z, &ReadOptions::default()).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                "malformed",
+                "text {text:?}, deflate {deflate}: {e}"
+            );
+            assert!(e.to_string().contains("tensor `a`"), "{e}");
+        }
+    }
+}
+
 #[test]
 fn deflated_member_with_a_lying_npy_header() {
     // The npy header (inside the deflate stream) says far more data than the member holds.
