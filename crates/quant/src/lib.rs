@@ -46,6 +46,8 @@ macro_rules! multiversion {
 pub mod blocks;
 pub mod cast;
 mod grids;
+mod iq2_quant;
+mod iq_init;
 mod iquants;
 mod kquants;
 mod legacy;
@@ -79,6 +81,27 @@ pub enum QuantError {
         expected: usize,
         /// The length it has.
         got: usize,
+    },
+    /// The dtype's ggml quantizer needs an importance matrix (it asserts one) and none was
+    /// given.
+    #[error("{dtype} needs an importance matrix: ggml cannot quantize it without one")]
+    MissingImportance {
+        /// The dtype.
+        dtype: DType,
+    },
+    /// ggml's grid search aborts on this input (every candidate's distance is NaN or
+    /// infinite, or the scale is NaN): non-finite or overflowing values or weights.
+    #[error(
+        "{dtype}: no grid point fits row {row}, super-block {block} (non-finite or \
+         overflowing values or importance weights; ggml aborts here)"
+    )]
+    GridSearch {
+        /// The dtype.
+        dtype: DType,
+        /// Row index within the call.
+        row: usize,
+        /// Super-block index within the row.
+        block: usize,
     },
     /// The source element count is not a multiple of the block size.
     #[error("{len} elements are not a whole number of {dtype} blocks of {block}")]
@@ -273,13 +296,21 @@ pub fn quantize_rows(
             got: dst.len(),
         });
     }
+    if imatrix.is_none() && weighted::requires_imatrix(dtype) {
+        return Err(QuantError::MissingImportance { dtype });
+    }
     match kernel {
         Some(k) => {
-            for (x, y) in src
+            iq_init::take_fault();
+            for (row, (x, y)) in src
                 .chunks_exact(n_per_row)
                 .zip(dst.chunks_exact_mut(row_bytes))
+                .enumerate()
             {
                 k(x, y, imatrix);
+                if let Some(block) = iq_init::take_fault() {
+                    return Err(QuantError::GridSearch { dtype, row, block });
+                }
             }
         }
         None => {

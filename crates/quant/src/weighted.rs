@@ -16,8 +16,10 @@ pub(crate) type RowKernel = fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>)
 /// The row kernel of `dtype`, if its ggml quantizer reads the importance matrix.
 pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
     // One arm per type whose ggml `quantize_<type>` reads `quant_weights`.
-    #[allow(clippy::match_single_binding)]
     match dtype {
+        DType::IQ2_XXS => Some(crate::iq2_quant::quantize_iq2_xxs),
+        DType::IQ2_XS => Some(crate::iq2_quant::quantize_iq2_xs),
+        DType::IQ2_S => Some(crate::iq2_quant::quantize_iq2_s),
         _ => None,
     }
 }
@@ -26,10 +28,7 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
 /// asserts `quant_weights != NULL`). llama-quantize's refusal names more cases (it is per
 /// file type and tensor); that rule lives with the mixes.
 pub fn requires_imatrix(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::IQ2_XXS | DType::IQ2_XS | DType::IQ1_S | DType::IQ1_M
-    )
+    matches!(dtype, DType::IQ2_XXS | DType::IQ2_XS | DType::IQ1_S)
 }
 
 /// True if an importance matrix changes what [`crate::quantize_rows`] writes for `dtype`.

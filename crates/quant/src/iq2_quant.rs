@@ -1,0 +1,597 @@
+//! ggml's 2-bit grid quantizers with an importance matrix: `quantize_iq2_xxs`,
+//! `quantize_iq2_xs` and `quantize_iq2_s` (`quantize_row_iq2_*_impl` in ggml-quants.c).
+//!
+//! Each group of 8 values is folded to magnitudes (the signs are stored apart), quantized to
+//! levels `l ∈ {0, 1, 2}` meaning `2l + 1`, and snapped to the type's grid: a level pattern on
+//! the grid is kept, one off it is replaced by its nearest neighbour in the weighted sense.
+//! A sub-block scale is searched over 13 (IQ2_XXS) or 19 trial scales; the sub-block scales
+//! are then stored as 4-bit multiples of the block's f16 scale.
+//!
+//! All arithmetic is f32 in the C code's order (see the crate docs). Where ggml aborts (a
+//! neighbour search that finds nothing because every distance is NaN or infinite, a NaN
+//! scale), the kernel stops and records the super-block for [`crate::quantize_rows`] to
+//! report as an error instead.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
+
+use crate::blocks::{as_blocks_mut, BlockIq2S, BlockIq2Xs, BlockIq2Xxs};
+use crate::iq_init::{key_of, record_fault, tables, Grid, GridTables, Lookup};
+use crate::util::{nearest_int, put_f16};
+
+const GROUP_MAX_EPS: f32 = 1e-15;
+const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
+/// Levels 0..kMaxQ−1 stand for the odd values 1, 3, 5.
+const K_MAX_Q: i32 = 3;
+
+/// C's `MAX(a, b)`: `a > b ? a : b` (NaN handling included).
+#[inline(always)]
+pub(crate) fn cmax(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `Σ x²` of a super-block, in index order.
+#[inline(always)]
+pub(crate) fn sum_sq(x: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s
+}
+
+/// Magnitudes of 8 values and their sign bits. With `even_parity` (IQ2_XXS, IQ2_XS, which
+/// store 7 sign bits) an odd number of negatives is made even by keeping the sign of the
+/// value with the smallest `w·x²` as is, i.e. folding it to `-|x|`.
+fn fold_signs(xb: &[f32], w: &[f32], xval: &mut [f32], even_parity: bool) -> u8 {
+    let mut s = 0u8;
+    let mut nflip = 0;
+    for i in 0..8 {
+        if xb[i] >= 0.0 {
+            xval[i] = xb[i];
+        } else {
+            xval[i] = -xb[i];
+            nflip += 1;
+            s |= 1 << i;
+        }
+    }
+    if even_parity && nflip % 2 == 1 {
+        let mut imin = 0;
+        let mut min = w[0] * xb[0] * xb[0];
+        for i in 1..8 {
+            let ax = w[i] * xb[i] * xb[i];
+            if ax < min {
+                min = ax;
+                imin = i;
+            }
+        }
+        xval[imin] = -xval[imin];
+        s ^= 1 << imin;
+    }
+    s
+}
+
+/// Levels of 8 magnitudes at inverse scale `id`.
+#[inline(always)]
+fn levels(xval: &[f32], id: f32) -> [i8; 8] {
+    std::array::from_fn(|i| nearest_int(0.5 * (id * xval[i] - 1.0)).clamp(0, K_MAX_Q - 1) as i8)
+}
+
+/// `iq2_find_best_neighbour`: the neighbour closest to `xval` at `scale`, weighted by `w`.
+fn best_neighbour(
+    t: &GridTables,
+    near: &[u16],
+    xval: &[f32],
+    w: &[f32],
+    scale: f32,
+) -> Option<usize> {
+    let mut best_d2 = f32::MAX;
+    let mut best = None;
+    for &j in near {
+        let pg = &t.points[j as usize];
+        let mut d2 = 0f32;
+        for i in 0..8 {
+            let diff = scale * f32::from(pg[i]) - xval[i];
+            d2 += w[i] * diff * diff;
+        }
+        if d2 < best_d2 {
+            best_d2 = d2;
+            best = Some(j as usize);
+        }
+    }
+    best
+}
+
+/// Levels of 8 magnitudes at inverse scale `id` snapped to the grid (off-grid patterns are
+/// replaced by the best neighbour at `scale`), and whether the pattern was on the grid.
+#[inline(always)]
+fn snap(
+    t: &GridTables,
+    xval: &[f32],
+    waux: &[f32],
+    id: f32,
+    scale: f32,
+) -> Result<([i8; 8], bool), ()> {
+    let l = levels(xval, id);
+    match t.lookup(key_of(l) as u16) {
+        Lookup::OnGrid => Ok((l, true)),
+        Lookup::Near(near) => {
+            let j = best_neighbour(t, near, xval, waux, scale).ok_or(())?;
+            Ok((t.points[j].map(|p| (p - 1) / 2), false))
+        }
+    }
+}
+
+/// `(Σ w·x·q, Σ w·q²)` with `q = 2l + 1`.
+#[inline(always)]
+fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
+    let (mut sumqx, mut sumq2) = (0f32, 0f32);
+    for i in 0..l.len() {
+        let w = weight[i];
+        let q = f32::from(2 * l[i] + 1);
+        sumqx += w * xval[i] * q;
+        sumq2 += w * q * q;
+    }
+    (sumqx, sumq2)
+}
+
+/// The grid index of the levels of group `k`, which must be on the grid (ggml aborts if not).
+fn grid_index(t: &GridTables, l: &[i8]) -> Result<usize, ()> {
+    let u = (0..8).fold(0i32, |u, i| u | (i32::from(l[i]) << (2 * i))) as u16;
+    if usize::from(u) >= t.map_len() {
+        return Err(());
+    }
+    t.index_of(u).ok_or(())
+}
+
+/// `make_qp_quants(n, nmax, x, L, w)`: a weighted least-squares scale for levels 0..nmax of
+/// non-negative-ish `x` (the levels are kept as C's `uint8_t`, wrapping negatives). Returns
+/// the scale and the levels as the caller's `int8_t` view of them.
+fn make_qp_quants(nmax: i32, x: &[f32], qw: &[f32], out: &mut [i8]) -> f32 {
+    let n = x.len();
+    let mut max = 0f32;
+    for &v in x {
+        max = cmax(max, v);
+    }
+    if max < GROUP_MAX_EPS {
+        out.fill(0);
+        return 0.0;
+    }
+    let mut l = [0u8; 32];
+    let mut iscale = nmax as f32 / max;
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * f32::from(l[i]);
+        best_mse += qw[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0f32;
+        for i in 0..n {
+            let li = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * li as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0f32, 0f32);
+    for i in 0..n {
+        let li = nearest_int(iscale * x[i]).min(nmax);
+        l[i] = li as u8;
+        let w = qw[i];
+        sumlx += w * x[i] * li as f32;
+        suml2 += w * li as f32 * li as f32;
+    }
+    qp_refine(nmax, x, qw, &mut l[..n], &mut sumlx, &mut suml2);
+    for i in 0..n {
+        out[i] = l[i] as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// The coordinate-descent passes of `make_qp_quants`.
+fn qp_refine(nmax: i32, x: &[f32], qw: &[f32], l: &mut [u8], sumlx: &mut f32, suml2: &mut f32) {
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..x.len() {
+            let w = qw[i];
+            let li = f32::from(l[i]);
+            let mut slx = *sumlx - w * x[i] * li;
+            let mut sl2 = *suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != i32::from(l[i]) {
+                    slx += w * x[i] * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if slx * slx * *suml2 > *sumlx * *sumlx * sl2 {
+                        l[i] = new_l as u8;
+                        *sumlx = slx;
+                        *suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+}
+
+/// Weights of a sub-block: `qw·√(σ² + x²)`.
+#[inline(always)]
+fn imatrix_weights(xb: &[f32], qw: &[f32], sigma2: f32, weight: &mut [f32], waux: &mut [f32]) {
+    for i in 0..xb.len() {
+        weight[i] = qw[i] * (sigma2 + xb[i] * xb[i]).sqrt();
+    }
+    for i in 0..xb.len() {
+        waux[i] = weight[i].sqrt();
+    }
+}
+
+/// One 32-value sub-block of IQ2_XXS: its scale (`None` if it has none), levels in `l`.
+fn xxs_sub_block(
+    t: &GridTables,
+    xval: &[f32; 32],
+    weight: &[f32; 32],
+    waux: &[f32; 32],
+    l: &mut [i8; 32],
+) -> Result<Option<f32>, ()> {
+    let mut scale = make_qp_quants(K_MAX_Q + 1, xval, weight, l);
+    let eff_max = scale * K_MAX_Q as f32;
+    if eff_max <= 0.0 {
+        return Ok(None);
+    }
+    let mut best = 0f32;
+    let mut laux = [0i8; 32];
+    for is in -6..=6 {
+        let id = (2.0 * K_MAX_Q as f32 - 1.0 + is as f32 * 0.1) / eff_max;
+        let this_scale = 1.0 / id;
+        for k in 0..4 {
+            let g = 8 * k..8 * k + 8;
+            laux[g.clone()]
+                .copy_from_slice(&snap(t, &xval[g.clone()], &waux[g], id, this_scale)?.0);
+        }
+        let (sumqx, sumq2) = sums(weight, xval, &laux);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            scale = sumqx / sumq2;
+            best = scale * sumqx;
+            *l = laux;
+        }
+    }
+    if scale > 0.0 {
+        let id = 1.0 / scale;
+        for k in 0..4 {
+            let g = 8 * k..8 * k + 8;
+            l[g.clone()].copy_from_slice(&snap(t, &xval[g.clone()], &waux[g], id, scale)?.0);
+        }
+        let (sumqx, sumq2) = sums(weight, xval, l);
+        if sumq2 > 0.0 {
+            scale = sumqx / sumq2;
+        }
+    }
+    Ok(Some(scale))
+}
+
+fn iq2_xxs_block(t: &GridTables, xbl: &[f32], qwb: &[f32], y: &mut BlockIq2Xxs) -> Result<(), ()> {
+    y.d = put_f16(0.0);
+    let mut q2 = [0u32; 16];
+    let mut scales = [0f32; 8];
+    let mut max_scale = 0f32;
+    let sigma2 = sum_sq(xbl) / 256.0;
+    let (mut weight, mut waux, mut xval) = ([0f32; 32], [0f32; 32], [0f32; 32]);
+    for ib in 0..8 {
+        let xb = &xbl[32 * ib..32 * ib + 32];
+        imatrix_weights(
+            xb,
+            &qwb[32 * ib..32 * ib + 32],
+            sigma2,
+            &mut weight,
+            &mut waux,
+        );
+        let mut signs = [0u8; 4];
+        for k in 0..4 {
+            let g = 8 * k..8 * k + 8;
+            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], true) & 127;
+        }
+        let mut max = xval[0];
+        for i in 1..32 {
+            max = cmax(max, xval[i]);
+        }
+        if max < GROUP_MAX_EPS {
+            continue;
+        }
+        let mut l = [0i8; 32];
+        let Some(mut scale) = xxs_sub_block(t, &xval, &weight, &waux, &mut l)? else {
+            continue; // no usable scale: ggml leaves the sub-block's indices and signs at 0
+        };
+        if scale < 0.0 {
+            scale = -scale;
+            signs.iter_mut().for_each(|s| *s = !*s & 127);
+        }
+        for k in 0..4 {
+            let gi = grid_index(t, &l[8 * k..8 * k + 8])?;
+            q2[2 * ib] |= (gi as u32) << (8 * k);
+            q2[2 * ib + 1] |= u32::from(signs[k]) << (7 * k);
+        }
+        if scale.is_nan() {
+            return Err(()); // ggml: GGML_ASSERT(scale >= 0)
+        }
+        scales[ib] = scale;
+        max_scale = cmax(max_scale, scale);
+    }
+    if max_scale == 0.0 {
+        y.qs = [0; 64];
+        return Ok(());
+    }
+    let d = max_scale / 31.0;
+    y.d = put_f16(d);
+    let id = 1.0 / d;
+    for ib in 0..8 {
+        let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15);
+        q2[2 * ib + 1] |= (l as u32) << 28;
+    }
+    for (o, v) in y.qs.chunks_exact_mut(4).zip(q2) {
+        o.copy_from_slice(&v.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// The scale search of IQ2_XS and IQ2_S over one 16-value sub-block with maximum magnitude
+/// `max`: returns the scale, levels in `l`.
+fn search16(
+    t: &GridTables,
+    xval: &[f32; 16],
+    weight: &[f32; 16],
+    waux: &[f32; 16],
+    max: f32,
+    l: &mut [i8; 16],
+) -> Result<f32, ()> {
+    let mut best = 0f32;
+    let mut scale = max / (2.0 * K_MAX_Q as f32 - 1.0);
+    let mut on_grid = [true; 2];
+    let mut laux = [0i8; 16];
+    let mut on_grid_aux = [true; 2];
+    for is in -9..=9 {
+        let id = (2.0 * K_MAX_Q as f32 - 1.0 + is as f32 * 0.1) / max;
+        let this_scale = 1.0 / id;
+        for k in 0..2 {
+            let g = 8 * k..8 * k + 8;
+            let (lk, on) = snap(t, &xval[g.clone()], &waux[g.clone()], id, this_scale)?;
+            laux[g].copy_from_slice(&lk);
+            on_grid_aux[k] = on;
+        }
+        let (sumqx, sumq2) = sums(weight, xval, &laux);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            scale = sumqx / sumq2;
+            best = scale * sumqx;
+            *l = laux;
+            on_grid = on_grid_aux;
+        }
+    }
+    if on_grid.contains(&false) && scale > 0.0 {
+        let id = 1.0 / scale;
+        for k in 0..2 {
+            if on_grid[k] {
+                continue;
+            }
+            let g = 8 * k..8 * k + 8;
+            l[g.clone()].copy_from_slice(&snap(t, &xval[g.clone()], &waux[g], id, scale)?.0);
+        }
+        let (sumqx, sumq2) = sums(weight, xval, l);
+        if sumq2 > 0.0 {
+            scale = sumqx / sumq2;
+        }
+    }
+    Ok(scale)
+}
+
+fn iq2_xs_block(
+    t: &GridTables,
+    xbl: &[f32],
+    qwb: Option<&[f32]>,
+    y: &mut BlockIq2Xs,
+) -> Result<(), ()> {
+    let qwb = qwb.ok_or(())?;
+    y.d = put_f16(0.0);
+    y.scales = [0; 8];
+    let mut q2 = [0u16; 32];
+    let mut scales = [0f32; 16];
+    let mut max_scale = 0f32;
+    let sigma2 = sum_sq(xbl) / 256.0;
+    let (mut weight, mut waux, mut xval) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+    for ib in 0..16 {
+        let xb = &xbl[16 * ib..16 * ib + 16];
+        imatrix_weights(
+            xb,
+            &qwb[16 * ib..16 * ib + 16],
+            sigma2,
+            &mut weight,
+            &mut waux,
+        );
+        let mut signs = [0u8; 2];
+        for k in 0..2 {
+            let g = 8 * k..8 * k + 8;
+            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], true) & 127;
+        }
+        let mut max = xval[0];
+        for i in 1..16 {
+            max = cmax(max, xval[i]);
+        }
+        if max < GROUP_MAX_EPS {
+            continue;
+        }
+        let mut l = [0i8; 16];
+        let mut scale = search16(t, &xval, &weight, &waux, max, &mut l)?;
+        if scale < 0.0 {
+            scale = -scale;
+            signs.iter_mut().for_each(|s| *s = !*s & 127);
+        }
+        for k in 0..2 {
+            let gi = grid_index(t, &l[8 * k..8 * k + 8])?;
+            q2[2 * ib + k] = gi as u16 | (u16::from(signs[k]) << 9);
+        }
+        if scale.is_nan() {
+            return Err(()); // ggml: GGML_ASSERT(scale >= 0)
+        }
+        scales[ib] = scale;
+        max_scale = cmax(max_scale, scale);
+    }
+    if max_scale == 0.0 {
+        y.qs = [0; 64];
+        return Ok(());
+    }
+    let d = max_scale / 31.0;
+    y.d = put_f16(d);
+    let id = 1.0 / d;
+    for ib in 0..16 {
+        let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+        y.scales[ib / 2] |= l << (4 * (ib % 2));
+    }
+    for (o, v) in y.qs.chunks_exact_mut(2).zip(q2) {
+        o.copy_from_slice(&v.to_le_bytes());
+    }
+    Ok(())
+}
+
+fn iq2_s_block(
+    t: &GridTables,
+    xbl: &[f32],
+    qwb: Option<&[f32]>,
+    y: &mut BlockIq2S,
+) -> Result<(), ()> {
+    y.qs = [0; 64];
+    y.qh = [0; 8];
+    y.scales = [0; 8];
+    y.d = put_f16(0.0);
+    let mut scales = [0f32; 16];
+    let mut max_scale = 0f32;
+    let sigma2 = 2.0 * sum_sq(xbl) / 256.0;
+    let (mut weight, mut waux, mut xval) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+    for ib in 0..16 {
+        let xb = &xbl[16 * ib..16 * ib + 16];
+        match qwb {
+            Some(qw) => imatrix_weights(
+                xb,
+                &qw[16 * ib..16 * ib + 16],
+                sigma2,
+                &mut weight,
+                &mut waux,
+            ),
+            None => {
+                for i in 0..16 {
+                    weight[i] = 0.25 * sigma2 + xb[i] * xb[i];
+                }
+                for i in 0..16 {
+                    waux[i] = weight[i].sqrt();
+                }
+            }
+        }
+        let mut signs = [0u8; 2];
+        for k in 0..2 {
+            let g = 8 * k..8 * k + 8;
+            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], false);
+        }
+        let mut max = xval[0];
+        for i in 1..16 {
+            max = cmax(max, xval[i]);
+        }
+        if max < GROUP_MAX_EPS_IQ2_S {
+            continue;
+        }
+        let mut l = [0i8; 16];
+        let mut scale = search16(t, &xval, &weight, &waux, max, &mut l)?;
+        if scale < 0.0 {
+            scale = -scale;
+            signs.iter_mut().for_each(|s| *s = !*s);
+        }
+        for k in 0..2 {
+            let gi = grid_index(t, &l[8 * k..8 * k + 8])?;
+            let i8 = 2 * ib + k;
+            y.qs[i8] = gi as u8;
+            y.qh[i8 / 4] |= ((gi >> 8) << (2 * (i8 % 4))) as u8;
+            y.qs[32 + i8] = signs[k];
+        }
+        if scale.is_nan() {
+            return Err(()); // ggml: GGML_ASSERT(scale >= 0)
+        }
+        scales[ib] = scale;
+        max_scale = cmax(max_scale, scale);
+    }
+    if max_scale == 0.0 {
+        return Ok(());
+    }
+    let d = max_scale / 31.0;
+    y.d = put_f16(d * 0.9875);
+    let id = 1.0 / d;
+    for ib in 0..16 {
+        let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+        y.scales[ib / 2] |= l << (4 * (ib % 2));
+    }
+    Ok(())
+}
+
+/// Quantizes one super-block (values, optional importance weights) into `B`; `Err` where ggml
+/// aborts.
+pub(crate) type BlockKernel<B> = fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>;
+
+/// Runs `block` over the super-blocks of one row; on a fault records the block for
+/// [`crate::quantize_rows`] to report and stops.
+pub(crate) fn quantize_row<B: crate::blocks::Block>(
+    grid: Grid,
+    x: &[f32],
+    y: &mut [u8],
+    w: Option<&[f32]>,
+    block: BlockKernel<B>,
+) {
+    let t = tables(grid);
+    for (i, (xb, b)) in x.chunks_exact(256).zip(as_blocks_mut::<B>(y)).enumerate() {
+        let wb = w.map(|w| &w[256 * i..256 * i + 256]);
+        if block(t, xb, wb, b).is_err() {
+            record_fault(i);
+            return;
+        }
+    }
+}
+
+fn iq2_xxs_block_opt(
+    t: &GridTables,
+    xbl: &[f32],
+    qwb: Option<&[f32]>,
+    y: &mut BlockIq2Xxs,
+) -> Result<(), ()> {
+    iq2_xxs_block(t, xbl, qwb.ok_or(())?, y)
+}
+
+/// Row kernel of IQ2_XXS (`quantize_iq2_xxs`; weights required).
+pub(crate) fn quantize_iq2_xxs(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+    quantize_row(Grid::Iq2Xxs, x, y, w, iq2_xxs_block_opt)
+}
+
+/// Row kernel of IQ2_XS (`quantize_iq2_xs`; weights required).
+pub(crate) fn quantize_iq2_xs(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+    quantize_row(Grid::Iq2Xs, x, y, w, iq2_xs_block)
+}
+
+/// Row kernel of IQ2_S (`quantize_iq2_s`; weights optional).
+pub(crate) fn quantize_iq2_s(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+    quantize_row(Grid::Iq2S, x, y, w, iq2_s_block)
+}
