@@ -85,7 +85,6 @@ pub(crate) enum Grid {
     /// IQ2_S: 1024 points, 1 distance.
     Iq2S,
     /// IQ1_S and IQ1_M: 2048 points, 3 distances.
-    #[allow(dead_code)] // the IQ1 quantizers come next
     Iq1S,
 }
 

@@ -46,6 +46,7 @@ macro_rules! multiversion {
 pub mod blocks;
 pub mod cast;
 mod grids;
+mod iq1_quant;
 mod iq2_quant;
 mod iq_init;
 mod iquants;

@@ -20,6 +20,8 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
         DType::IQ2_XXS => Some(crate::iq2_quant::quantize_iq2_xxs),
         DType::IQ2_XS => Some(crate::iq2_quant::quantize_iq2_xs),
         DType::IQ2_S => Some(crate::iq2_quant::quantize_iq2_s),
+        DType::IQ1_S => Some(crate::iq1_quant::quantize_iq1_s),
+        DType::IQ1_M => Some(crate::iq1_quant::quantize_iq1_m),
         _ => None,
     }
 }

@@ -10,6 +10,8 @@ const TYPES: &[(&str, DType, usize)] = &[
     ("iq2_xxs", DType::IQ2_XXS, 66),
     ("iq2_xs", DType::IQ2_XS, 74),
     ("iq2_s", DType::IQ2_S, 82),
+    ("iq1_s", DType::IQ1_S, 50),
+    ("iq1_m", DType::IQ1_M, 56),
 ];
 
 fn dir() -> PathBuf {
@@ -90,6 +92,30 @@ fn identical_to_ggml() {
 #[test]
 fn identical_to_ggml_portable() {
     check_all(true);
+}
+
+/// IQ2_S and IQ1_M quantize without an importance matrix too (their ggml quantizers weight
+/// by the values themselves then): byte for byte as `ggml_quantize_chunk(…, NULL)`.
+#[test]
+fn without_imatrix_identical_to_ggml() {
+    let x = floats("input.f32");
+    for (name, dtype, bytes) in [("iq2_s", DType::IQ2_S, 82), ("iq1_m", DType::IQ1_M, 56)] {
+        let want = read(&format!("{name}.noimatrix.q"));
+        let (mut ox, mut oq) = (0, 0);
+        for c in cases() {
+            let n = c.n_per_row * c.nrows;
+            let qb = n / 256 * bytes;
+            let mut got = vec![0u8; qb];
+            quantize_rows(dtype, &x[ox..ox + n], &mut got, c.n_per_row, None).unwrap();
+            assert!(
+                got == want[oq..oq + qb],
+                "{name} without imatrix differs in {}",
+                c.name
+            );
+            (ox, oq) = (ox + n, oq + qb);
+        }
+        assert_eq!(oq, want.len());
+    }
 }
 
 /// Non-finite and overflowing inputs: where ggml writes a row we write the same bytes; where
