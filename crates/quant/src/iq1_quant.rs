@@ -12,7 +12,7 @@
 
 use crate::blocks::{BlockIq1M, BlockIq1S};
 use crate::iq2_quant::{cmax, quantize_row, sum_sq};
-use crate::iq_init::{key_of, Grid, GridTables, Lookup};
+use crate::iq_init::{key_of, Grid, GridTables, Lookup, Near, LANES};
 use crate::util::{nearest_int, put_f16};
 
 const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
@@ -25,6 +25,7 @@ const X_M: [f32; 3] = [-1.0 - DELTA, -DELTA, 1.0 - DELTA];
 /// Indices of `xb` sorted by value, stably (glibc's `qsort` is a merge sort at these sizes;
 /// the comparator is `<`/`>`, so ±0 tie and keep their order). NaN never reaches a result
 /// (it makes every split's score NaN), so its order does not matter; this never panics.
+#[inline(always)]
 fn sorted_indices<const N: usize>(xb: &[f32]) -> [usize; N] {
     let mut idx: [usize; N] = std::array::from_fn(|i| i);
     for j in 1..N {
@@ -40,29 +41,37 @@ fn sorted_indices<const N: usize>(xb: &[f32]) -> [usize; N] {
 }
 
 /// `iq1_find_best_neighbour2`: the neighbour whose levels (as values `xg`) at `scale` are
-/// nearest to `xval`, weighted by `w`. `None` where ggml falls back to a loop that reads out
-/// of bounds and then aborts (every distance NaN or ≥ `f32::MAX`).
+/// nearest to `xval`, weighted by `w` (first of equals). `None` where ggml falls back to a
+/// loop that reads out of bounds and then aborts (every distance NaN or ≥ `f32::MAX`).
+/// [`LANES`] neighbours at a time; `xg[l]` is computed as `(p − 3)/2 + xg[1]` from the point
+/// `p = 2l + 1`, which gives exactly the table's values.
+#[inline(always)]
 fn best_neighbour(
-    t: &GridTables,
-    near: &[u16],
+    near: &Near,
     xval: &[f32],
     w: &[f32],
     scale: f32,
     xg: &[f32; 3],
 ) -> Option<usize> {
+    debug_assert!(xg[0] == -1.0 + xg[1] && xg[2] == 1.0 + xg[1]);
+    let shift = xg[1];
     let mut best_score = f32::MAX;
     let mut best = None;
-    for &j in near {
-        let pg = &t.points[j as usize];
-        let mut d2 = 0f32;
+    for (c, chunk) in near.pos.chunks_exact(8 * LANES).enumerate() {
+        let mut d2 = [0f32; LANES];
         for i in 0..8 {
-            let q = xg[((pg[i] - 1) / 2) as usize];
-            let diff = scale * q - xval[i];
-            d2 += w[i] * diff * diff;
+            let p: &[f32; LANES] = chunk[i * LANES..(i + 1) * LANES].try_into().unwrap();
+            for l in 0..LANES {
+                let q = (p[l] - 3.0) * 0.5 + shift;
+                let diff = scale * q - xval[i];
+                d2[l] += w[i] * diff * diff;
+            }
         }
-        if d2 < best_score {
-            best_score = d2;
-            best = Some(j as usize);
+        for l in 0..LANES {
+            if d2[l] < best_score {
+                best_score = d2[l];
+                best = Some(near.idx[c * LANES + l] as usize);
+            }
         }
     }
     best
@@ -70,6 +79,7 @@ fn best_neighbour(
 
 /// Grid indices of the groups of 8 levels in `l` (off-grid groups take their best
 /// neighbour, using the values `xx(k)` for group `k`), and whether all were on the grid.
+#[inline(always)]
 fn snap_groups<const G: usize>(
     t: &GridTables,
     l: &[i8],
@@ -87,7 +97,7 @@ fn snap_groups<const G: usize>(
             Lookup::OnGrid => t.index_of(key_of(levels) as u16).ok_or(())?,
             Lookup::Near(near) => {
                 all_on_grid = false;
-                best_neighbour(t, near, &xb[g.clone()], &weight[g], scale, xx(k)).ok_or(())?
+                best_neighbour(&near, &xb[g.clone()], &weight[g], scale, xx(k)).ok_or(())?
             }
         };
     }
@@ -95,6 +105,7 @@ fn snap_groups<const G: usize>(
 }
 
 /// The weighted least-squares scale of the snapped groups (`Σ w·q·x`, `Σ w·q²`).
+#[inline(always)]
 fn grid_sums(
     t: &GridTables,
     index: &[usize],
@@ -116,6 +127,7 @@ fn grid_sums(
 }
 
 /// Levels 0/1/2 of the sorted positions below `i1`, below `i2`, and the rest.
+#[inline(always)]
 fn split_levels<const N: usize>(idx: &[usize; N], i1: usize, i2: usize) -> [i8; N] {
     let mut l = [0i8; N];
     for (j, &i) in idx.iter().enumerate() {
@@ -130,6 +142,7 @@ fn split_levels<const N: usize>(idx: &[usize; N], i1: usize, i2: usize) -> [i8; 
     l
 }
 
+#[inline(always)]
 fn max_abs(xb: &[f32]) -> f32 {
     let mut max = xb[0].abs();
     for &v in &xb[1..] {
@@ -140,6 +153,7 @@ fn max_abs(xb: &[f32]) -> f32 {
 
 /// IQ1_S's exhaustive split search over one sorted 32-value sub-block: `(scale, i1, i2,
 /// shift)` of the best split, if any scores.
+#[inline(always)]
 fn iq1s_split(
     xb: &[f32],
     weight: &[f32],
@@ -175,6 +189,7 @@ fn iq1s_split(
     best.map(|(i1, i2, s)| (scale, i1, i2, s))
 }
 
+#[inline(always)]
 fn iq1_s_block(
     t: &GridTables,
     xbl: &[f32],
@@ -254,6 +269,7 @@ pub(crate) fn quantize_iq1_s(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
 
 /// IQ1_M's values of half `k` of a sub-block with shift code `s` (bit 1: first half shifted
 /// down, bit 0: second half).
+#[inline(always)]
 fn iq1m_xx(s: usize, k: usize) -> &'static [f32; 3] {
     let down = if k == 0 { s >= 2 } else { s % 2 == 1 };
     if down {
@@ -264,6 +280,7 @@ fn iq1m_xx(s: usize, k: usize) -> &'static [f32; 3] {
 }
 
 /// Sub-block weights of IQ1_M: `qw·√(σ² + x²)`, or `x²` without an importance matrix.
+#[inline(always)]
 fn iq1m_weights(xb: &[f32], qw: Option<&[f32]>, sigma2: f32, weight: &mut [f32; 16]) {
     match qw {
         Some(qw) => {
@@ -281,6 +298,7 @@ fn iq1m_weights(xb: &[f32], qw: Option<&[f32]>, sigma2: f32, weight: &mut [f32; 
 
 /// IQ1_M's split search over one sorted 16-value sub-block, each half with its own shift:
 /// `(scale, i1, i2, shift code)` of the best split, if any scores.
+#[inline(always)]
 fn iq1m_split(
     xb: &[f32],
     weight: &[f32],
@@ -343,6 +361,7 @@ fn iq1m_split(
 
 /// One IQ1_M sub-block: its scale and shift code, grid indices written to `qs`/`qh`.
 /// `Ok(None)` if it has no scale (ggml leaves it at scale 0, shift 0).
+#[inline(always)]
 fn iq1m_sub_block(
     t: &GridTables,
     xb: &[f32],
@@ -381,6 +400,7 @@ fn iq1m_sub_block(
     Ok(Some((scale, best_k)))
 }
 
+#[inline(always)]
 fn iq1_m_block(
     t: &GridTables,
     xbl: &[f32],

@@ -15,7 +15,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{as_blocks_mut, BlockIq2S, BlockIq2Xs, BlockIq2Xxs};
-use crate::iq_init::{key_of, record_fault, tables, Grid, GridTables, Lookup};
+use crate::iq_init::{key_of, record_fault, tables, Grid, GridTables, Lookup, Near, LANES};
 use crate::util::{nearest_int, put_f16};
 
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -46,6 +46,7 @@ pub(crate) fn sum_sq(x: &[f32]) -> f32 {
 /// Magnitudes of 8 values and their sign bits. With `even_parity` (IQ2_XXS, IQ2_XS, which
 /// store 7 sign bits) an odd number of negatives is made even by keeping the sign of the
 /// value with the smallest `w·x²` as is, i.e. folding it to `-|x|`.
+#[inline(always)]
 fn fold_signs(xb: &[f32], w: &[f32], xval: &mut [f32], even_parity: bool) -> u8 {
     let mut s = 0u8;
     let mut nflip = 0;
@@ -80,26 +81,27 @@ fn levels(xval: &[f32], id: f32) -> [i8; 8] {
     std::array::from_fn(|i| nearest_int(0.5 * (id * xval[i] - 1.0)).clamp(0, K_MAX_Q - 1) as i8)
 }
 
-/// `iq2_find_best_neighbour`: the neighbour closest to `xval` at `scale`, weighted by `w`.
-fn best_neighbour(
-    t: &GridTables,
-    near: &[u16],
-    xval: &[f32],
-    w: &[f32],
-    scale: f32,
-) -> Option<usize> {
+/// `iq2_find_best_neighbour`: the neighbour closest to `xval` at `scale`, weighted by `w`
+/// (the first of equals, as ggml's strict `<` in list order). [`LANES`] neighbours at a time,
+/// each lane summing its 8 terms in ggml's order.
+#[inline(always)]
+fn best_neighbour(near: &Near, xval: &[f32], w: &[f32], scale: f32) -> Option<usize> {
     let mut best_d2 = f32::MAX;
     let mut best = None;
-    for &j in near {
-        let pg = &t.points[j as usize];
-        let mut d2 = 0f32;
+    for (c, chunk) in near.pos.chunks_exact(8 * LANES).enumerate() {
+        let mut d2 = [0f32; LANES];
         for i in 0..8 {
-            let diff = scale * f32::from(pg[i]) - xval[i];
-            d2 += w[i] * diff * diff;
+            let p: &[f32; LANES] = chunk[i * LANES..(i + 1) * LANES].try_into().unwrap();
+            for l in 0..LANES {
+                let diff = scale * p[l] - xval[i];
+                d2[l] += w[i] * diff * diff;
+            }
         }
-        if d2 < best_d2 {
-            best_d2 = d2;
-            best = Some(j as usize);
+        for l in 0..LANES {
+            if d2[l] < best_d2 {
+                best_d2 = d2[l];
+                best = Some(near.idx[c * LANES + l] as usize);
+            }
         }
     }
     best
@@ -119,7 +121,7 @@ fn snap(
     match t.lookup(key_of(l) as u16) {
         Lookup::OnGrid => Ok((l, true)),
         Lookup::Near(near) => {
-            let j = best_neighbour(t, near, xval, waux, scale).ok_or(())?;
+            let j = best_neighbour(&near, xval, waux, scale).ok_or(())?;
             Ok((t.points[j].map(|p| (p - 1) / 2), false))
         }
     }
@@ -139,6 +141,7 @@ fn sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
 }
 
 /// The grid index of the levels of group `k`, which must be on the grid (ggml aborts if not).
+#[inline(always)]
 fn grid_index(t: &GridTables, l: &[i8]) -> Result<usize, ()> {
     let u = (0..8).fold(0i32, |u, i| u | (i32::from(l[i]) << (2 * i))) as u16;
     if usize::from(u) >= t.map_len() {
@@ -150,6 +153,7 @@ fn grid_index(t: &GridTables, l: &[i8]) -> Result<usize, ()> {
 /// `make_qp_quants(n, nmax, x, L, w)`: a weighted least-squares scale for levels 0..nmax of
 /// non-negative-ish `x` (the levels are kept as C's `uint8_t`, wrapping negatives). Returns
 /// the scale and the levels as the caller's `int8_t` view of them.
+#[inline(always)]
 fn make_qp_quants(nmax: i32, x: &[f32], qw: &[f32], out: &mut [i8]) -> f32 {
     let n = x.len();
     let mut max = 0f32;
@@ -208,6 +212,7 @@ fn make_qp_quants(nmax: i32, x: &[f32], qw: &[f32], out: &mut [i8]) -> f32 {
 }
 
 /// The coordinate-descent passes of `make_qp_quants`.
+#[inline(always)]
 fn qp_refine(nmax: i32, x: &[f32], qw: &[f32], l: &mut [u8], sumlx: &mut f32, suml2: &mut f32) {
     for _ in 0..5 {
         let mut n_changed = 0;
@@ -248,6 +253,7 @@ fn imatrix_weights(xb: &[f32], qw: &[f32], sigma2: f32, weight: &mut [f32], waux
 }
 
 /// One 32-value sub-block of IQ2_XXS: its scale (`None` if it has none), levels in `l`.
+#[inline(always)]
 fn xxs_sub_block(
     t: &GridTables,
     xval: &[f32; 32],
@@ -291,6 +297,7 @@ fn xxs_sub_block(
     Ok(Some(scale))
 }
 
+#[inline(always)]
 fn iq2_xxs_block(t: &GridTables, xbl: &[f32], qwb: &[f32], y: &mut BlockIq2Xxs) -> Result<(), ()> {
     y.d = put_f16(0.0);
     let mut q2 = [0u32; 16];
@@ -357,6 +364,7 @@ fn iq2_xxs_block(t: &GridTables, xbl: &[f32], qwb: &[f32], y: &mut BlockIq2Xxs) 
 
 /// The scale search of IQ2_XS and IQ2_S over one 16-value sub-block with maximum magnitude
 /// `max`: returns the scale, levels in `l`.
+#[inline(always)]
 fn search16(
     t: &GridTables,
     xval: &[f32; 16],
@@ -404,6 +412,7 @@ fn search16(
     Ok(scale)
 }
 
+#[inline(always)]
 fn iq2_xs_block(
     t: &GridTables,
     xbl: &[f32],
@@ -472,6 +481,7 @@ fn iq2_xs_block(
     Ok(())
 }
 
+#[inline(always)]
 fn iq2_s_block(
     t: &GridTables,
     xbl: &[f32],
@@ -549,21 +559,47 @@ fn iq2_s_block(
     Ok(())
 }
 
-/// Quantizes one super-block (values, optional importance weights) into `B`; `Err` where ggml
-/// aborts.
-pub(crate) type BlockKernel<B> = fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>;
-
 /// Runs `block` over the super-blocks of one row; on a fault records the block for
-/// [`crate::quantize_rows`] to report and stops.
-pub(crate) fn quantize_row<B: crate::blocks::Block>(
-    grid: Grid,
-    x: &[f32],
-    y: &mut [u8],
-    w: Option<&[f32]>,
-    block: BlockKernel<B>,
-) {
+/// [`crate::quantize_rows`] to report and stops. The loop (with `block` and its helpers,
+/// which are `#[inline(always)]`) is compiled twice: for the baseline CPU and with AVX2,
+/// taken when the CPU has it. IEEE f32 operations and their order are the same in both (no
+/// FMA), so the bytes are too; the reference tests check both.
+pub(crate) fn quantize_row<B, F>(grid: Grid, x: &[f32], y: &mut [u8], w: Option<&[f32]>, block: F)
+where
+    B: crate::blocks::Block,
+    F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
+{
     let t = tables(grid);
-    for (i, (xb, b)) in x.chunks_exact(256).zip(as_blocks_mut::<B>(y)).enumerate() {
+    let blocks = as_blocks_mut::<B>(y);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+            #[target_feature(enable = "avx2")]
+            unsafe fn avx2<B, F>(
+                t: &GridTables,
+                x: &[f32],
+                y: &mut [B],
+                w: Option<&[f32]>,
+                block: F,
+            ) where
+                F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
+            {
+                run_blocks(t, x, y, w, block)
+            }
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { avx2(t, x, blocks, w, block) };
+            return;
+        }
+    }
+    run_blocks(t, x, blocks, w, block)
+}
+
+#[inline(always)]
+fn run_blocks<B, F>(t: &GridTables, x: &[f32], y: &mut [B], w: Option<&[f32]>, block: F)
+where
+    F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
+{
+    for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
         let wb = w.map(|w| &w[256 * i..256 * i + 256]);
         if block(t, xb, wb, b).is_err() {
             record_fault(i);
@@ -572,6 +608,7 @@ pub(crate) fn quantize_row<B: crate::blocks::Block>(
     }
 }
 
+#[inline(always)]
 fn iq2_xxs_block_opt(
     t: &GridTables,
     xbl: &[f32],

@@ -19,11 +19,28 @@ const KMAP_SIZE: usize = 43692;
 pub(crate) struct GridTables {
     /// Grid points as ggml's `kgrid_q2xs`: per value `2l + 1`.
     pub(crate) points: Vec<[i8; 8]>,
-    /// Key → grid index (≥ 0) or `-(offset + 1)` into `neighbours` (< 0); `i32::MIN` for keys
-    /// the quantizers never produce.
+    /// Key → grid index (≥ 0) or `-(list + 1)` into `lists` (< 0); `i32::MIN` for keys the
+    /// quantizers never produce.
     map: Vec<i32>,
-    /// Concatenated lists `[n, index₁, …, indexₙ]`.
-    neighbours: Vec<u16>,
+    /// Per neighbour list: where its indices start in `near_idx`, how many, and where its
+    /// positions start in `near_pos`.
+    lists: Vec<(u32, u32, u32)>,
+    /// Concatenated neighbour lists (grid indices, nearest distances first, then by index).
+    near_idx: Vec<u16>,
+    /// The lists' points as f32, in chunks of [`LANES`] neighbours stored value-major
+    /// (`chunk[i * LANES + lane]`), padded with NaN (a NaN distance never wins).
+    near_pos: Vec<f32>,
+}
+
+/// Neighbours per chunk of `near_pos`.
+pub(crate) const LANES: usize = 8;
+
+/// An off-grid key's nearest grid points.
+pub(crate) struct Near<'a> {
+    /// Their grid indices, in ggml's order.
+    pub(crate) idx: &'a [u16],
+    /// Their points (`2l + 1`), chunked as in [`GridTables`]'s `near_pos`.
+    pub(crate) pos: &'a [f32],
 }
 
 /// Where a key lands.
@@ -31,7 +48,7 @@ pub(crate) enum Lookup<'a> {
     /// The key is a grid point.
     OnGrid,
     /// The key is off the grid: its nearest grid points.
-    Near(&'a [u16]),
+    Near(Near<'a>),
 }
 
 impl GridTables {
@@ -42,9 +59,12 @@ impl GridTables {
         if m >= 0 {
             return Lookup::OnGrid;
         }
-        let at = (-(m as i64) - 1) as usize;
-        let n = self.neighbours[at] as usize;
-        Lookup::Near(&self.neighbours[at + 1..at + 1 + n])
+        let (at, n, pos_at) = self.lists[(-(m as i64) - 1) as usize];
+        let (at, n, pos_at) = (at as usize, n as usize, pos_at as usize);
+        Lookup::Near(Near {
+            idx: &self.near_idx[at..at + n],
+            pos: &self.near_pos[pos_at..pos_at + n.div_ceil(LANES) * 8 * LANES],
+        })
     }
 
     /// Number of keys in the map (keys at or above it do not exist).
@@ -120,7 +140,7 @@ fn build(dequant_grid: &[u64], nwant: usize) -> GridTables {
     for (i, p) in points.iter().enumerate() {
         map[key_of(p.map(|v| (v - 1) / 2))] = i as i32;
     }
-    let mut neighbours = Vec::new();
+    let (mut lists, mut near_idx, mut near_pos) = (Vec::new(), Vec::new(), Vec::new());
     // buckets[d2] collects grid indices at squared distance d2, in index order; levels differ
     // by at most 2, so positions by at most 4 and d2 ≤ 8·16.
     let mut buckets: Vec<Vec<u16>> = vec![Vec::new(); 8 * 16 + 1];
@@ -134,18 +154,29 @@ fn build(dequant_grid: &[u64], nwant: usize) -> GridTables {
             let d2: i32 = (0..8).map(|k| i32::from(p[k] - pos[k]).pow(2)).sum();
             buckets[d2 as usize].push(j as u16);
         }
-        map[key] = -(neighbours.len() as i32) - 1;
-        let start = neighbours.len();
-        neighbours.push(0);
+        map[key] = -(lists.len() as i32) - 1;
+        let at = near_idx.len();
         for b in buckets.iter().filter(|b| !b.is_empty()).take(nwant) {
-            neighbours.extend_from_slice(b);
+            near_idx.extend_from_slice(b);
         }
-        neighbours[start] = (neighbours.len() - start - 1) as u16;
+        let list = &near_idx[at..];
+        lists.push((at as u32, list.len() as u32, near_pos.len() as u32));
+        for chunk in list.chunks(LANES) {
+            for i in 0..8 {
+                near_pos.extend((0..LANES).map(|l| {
+                    chunk
+                        .get(l)
+                        .map_or(f32::NAN, |&j| f32::from(points[j as usize][i]))
+                }));
+            }
+        }
     }
     GridTables {
         points,
         map,
-        neighbours,
+        lists,
+        near_idx,
+        near_pos,
     }
 }
 
@@ -174,7 +205,7 @@ mod tests {
                         let i = t.index_of(key_of(levels) as u16).unwrap();
                         assert_eq!(t.points[i].map(|v| (v - 1) / 2), levels);
                     }
-                    Lookup::Near(n) => assert!(!n.is_empty()),
+                    Lookup::Near(n) => assert!(!n.idx.is_empty() && n.pos.len() >= n.idx.len() * 8),
                 }
             }
         }
