@@ -11,7 +11,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{BlockIq1M, BlockIq1S};
-use crate::iq2_quant::{cmax, quantize_row, sum_sq};
+use crate::iq2_quant::{cmax, first_min, quantize_row, sum_sq};
 use crate::iq_init::{key_of, Grid, GridTables, Lookup, Near, LANES};
 use crate::util::{nearest_int, put_f16};
 
@@ -67,11 +67,9 @@ fn best_neighbour(
                 d2[l] += w[i] * diff * diff;
             }
         }
-        for l in 0..LANES {
-            if d2[l] < best_score {
-                best_score = d2[l];
-                best = Some(near.idx[c * LANES + l] as usize);
-            }
+        if let Some((l, d)) = first_min(&d2, best_score) {
+            best_score = d;
+            best = Some(near.idx[c * LANES + l] as usize);
         }
     }
     best

@@ -97,14 +97,27 @@ fn best_neighbour(near: &Near, xval: &[f32], w: &[f32], scale: f32) -> Option<us
                 d2[l] += w[i] * diff * diff;
             }
         }
-        for l in 0..LANES {
-            if d2[l] < best_d2 {
-                best_d2 = d2[l];
-                best = Some(near.idx[c * LANES + l] as usize);
-            }
+        if let Some((l, d)) = first_min(&d2, best_d2) {
+            best_d2 = d;
+            best = Some(near.idx[c * LANES + l] as usize);
         }
     }
     best
+}
+
+/// What scanning `d2` in order with `if d2[l] < best { best = d2[l]; … }` ends with: the
+/// first lane holding the smallest value if that is below `best` (NaN lanes never win).
+#[inline(always)]
+pub(crate) fn first_min(d2: &[f32; LANES], best: f32) -> Option<(usize, f32)> {
+    let mut m = best;
+    for &d in d2 {
+        m = if d < m { d } else { m };
+    }
+    if m < best {
+        d2.iter().position(|&d| d == m).map(|l| (l, m))
+    } else {
+        None
+    }
 }
 
 /// Levels of 8 magnitudes at inverse scale `id` snapped to the grid (off-grid patterns are
@@ -560,38 +573,14 @@ fn iq2_s_block(
 }
 
 /// Runs `block` over the super-blocks of one row; on a fault records the block for
-/// [`crate::quantize_rows`] to report and stops. The loop (with `block` and its helpers,
-/// which are `#[inline(always)]`) is compiled twice: for the baseline CPU and with AVX2,
-/// taken when the CPU has it. IEEE f32 operations and their order are the same in both (no
-/// FMA), so the bytes are too; the reference tests check both.
+/// [`crate::quantize_rows`] to report and stops. (An AVX2 build of this loop measured no
+/// faster: the searches are branchy and short; the neighbour search's 8 lanes fit SSE2.)
 pub(crate) fn quantize_row<B, F>(grid: Grid, x: &[f32], y: &mut [u8], w: Option<&[f32]>, block: F)
 where
     B: crate::blocks::Block,
     F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
 {
-    let t = tables(grid);
-    let blocks = as_blocks_mut::<B>(y);
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-            #[target_feature(enable = "avx2")]
-            unsafe fn avx2<B, F>(
-                t: &GridTables,
-                x: &[f32],
-                y: &mut [B],
-                w: Option<&[f32]>,
-                block: F,
-            ) where
-                F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
-            {
-                run_blocks(t, x, y, w, block)
-            }
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { avx2(t, x, blocks, w, block) };
-            return;
-        }
-    }
-    run_blocks(t, x, blocks, w, block)
+    run_blocks(tables(grid), x, as_blocks_mut::<B>(y), w, block)
 }
 
 #[inline(always)]
