@@ -11,8 +11,8 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{BlockIq1M, BlockIq1S};
-use crate::iq2_quant::{cmax, first_min, quantize_row, sum_sq};
-use crate::iq_init::{key_of, Grid, GridTables, Lookup, Near, LANES};
+use crate::iq2_quant::{cmax, quantize_row, sum_sq};
+use crate::iq_init::{key_of, nearest, Grid, GridTables, Lookup, Near};
 use crate::util::{nearest_int, put_f16};
 
 const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
@@ -40,11 +40,11 @@ fn sorted_indices<const N: usize>(xb: &[f32]) -> [usize; N] {
     idx
 }
 
-/// `iq1_find_best_neighbour2`: the neighbour whose levels (as values `xg`) at `scale` are
+/// `iq1_find_best_neighbour2`: the neighbour whose levels, as the values `xg`, at `scale` are
 /// nearest to `xval`, weighted by `w` (first of equals). `None` where ggml falls back to a
 /// loop that reads out of bounds and then aborts (every distance NaN or ≥ `f32::MAX`).
-/// [`LANES`] neighbours at a time; `xg[l]` is computed as `(p − 3)/2 + xg[1]` from the point
-/// `p = 2l + 1`, which gives exactly the table's values.
+/// `xg[l]` is `l − 1 + xg[1]`, computed from the point `p = 2l + 1` as `(p − 3)/2 + xg[1]`,
+/// which is exact for these values.
 #[inline(always)]
 fn best_neighbour(
     near: &Near,
@@ -55,24 +55,7 @@ fn best_neighbour(
 ) -> Option<usize> {
     debug_assert!(xg[0] == -1.0 + xg[1] && xg[2] == 1.0 + xg[1]);
     let shift = xg[1];
-    let mut best_score = f32::MAX;
-    let mut best = None;
-    for (c, chunk) in near.pos.chunks_exact(8 * LANES).enumerate() {
-        let mut d2 = [0f32; LANES];
-        for i in 0..8 {
-            let p: &[f32; LANES] = chunk[i * LANES..(i + 1) * LANES].try_into().unwrap();
-            for l in 0..LANES {
-                let q = (p[l] - 3.0) * 0.5 + shift;
-                let diff = scale * q - xval[i];
-                d2[l] += w[i] * diff * diff;
-            }
-        }
-        if let Some((l, d)) = first_min(&d2, best_score) {
-            best_score = d;
-            best = Some(near.idx[c * LANES + l] as usize);
-        }
-    }
-    best
+    nearest(near, xval, w, scale, |p| (p - 3.0) * 0.5 + shift)
 }
 
 /// Grid indices of the groups of 8 levels in `l` (off-grid groups take their best

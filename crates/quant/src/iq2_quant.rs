@@ -15,7 +15,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{as_blocks_mut, BlockIq2S, BlockIq2Xs, BlockIq2Xxs};
-use crate::iq_init::{key_of, record_fault, tables, Grid, GridTables, Lookup, Near, LANES};
+use crate::iq_init::{key_of, nearest, record_fault, tables, Grid, GridTables, Lookup};
 use crate::util::{nearest_int, put_f16};
 
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -81,45 +81,6 @@ fn levels(xval: &[f32], id: f32) -> [i8; 8] {
     std::array::from_fn(|i| nearest_int(0.5 * (id * xval[i] - 1.0)).clamp(0, K_MAX_Q - 1) as i8)
 }
 
-/// `iq2_find_best_neighbour`: the neighbour closest to `xval` at `scale`, weighted by `w`
-/// (the first of equals, as ggml's strict `<` in list order). [`LANES`] neighbours at a time,
-/// each lane summing its 8 terms in ggml's order.
-#[inline(always)]
-fn best_neighbour(near: &Near, xval: &[f32], w: &[f32], scale: f32) -> Option<usize> {
-    let mut best_d2 = f32::MAX;
-    let mut best = None;
-    for (c, chunk) in near.pos.chunks_exact(8 * LANES).enumerate() {
-        let mut d2 = [0f32; LANES];
-        for i in 0..8 {
-            let p: &[f32; LANES] = chunk[i * LANES..(i + 1) * LANES].try_into().unwrap();
-            for l in 0..LANES {
-                let diff = scale * p[l] - xval[i];
-                d2[l] += w[i] * diff * diff;
-            }
-        }
-        if let Some((l, d)) = first_min(&d2, best_d2) {
-            best_d2 = d;
-            best = Some(near.idx[c * LANES + l] as usize);
-        }
-    }
-    best
-}
-
-/// What scanning `d2` in order with `if d2[l] < best { best = d2[l]; … }` ends with: the
-/// first lane holding the smallest value if that is below `best` (NaN lanes never win).
-#[inline(always)]
-pub(crate) fn first_min(d2: &[f32; LANES], best: f32) -> Option<(usize, f32)> {
-    let mut m = best;
-    for &d in d2 {
-        m = if d < m { d } else { m };
-    }
-    if m < best {
-        d2.iter().position(|&d| d == m).map(|l| (l, m))
-    } else {
-        None
-    }
-}
-
 /// Levels of 8 magnitudes at inverse scale `id` snapped to the grid (off-grid patterns are
 /// replaced by the best neighbour at `scale`), and whether the pattern was on the grid.
 #[inline(always)]
@@ -134,7 +95,8 @@ fn snap(
     match t.lookup(key_of(l) as u16) {
         Lookup::OnGrid => Ok((l, true)),
         Lookup::Near(near) => {
-            let j = best_neighbour(&near, xval, waux, scale).ok_or(())?;
+            // iq2_find_best_neighbour: q = p
+            let j = nearest(&near, xval, waux, scale, |p| p).ok_or(())?;
             Ok((t.points[j].map(|p| (p - 1) / 2), false))
         }
     }

@@ -180,6 +180,44 @@ fn build(dequant_grid: &[u64], nwant: usize) -> GridTables {
     }
 }
 
+/// The nearest of an off-grid key's neighbours: the index of the first one with the smallest
+/// `Σᵢ w[i]·(scale·q(pᵢ) − xval[i])²` (summed in `i` order, as ggml's loops do) over its
+/// point `p`. `None` if no distance is below `f32::MAX` (ggml then aborts). [`LANES`]
+/// neighbours at a time, so each neighbour's sum is still in `i` order.
+#[inline(always)]
+pub(crate) fn nearest(
+    near: &Near,
+    xval: &[f32],
+    w: &[f32],
+    scale: f32,
+    q: impl Fn(f32) -> f32,
+) -> Option<usize> {
+    let mut best_d2 = f32::MAX;
+    let mut best = None;
+    for (c, chunk) in near.pos.chunks_exact(8 * LANES).enumerate() {
+        let mut d2 = [0f32; LANES];
+        for i in 0..8 {
+            let p: &[f32; LANES] = chunk[i * LANES..(i + 1) * LANES].try_into().unwrap();
+            for l in 0..LANES {
+                let diff = scale * q(p[l]) - xval[i];
+                d2[l] += w[i] * diff * diff;
+            }
+        }
+        // Scanning the lanes with `if d2 < best` ends on the first lane holding the smallest
+        // value below `best` (NaN never wins).
+        let mut m = best_d2;
+        for &d in &d2 {
+            m = if d < m { d } else { m };
+        }
+        if m < best_d2 {
+            let l = d2.iter().position(|&d| d == m)?;
+            best_d2 = m;
+            best = Some(near.idx[c * LANES + l] as usize);
+        }
+    }
+    best
+}
+
 /// The key of 8 levels.
 pub(crate) fn key_of(levels: [i8; 8]) -> usize {
     (0..8).fold(0, |u, k| u | ((levels[k] as usize) << (2 * k)))
