@@ -6,12 +6,12 @@
 //! levels are snapped to the 2048-point grid (off-grid groups of 8 take their best
 //! neighbour), and the sub-block scales are stored as 3-bit multiples of the block scale.
 //! f32 arithmetic in the C code's order; where ggml aborts the kernel stops (see
-//! [`crate::iq2_quant::quantize_row`]).
+//! `crate::iq2_quant::quantize_row`).
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{BlockIq1M, BlockIq1S};
-use crate::iq2_quant::{cmax, quantize_row, sum_sq};
+use crate::iq2_quant::{cmax, row_kernel, sum_sq};
 use crate::iq_init::{key_of, nearest, Grid, GridTables, Lookup, Near};
 use crate::util::{nearest_int, put_f16};
 
@@ -243,10 +243,10 @@ fn iq1_s_block(
     Ok(())
 }
 
-/// Row kernel of IQ1_S (`quantize_iq1_s`; weights required).
-pub(crate) fn quantize_iq1_s(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
-    quantize_row(Grid::Iq1S, x, y, w, iq1_s_block)
-}
+row_kernel!(
+    /// Row kernel of IQ1_S (`quantize_iq1_s`; weights required).
+    quantize_iq1_s, Grid::Iq1S, iq1_s_block
+);
 
 /// IQ1_M's values of half `k` of a sub-block with shift code `s` (bit 1: first half shifted
 /// down, bit 0: second half).
@@ -457,7 +457,7 @@ fn iq1_m_block(
     Ok(())
 }
 
-/// Row kernel of IQ1_M (`quantize_iq1_m`; weights optional).
-pub(crate) fn quantize_iq1_m(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
-    quantize_row(Grid::Iq1S, x, y, w, iq1_m_block)
-}
+row_kernel!(
+    /// Row kernel of IQ1_M (`quantize_iq1_m`; weights optional).
+    quantize_iq1_m, Grid::Iq1S, iq1_m_block
+);

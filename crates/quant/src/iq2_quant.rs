@@ -535,8 +535,8 @@ fn iq2_s_block(
 }
 
 /// Runs `block` over the super-blocks of one row; on a fault records the block for
-/// [`crate::quantize_rows`] to report and stops. (An AVX2 build of this loop measured no
-/// faster: the searches are branchy and short; the neighbour search's 8 lanes fit SSE2.)
+/// [`crate::quantize_rows`] to report and stops.
+#[inline(always)]
 pub(crate) fn quantize_row<B, F>(grid: Grid, x: &[f32], y: &mut [u8], w: Option<&[f32]>, block: F)
 where
     B: crate::blocks::Block,
@@ -544,6 +544,32 @@ where
 {
     run_blocks(tables(grid), x, as_blocks_mut::<B>(y), w, block)
 }
+
+/// Defines a row kernel `$name` running [`quantize_row`] over `$grid` with `$block`, built
+/// twice: for the baseline CPU and with AVX2, taken when the CPU has it. The code and its
+/// IEEE f32 operations are the same (no FMA; AVX2 only widens the neighbour search's lanes),
+/// so the bytes are too; the reference tests check both builds.
+macro_rules! row_kernel {
+    ($(#[$doc:meta])* $name:ident, $grid:expr, $block:path) => {
+        $(#[$doc])*
+        pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+                    #[target_feature(enable = "avx2")]
+                    unsafe fn avx2(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+                        $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
+                    }
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    unsafe { avx2(x, y, w) };
+                    return;
+                }
+            }
+            $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
+        }
+    };
+}
+pub(crate) use row_kernel;
 
 #[inline(always)]
 fn run_blocks<B, F>(t: &GridTables, x: &[f32], y: &mut [B], w: Option<&[f32]>, block: F)
@@ -569,17 +595,15 @@ fn iq2_xxs_block_opt(
     iq2_xxs_block(t, xbl, qwb.ok_or(())?, y)
 }
 
-/// Row kernel of IQ2_XXS (`quantize_iq2_xxs`; weights required).
-pub(crate) fn quantize_iq2_xxs(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
-    quantize_row(Grid::Iq2Xxs, x, y, w, iq2_xxs_block_opt)
-}
-
-/// Row kernel of IQ2_XS (`quantize_iq2_xs`; weights required).
-pub(crate) fn quantize_iq2_xs(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
-    quantize_row(Grid::Iq2Xs, x, y, w, iq2_xs_block)
-}
-
-/// Row kernel of IQ2_S (`quantize_iq2_s`; weights optional).
-pub(crate) fn quantize_iq2_s(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
-    quantize_row(Grid::Iq2S, x, y, w, iq2_s_block)
-}
+row_kernel!(
+    /// Row kernel of IQ2_XXS (`quantize_iq2_xxs`; weights required).
+    quantize_iq2_xxs, Grid::Iq2Xxs, iq2_xxs_block_opt
+);
+row_kernel!(
+    /// Row kernel of IQ2_XS (`quantize_iq2_xs`; weights required).
+    quantize_iq2_xs, Grid::Iq2Xs, iq2_xs_block
+);
+row_kernel!(
+    /// Row kernel of IQ2_S (`quantize_iq2_s`; weights optional).
+    quantize_iq2_s, Grid::Iq2S, iq2_s_block
+);
