@@ -249,6 +249,13 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
 /// `src.len()` must be a multiple of `n_per_row`, and `n_per_row` of the block's element
 /// count; `dst.len()` exactly `blocks × block bytes`. Rows are independent, so callers may
 /// split a tensor at any row boundary.
+///
+/// The grid types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M are quantized only here
+/// ([`quantize`] refuses them): IQ2_XXS, IQ2_XS and IQ1_S need an importance matrix
+/// ([`QuantError::MissingImportance`] without one, where ggml asserts), IQ2_S and IQ1_M take
+/// one if given. Where ggml's grid search aborts (non-finite or overflowing values or
+/// weights leave no candidate) this returns [`QuantError::GridSearch`] naming the row and
+/// super-block; elsewhere non-finite input gives ggml's bytes.
 pub fn quantize_rows(
     dtype: DType,
     src: &[f32],
