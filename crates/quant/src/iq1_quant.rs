@@ -306,7 +306,10 @@ fn iq1m_split(
     let mut scale = max;
     let mut best = None;
     for i1 in 0..=16 {
-        for i2 in i1..=16 {
+        // Every split's sums for this i1 at once (independent lanes, the C expressions as
+        // written), then the C's scan over (i2, k) in order.
+        let (mut sumqx, mut sumq2) = ([[0f32; 17]; 4], [[0f32; 17]; 4]);
+        for i2 in 0..17 {
             let (mut qx_p, mut qx_m, mut q2_p, mut q2_m) =
                 ([0f32; 2], [0f32; 2], [0f32; 2], [0f32; 2]);
             for h in 0..2 {
@@ -316,22 +319,21 @@ fn iq1m_split(
                 q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
                 q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
             }
-            let sumqx = [
-                qx_p[0] + qx_p[1],
-                qx_p[0] + qx_m[1],
-                qx_m[0] + qx_p[1],
-                qx_m[0] + qx_m[1],
-            ];
-            let sumq2 = [
-                q2_p[0] + q2_p[1],
-                q2_p[0] + q2_m[1],
-                q2_m[0] + q2_p[1],
-                q2_m[0] + q2_m[1],
-            ];
+            sumqx[0][i2] = qx_p[0] + qx_p[1];
+            sumqx[1][i2] = qx_p[0] + qx_m[1];
+            sumqx[2][i2] = qx_m[0] + qx_p[1];
+            sumqx[3][i2] = qx_m[0] + qx_m[1];
+            sumq2[0][i2] = q2_p[0] + q2_p[1];
+            sumq2[1][i2] = q2_p[0] + q2_m[1];
+            sumq2[2][i2] = q2_m[0] + q2_p[1];
+            sumq2[3][i2] = q2_m[0] + q2_m[1];
+        }
+        for i2 in i1..=16 {
             for k in 0..4 {
-                if sumq2[k] > 0.0 && sumqx[k] * sumqx[k] > best_score * sumq2[k] {
-                    scale = sumqx[k] / sumq2[k];
-                    best_score = scale * sumqx[k];
+                let (qx, q2) = (sumqx[k][i2], sumq2[k][i2]);
+                if q2 > 0.0 && qx * qx > best_score * q2 {
+                    scale = qx / q2;
+                    best_score = scale * qx;
                     best = Some((i1, i2, k));
                 }
             }
