@@ -151,17 +151,25 @@ fn iq1s_split(
     let mut scale = max;
     let mut best = None;
     for i1 in 0..=32 {
-        for i2 in i1..=32 {
-            for (shift, x) in [(1, &X_P), (-1, &X_M)] {
-                let sumqx = (sumx[i1] - sumx[0]) * x[0]
+        // Every split's sums for this i1 at once (independent lanes, the C expressions as
+        // written), then the C's scan over (i2, shift) in order.
+        let (mut sumqx, mut sumq2) = ([[0f32; 33]; 2], [[0f32; 33]; 2]);
+        for (s, x) in [&X_P, &X_M].into_iter().enumerate() {
+            for i2 in 0..33 {
+                sumqx[s][i2] = (sumx[i1] - sumx[0]) * x[0]
                     + (sumx[i2] - sumx[i1]) * x[1]
                     + (sumx[32] - sumx[i2]) * x[2];
-                let sumq2 = (sumw[i1] - sumw[0]) * x[0] * x[0]
+                sumq2[s][i2] = (sumw[i1] - sumw[0]) * x[0] * x[0]
                     + (sumw[i2] - sumw[i1]) * x[1] * x[1]
                     + (sumw[32] - sumw[i2]) * x[2] * x[2];
-                if sumq2 > 0.0 && sumqx * sumqx > best_score * sumq2 {
-                    scale = sumqx / sumq2;
-                    best_score = scale * sumqx;
+            }
+        }
+        for i2 in i1..=32 {
+            for (s, shift) in [(0, 1), (1, -1)] {
+                let (qx, q2) = (sumqx[s][i2], sumq2[s][i2]);
+                if q2 > 0.0 && qx * qx > best_score * q2 {
+                    scale = qx / q2;
+                    best_score = scale * qx;
                     best = Some((i1, i2, shift));
                 }
             }
