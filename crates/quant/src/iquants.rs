@@ -1,7 +1,7 @@
 //! Dequantizers of the importance-matrix ("IQ") types: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
 //! IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS. Their grids are ggml's tables (see `grids.rs`).
-//! Quantizing to these types needs ggml's search and (mostly) an importance matrix, which
-//! this crate does not implement.
+//! Quantizing to these types needs ggml's search and (mostly) an importance matrix; the
+//! 2-bit and 1-bit grid quantizers are in `iq2_quant.rs` and `iq1_quant.rs`.
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 

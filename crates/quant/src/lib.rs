@@ -46,6 +46,9 @@ macro_rules! multiversion {
 pub mod blocks;
 pub mod cast;
 mod grids;
+mod iq1_quant;
+mod iq2_quant;
+mod iq_init;
 mod iquants;
 mod kquants;
 mod legacy;
@@ -83,6 +86,27 @@ pub enum QuantError {
         expected: usize,
         /// The length it has.
         got: usize,
+    },
+    /// The dtype's ggml quantizer needs an importance matrix (it asserts one) and none was
+    /// given.
+    #[error("{dtype} needs an importance matrix: ggml cannot quantize it without one")]
+    MissingImportance {
+        /// The dtype.
+        dtype: DType,
+    },
+    /// ggml's grid search aborts on this input (every candidate's distance is NaN or
+    /// infinite, or the scale is NaN): non-finite or overflowing values or weights.
+    #[error(
+        "{dtype}: no grid point fits row {row}, super-block {block} (non-finite or \
+         overflowing values or importance weights; ggml aborts here)"
+    )]
+    GridSearch {
+        /// The dtype.
+        dtype: DType,
+        /// Row index within the call.
+        row: usize,
+        /// Super-block index within the row.
+        block: usize,
     },
     /// The source element count is not a multiple of the block size.
     #[error("{len} elements are not a whole number of {dtype} blocks of {block}")]
@@ -229,6 +253,13 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
 /// `src.len()` must be a multiple of `n_per_row`, and `n_per_row` of the block's element
 /// count; `dst.len()` exactly `blocks × block bytes`. Rows are independent, so callers may
 /// split a tensor at any row boundary.
+///
+/// The grid types IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M are quantized only here
+/// ([`quantize`] refuses them): IQ2_XXS, IQ2_XS and IQ1_S need an importance matrix
+/// ([`QuantError::MissingImportance`] without one, where ggml asserts), IQ2_S and IQ1_M take
+/// one if given. Where ggml's grid search aborts (non-finite or overflowing values or
+/// weights leave no candidate) this returns [`QuantError::GridSearch`] naming the row and
+/// super-block; elsewhere non-finite input gives ggml's bytes.
 pub fn quantize_rows(
     dtype: DType,
     src: &[f32],
@@ -277,13 +308,21 @@ pub fn quantize_rows(
             got: dst.len(),
         });
     }
+    if imatrix.is_none() && weighted::requires_imatrix(dtype) {
+        return Err(QuantError::MissingImportance { dtype });
+    }
     match kernel {
         Some(k) => {
-            for (x, y) in src
+            iq_init::take_fault();
+            for (row, (x, y)) in src
                 .chunks_exact(n_per_row)
                 .zip(dst.chunks_exact_mut(row_bytes))
+                .enumerate()
             {
                 k(x, y, imatrix);
+                if let Some(block) = iq_init::take_fault() {
+                    return Err(QuantError::GridSearch { dtype, row, block });
+                }
             }
         }
         None => {

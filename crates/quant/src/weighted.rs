@@ -35,6 +35,11 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
         DType::Q4_1 => Some(crate::legacy_weighted::q4_1_row),
         DType::Q5_0 => Some(crate::legacy_weighted::q5_0_row),
         DType::Q5_1 => Some(crate::legacy_weighted::q5_1_row),
+        DType::IQ2_XXS => Some(crate::iq2_quant::quantize_iq2_xxs),
+        DType::IQ2_XS => Some(crate::iq2_quant::quantize_iq2_xs),
+        DType::IQ2_S => Some(crate::iq2_quant::quantize_iq2_s),
+        DType::IQ1_S => Some(crate::iq1_quant::quantize_iq1_s),
+        DType::IQ1_M => Some(crate::iq1_quant::quantize_iq1_m),
         _ => None,
     }
 }
@@ -43,10 +48,7 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
 /// asserts `quant_weights != NULL`). llama-quantize's refusal names more cases (it is per
 /// file type and tensor); that rule lives with the mixes.
 pub fn requires_imatrix(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::IQ2_XXS | DType::IQ2_XS | DType::IQ1_S | DType::IQ1_M
-    )
+    matches!(dtype, DType::IQ2_XXS | DType::IQ2_XS | DType::IQ1_S)
 }
 
 /// True if an importance matrix changes what [`crate::quantize_rows`] writes for `dtype`.
