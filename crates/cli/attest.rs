@@ -16,7 +16,7 @@ use crate::Failure;
 
 /// What `--attest` records as the recipe: the command line, the options that shape the output,
 /// the version.
-fn recipe(a: &ConvertArgs) -> Value {
+pub fn recipe(a: &ConvertArgs) -> Value {
     let q = &a.quant;
     json!({
         "command": std::env::args().collect::<Vec<_>>(),
@@ -47,7 +47,7 @@ fn recipe(a: &ConvertArgs) -> Value {
 }
 
 /// Writes `bytes` to `path` through a temp file beside it and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
