@@ -79,6 +79,9 @@ impl State {
         let mut text = serde_json::to_vec_pretty(self)
             .map_err(|e| Error::Internal(format!("job state: {e}")))?;
         text.push(b'\n');
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create", e))?;
+        }
         crate::attest::write_atomic(path, &text)
     }
 }
