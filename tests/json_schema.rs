@@ -164,4 +164,6 @@ fn run_documents_match_their_schema(py: &str, dir: &Path) {
         assert_eq!(o.status.code(), Some(3), "{what}");
         validate(py, "run", &o.stdout, what);
     }
+    let statement = std::fs::read(dir.join("j/q4.gguf.intoto.json")).unwrap();
+    validate(py, "attestation", &statement, "a statement made by run");
 }

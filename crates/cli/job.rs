@@ -167,6 +167,8 @@ pub struct PlannedOutput {
     pub max_memory: Option<u64>,
     /// The options as merged (for the record of what made the output).
     pub options: Options,
+    /// The `convert` command line it stands for.
+    pub argv: Vec<String>,
 }
 
 impl PlannedOutput {
@@ -260,6 +262,10 @@ pub fn load(file: &Path) -> Result<Job, Error> {
                 threads: cli.threads,
                 max_memory: cli.max_memory,
                 options,
+                argv: argv
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
             });
         }
     }

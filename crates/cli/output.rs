@@ -167,7 +167,7 @@ pub fn convert(
     let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
     let r = run_convert(&opts, progress)?;
-    crate::attest::write_outputs(a, &r)?;
+    crate::attest::write_outputs(a, &r, None)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
         return convert_json(a, &r, secs, out);

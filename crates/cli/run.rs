@@ -259,6 +259,7 @@ impl Opened {
 
 /// Everything one output needs from the run.
 struct Ctx<'a> {
+    file: &'a Path,
     run: &'a RunArgs,
     global: &'a Global,
     json: bool,
@@ -296,7 +297,9 @@ fn one(
     if opts.dry_run {
         return Ok((Outcome::Planned(Box::new(report)), redone));
     }
-    crate::attest::write_outputs(&o.args, &report)?;
+    let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
+                         "convert": o.argv});
+    crate::attest::write_outputs(&o.args, &report, Some(made_as))?;
     (now.root, now.files) = digests(&report, &now)?;
     state.outputs.insert(key, now);
     state.save(state_path)?;
@@ -315,6 +318,7 @@ pub fn run(
     let job = job::load(&a.job)?;
     let mut state = State::load(&job.state)?;
     let cx = Ctx {
+        file: &job.file,
         run: a,
         global,
         json,
@@ -449,15 +453,26 @@ fn report_json(r: &ConvertReport) -> Value {
     })
 }
 
+/// Disk the made or planned outputs need, summed, and the least free space where they go.
+fn disk(done: &[Done]) -> (u64, Option<u64>) {
+    let reports = done.iter().filter_map(|d| match &d.outcome {
+        Outcome::Planned(r) | Outcome::Made(r) => Some(r),
+        _ => None,
+    });
+    let (mut needed, mut free) = (0, None::<u64>);
+    for r in reports {
+        needed += r.needed_bytes;
+        free = match (free, r.free_bytes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    (needed, free)
+}
+
 fn run_json(job: &Job, done: &[Done], dry_run: bool, secs: f64) -> Value {
     let [made, skipped, planned, failed] = counts(done);
-    let needed: u64 = done
-        .iter()
-        .filter_map(|d| match &d.outcome {
-            Outcome::Planned(r) | Outcome::Made(r) => Some(r.needed_bytes),
-            _ => None,
-        })
-        .sum();
+    let (needed, free) = disk(done);
     json!({
         "ok": failed == 0,
         "command": "run",
@@ -469,6 +484,7 @@ fn run_json(job: &Job, done: &[Done], dry_run: bool, secs: f64) -> Value {
         "planned": planned,
         "failed": failed,
         "needed_bytes": needed,
+        "free_bytes": free,
         "outputs": job.outputs.iter().zip(done).map(|(o, d)| output_json(o, d)).collect::<Vec<_>>(),
         "seconds": secs,
     })
@@ -476,13 +492,9 @@ fn run_json(job: &Job, done: &[Done], dry_run: bool, secs: f64) -> Value {
 
 /// One line per output on stdout (failures are also on stderr, as they happen).
 fn run_text(job: &Job, done: &[Done], out: &mut impl Write) -> std::io::Result<()> {
-    let mut needed = 0;
     for (o, d) in job.outputs.iter().zip(done) {
         let what = match &d.outcome {
-            Outcome::Made(r) | Outcome::Planned(r) => {
-                needed += r.needed_bytes;
-                result_text(r, d.seconds)
-            }
+            Outcome::Made(r) | Outcome::Planned(r) => result_text(r, d.seconds),
             Outcome::Skipped => "verified against its recorded provenance".into(),
             Outcome::Failed(e) => e.to_string(),
         };
@@ -500,7 +512,9 @@ fn run_text(job: &Job, done: &[Done], out: &mut impl Write) -> std::io::Result<(
         .iter()
         .any(|d| matches!(d.outcome, Outcome::Planned(_)))
     {
-        writeln!(out, "disk needed {} in all", human(needed))?;
+        let (needed, free) = disk(done);
+        let free = free.map(human).unwrap_or_else(|| "unknown".into());
+        writeln!(out, "disk needed {} in all; free {free}", human(needed))?;
     }
     Ok(())
 }
