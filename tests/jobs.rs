@@ -297,3 +297,39 @@ fn a_bad_job_file_is_refused_with_the_key_and_line_before_anything_runs() {
         assert_eq!(tree(t.path()), ["job.toml"], "nothing ran");
     }
 }
+
+#[test]
+fn records_hold_from_any_working_directory_and_a_broken_state_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir(t.path().join("ci")).unwrap();
+    let text = "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"../out/m.gguf\"\nouttype = \"q8_0\"\n";
+    std::fs::write(
+        t.path().join("ci/job.toml"),
+        text.replace("INPUT", &llama()),
+    )
+    .unwrap();
+    let run_in = |dir: &Path, job: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args(["--json", "run", job])
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let o = run_in(t.path(), "ci/job.toml");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t.path().join("out/m.gguf").is_file(),
+        "relative to the job file"
+    );
+    let o = run_in(&t.path().join("ci"), "job.toml");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(statuses(&v), ["skipped"]);
+    std::fs::write(t.path().join("ci/.job.toml.state.json"), b"{not json").unwrap();
+    let o = run_in(t.path(), "ci/job.toml");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(".job.toml.state.json: not a weightport job state"),
+        "{stderr}"
+    );
+}
