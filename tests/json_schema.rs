@@ -138,4 +138,32 @@ fn every_json_document_matches_its_schema() {
     }
     let statement = std::fs::read(t.path().join("q.intoto.json")).unwrap();
     validate(&py, "attestation", &statement, "the --attest statement");
+    run_documents_match_their_schema(&py, t.path());
+}
+
+/// `run`: a dry run with a refusal, a run that makes two outputs and fails one, a rerun that
+/// skips.
+fn run_documents_match_their_schema(py: &str, dir: &Path) {
+    let f = fixtures();
+    let job = dir.join("job.toml");
+    let text = format!(
+        "[defaults]\nattest = true\n[[job]]\ninput = \"{}\"\n[[job.output]]\npath = \"j/q4.gguf\"\n\
+         quant = \"Q4_K_M\"\n[[job.output]]\npath = \"j/repo\"\n[[job]]\ninput = \"{}\"\n\
+         [[job.output]]\npath = \"j/c.gguf\"\nquant = \"Q8_0\"\n",
+        f.join("good/arch/llama").display(),
+        f.join("good/gguf/c_quant_q4_k_m.gguf").display()
+    );
+    std::fs::write(&job, text).unwrap();
+    let j = job.to_str().unwrap();
+    for (args, what) in [
+        (vec!["--json", "run", j, "--dry-run"], "run --dry-run"),
+        (vec!["--json", "run", j], "run, one output failing"),
+        (vec!["--json", "run", j], "run again, skipping"),
+    ] {
+        let o = wp(&args);
+        assert_eq!(o.status.code(), Some(3), "{what}");
+        validate(py, "run", &o.stdout, what);
+    }
+    let statement = std::fs::read(dir.join("j/q4.gguf.intoto.json")).unwrap();
+    validate(py, "attestation", &statement, "a statement made by run");
 }

@@ -37,6 +37,23 @@ pub enum Command {
     /// entries; verdict safe (exit 0) or unsafe (exit 3, also when a file could not be read).
     /// A directory scans every file under it.
     Scan(ScanArgs),
+    /// Run a job file (TOML): many inputs, each converted into many outputs with their own
+    /// options; a rerun skips the outputs that still verify against what it recorded.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The job file (TOML: `[defaults]`, `[[job]]` with `input` and `[[job.output]]`; see
+    /// docs/jobs.md).
+    #[arg(value_name = "JOB.toml")]
+    pub job: PathBuf,
+    /// Plan every output (files, types, disk needed, refusals) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Replace outputs that exist without a record of this job having made them.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

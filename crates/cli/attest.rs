@@ -47,7 +47,7 @@ fn recipe(a: &ConvertArgs) -> Value {
 }
 
 /// Writes `bytes` to `path` through a temp file beside it and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -58,10 +58,15 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
 }
 
-/// Writes what `--attest` and `--report` asked for, after a committed conversion.
-pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport) -> Result<(), Error> {
+/// Writes what `--attest` and `--report` asked for, after a committed conversion; `job` (the
+/// job file's output it was made as) goes into the recipe.
+pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport, job: Option<Value>) -> Result<(), Error> {
     if let (Some(path), Some(prov)) = (&a.attest, &r.provenance) {
-        let st = attest::statement(prov, recipe(a))?;
+        let mut recipe = recipe(a);
+        if let Some(j) = job {
+            recipe["job"] = j;
+        }
+        let st = attest::statement(prov, recipe)?;
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');

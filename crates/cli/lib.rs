@@ -12,9 +12,11 @@
 
 mod args;
 mod attest;
+mod job;
 mod output;
 mod progress;
 mod report;
+mod run;
 mod scan;
 
 use std::ffi::OsString;
@@ -238,5 +240,6 @@ fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Resul
         Command::Inspect(a) => output::inspect(&a, json, out),
         Command::Verify(a) => output::verify(&a, json, progress, out),
         Command::Scan(a) => scan::run(&a, json, out),
+        Command::Run(a) => run::run(&a, &global, json, progress, out),
     }
 }

@@ -27,7 +27,7 @@ pub fn print_error_json(kind: &str, message: &str, code: i32) {
     let _ = writeln!(std::io::stdout(), "{}", error_json(kind, message, code));
 }
 
-fn human(bytes: u64) -> String {
+pub fn human(bytes: u64) -> String {
     const U: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = bytes as f64;
     let mut u = 0;
@@ -140,13 +140,8 @@ fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
     }))
 }
 
-pub fn convert(
-    a: &ConvertArgs,
-    g: &Global,
-    json: bool,
-    progress: &dyn Progress,
-    out: &mut impl Write,
-) -> Result<(), Failure> {
+/// The pipeline's options for `convert` arguments `a`.
+pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<ConvertOptions, Error> {
     let mut opts = ConvertOptions::new(a.inputs.clone(), a.output.clone());
     opts.to = a.to.clone();
     opts.shard_size = a.shard_size;
@@ -159,9 +154,20 @@ pub fn convert(
     opts.max_memory = g.max_memory;
     opts.provenance = a.attest.is_some();
     opts.transform.measure_quality = json || a.report.is_some();
+    Ok(opts)
+}
+
+pub fn convert(
+    a: &ConvertArgs,
+    g: &Global,
+    json: bool,
+    progress: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
     let r = run_convert(&opts, progress)?;
-    crate::attest::write_outputs(a, &r)?;
+    crate::attest::write_outputs(a, &r, None)?;
     let secs = t0.elapsed().as_secs_f64();
     if json {
         return convert_json(a, &r, secs, out);

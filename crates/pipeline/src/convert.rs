@@ -11,7 +11,7 @@ use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 use crate::attest::{self, Provenance};
 use crate::by_arch::{self, WithGenerated};
 use crate::exec::{run, worker_bytes, Progress};
-use crate::input::open_inputs;
+use crate::input::{open_inputs, Input};
 use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
 use crate::quality::Quality;
 use crate::registry::output_for;
@@ -187,6 +187,15 @@ pub struct ConvertReport {
 
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
+    let open = input_request(opts)?;
+    let input = open_inputs(&opts.inputs, &open)?;
+    convert_input(&input, opts, progress)
+}
+
+/// How [`convert`] opens `opts.inputs` for `opts.output`, after the checks it makes before
+/// an input is opened (an HF release's architecture, from its config.json). Outputs whose
+/// requests are equal can share one opened input ([`convert_input`]).
+pub fn input_request(opts: &ConvertOptions) -> Result<OpenRequest> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
     let by_arch = fmt.by_architecture;
     by_arch::precheck(&opts.inputs, by_arch, &opts.transform)?;
@@ -194,14 +203,23 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Convert
     // The reference reads a release with torch.load/safe_open, which give every name of tied
     // weights; its architecture code decides what to write.
     open.read.shared_copy |= by_arch::release_dir(&opts.inputs, by_arch, &opts.transform).is_some();
-    let input = open_inputs(&opts.inputs, &open)?;
+    Ok(open)
+}
+
+/// Runs a conversion of an input opened with [`input_request`]'s request (`opts.inputs` is
+/// not opened again).
+pub fn convert_input(
+    input: &Input,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
     let mut r = convert_source(
         input.source.as_ref(),
         input.repo_dir.as_deref(),
         opts,
         progress,
     )?;
-    r.notes = input.notes;
+    r.notes = input.notes.clone();
     Ok(r)
 }
 

@@ -33,7 +33,10 @@ pub mod transform;
 pub mod txn;
 pub mod verify;
 
-pub use convert::{convert, convert_source, ConvertOptions, ConvertReport, FileReport};
+pub use convert::{
+    convert, convert_input, convert_source, input_request, ConvertOptions, ConvertReport,
+    FileReport,
+};
 pub use exec::{hash_source, NoProgress, Progress};
 pub use input::{open_input, open_inputs, Input};
 pub use weightport_core::registry::OpenRequest;

@@ -1,0 +1,335 @@
+//! `weightport run JOB.toml`: a job's outputs are the bytes llama.cpp's tools make
+//! (`convert_hf_to_gguf.py --outtype f16` + `llama-quantize`, sha256 from
+//! fixtures/expected/arch/files.json), the same bytes as separate `convert` runs of this
+//! binary, and the tensors transformers wrote; a rerun skips what still verifies and makes
+//! again what does not; a failed output does not undo the others; `--dry-run` writes nothing;
+//! a bad job file is refused with the key and line.
+
+mod common;
+use common::{fixtures, wp};
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn sha(p: &Path) -> String {
+    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
+}
+
+fn reference(quant: &str) -> String {
+    let v: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/arch/files.json")).unwrap(),
+    )
+    .unwrap();
+    v["llama"]["quantized"][quant]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn llama() -> String {
+    fixtures().join("good/arch/llama").display().to_string()
+}
+
+/// The release → safetensors repo + Q8_0 + Q4_K_M job (attested, with a report).
+const RELEASE_JOB: &str = r#"
+[defaults]
+threads = 2
+
+[[job]]
+input = "INPUT"
+
+[[job.output]]
+path = "out/repo"
+shard_size = "30KB"
+
+[[job.output]]
+path = "out/m-Q8_0.gguf"
+outtype = "f16"
+quant = "Q8_0"
+
+[[job.output]]
+path = "out/m-Q4_K_M.gguf"
+outtype = "f16"
+quant = "Q4_K_M"
+attest = "out/m-Q4_K_M.intoto.json"
+report = "out/m-Q4_K_M.html"
+"#;
+
+fn write_job(dir: &Path, text: &str) -> PathBuf {
+    let job = dir.join("job.toml");
+    std::fs::write(&job, text.replace("INPUT", &llama())).unwrap();
+    job
+}
+
+fn run_json(job: &Path, extra: &[&str]) -> (Output, Value) {
+    let mut args = vec!["--json", "run", job.to_str().unwrap()];
+    args.extend(extra);
+    let o = wp(&args);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o, v)
+}
+
+fn statuses(v: &Value) -> Vec<String> {
+    v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every file under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn convert(args: &[&str]) {
+    let mut full = vec!["convert"];
+    full.extend(args);
+    let o = wp(&full);
+    assert!(
+        o.status.success(),
+        "{full:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_job_makes_the_reference_bytes_and_the_bytes_of_separate_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let job = write_job(t.path(), RELEASE_JOB);
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made", "made", "made"]);
+    assert_eq!(
+        (v["made"].as_u64(), v["failed"].as_u64()),
+        (Some(3), Some(0))
+    );
+    let out = t.path().join("out");
+    // The reference chain's bytes.
+    assert_eq!(
+        sha(&out.join("m-Q8_0.gguf")),
+        reference("Q8_0"),
+        "Q8_0 vs llama-quantize"
+    );
+    assert_eq!(
+        sha(&out.join("m-Q4_K_M.gguf")),
+        reference("Q4_K_M"),
+        "Q4_K_M vs llama-quantize"
+    );
+    // The repo holds the tensors transformers wrote.
+    let repo = out.join("repo");
+    let o = wp(&["verify", repo.to_str().unwrap(), "--against", &llama()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // Separate runs of this binary give the same bytes, file for file.
+    let sep = t.path().join("sep");
+    let s = |p: &str| sep.join(p).display().to_string();
+    convert(&[&llama(), "-o", &s("repo"), "--shard-size", "30KB"]);
+    for q in ["Q8_0", "Q4_K_M"] {
+        convert(&[
+            &llama(),
+            "-o",
+            &s(&format!("m-{q}.gguf")),
+            "--outtype",
+            "f16",
+            "--quant",
+            q,
+        ]);
+    }
+    assert_eq!(tree(&repo), tree(&sep.join("repo")));
+    for f in tree(&repo) {
+        assert_eq!(
+            sha(&repo.join(&f)),
+            sha(&sep.join("repo").join(&f)),
+            "repo/{f}"
+        );
+    }
+    assert!(tree(&repo).len() > 3, "a sharded repo with its companions");
+    // The attestation names the GGUF with its sha256; the report is a page.
+    let st: Value =
+        serde_json::from_slice(&std::fs::read(out.join("m-Q4_K_M.intoto.json")).unwrap()).unwrap();
+    assert_eq!(st["subject"][0]["name"], "m-Q4_K_M.gguf");
+    assert_eq!(st["subject"][0]["digest"]["sha256"], reference("Q4_K_M"));
+    let html = std::fs::read_to_string(out.join("m-Q4_K_M.html")).unwrap();
+    assert!(html.contains("<svg"), "the report's chart");
+}
+
+#[test]
+fn a_rerun_skips_what_verifies_and_makes_again_what_does_not() {
+    let t = tempfile::tempdir().unwrap();
+    let job = write_job(t.path(), RELEASE_JOB);
+    assert!(run_json(&job, &[]).0.status.success());
+    let out = t.path().join("out");
+    let q8 = out.join("m-Q8_0.gguf");
+    let before = std::fs::metadata(&q8).unwrap().modified().unwrap();
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success());
+    assert_eq!(statuses(&v), ["skipped", "skipped", "skipped"]);
+    assert_eq!(std::fs::metadata(&q8).unwrap().modified().unwrap(), before);
+    // A changed byte in one output, a deleted attestation of another: those two are made
+    // again, the repo is skipped.
+    let mut b = std::fs::read(&q8).unwrap();
+    let n = b.len();
+    b[n - 1] ^= 1;
+    std::fs::write(&q8, b).unwrap();
+    std::fs::remove_file(out.join("m-Q4_K_M.intoto.json")).unwrap();
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["skipped", "made", "made"]);
+    let why = v["outputs"][1]["redone_because"].as_str().unwrap();
+    assert!(why.contains("m-Q8_0.gguf changed"), "{why}");
+    assert_eq!(sha(&q8), reference("Q8_0"));
+    assert!(out.join("m-Q4_K_M.intoto.json").is_file());
+    // Changed options make it again too.
+    let edited = RELEASE_JOB.replace("quant = \"Q8_0\"", "quant = \"Q8_0\"\npure = true");
+    let job = write_job(t.path(), &edited);
+    let (_, v) = run_json(&job, &["--dry-run"]);
+    assert_eq!(statuses(&v), ["skipped", "planned", "skipped"]);
+    assert_eq!(v["outputs"][1]["redone_because"], "its options changed");
+}
+
+#[test]
+fn a_failed_output_does_not_undo_the_others() {
+    let t = tempfile::tempdir().unwrap();
+    let gguf = fixtures().join("good/gguf/c_quant_q4_k_m.gguf");
+    let text = format!(
+        "[[job]]\ninput = \"{}\"\n\n[[job.output]]\npath = \"a.safetensors\"\n\n\
+         [[job.output]]\npath = \"b.gguf\"\nquant = \"Q8_0\"\n\n[[job.output]]\npath = \"c.gguf\"\n",
+        gguf.display()
+    );
+    std::fs::write(t.path().join("job.toml"), &text).unwrap();
+    let job = t.path().join("job.toml");
+    // The dry run plans the two that can be made and names the refusal; it writes nothing.
+    let (o, v) = run_json(&job, &["--dry-run"]);
+    assert_eq!(o.status.code(), Some(3), "a requantize refusal");
+    assert_eq!(statuses(&v), ["planned", "failed", "planned"]);
+    assert!(v["needed_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(tree(t.path()), ["job.toml"]);
+    let (o, v) = run_json(&job, &[]);
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(statuses(&v), ["made", "failed", "made"]);
+    let e = &v["outputs"][1]["error"];
+    assert_eq!(e["kind"], "refused");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-requantize"),
+        "{e}"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("job.toml:8: job 1 output 2"), "{stderr}");
+    assert!(stderr.contains("2 made, 0 skipped, 1 failed"), "{stderr}");
+    assert!(!t.path().join("b.gguf").exists());
+    // The outputs made are what convert makes: the GGUF copied byte for byte, the F32 values.
+    assert_eq!(sha(&t.path().join("c.gguf")), sha(&gguf));
+    let o = wp(&[
+        "verify",
+        t.path().join("a.safetensors").to_str().unwrap(),
+        "--against",
+        gguf.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn an_output_made_by_someone_else_is_refused_unless_forced() {
+    let t = tempfile::tempdir().unwrap();
+    let text =
+        "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n";
+    let job = write_job(t.path(), text);
+    std::fs::write(t.path().join("m.gguf"), b"not ours").unwrap();
+    let (o, v) = run_json(&job, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(v["outputs"][0]["error"]["kind"], "usage");
+    assert_eq!(std::fs::read(t.path().join("m.gguf")).unwrap(), b"not ours");
+    let (o, v) = run_json(&job, &["--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let want: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/arch/files.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sha(&t.path().join("m.gguf")),
+        want["llama"]["outtypes"]["q8_0"]["sha256"]
+            .as_str()
+            .unwrap(),
+        "convert_hf_to_gguf.py --outtype q8_0"
+    );
+}
+
+#[test]
+fn a_bad_job_file_is_refused_with_the_key_and_line_before_anything_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"a.gguf\"\n[[job.output]]\npath = \"b.gguf\"\nquantt = \"Q8_0\"\n",
+            "job.toml:7: unknown field `quantt`",
+        ),
+        (
+            "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"a.gguf\"\n\n[[job.output]]\npath = \"b.gguf\"\nshard_size = \"lots\"\n",
+            "job.toml:7: job 1 output 2",
+        ),
+        ("[defaults]\nthreads = 2\n", "no [[job]]"),
+        ("[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"a.gguf\"\nthreads = \"two\"\n", "job.toml:5"),
+    ];
+    for (text, want) in cases {
+        let job = write_job(t.path(), text);
+        let o = wp(&["run", job.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(want), "{text}: {stderr}");
+        assert_eq!(tree(t.path()), ["job.toml"], "nothing ran");
+    }
+}
+
+#[test]
+fn records_hold_from_any_working_directory_and_a_broken_state_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir(t.path().join("ci")).unwrap();
+    let text = "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"../out/m.gguf\"\nouttype = \"q8_0\"\n";
+    std::fs::write(
+        t.path().join("ci/job.toml"),
+        text.replace("INPUT", &llama()),
+    )
+    .unwrap();
+    let run_in = |dir: &Path, job: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args(["--json", "run", job])
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let o = run_in(t.path(), "ci/job.toml");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t.path().join("out/m.gguf").is_file(),
+        "relative to the job file"
+    );
+    let o = run_in(&t.path().join("ci"), "job.toml");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(statuses(&v), ["skipped"]);
+    std::fs::write(t.path().join("ci/.job.toml.state.json"), b"{not json").unwrap();
+    let o = run_in(t.path(), "ci/job.toml");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(".job.toml.state.json: not a weightport job state"),
+        "{stderr}"
+    );
+}
