@@ -46,6 +46,8 @@ macro_rules! multiversion {
 pub mod blocks;
 pub mod cast;
 mod grids;
+mod iq3_init;
+mod iq3_quant;
 mod iquants;
 mod kquants;
 mod legacy;
@@ -79,6 +81,16 @@ pub enum QuantError {
         expected: usize,
         /// The length it has.
         got: usize,
+    },
+    /// ggml's quantizer aborts on this input (`GGML_ASSERT` in the IQ3 grid search: no grid
+    /// neighbour at a finite weighted distance, or a NaN scale), which non-finite values or
+    /// values whose square overflows f32 cause.
+    #[error("cannot quantize to {dtype}: the block at element {element} has non-finite or out-of-range values (ggml aborts on it)")]
+    Unquantizable {
+        /// The dtype.
+        dtype: DType,
+        /// Index in the source of the first element of that block.
+        element: usize,
     },
     /// The source element count is not a multiple of the block size.
     #[error("{len} elements are not a whole number of {dtype} blocks of {block}")]
@@ -138,8 +150,7 @@ macro_rules! kernels {
                 _ => false,
             }
         }
-        /// True if [`quantize`] supports `dtype`.
-        pub fn can_quantize(dtype: DType) -> bool {
+        fn can_quantize_block(dtype: DType) -> bool {
             match dtype { $( DType::$dt => { let q: Option<fn(&[f32], &mut [$blk])> = $q; q.is_some() } )* _ => false }
         }
         /// True if [`dequantize`] supports `dtype`.
@@ -179,6 +190,11 @@ kernels! {
     IQ4_XS => BlockIq4Xs, q: Some(iquants::quantize_iq4_xs), dq: Some(iquants::dequantize_iq4_xs);
 }
 
+/// True if [`quantize`] supports `dtype`.
+pub fn can_quantize(dtype: DType) -> bool {
+    can_quantize_block(dtype) || weighted::checked_row_kernel(dtype).is_some()
+}
+
 /// Quantizes `src` into `dst` exactly as ggml does without an importance matrix:
 /// `ggml_quantize_chunk(dtype, …, imatrix = NULL)`, i.e. what `llama-quantize` writes. For all
 /// supported types but two that is `quantize_row_<dtype>_ref`; for IQ4_NL and IQ4_XS it is
@@ -213,6 +229,10 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
             got: dst.len(),
         });
     }
+    if let Some(k) = weighted::checked_row_kernel(dtype) {
+        // blocks are independent without an importance matrix: all of `src` is one row
+        return k(src, dst, None).map_err(|element| QuantError::Unquantizable { dtype, element });
+    }
     quantize_dispatch(dtype, src, dst);
     Ok(())
 }
@@ -237,6 +257,7 @@ pub fn quantize_rows(
         op: "quantize",
     };
     let kernel = weighted::row_kernel(dtype);
+    let checked = weighted::checked_row_kernel(dtype);
     if kernel.is_none() && !can_quantize(dtype) {
         return Err(unsupported);
     }
@@ -272,6 +293,18 @@ pub fn quantize_rows(
             expected: want,
             got: dst.len(),
         });
+    }
+    if let Some(k) = checked {
+        let rows = src
+            .chunks_exact(n_per_row)
+            .zip(dst.chunks_exact_mut(row_bytes));
+        for (r, (x, y)) in rows.enumerate() {
+            k(x, y, imatrix).map_err(|e| QuantError::Unquantizable {
+                dtype,
+                element: r * n_per_row + e,
+            })?;
+        }
+        return Ok(());
     }
     match kernel {
         Some(k) => {

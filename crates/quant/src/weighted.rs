@@ -16,8 +16,26 @@ pub(crate) type RowKernel = fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>)
 /// The row kernel of `dtype`, if its ggml quantizer reads the importance matrix.
 pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
     // One arm per type whose ggml `quantize_<type>` reads `quant_weights`.
-    #[allow(clippy::match_single_binding)]
     match dtype {
+        DType::IQ4_NL => Some(crate::iquants::quantize_row_iq4_nl),
+        DType::IQ4_XS => Some(crate::iquants::quantize_row_iq4_xs),
+        _ => None,
+    }
+}
+
+/// A row kernel whose ggml quantizer can abort (`GGML_ASSERT` in its grid search, on
+/// non-finite or overflowing values): `Err(element)` names the first element (within the row)
+/// of the block ggml aborts on; nothing is promised about `y` then.
+pub(crate) type CheckedRowKernel =
+    fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>) -> Result<(), usize>;
+
+/// The checked row kernel of `dtype`, if its ggml quantizer can abort. These types' kernels
+/// also serve [`crate::quantize`] (with no weights).
+pub(crate) fn checked_row_kernel(dtype: DType) -> Option<CheckedRowKernel> {
+    // One arm per type.
+    match dtype {
+        DType::IQ3_XXS => Some(crate::iq3_quant::quantize_row_iq3_xxs),
+        DType::IQ3_S => Some(crate::iq3_quant::quantize_row_iq3_s),
         _ => None,
     }
 }
@@ -34,5 +52,5 @@ pub fn requires_imatrix(dtype: DType) -> bool {
 
 /// True if an importance matrix changes what [`crate::quantize_rows`] writes for `dtype`.
 pub fn uses_imatrix(dtype: DType) -> bool {
-    row_kernel(dtype).is_some()
+    row_kernel(dtype).is_some() || checked_row_kernel(dtype).is_some()
 }
