@@ -112,6 +112,7 @@ fn fit(weight: &[f32; 32], xval: &[f32; 32], l: &[i8; 32]) -> (f32, f32) {
 
 /// The magnitudes and sign bits of 32 values (IQ3_XXS: even flips per 8, by flipping back
 /// the value with the smallest `w·x²`).
+#[inline(always)]
 fn split_signs(v: &Variant, xb: &[f32], weight: &[f32; 32]) -> ([f32; 32], [u8; 4]) {
     let mut xval = [0f32; 32];
     let mut signs = [0u8; 4];
@@ -147,8 +148,66 @@ fn split_signs(v: &Variant, xb: &[f32], weight: &[f32; 32]) -> ([f32; 32], [u8; 
 /// ggml aborts on this input.
 struct Abort;
 
+/// Trial scales: at most 31 (IQ3_XXS), lanes padded to 32.
+const TRIALS: usize = 32;
+
+/// Every trial scale's levels, which groups were on the grid, and the values `2l + 1`
+/// transposed (`q[i][t]`) for [`trial_fits`].
+struct Trials {
+    levels: [[i8; 32]; TRIALS],
+    on_grid: [[bool; 8]; TRIALS],
+    q: [[f32; TRIALS]; 32],
+}
+
+/// Maps the sub-block to the grid at each trial scale `is ∈ -steps..=steps` (inverse scale
+/// `(15 + 0.2·is)/max`; off-grid groups take their best neighbour at its reciprocal).
+#[inline(always)]
+fn trials(v: &Variant, xval: &[f32; 32], waux: &[f32; 32], max: f32) -> Result<Trials, Abort> {
+    let mut tr = Trials {
+        levels: [[0; 32]; TRIALS],
+        on_grid: [[true; 8]; TRIALS],
+        q: [[1.0; TRIALS]; 32],
+    };
+    for t in 0..(2 * v.steps + 1) as usize {
+        let is = t as i32 - v.steps;
+        let id = (15.0 + is as f32 * 0.2) / max;
+        let this_scale = 1.0 / id;
+        let laux = &mut tr.levels[t];
+        for k in 0..8 {
+            let (lv, _, on) = group_levels(v.grid, &xval[4 * k..], &waux[4 * k..], id, this_scale)
+                .ok_or(Abort)?;
+            laux[4 * k..4 * k + 4].copy_from_slice(&lv);
+            tr.on_grid[t][k] = on;
+        }
+        for i in 0..32 {
+            tr.q[i][t] = (2 * laux[i] as i32 + 1) as f32;
+        }
+    }
+    Ok(tr)
+}
+
+/// [`fit`] of every trial: each trial's sums run in element order as in ggml; the trials only
+/// run side by side (independent chains, one SIMD lane each).
+#[inline(always)]
+fn trial_fits(
+    weight: &[f32; 32],
+    xval: &[f32; 32],
+    q: &[[f32; TRIALS]; 32],
+) -> ([f32; TRIALS], [f32; TRIALS]) {
+    let (mut sumqx, mut sumq2) = ([0f32; TRIALS], [0f32; TRIALS]);
+    for i in 0..32 {
+        let (w, wx) = (weight[i], weight[i] * xval[i]);
+        for t in 0..TRIALS {
+            sumqx[t] += wx * q[i][t];
+            sumq2[t] += w * q[i][t] * q[i][t];
+        }
+    }
+    (sumqx, sumq2)
+}
+
 /// One 32-value sub-block with its weights: `Ok(None)` for an all-(near-)zero one (ggml
 /// skips it), `Err` where ggml aborts.
+#[inline(always)]
 fn sub_block(v: &Variant, xb: &[f32], weight: &[f32; 32]) -> Result<Option<SubBlock>, Abort> {
     let g = v.grid;
     let mut waux = [0f32; 32];
@@ -166,23 +225,14 @@ fn sub_block(v: &Variant, xb: &[f32], weight: &[f32; 32]) -> Result<Option<SubBl
     let (mut scale, mut best) = (max / 15.0, 0f32);
     let mut l = [0i8; 32];
     let mut on_grid = [v.xxs; 8];
-    for is in -v.steps..=v.steps {
-        let id = (15.0 + is as f32 * 0.2) / max;
-        let this_scale = 1.0 / id;
-        let mut laux = [0i8; 32];
-        let mut on_aux = [true; 8];
-        for k in 0..8 {
-            let (lv, _, on) =
-                group_levels(g, &xval[4 * k..], &waux[4 * k..], id, this_scale).ok_or(Abort)?;
-            laux[4 * k..4 * k + 4].copy_from_slice(&lv);
-            on_aux[k] = on;
-        }
-        let (sumqx, sumq2) = fit(weight, &xval, &laux);
-        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-            scale = sumqx / sumq2;
-            best = scale * sumqx;
-            l = laux;
-            on_grid = on_aux;
+    let tr = trials(v, &xval, &waux, max)?;
+    let (sumqx, sumq2) = trial_fits(weight, &xval, &tr.q);
+    for t in 0..(2 * v.steps + 1) as usize {
+        if sumq2[t] > 0.0 && sumqx[t] * sumqx[t] > best * sumq2[t] {
+            scale = sumqx[t] / sumq2[t];
+            best = scale * sumqx[t];
+            l = tr.levels[t];
+            on_grid = tr.on_grid[t];
         }
     }
     if on_grid.contains(&false) && scale > 0.0 {
@@ -258,6 +308,7 @@ fn sub_scale(id: f32, scale: f32) -> u32 {
     nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u32
 }
 
+#[inline(always)]
 fn iq3_xxs_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq3Xxs) -> Result<(), Abort> {
     let v = Variant {
         grid: iq3_init::iq3xxs(),
@@ -298,6 +349,7 @@ fn iq3_xxs_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq3Xxs) -> Result<(
     Ok(())
 }
 
+#[inline(always)]
 fn iq3_s_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq3S) -> Result<(), Abort> {
     let v = Variant {
         grid: iq3_init::iq3s(),
@@ -342,28 +394,47 @@ fn iq3_s_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq3S) -> Result<(), A
     Ok(())
 }
 
-/// IQ3_XXS row kernel (`quantize_iq3_xxs` on one row, optional importance weights):
-/// `Err(element)` names the first element of the super-block where ggml aborts.
-pub(crate) fn quantize_row_iq3_xxs(
-    x: &[f32],
-    y: &mut [u8],
-    qw: Option<&[f32]>,
-) -> Result<(), usize> {
-    let y = as_blocks_mut::<BlockIq3Xxs>(y);
-    for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
-        let w = qw.map(|w| &w[256 * i..256 * i + 256]);
-        iq3_xxs_block(xb, w, b).map_err(|Abort| 256 * i)?;
-    }
-    Ok(())
+/// Defines the row kernel `$name`, which runs `$body` compiled for AVX2 when the CPU has it
+/// (as the crate's `multiversion!`: the same IEEE f32 operations, no FMA, so the same bytes;
+/// the tests check both builds). The hot path is `#[inline(always)]` down to the neighbour
+/// search so that it is compiled inside the AVX2 function.
+macro_rules! row_kernel {
+    ($(#[$doc:meta])* $name:ident, $blk:ty, $block_fn:ident) => {
+        $(#[$doc])*
+        pub(crate) fn $name(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
+            #[inline(always)]
+            fn rows(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
+                let y = as_blocks_mut::<$blk>(y);
+                for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
+                    let w = qw.map(|w| &w[256 * i..256 * i + 256]);
+                    $block_fn(xb, w, b).map_err(|Abort| 256 * i)?;
+                }
+                Ok(())
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
+                    #[target_feature(enable = "avx2")]
+                    unsafe fn avx2(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
+                        rows(x, y, qw)
+                    }
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    return unsafe { avx2(x, y, qw) };
+                }
+            }
+            rows(x, y, qw)
+        }
+    };
 }
 
-/// IQ3_S row kernel (`quantize_iq3_s` on one row, optional importance weights):
-/// `Err(element)` names the first element of the super-block where ggml aborts.
-pub(crate) fn quantize_row_iq3_s(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
-    let y = as_blocks_mut::<BlockIq3S>(y);
-    for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
-        let w = qw.map(|w| &w[256 * i..256 * i + 256]);
-        iq3_s_block(xb, w, b).map_err(|Abort| 256 * i)?;
-    }
-    Ok(())
-}
+row_kernel!(
+    /// IQ3_XXS row kernel (`quantize_iq3_xxs` on one row, optional importance weights):
+    /// `Err(element)` names the first element of the super-block where ggml aborts.
+    quantize_row_iq3_xxs, BlockIq3Xxs, iq3_xxs_block
+);
+
+row_kernel!(
+    /// IQ3_S row kernel (`quantize_iq3_s` on one row, optional importance weights):
+    /// `Err(element)` names the first element of the super-block where ggml aborts.
+    quantize_row_iq3_s, BlockIq3S, iq3_s_block
+);
