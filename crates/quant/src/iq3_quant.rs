@@ -168,16 +168,26 @@ fn trials(v: &Variant, xval: &[f32; 32], waux: &[f32; 32], max: f32) -> Result<T
         on_grid: [[true; 8]; TRIALS],
         q: [[1.0; TRIALS]; 32],
     };
-    for t in 0..(2 * v.steps + 1) as usize {
-        let is = t as i32 - v.steps;
-        let id = (15.0 + is as f32 * 0.2) / max;
-        let this_scale = 1.0 / id;
+    let n = (2 * v.steps + 1) as usize;
+    let ids: [f32; TRIALS] =
+        std::array::from_fn(|t| (15.0 + (t as i32 - v.steps) as f32 * 0.2) / max);
+    // the rounding of every trial at once (vectorizes), then the grid lookups
+    for t in 0..n {
+        for i in 0..32 {
+            tr.levels[t][i] = nearest_int(0.5 * (ids[t] * xval[i] - 1.0)).clamp(0, 7) as i8;
+        }
+    }
+    for t in 0..n {
+        let this_scale = 1.0 / ids[t];
         let laux = &mut tr.levels[t];
         for k in 0..8 {
-            let (lv, _, on) = group_levels(v.grid, &xval[4 * k..], &waux[4 * k..], id, this_scale)
-                .ok_or(Abort)?;
-            laux[4 * k..4 * k + 4].copy_from_slice(&lv);
-            tr.on_grid[t][k] = on;
+            let lk: &[i8; 4] = laux[4 * k..4 * k + 4].try_into().unwrap();
+            if let Lookup::Off(nb) = v.grid.lookup(iq3_init::key_of(lk)) {
+                let j = best_neighbour(v.grid, nb, &xval[4 * k..], &waux[4 * k..], this_scale)
+                    .ok_or(Abort)?;
+                laux[4 * k..4 * k + 4].copy_from_slice(&v.grid.levels[j as usize]);
+                tr.on_grid[t][k] = false;
+            }
         }
         for i in 0..32 {
             tr.q[i][t] = (2 * laux[i] as i32 + 1) as f32;
