@@ -177,12 +177,19 @@ fn trials(v: &Variant, xval: &[f32; 32], waux: &[f32; 32], max: f32) -> Result<T
             tr.levels[t][i] = nearest_int(0.5 * (ids[t] * xval[i] - 1.0)).clamp(0, 7) as i8;
         }
     }
+    let mut keys = [[0u16; 8]; TRIALS];
+    for t in 0..n {
+        for k in 0..8 {
+            let l = &tr.levels[t][4 * k..4 * k + 4];
+            keys[t][k] =
+                (l[0] as u16) | (l[1] as u16) << 3 | (l[2] as u16) << 6 | (l[3] as u16) << 9;
+        }
+    }
     for t in 0..n {
         let this_scale = 1.0 / ids[t];
         let laux = &mut tr.levels[t];
         for k in 0..8 {
-            let lk: &[i8; 4] = laux[4 * k..4 * k + 4].try_into().unwrap();
-            if let Lookup::Off(nb) = v.grid.lookup(iq3_init::key_of(lk)) {
+            if let Lookup::Off(nb) = v.grid.lookup(keys[t][k] as usize) {
                 let j = best_neighbour(v.grid, nb, &xval[4 * k..], &waux[4 * k..], this_scale)
                     .ok_or(Abort)?;
                 laux[4 * k..4 * k + 4].copy_from_slice(&v.grid.levels[j as usize]);
