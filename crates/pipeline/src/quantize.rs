@@ -45,6 +45,11 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
         weightport_quant::QuantError::Unsupported { .. } => {
             Error::unsupported(weightport_core::Location::default(), None, e.to_string())
         }
+        // values ggml's quantizer aborts on (IQ3 grid search on NaN/inf): the input's fault
+        weightport_quant::QuantError::Unquantizable { .. } => Error::Refused {
+            at: weightport_core::Location::default(),
+            reason: e.to_string(),
+        },
         other => Error::Internal(format!("quantization kernel: {other}")),
     }
 }
@@ -93,9 +98,10 @@ impl Transform for Quantize {
         let per_block = be * elem_size(self.from);
         vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
     }
-    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         let (be, bb) = block(self.to);
         let (be, bb) = (be as usize, bb as usize);
+        let first = out.start as usize / bb * be; // this piece's first element in the tensor
         let es = elem_size(self.from) as usize;
         let n = inputs[0].len() / es;
         let mut acc = Accum::default();
@@ -108,7 +114,8 @@ impl Transform for Quantize {
                 // The reference quantizes what ggml's row conversion makes of the input.
                 let src = &inputs[0][start * es..(start + m) * es];
                 decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
-                weightport_quant::quantize(self.to, vals, out).map_err(kernel_error)?;
+                weightport_quant::quantize(self.to, vals, out)
+                    .map_err(|e| kernel_error(e.offset_by(first + start)))?;
                 back.resize(m, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
                 if self.measure {
@@ -263,5 +270,20 @@ mod tests {
             got: 2,
         });
         assert!(matches!(e, Error::Internal(_)), "{e}");
+    }
+
+    #[test]
+    fn values_ggml_aborts_on_are_refused_with_their_element() {
+        // IQ3_XXS of a NaN: ggml's grid search asserts; the second block of this piece is
+        // element 256 + 256 of the tensor
+        let q = Quantize::new(DType::F32, DType::IQ3_XXS).unwrap();
+        let mut vals = vec![0.5f32; 512];
+        vals[300] = f32::NAN;
+        let src: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut dst = vec![0u8; 2 * 98];
+        let e = q.apply(98..3 * 98, &[&src], &mut dst).unwrap_err();
+        assert!(matches!(e, Error::Refused { .. }), "{e}");
+        assert!(e.to_string().contains("IQ3_XXS"), "{e}");
+        assert!(e.to_string().contains("element 512"), "{e}");
     }
 }

@@ -104,6 +104,20 @@ pub enum QuantError {
     },
 }
 
+impl QuantError {
+    /// The same error with its element index moved by `elements`: for a caller that passed a
+    /// slice starting `elements` into a larger source.
+    pub fn offset_by(self, elements: usize) -> QuantError {
+        match self {
+            QuantError::Unquantizable { dtype, element } => QuantError::Unquantizable {
+                dtype,
+                element: element + elements,
+            },
+            other => other,
+        }
+    }
+}
+
 thread_local! {
     /// Per thread, so a test checking the portable build does not switch the kernels of tests
     /// running beside it.
