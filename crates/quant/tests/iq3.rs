@@ -180,3 +180,50 @@ fn iq3_xxs_matches_ggml() {
 fn iq3_s_matches_ggml() {
     check_type("iq3_s", DType::IQ3_S);
 }
+
+/// The first `n` values of the harness's bench input (sums of 4 xorshift uniforms; the same
+/// f32 operations as `bench_input` in quant_iq3_ref.c).
+fn bench_input(n: usize) -> Vec<f32> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            let mut acc = 0f32;
+            for _ in 0..4 {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                acc += (s >> 40) as f32 / (1u32 << 24) as f32 - 0.5;
+            }
+            acc
+        })
+        .collect()
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// 1 Mi values per case (4096 super-blocks): the FNV-1a 64 of our output equals that of
+/// ggml's, recorded in big_hashes.txt, for every type, row length and imatrix.
+#[test]
+fn big_inputs_hash_like_ggml() {
+    let x = bench_input(1 << 20);
+    let text = String::from_utf8(read("big_hashes.txt")).unwrap();
+    let mut cases = 0;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let dtype = DType::from_name(&f[0].to_uppercase()).unwrap();
+        let n: usize = f[1].parse().unwrap();
+        let w: Vec<f32> = (0..n)
+            .map(|i| 0.5 + ((i * 37) % 101) as f32 / 50.0)
+            .collect();
+        let w = (f[2] == "bench").then_some(&w[..]);
+        let mut y = vec![0u8; expected_len(dtype, x.len())];
+        quantize_rows(dtype, &x, &mut y, n, w).unwrap();
+        assert_eq!(format!("{:016x}", fnv1a(&y)), f[3], "{line}");
+        cases += 1;
+    }
+    assert_eq!(cases, 16);
+}
