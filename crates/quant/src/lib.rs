@@ -214,7 +214,9 @@ pub fn can_quantize(dtype: DType) -> bool {
 /// supported types but two that is `quantize_row_<dtype>_ref`; for IQ4_NL and IQ4_XS it is
 /// `quantize_iq4_nl`/`quantize_iq4_xs` (scale search with 7 tries each way;
 /// `quantize_row_iq4_nl_ref` does no search and gives other bytes). Q8_1 and Q8_K have no
-/// `ggml_quantize_chunk` path; for them this is their `_ref` function.
+/// `ggml_quantize_chunk` path; for them this is their `_ref` function. IQ3_XXS and IQ3_S are
+/// `quantize_iq3_xxs`/`quantize_iq3_s` (= their `_ref`); where ggml aborts on the input
+/// (NaN/inf, or values whose square overflows) this returns [`QuantError::Unquantizable`].
 ///
 /// `src.len()` must be a multiple of the block's element count and `dst.len()` must be
 /// exactly `blocks × block bytes`. Blocks are independent, so callers may split a tensor at
