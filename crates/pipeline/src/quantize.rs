@@ -29,6 +29,23 @@ fn elem_size(d: DType) -> u64 {
     u64::from(d.elem_bytes().unwrap_or(4))
 }
 
+/// A block ggml's grid search aborts on (IQ3 of NaN/inf or overflowing values) is the input's
+/// fault: refused, naming the first element (in the tensor) of the super-block; `first` is the
+/// tensor element the kernel's slice starts at.
+fn grid_refusal(e: weightport_quant::QuantError, first: usize, block_elems: usize) -> Error {
+    match e {
+        weightport_quant::QuantError::GridSearch { dtype, block, .. } => Error::Refused {
+            at: weightport_core::Location::default(),
+            reason: format!(
+                "cannot quantize to {dtype}: the {block_elems} values from element {} are \
+                 non-finite or overflow f32 when squared (ggml's quantizer aborts on them)",
+                first + block * block_elems
+            ),
+        },
+        other => kernel_error(other),
+    }
+}
+
 /// Elements quantized per step: a multiple of every block size (32, 256), small enough that the
 /// f32 values and their round trip stay in L2 instead of growing with the chunk.
 const STEP_ELEMS: usize = 16 << 10;
@@ -45,11 +62,6 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
         weightport_quant::QuantError::Unsupported { .. } => {
             Error::unsupported(weightport_core::Location::default(), None, e.to_string())
         }
-        // values ggml's quantizer aborts on (IQ3 grid search on NaN/inf): the input's fault
-        weightport_quant::QuantError::Unquantizable { .. } => Error::Refused {
-            at: weightport_core::Location::default(),
-            reason: e.to_string(),
-        },
         other => Error::Internal(format!("quantization kernel: {other}")),
     }
 }
@@ -115,7 +127,7 @@ impl Transform for Quantize {
                 let src = &inputs[0][start * es..(start + m) * es];
                 decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
                 weightport_quant::quantize(self.to, vals, out)
-                    .map_err(|e| kernel_error(e.offset_by(first + start)))?;
+                    .map_err(|e| grid_refusal(e, first + start, be))?;
                 back.resize(m, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
                 if self.measure {

@@ -9,7 +9,7 @@
 //!
 //! ggml aborts (`GGML_ASSERT`) where no neighbour has a finite weighted distance or the final
 //! scale is NaN, which non-finite or huge (|x|² overflowing) inputs cause. These kernels
-//! return `Err(first element of that super-block)` there instead.
+//! return `Err(index of that super-block in the row)` there instead.
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
@@ -424,7 +424,7 @@ macro_rules! row_kernel {
                 let y = as_blocks_mut::<$blk>(y);
                 for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
                     let w = qw.map(|w| &w[256 * i..256 * i + 256]);
-                    $block_fn(xb, w, b).map_err(|Abort| 256 * i)?;
+                    $block_fn(xb, w, b).map_err(|Abort| i)?;
                 }
                 Ok(())
             }
@@ -446,12 +446,12 @@ macro_rules! row_kernel {
 
 row_kernel!(
     /// IQ3_XXS row kernel (`quantize_iq3_xxs` on one row, optional importance weights):
-    /// `Err(element)` names the first element of the super-block where ggml aborts.
+    /// `Err(block)` names the super-block (within the row) where ggml aborts.
     quantize_row_iq3_xxs, BlockIq3Xxs, iq3_xxs_block
 );
 
 row_kernel!(
     /// IQ3_S row kernel (`quantize_iq3_s` on one row, optional importance weights):
-    /// `Err(element)` names the first element of the super-block where ggml aborts.
+    /// `Err(block)` names the super-block (within the row) where ggml aborts.
     quantize_row_iq3_s, BlockIq3S, iq3_s_block
 );

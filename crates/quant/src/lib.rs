@@ -82,15 +82,19 @@ pub enum QuantError {
         /// The length it has.
         got: usize,
     },
-    /// ggml's quantizer aborts on this input (`GGML_ASSERT` in the IQ3 grid search: no grid
-    /// neighbour at a finite weighted distance, or a NaN scale), which non-finite values or
-    /// values whose square overflows f32 cause.
-    #[error("cannot quantize to {dtype}: the block at element {element} has non-finite or out-of-range values (ggml aborts on it)")]
-    Unquantizable {
+    /// ggml's grid search aborts on this input (every candidate's distance is NaN or
+    /// infinite, or the scale is NaN): non-finite or overflowing values or weights.
+    #[error(
+        "{dtype}: no grid point fits row {row}, super-block {block} (non-finite or \
+         overflowing values or importance weights; ggml aborts here)"
+    )]
+    GridSearch {
         /// The dtype.
         dtype: DType,
-        /// Index in the source of the first element of that block.
-        element: usize,
+        /// Row index within the call.
+        row: usize,
+        /// Super-block index within the row.
+        block: usize,
     },
     /// The source element count is not a multiple of the block size.
     #[error("{len} elements are not a whole number of {dtype} blocks of {block}")]
@@ -102,20 +106,6 @@ pub enum QuantError {
         /// Elements per block.
         block: usize,
     },
-}
-
-impl QuantError {
-    /// The same error with its element index moved by `elements`: for a caller that passed a
-    /// slice starting `elements` into a larger source.
-    pub fn offset_by(self, elements: usize) -> QuantError {
-        match self {
-            QuantError::Unquantizable { dtype, element } => QuantError::Unquantizable {
-                dtype,
-                element: element + elements,
-            },
-            other => other,
-        }
-    }
 }
 
 thread_local! {
@@ -216,7 +206,8 @@ pub fn can_quantize(dtype: DType) -> bool {
 /// `quantize_row_iq4_nl_ref` does no search and gives other bytes). Q8_1 and Q8_K have no
 /// `ggml_quantize_chunk` path; for them this is their `_ref` function. IQ3_XXS and IQ3_S are
 /// `quantize_iq3_xxs`/`quantize_iq3_s` (= their `_ref`); where ggml aborts on the input
-/// (NaN/inf, or values whose square overflows) this returns [`QuantError::Unquantizable`].
+/// (NaN/inf, or values whose square overflows) this returns [`QuantError::GridSearch`] (row 0,
+/// the super-block's index in `src`).
 ///
 /// `src.len()` must be a multiple of the block's element count and `dst.len()` must be
 /// exactly `blocks × block bytes`. Blocks are independent, so callers may split a tensor at
@@ -247,7 +238,11 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     }
     if let Some(k) = weighted::checked_row_kernel(dtype) {
         // blocks are independent without an importance matrix: all of `src` is one row
-        return k(src, dst, None).map_err(|element| QuantError::Unquantizable { dtype, element });
+        return k(src, dst, None).map_err(|block| QuantError::GridSearch {
+            dtype,
+            row: 0,
+            block,
+        });
     }
     quantize_dispatch(dtype, src, dst);
     Ok(())
@@ -315,9 +310,10 @@ pub fn quantize_rows(
             .chunks_exact(n_per_row)
             .zip(dst.chunks_exact_mut(row_bytes));
         for (r, (x, y)) in rows.enumerate() {
-            k(x, y, imatrix).map_err(|e| QuantError::Unquantizable {
+            k(x, y, imatrix).map_err(|block| QuantError::GridSearch {
                 dtype,
-                element: r * n_per_row + e,
+                row: r,
+                block,
             })?;
         }
         return Ok(());

@@ -24,8 +24,8 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
 }
 
 /// A row kernel whose ggml quantizer can abort (`GGML_ASSERT` in its grid search, on
-/// non-finite or overflowing values): `Err(element)` names the first element (within the row)
-/// of the block ggml aborts on; nothing is promised about `y` then.
+/// non-finite or overflowing values): `Err(block)` names the super-block (within the row) ggml
+/// aborts on; nothing is promised about `y` then.
 pub(crate) type CheckedRowKernel =
     fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>) -> Result<(), usize>;
 
