@@ -29,6 +29,23 @@ fn elem_size(d: DType) -> u64 {
     u64::from(d.elem_bytes().unwrap_or(4))
 }
 
+/// A block ggml's grid search aborts on (IQ3 of NaN/inf or overflowing values) is the input's
+/// fault: refused, naming the first element (in the tensor) of the super-block; `first` is the
+/// tensor element the kernel's slice starts at.
+fn grid_refusal(e: weightport_quant::QuantError, first: usize, block_elems: usize) -> Error {
+    match e {
+        weightport_quant::QuantError::GridSearch { dtype, block, .. } => Error::Refused {
+            at: weightport_core::Location::default(),
+            reason: format!(
+                "cannot quantize to {dtype}: the {block_elems} values from element {} are \
+                 non-finite or overflow f32 when squared (ggml's quantizer aborts on them)",
+                first + block * block_elems
+            ),
+        },
+        other => kernel_error(other),
+    }
+}
+
 /// Elements quantized per step: a multiple of every block size (32, 256), small enough that the
 /// f32 values and their round trip stay in L2 instead of growing with the chunk.
 const STEP_ELEMS: usize = 16 << 10;
@@ -93,9 +110,10 @@ impl Transform for Quantize {
         let per_block = be * elem_size(self.from);
         vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
     }
-    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         let (be, bb) = block(self.to);
         let (be, bb) = (be as usize, bb as usize);
+        let first = out.start as usize / bb * be; // this piece's first element in the tensor
         let es = elem_size(self.from) as usize;
         let n = inputs[0].len() / es;
         let mut acc = Accum::default();
@@ -108,7 +126,8 @@ impl Transform for Quantize {
                 // The reference quantizes what ggml's row conversion makes of the input.
                 let src = &inputs[0][start * es..(start + m) * es];
                 decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
-                weightport_quant::quantize(self.to, vals, out).map_err(kernel_error)?;
+                weightport_quant::quantize(self.to, vals, out)
+                    .map_err(|e| grid_refusal(e, first + start, be))?;
                 back.resize(m, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
                 if self.measure {
@@ -263,5 +282,20 @@ mod tests {
             got: 2,
         });
         assert!(matches!(e, Error::Internal(_)), "{e}");
+    }
+
+    #[test]
+    fn values_ggml_aborts_on_are_refused_with_their_element() {
+        // IQ3_XXS of a NaN: ggml's grid search asserts; the second block of this piece is
+        // element 256 + 256 of the tensor
+        let q = Quantize::new(DType::F32, DType::IQ3_XXS).unwrap();
+        let mut vals = vec![0.5f32; 512];
+        vals[300] = f32::NAN;
+        let src: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut dst = vec![0u8; 2 * 98];
+        let e = q.apply(98..3 * 98, &[&src], &mut dst).unwrap_err();
+        assert!(matches!(e, Error::Refused { .. }), "{e}");
+        assert!(e.to_string().contains("IQ3_XXS"), "{e}");
+        assert!(e.to_string().contains("element 512"), "{e}");
     }
 }

@@ -15,7 +15,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{as_blocks_mut, BlockIq2S, BlockIq2Xs, BlockIq2Xxs};
-use crate::iq_init::{key_of, nearest, record_fault, tables, Grid, GridTables, Lookup};
+use crate::iq_init::{key_of, nearest, tables, Grid, GridTables, Lookup};
 use crate::util::{nearest_int, put_f16};
 
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -456,10 +456,16 @@ fn iq2_s_block(
     Ok(())
 }
 
-/// Runs `block` over the super-blocks of one row; on a fault records the block for
-/// [`crate::quantize_rows`] to report and stops.
+/// Runs `block` over the super-blocks of one row; stops at the first block ggml aborts on and
+/// returns its index.
 #[inline(always)]
-pub(crate) fn quantize_row<B, F>(grid: Grid, x: &[f32], y: &mut [u8], w: Option<&[f32]>, block: F)
+pub(crate) fn quantize_row<B, F>(
+    grid: Grid,
+    x: &[f32],
+    y: &mut [u8],
+    w: Option<&[f32]>,
+    block: F,
+) -> Result<(), usize>
 where
     B: crate::blocks::Block,
     F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
@@ -474,17 +480,16 @@ where
 macro_rules! row_kernel {
     ($(#[$doc:meta])* $name:ident, $grid:expr, $block:path) => {
         $(#[$doc])*
-        pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+        pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
             #[cfg(target_arch = "x86_64")]
             {
                 if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
                     #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
+                    unsafe fn avx2(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
                         $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
                     }
                     // SAFETY: the CPU supports AVX2 (checked just above).
-                    unsafe { avx2(x, y, w) };
-                    return;
+                    return unsafe { avx2(x, y, w) };
                 }
             }
             $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
@@ -494,17 +499,21 @@ macro_rules! row_kernel {
 pub(crate) use row_kernel;
 
 #[inline(always)]
-fn run_blocks<B, F>(t: &GridTables, x: &[f32], y: &mut [B], w: Option<&[f32]>, block: F)
+fn run_blocks<B, F>(
+    t: &GridTables,
+    x: &[f32],
+    y: &mut [B],
+    w: Option<&[f32]>,
+    block: F,
+) -> Result<(), usize>
 where
     F: Fn(&GridTables, &[f32], Option<&[f32]>, &mut B) -> Result<(), ()>,
 {
     for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
         let wb = w.map(|w| &w[256 * i..256 * i + 256]);
-        if block(t, xb, wb, b).is_err() {
-            record_fault(i);
-            return;
-        }
+        block(t, xb, wb, b).map_err(|()| i)?;
     }
+    Ok(())
 }
 
 #[inline(always)]

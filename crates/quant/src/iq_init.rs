@@ -80,21 +80,6 @@ impl GridTables {
     }
 }
 
-thread_local! {
-    /// The super-block (within the row) where the last row kernel on this thread stopped.
-    static FAULT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// Records that a row kernel stopped at super-block `block` where ggml aborts.
-pub(crate) fn record_fault(block: usize) {
-    FAULT.with(|f| f.set(Some(block)));
-}
-
-/// The super-block recorded by the last faulting row kernel on this thread, cleared.
-pub(crate) fn take_fault() -> Option<usize> {
-    FAULT.with(|f| f.take())
-}
-
 /// The grids that have tables.
 #[derive(Clone, Copy)]
 pub(crate) enum Grid {

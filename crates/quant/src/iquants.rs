@@ -1,7 +1,7 @@
 //! Dequantizers of the importance-matrix ("IQ") types: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
-//! IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS. Their grids are ggml's tables (see `grids.rs`).
-//! Quantizing to these types needs ggml's search and (mostly) an importance matrix; the
-//! 2-bit and 1-bit grid quantizers are in `iq2_quant.rs` and `iq1_quant.rs`.
+//! IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS, and the IQ4_NL/IQ4_XS quantizers (with and without an
+//! importance matrix). Their grids are ggml's tables (see `grids.rs`). The grid quantizers
+//! are in `iq2_quant.rs`, `iq1_quant.rs` (2- and 1-bit) and `iq3_quant.rs` (3-bit).
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
@@ -273,16 +273,45 @@ fn best_index_iq4(x: f32) -> u8 {
     best_iq4(x).0
 }
 
-/// The per-32 scale search of `quantize_row_iq4_nl_impl` without an importance matrix and
-/// with `ntry = 7` (what `quantize_iq4_nl`/`quantize_iq4_xs` use): returns the scale, or 0 for
+/// `weight[j] = x[j]²`, the weights `quantize_row_iq4_nl_impl` uses without an importance
+/// matrix.
+#[inline(always)]
+fn iq4_plain_weights(xb: &[f32]) -> [f32; 32] {
+    let mut w = [0f32; 32];
+    for (w, &x) in w.iter_mut().zip(xb) {
+        *w = x * x;
+    }
+    w
+}
+
+/// `sigma2` of `quantize_row_iq4_nl_impl`: `2/n · Σ x²` over the super-block, summed in order.
+#[inline(always)]
+fn iq4_sigma2(x: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s * (2.0 / x.len() as f32)
+}
+
+/// The weights with an importance matrix: `qw[j] · sqrt(sigma2 + x[j]²)`.
+#[inline(always)]
+fn iq4_imatrix_weights(xb: &[f32], qw: &[f32], sigma2: f32) -> [f32; 32] {
+    let mut w = [0f32; 32];
+    for j in 0..32 {
+        w[j] = qw[j] * (sigma2 + xb[j] * xb[j]).sqrt();
+    }
+    w
+}
+
+/// The per-32 scale search of `quantize_row_iq4_nl_impl` with `ntry = 7` (what
+/// `quantize_iq4_nl`/`quantize_iq4_xs` use) and the given weights: returns the scale, or 0 for
 /// an all-(near-)zero block.
-fn iq4_block_scale(xb: &[f32]) -> f32 {
+fn iq4_block_scale(xb: &[f32], weight: &[f32; 32]) -> f32 {
     const NTRY: i32 = 7;
     let v0 = KVALUES_IQ4NL[0] as i32;
-    let mut weight = [0f32; 32];
     let (mut amax, mut max) = (0f32, 0f32);
-    for (j, &x) in xb.iter().enumerate() {
-        weight[j] = x * x;
+    for &x in xb {
         let ax = x.abs();
         if ax > amax {
             amax = ax;
@@ -333,58 +362,94 @@ fn iq4_pack(l: &[u8], qs: &mut [u8]) {
     }
 }
 
+/// One IQ4_NL block with the given weights (`quantize_row_iq4_nl_impl`, ntry = 7).
+fn iq4_nl_block(xb: &[f32], weight: &[f32; 32], b: &mut BlockIq4Nl) {
+    let s = iq4_block_scale(xb, weight);
+    b.d = crate::util::put_f16(s);
+    let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+    let mut l = [0u8; 32];
+    for (o, &v) in l.iter_mut().zip(xb) {
+        *o = best_index_iq4(id * v);
+    }
+    iq4_pack(&l, &mut b.qs);
+}
+
 /// IQ4_NL as llama-quantize writes it without an imatrix (`quantize_iq4_nl`, ntry = 7; note
 /// `quantize_row_iq4_nl_ref` uses ntry = -1 and differs).
 pub(crate) fn quantize_iq4_nl(x: &[f32], y: &mut [BlockIq4Nl]) {
     for (xb, b) in x.chunks_exact(32).zip(y) {
-        let s = iq4_block_scale(xb);
-        b.d = crate::util::put_f16(s);
-        let id = if s != 0.0 { 1.0 / s } else { 0.0 };
-        let mut l = [0u8; 32];
-        for (o, &v) in l.iter_mut().zip(xb) {
-            *o = best_index_iq4(id * v);
-        }
-        iq4_pack(&l, &mut b.qs);
+        iq4_nl_block(xb, &iq4_plain_weights(xb), b);
+    }
+}
+
+/// IQ4_NL row kernel: `quantize_iq4_nl` with optional importance weights (one per column).
+pub(crate) fn quantize_row_iq4_nl(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
+    let y = as_blocks_mut::<BlockIq4Nl>(y);
+    let Some(qw) = qw else {
+        return quantize_iq4_nl(x, y);
+    };
+    for ((xb, qw), b) in x.chunks_exact(32).zip(qw.chunks_exact(32)).zip(y) {
+        iq4_nl_block(xb, &iq4_imatrix_weights(xb, qw, iq4_sigma2(xb)), b);
     }
 }
 
 /// IQ4_XS as llama-quantize writes it without an imatrix (`quantize_iq4_xs`, ntry = 7).
 pub(crate) fn quantize_iq4_xs(x: &[f32], y: &mut [BlockIq4Xs]) {
     for (x, b) in x.chunks_exact(256).zip(y) {
-        let mut scales = [0f32; 8];
-        let (mut max_scale, mut amax_scale) = (0f32, 0f32);
-        for ib in 0..8 {
-            scales[ib] = iq4_block_scale(&x[32 * ib..32 * ib + 32]);
-            let a = scales[ib].abs();
-            if a > amax_scale {
-                amax_scale = a;
-                max_scale = scales[ib];
-            }
-        }
-        let d = -max_scale / 32.0;
-        b.d = crate::util::put_f16(d);
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut sh = 0u16;
-        b.scales_l = [0; 4];
-        let mut l = [0u8; 256];
-        for ib in 0..8 {
-            let ls = crate::util::nearest_int(id * scales[ib]).clamp(-32, 31);
-            let dl = d * ls as f32; // the unrounded f32 d, not the stored f16
-            let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
-            for j in 0..32 {
-                l[32 * ib + j] = best_index_iq4(idl * x[32 * ib + j]);
-            }
-            let ls = (ls + 32) as u8;
-            if ib % 2 == 0 {
-                b.scales_l[ib / 2] = ls & 0xF;
-            } else {
-                b.scales_l[ib / 2] |= (ls & 0xF) << 4;
-            }
-            sh |= ((ls >> 4) as u16) << (2 * ib);
-        }
-        b.scales_h = sh.to_le_bytes();
-        iq4_pack(&l, &mut b.qs);
+        iq4_xs_block(x, None, b);
     }
+}
+
+/// IQ4_XS row kernel: `quantize_iq4_xs` with optional importance weights (one per column).
+pub(crate) fn quantize_row_iq4_xs(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
+    let y = as_blocks_mut::<BlockIq4Xs>(y);
+    for (i, (x, b)) in x.chunks_exact(256).zip(y).enumerate() {
+        iq4_xs_block(x, qw.map(|w| &w[256 * i..256 * i + 256]), b);
+    }
+}
+
+/// One IQ4_XS super-block: a scale per 32 with [`iq4_block_scale`], then 6-bit sub-scales
+/// relative to the largest.
+fn iq4_xs_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq4Xs) {
+    let sigma2 = qw.map(|_| iq4_sigma2(x));
+    let mut scales = [0f32; 8];
+    let (mut max_scale, mut amax_scale) = (0f32, 0f32);
+    for ib in 0..8 {
+        let xb = &x[32 * ib..32 * ib + 32];
+        let weight = match (qw, sigma2) {
+            (Some(qw), Some(s2)) => iq4_imatrix_weights(xb, &qw[32 * ib..32 * ib + 32], s2),
+            _ => iq4_plain_weights(xb),
+        };
+        scales[ib] = iq4_block_scale(xb, &weight);
+        let a = scales[ib].abs();
+        if a > amax_scale {
+            amax_scale = a;
+            max_scale = scales[ib];
+        }
+    }
+    let d = -max_scale / 32.0;
+    b.d = crate::util::put_f16(d);
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sh = 0u16;
+    b.scales_l = [0; 4];
+    let mut l = [0u8; 256];
+    for ib in 0..8 {
+        let ls = crate::util::nearest_int(id * scales[ib]).clamp(-32, 31);
+        let dl = d * ls as f32; // the unrounded f32 d, not the stored f16
+        let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
+        for j in 0..32 {
+            l[32 * ib + j] = best_index_iq4(idl * x[32 * ib + j]);
+        }
+        let ls = (ls + 32) as u8;
+        if ib % 2 == 0 {
+            b.scales_l[ib / 2] = ls & 0xF;
+        } else {
+            b.scales_l[ib / 2] |= (ls & 0xF) << 4;
+        }
+        sh |= ((ls >> 4) as u16) << (2 * ib);
+    }
+    b.scales_h = sh.to_le_bytes();
+    iq4_pack(&l, &mut b.qs);
 }
 
 #[cfg(test)]

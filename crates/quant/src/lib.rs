@@ -48,6 +48,8 @@ pub mod cast;
 mod grids;
 mod iq1_quant;
 mod iq2_quant;
+mod iq3_init;
+mod iq3_quant;
 mod iq_init;
 mod iquants;
 mod kquants;
@@ -166,8 +168,7 @@ macro_rules! kernels {
                 _ => false,
             }
         }
-        /// True if [`quantize`] supports `dtype`.
-        pub fn can_quantize(dtype: DType) -> bool {
+        fn can_quantize_block(dtype: DType) -> bool {
             match dtype { $( DType::$dt => { let q: Option<fn(&[f32], &mut [$blk])> = $q; q.is_some() } )* _ => false }
         }
         /// True if [`dequantize`] supports `dtype`.
@@ -207,12 +208,28 @@ kernels! {
     IQ4_XS => BlockIq4Xs, q: Some(iquants::quantize_iq4_xs), dq: Some(iquants::dequantize_iq4_xs);
 }
 
+/// True if [`quantize`] (no importance matrix) supports `dtype`.
+pub fn can_quantize(dtype: DType) -> bool {
+    can_quantize_rows(dtype) && !weighted::requires_imatrix(dtype)
+}
+
+/// True if [`quantize_rows`] supports `dtype` (some types only with an importance matrix:
+/// see [`requires_imatrix`]).
+pub fn can_quantize_rows(dtype: DType) -> bool {
+    can_quantize_block(dtype)
+        || weighted::row_kernel(dtype).is_some()
+        || weighted::checked_row_kernel(dtype).is_some()
+}
+
 /// Quantizes `src` into `dst` exactly as ggml does without an importance matrix:
 /// `ggml_quantize_chunk(dtype, …, imatrix = NULL)`, i.e. what `llama-quantize` writes. For all
 /// supported types but two that is `quantize_row_<dtype>_ref`; for IQ4_NL and IQ4_XS it is
 /// `quantize_iq4_nl`/`quantize_iq4_xs` (scale search with 7 tries each way;
 /// `quantize_row_iq4_nl_ref` does no search and gives other bytes). Q8_1 and Q8_K have no
-/// `ggml_quantize_chunk` path; for them this is their `_ref` function.
+/// `ggml_quantize_chunk` path; for them this is their `_ref` function. IQ3_XXS and IQ3_S are
+/// `quantize_iq3_xxs`/`quantize_iq3_s` (= their `_ref`); where ggml aborts on the input
+/// (NaN/inf, or values whose square overflows) this returns [`QuantError::GridSearch`] (row 0,
+/// the super-block's index in `src`).
 ///
 /// `src.len()` must be a multiple of the block's element count and `dst.len()` must be
 /// exactly `blocks × block bytes`. Blocks are independent, so callers may split a tensor at
@@ -222,6 +239,9 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         dtype,
         op: "quantize",
     };
+    if weighted::requires_imatrix(dtype) {
+        return Err(QuantError::MissingImportance { dtype });
+    }
     if !can_quantize(dtype) {
         return Err(unsupported);
     }
@@ -239,6 +259,14 @@ pub fn quantize(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
             what: "quantize destination bytes",
             expected: want,
             got: dst.len(),
+        });
+    }
+    if let Some(k) = weighted::checked_row_kernel(dtype) {
+        // blocks are independent without an importance matrix: all of `src` is one row
+        return k(src, dst, None).map_err(|block| QuantError::GridSearch {
+            dtype,
+            row: 0,
+            block,
         });
     }
     quantize_dispatch(dtype, src, dst);
@@ -272,7 +300,8 @@ pub fn quantize_rows(
         op: "quantize",
     };
     let kernel = weighted::row_kernel(dtype);
-    if kernel.is_none() && !can_quantize(dtype) {
+    let checked = weighted::checked_row_kernel(dtype);
+    if !can_quantize_rows(dtype) {
         return Err(unsupported);
     }
     let (elems, bytes) = block_shape(dtype).ok_or(unsupported)?;
@@ -311,21 +340,17 @@ pub fn quantize_rows(
     if imatrix.is_none() && weighted::requires_imatrix(dtype) {
         return Err(QuantError::MissingImportance { dtype });
     }
-    match kernel {
-        Some(k) => {
-            iq_init::take_fault();
-            for (row, (x, y)) in src
-                .chunks_exact(n_per_row)
-                .zip(dst.chunks_exact_mut(row_bytes))
-                .enumerate()
-            {
-                k(x, y, imatrix);
-                if let Some(block) = iq_init::take_fault() {
-                    return Err(QuantError::GridSearch { dtype, row, block });
-                }
+    let rows = src
+        .chunks_exact(n_per_row)
+        .zip(dst.chunks_exact_mut(row_bytes));
+    match (checked, kernel) {
+        (Some(k), _) => {
+            for (row, (x, y)) in rows.enumerate() {
+                k(x, y, imatrix).map_err(|block| QuantError::GridSearch { dtype, row, block })?;
             }
         }
-        None => {
+        (None, Some(k)) => rows.for_each(|(x, y)| k(x, y, imatrix)),
+        (None, None) => {
             quantize_dispatch(dtype, src, dst);
         }
     }
@@ -389,7 +414,7 @@ mod tests {
         let mut out = [0u8; 18];
         assert!(matches!(
             quantize(DType::IQ2_XXS, &[0.0; 256], &mut [0u8; 66]),
-            Err(QuantError::Unsupported { .. })
+            Err(QuantError::MissingImportance { .. })
         ));
         assert!(matches!(
             quantize(DType::F32, &[0.0; 32], &mut out),
@@ -421,7 +446,13 @@ mod tests {
             .to_string();
         assert_eq!(
             msg,
-            "unsupported type: quantize of IQ2_XXS is not implemented"
+            "IQ2_XXS needs an importance matrix: ggml cannot quantize it without one"
         );
+        for &d in DType::ALL {
+            if can_quantize_rows(d) && !can_quantize(d) {
+                assert!(requires_imatrix(d), "{d}");
+                quantize_rows(d, &[], &mut [], 256, Some(&[1.0; 256])).unwrap();
+            }
+        }
     }
 }

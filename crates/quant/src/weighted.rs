@@ -35,6 +35,25 @@ pub(crate) fn row_kernel(dtype: DType) -> Option<RowKernel> {
         DType::Q4_1 => Some(crate::legacy_weighted::q4_1_row),
         DType::Q5_0 => Some(crate::legacy_weighted::q5_0_row),
         DType::Q5_1 => Some(crate::legacy_weighted::q5_1_row),
+        DType::IQ4_NL => Some(crate::iquants::quantize_row_iq4_nl),
+        DType::IQ4_XS => Some(crate::iquants::quantize_row_iq4_xs),
+        _ => None,
+    }
+}
+
+/// A row kernel whose ggml quantizer can abort (`GGML_ASSERT` in its grid search, on
+/// non-finite or overflowing values): `Err(block)` names the super-block (within the row) ggml
+/// aborts on; nothing is promised about `y` then.
+pub(crate) type CheckedRowKernel =
+    fn(x: &[f32], y: &mut [u8], weights: Option<&[f32]>) -> Result<(), usize>;
+
+/// The checked row kernel of `dtype`, if its ggml quantizer can abort. These types' kernels
+/// also serve [`crate::quantize`] (with no weights).
+pub(crate) fn checked_row_kernel(dtype: DType) -> Option<CheckedRowKernel> {
+    // One arm per type.
+    match dtype {
+        DType::IQ3_XXS => Some(crate::iq3_quant::quantize_row_iq3_xxs),
+        DType::IQ3_S => Some(crate::iq3_quant::quantize_row_iq3_s),
         DType::IQ2_XXS => Some(crate::iq2_quant::quantize_iq2_xxs),
         DType::IQ2_XS => Some(crate::iq2_quant::quantize_iq2_xs),
         DType::IQ2_S => Some(crate::iq2_quant::quantize_iq2_s),
@@ -53,5 +72,5 @@ pub fn requires_imatrix(dtype: DType) -> bool {
 
 /// True if an importance matrix changes what [`crate::quantize_rows`] writes for `dtype`.
 pub fn uses_imatrix(dtype: DType) -> bool {
-    row_kernel(dtype).is_some()
+    row_kernel(dtype).is_some() || checked_row_kernel(dtype).is_some()
 }

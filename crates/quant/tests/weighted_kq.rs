@@ -219,9 +219,13 @@ fn rows_without_imatrix_equal_quantize() {
             }
             let n = out_len(dt, c.x.len());
             let (mut rows, mut plain) = (vec![0u8; n], vec![0u8; n]);
-            quantize_rows(dt, &c.x, &mut rows, c.n_per_row, None).unwrap();
-            quantize(dt, &c.x, &mut plain).unwrap();
-            assert_eq!(rows, plain, "{} {dt}", c.name);
+            let by_rows = quantize_rows(dt, &c.x, &mut rows, c.n_per_row, None);
+            let whole = quantize(dt, &c.x, &mut plain);
+            // where ggml aborts (IQ3 on non-finite values) both refuse
+            assert_eq!(by_rows.is_ok(), whole.is_ok(), "{} {dt}", c.name);
+            if by_rows.is_ok() {
+                assert_eq!(rows, plain, "{} {dt}", c.name);
+            }
         }
     }
 }
