@@ -2,12 +2,15 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{sanitize, Error, MetaValue};
 use weightport_pipeline::convert::ConvertOptions;
+use weightport_pipeline::importance;
 use weightport_pipeline::mix::Ftype;
+use weightport_pipeline::mix::Importance;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
 use weightport_pipeline::{
@@ -137,7 +140,25 @@ fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
             .transpose()?,
         leave_output: q.leave_output_tensor,
         allow_requantize: q.allow_requantize,
+        imatrix: importance(q)?.map(Arc::new),
     }))
+}
+
+/// `--imatrix FILE` with its `--include-weights`/`--exclude-weights`.
+fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
+    let Some(path) = &q.imatrix else {
+        return Ok(None);
+    };
+    let regexes = |flag: &str, v: &[String]| -> Result<Vec<regex::Regex>, Error> {
+        v.iter()
+            .map(|r| regex::Regex::new(r).map_err(|e| Error::Usage(format!("{flag} `{r}`: {e}"))))
+            .collect()
+    };
+    let include = regexes("--include-weights", &q.include_weights)?;
+    let exclude = regexes("--exclude-weights", &q.exclude_weights)?;
+    let given = path.to_string_lossy();
+    let limits = weightport_core::Limits::default();
+    importance::load(path, &given, &include, &exclude, &limits).map(Some)
 }
 
 pub fn convert(

@@ -64,6 +64,7 @@ fn every_mix_chooses_what_llama_quantize_chose() {
             n_layer,
             n_gqa: 4,
             n_expert: 0,
+            has_imatrix: false,
         };
         for ((t, c), want) in input.iter().zip(choose(&input, &params)).zip(tensors) {
             assert_eq!(

@@ -114,7 +114,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         .collect();
     mix::check_requantize(dir, &before, &finals)?;
     if let Some(q) = &opts.quant {
-        mix::quantized_metadata(&mut metadata, q.ftype);
+        mix::quantized_metadata(&mut metadata, q);
     }
     let mut outs = Vec::with_capacity(order.len());
     let mut from = Vec::with_capacity(order.len());
@@ -307,7 +307,7 @@ fn op_of(
                 rule: mix::QUANTIZE_CASTS,
                 validates: true,
             };
-            let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
+            let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
             return Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant));
         }
         _ => None,
@@ -344,8 +344,8 @@ fn op_of(
         rule: mix::QUANTIZE_CASTS,
         validates: true,
     };
-    let cast = op_for(mid, t.dtype, &t.name, opts, converter)?;
-    let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
+    let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
+    let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
     Ok(Chain::of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,

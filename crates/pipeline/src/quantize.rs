@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use weightport_core::{CastRule, DType, Error, Layout, Result};
 use weightport_quant::cast::{decode_f32, encode_f32};
@@ -55,13 +55,25 @@ pub struct Quantize {
     to: DType,
     stats: Mutex<Accum>,
     measure: bool,
+    rows: Option<Rows>,
+}
+
+/// Row-wise quantization (`quantize_rows`): with importance weights, or for a type whose
+/// kernel only works by rows.
+struct Rows {
+    /// `ne[0]`.
+    n_per_row: usize,
+    /// `ne[1]`: rows of one expert (the weights change every `rows_per_expert` rows).
+    rows_per_expert: usize,
+    /// `n_per_row × n_expert` weights, or none.
+    weights: Option<Arc<[f32]>>,
 }
 
 impl Quantize {
     /// A quantization of `from` (F32, F16 or BF16) into the block type `to`.
     pub fn new(from: DType, to: DType) -> Result<Quantize> {
         if !matches!(from, DType::F32 | DType::F16 | DType::BF16)
-            || !weightport_quant::can_quantize(to)
+            || !(weightport_quant::can_quantize(to) || weightport_quant::uses_imatrix(to))
         {
             return Err(Error::Usage(format!("cannot quantize {from} to {to}")));
         }
@@ -70,7 +82,26 @@ impl Quantize {
             to,
             stats: Mutex::new(Accum::default()),
             measure: false,
+            rows: None,
         })
+    }
+
+    /// Quantizes by rows of the tensor of shape `shape` (outermost first), with `weights`
+    /// (`ne[0] × ne[2]` importance weights, one row per expert) if given, as llama-quantize
+    /// calls `ggml_quantize_chunk` once per expert.
+    pub fn by_rows(mut self, shape: &[u64], weights: Option<Arc<[f32]>>) -> Quantize {
+        let (ne0, _) = crate::importance::row_and_experts(shape);
+        let ne1 = if shape.len() >= 2 {
+            shape[shape.len() - 2]
+        } else {
+            1
+        };
+        self.rows = Some(Rows {
+            n_per_row: ne0 as usize,
+            rows_per_expert: ne1.max(1) as usize,
+            weights,
+        });
+        self
     }
 
     /// With `on`, every quality figure is measured ([`Accum::add`]); else only RMSE and max
@@ -81,19 +112,66 @@ impl Quantize {
     }
 }
 
+impl Quantize {
+    /// Whole rows from output byte `out.start` on, each expert's rows with that expert's
+    /// weights.
+    fn apply_rows(&self, r: &Rows, out: Range<u64>, input: &[u8], dst: &mut [u8]) -> Result<()> {
+        let (be, bb) = block(self.to);
+        let (n, es) = (r.n_per_row, elem_size(self.from) as usize);
+        let row_bytes = n / be as usize * bb as usize;
+        let first = (out.start / row_bytes as u64) as usize;
+        let rows = dst.len() / row_bytes;
+        let step = (STEP_ELEMS / n).max(1);
+        let mut acc = Accum::default();
+        VALUES.with(|cell| -> Result<()> {
+            let (vals, back) = &mut *cell.borrow_mut();
+            let mut row = 0;
+            while row < rows {
+                let expert = (first + row) / r.rows_per_expert;
+                let to_boundary = r.rows_per_expert - (first + row) % r.rows_per_expert;
+                let m = step.min(rows - row).min(to_boundary);
+                let w = r.weights.as_ref().map(|w| &w[expert * n..(expert + 1) * n]);
+                let out = &mut dst[row * row_bytes..(row + m) * row_bytes];
+                vals.resize(m * n, 0.0);
+                let src = &input[row * n * es..(row + m) * n * es];
+                decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
+                weightport_quant::quantize_rows(self.to, vals, out, n, w).map_err(kernel_error)?;
+                back.resize(m * n, 0.0);
+                weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
+                if self.measure {
+                    acc.add(vals, back, be as usize);
+                } else {
+                    acc.add_plain(vals, back);
+                }
+                row += m;
+            }
+            Ok(())
+        })?;
+        self.stats.lock().expect("stats lock").merge(&acc);
+        Ok(())
+    }
+}
+
 impl Transform for Quantize {
     fn describe(&self) -> String {
         format!("{}→{}", self.from, self.to)
     }
     fn unit(&self) -> u64 {
-        block(self.to).1
+        let (be, bb) = block(self.to);
+        match &self.rows {
+            Some(r) => r.n_per_row as u64 / be * bb,
+            None => bb,
+        }
     }
     fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
         let (be, bb) = block(self.to);
         let per_block = be * elem_size(self.from);
         vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
     }
-    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        if let Some(r) = &self.rows {
+            return self.apply_rows(r, out, inputs[0], dst);
+        }
         let (be, bb) = block(self.to);
         let (be, bb) = (be as usize, bb as usize);
         let es = elem_size(self.from) as usize;
