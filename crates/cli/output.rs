@@ -94,7 +94,7 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         dtype_filter,
         allow_lossy: a.allow_lossy,
         renames,
-        quant: quant_options(&a.quant)?,
+        quant: quant_options(&a.quant, a.dry_run)?,
         arch: a.quant.arch.clone(),
         name: a.quant.name.clone(),
         pre_tokenizer: a.quant.pre_tokenizer.clone(),
@@ -112,7 +112,7 @@ fn ggml_type(s: &str) -> Result<weightport_core::DType, Error> {
         })
 }
 
-fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
+fn quant_options(q: &QuantArgs, dry_run: bool) -> Result<Option<QuantOptions>, Error> {
     let Some(t) = &q.quant else {
         return Ok(None);
     };
@@ -141,6 +141,7 @@ fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
         leave_output: q.leave_output_tensor,
         allow_requantize: q.allow_requantize,
         imatrix: importance(q)?.map(Arc::new),
+        dry_run,
     }))
 }
 
@@ -184,10 +185,11 @@ pub fn convert(
     let r = run_convert(&opts, progress)?;
     crate::attest::write_outputs(a, &r)?;
     let secs = t0.elapsed().as_secs_f64();
+    let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
     if json {
-        return convert_json(a, &r, secs, out);
+        return convert_json(a, &r, iv.as_ref(), secs, out);
     }
-    convert_summary(&r, secs, out)?;
+    convert_summary(&r, iv.as_ref(), secs, out)?;
     convert_files(&r, out)?;
     convert_transforms(&r, out)?;
     convert_written(a, out)?;
@@ -198,6 +200,7 @@ pub fn convert(
 fn convert_json(
     a: &ConvertArgs,
     r: &ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
     secs: f64,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
@@ -226,7 +229,8 @@ fn convert_json(
         "report": a.report.as_ref().map(|p| p.display().to_string()),
         "architecture": r.architecture,
         "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
-        "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
+        "plan": r.plan.iter().enumerate().map(|(i, t)| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "bpw": crate::imatrix::bpw(t.bytes, &t.shape), "imatrix": iv.and_then(|v| v.per_tensor[i]), "note": t.note})).collect::<Vec<_>>(),
+        "imatrix": iv.map(|v| v.json()),
         "tensors": r.tensors,
         "data_bytes": r.data_bytes,
         "elements": r.elements,
@@ -253,7 +257,12 @@ fn convert_written(a: &ConvertArgs, out: &mut impl Write) -> std::io::Result<()>
     Ok(())
 }
 
-fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::io::Result<()> {
+fn convert_summary(
+    r: &ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
+    secs: f64,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     if r.dry_run {
         writeln!(
             out,
@@ -285,9 +294,12 @@ fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::i
         )?;
     }
     if r.dry_run {
-        plan_lines(r, out)?;
+        plan_lines(r, iv, out)?;
     } else if r.architecture.is_none() {
         not_converted_lines(&r.dropped, out)?;
+    }
+    for l in iv.map(|v| v.lines(r.dry_run)).unwrap_or_default() {
+        writeln!(out, "  {}", sanitize(&l))?;
     }
     Ok(())
 }
@@ -377,17 +389,27 @@ fn convert_transforms(r: &ConvertReport, out: &mut impl Write) -> std::io::Resul
 }
 
 /// The dry run's per-tensor plan: name (and source name), type, shape, size, fallback reason.
-fn plan_lines(r: &weightport_pipeline::ConvertReport, out: &mut impl Write) -> std::io::Result<()> {
-    for t in &r.plan {
+fn plan_lines(
+    r: &weightport_pipeline::ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    for (i, t) in r.plan.iter().enumerate() {
         let from = t.from.as_deref().map(|f| format!(" ← {}", sanitize(f)));
         let note = t.note.as_deref().map(|n| format!("  ({})", sanitize(n)));
+        let imatrix = match iv.and_then(|v| v.per_tensor[i]) {
+            Some(true) => "  imatrix",
+            Some(false) => "  no imatrix",
+            None => "",
+        };
         writeln!(
             out,
-            "  {:<32} {:<6} {:>18} {:>11}{}{}",
+            "  {:<32} {:<7} {:>18} {:>11} {:>6.2} bpw{imatrix}{}{}",
             sanitize(&t.name),
             t.dtype.name(),
             format!("{:?}", t.shape),
             human(t.bytes),
+            crate::imatrix::bpw(t.bytes, &t.shape),
             from.unwrap_or_default(),
             note.unwrap_or_default()
         )?;

@@ -217,6 +217,9 @@ pub struct QuantOptions {
     pub allow_requantize: bool,
     /// `--imatrix` (after `--include-weights`/`--exclude-weights`).
     pub imatrix: Option<Arc<Importance>>,
+    /// A dry run: a tensor that llama-quantize would refuse to write without importance data
+    /// is planned anyway (and listed), as `llama-quantize --dry-run` does.
+    pub dry_run: bool,
 }
 
 /// An importance matrix as llama-quantize uses it: the weights by tensor name (normalised by

@@ -23,6 +23,7 @@ pub(crate) fn weights_for(
     to: DType,
 ) -> Result<Option<Arc<[f32]>>> {
     let required = mix::requires_imatrix(name, to, q.ftype);
+    let required = required && !q.dry_run;
     let Some(im) = q.imatrix.as_ref().filter(|m| !m.weights.is_empty()) else {
         if required {
             return Err(refused(
