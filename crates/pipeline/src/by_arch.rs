@@ -114,6 +114,11 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         .collect();
     mix::check_requantize(dir, &before, &finals)?;
     if let Some(q) = &opts.quant {
+        let planned = order.iter().map(|&i| {
+            let t = &plan.tensors[i];
+            (t.name.as_str(), t.shape.as_slice(), t.dtype, finals[i])
+        });
+        crate::importance::check_plan(q, planned).map_err(|e| in_release(e, dir))?;
         mix::quantized_metadata(&mut metadata, q);
     }
     let mut outs = Vec::with_capacity(order.len());
@@ -350,6 +355,17 @@ fn op_of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,
     ))
+}
+
+/// A refusal of the plan, located in the release directory.
+fn in_release(e: Error, dir: &Path) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            at.path = dir.to_path_buf();
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
 }
 
 fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str) -> Error {

@@ -173,3 +173,17 @@ pub fn load(
         chunks: m.chunk_count,
     })
 }
+
+/// llama-quantize's checks of every tensor it will quantize, in its order, before any is
+/// written: `tensors` are (name, shape, type before, type after). The first refusal wins.
+pub(crate) fn check_plan<'a>(
+    q: &QuantOptions,
+    tensors: impl IntoIterator<Item = (&'a str, &'a [u64], DType, DType)>,
+) -> Result<()> {
+    for (name, shape, from, to) in tensors {
+        if from != to && to.is_block() && !from.is_block() {
+            weights_for(q, name, shape, to)?;
+        }
+    }
+    Ok(())
+}

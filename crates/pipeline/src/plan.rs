@@ -288,6 +288,18 @@ pub fn build(
         }
     }
     let (order, mut dtypes, mut notes) = targets(source, &names, opts);
+    if let Some(q) = &opts.quant {
+        let ts = source.tensors();
+        for &i in &order {
+            let one = [(
+                names[i].as_str(),
+                ts[i].shape.as_slice(),
+                ts[i].dtype,
+                dtypes[i],
+            )];
+            crate::importance::check_plan(q, one).map_err(|e| in_file(e, source, i))?;
+        }
+    }
     let stage = Stage {
         rule,
         validates: opts.quant.is_some(),
