@@ -65,7 +65,7 @@ fn values(index: u64, count: u64) -> Vec<u8> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
         let k = ((z >> 32) % 2048) as i64 - 1024;
-        let scale = if z % 64 == 0 {
+        let scale = if z.is_multiple_of(64) {
             2f32.powi(-10)
         } else {
             2f32.powi(-14)
