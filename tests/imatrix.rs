@@ -372,3 +372,71 @@ fn dry_run_lists_types_bpw_and_imatrix_coverage() {
         eprintln!("PENDING_KERNELS: skipped {}", skipped.join("; "));
     }
 }
+
+/// A python with numpy and gguf (`WEIGHTPORT_PYTHON`, else `python3`), or `None` with a note.
+fn python_with_gguf() -> Option<String> {
+    let py = std::env::var("WEIGHTPORT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import numpy, gguf"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI's python must have numpy and gguf"
+        );
+        eprintln!("SKIPPED the weighted quality check: no python with numpy and gguf");
+    }
+    ok.then_some(py)
+}
+
+#[test]
+fn weighted_quality_figures_equal_numpy() {
+    let r = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, f16) = release(tmp.path(), &r);
+    let out = tmp.path().join("q8.gguf");
+    let o = wp(&[
+        "--json",
+        "convert",
+        f16.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        IMATRIX_DAT,
+    ]);
+    ok(&o, "Q8_0 --imatrix --json");
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let weighted = doc["transforms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["quality"]["weighted_rmse"].is_number())
+        .count();
+    assert_eq!(
+        weighted, 56,
+        "every tensor with importance data reports weighted figures"
+    );
+    let Some(py) = python_with_gguf() else { return };
+    let report = tmp.path().join("report.json");
+    std::fs::write(&report, &o.stdout).unwrap();
+    let check = std::process::Command::new(py)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "tests/imatrix_quality_check.py",
+            f16.to_str().unwrap(),
+            out.to_str().unwrap(),
+            IMATRIX_DAT,
+            report.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+}

@@ -574,7 +574,8 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
 /// A tensor's quality figures in `--json`.
 fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
     json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
-           "relative_error": q.relative, "clipped_share": q.clipped})
+           "relative_error": q.relative, "clipped_share": q.clipped,
+           "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})
 }
 
 pub fn verify(

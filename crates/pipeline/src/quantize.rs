@@ -143,6 +143,9 @@ impl Quantize {
                 } else {
                     acc.add_plain(vals, back);
                 }
+                if let Some(w) = w {
+                    acc.add_weighted(vals, back, w);
+                }
                 row += m;
             }
             Ok(())
@@ -201,9 +204,13 @@ impl Transform for Quantize {
         Ok(())
     }
     fn outcome(&self) -> Option<String> {
-        let (rmse, max) = self.stats.lock().ok()?.rmse_max()?;
+        let stats = self.stats.lock().ok()?;
+        let (rmse, max) = stats.rmse_max()?;
+        let weighted = stats.weighted().map_or(String::new(), |(r, m)| {
+            format!("; importance-weighted rmse {r:.3e}, max abs error {m:.3e}")
+        });
         Some(format!(
-            "{}: rmse {rmse:.3e}, max abs error {max:.3e}",
+            "{}: rmse {rmse:.3e}, max abs error {max:.3e}{weighted}",
             self.describe()
         ))
     }
