@@ -1028,4 +1028,86 @@ mod tests {
         assert_eq!(Ftype::Q4_K_M.file_type(), 15);
         assert!(Ftype::parse("Q9").is_err());
     }
+
+    fn type_of(t: &[MixTensor], c: &[Choice], n: &str) -> DType {
+        c[t.iter().position(|x| x.name == n).unwrap()].dtype
+    }
+
+    #[test]
+    fn low_bit_rules_follow_gqa_experts_and_imatrix() {
+        // 16 layers, GQA 4: the low-bit attn_v is Q4_K, the first 2 ffn_down Q2_K (IQ2_XXS).
+        let t = llama(16, 4096);
+        let mut p = params(Ftype::IQ2_XXS, 16);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.0.attn_v.weight"), DType::Q4_K);
+        assert_eq!(type_of(&t, &c, "blk.1.ffn_down.weight"), DType::Q2_K);
+        assert_eq!(type_of(&t, &c, "blk.2.ffn_down.weight"), DType::IQ2_XXS);
+        assert_eq!(type_of(&t, &c, "output.weight"), DType::Q5_K);
+        assert_eq!(type_of(&t, &c, "token_embd.weight"), DType::Q2_K);
+        // IQ3_XXS: attn_v Q4_K with GQA 4; ffn_down depends on the imatrix.
+        let mut p = params(Ftype::IQ3_XXS, 16);
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.0.ffn_down.weight"), DType::Q4_K);
+        assert_eq!(type_of(&t, &c, "blk.5.ffn_down.weight"), DType::Q3_K);
+        assert_eq!(type_of(&t, &c, "blk.5.attn_k.weight"), DType::IQ2_S);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.5.ffn_down.weight"), DType::IQ3_XXS);
+        // Eight experts: attn_output Q5_K, attn_k Q4_K in the low-bit branch.
+        let mut p = params(Ftype::IQ1_S, 16);
+        p.n_expert = 8;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.3.attn_output.weight"), DType::Q5_K);
+        assert_eq!(type_of(&t, &c, "blk.3.attn_k.weight"), DType::Q4_K);
+        // Q4_0 with an imatrix: the first eighth of ffn_down is Q4_1.
+        let mut p = params(Ftype::Q4_0, 16);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.1.ffn_down.weight"), DType::Q4_1);
+        assert_eq!(type_of(&t, &c, "blk.2.ffn_down.weight"), DType::Q4_0);
+    }
+
+    #[test]
+    fn which_tensors_need_an_imatrix() {
+        for d in [
+            DType::IQ1_S,
+            DType::IQ1_M,
+            DType::IQ2_XXS,
+            DType::IQ2_XS,
+            DType::IQ2_S,
+            DType::IQ3_XXS,
+        ] {
+            assert!(
+                requires_imatrix("blk.0.attn_q.weight", d, Ftype::IQ2_M),
+                "{d}"
+            );
+            assert!(!requires_imatrix("token_embd.weight", d, Ftype::IQ2_M));
+            assert!(!requires_imatrix("output.weight", d, Ftype::IQ2_M));
+        }
+        assert!(requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::Q2_K,
+            Ftype::Q2_K_S
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::Q2_K,
+            Ftype::Q2_K
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::IQ3_S,
+            Ftype::IQ3_S
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::IQ4_XS,
+            Ftype::IQ4_XS
+        ));
+        assert_eq!(Ftype::parse("iq2_m").unwrap().file_type(), 29);
+        assert_eq!(Ftype::IQ2_S.default_type(), DType::IQ2_XS);
+        assert_eq!(Ftype::IQ3_M.default_type(), DType::IQ3_S);
+        assert_eq!(Ftype::Q2_K_S.file_type(), 21);
+    }
 }
