@@ -440,3 +440,69 @@ fn weighted_quality_figures_equal_numpy() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// Entries naming no tensor of the output and quantized tensors without data are reported;
+/// an entry of another size is refused naming the tensor llama-quantize names ("imatrix size
+/// 256 is different from tensor size 160 for blk.0.attn_k.weight", pinned llama-quantize on
+/// the same files).
+#[test]
+fn coverage_is_reported_and_a_foreign_imatrix_refused() {
+    let model = common::fixtures().join("good/gguf-mix/llama10_256.f16.gguf");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.gguf");
+    let o = wp(&[
+        "--json",
+        "convert",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        IMATRIX,
+        "--rename",
+        r"s/^blk\.7\./blk.17./",
+        "--dry-run",
+    ]);
+    ok(&o, "coverage");
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let im = &doc["imatrix"];
+    let names = |k: &str| -> Vec<String> {
+        im[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let unused = names("unused_entries");
+    assert_eq!(unused.len(), 7);
+    assert!(unused.iter().all(|n| n.starts_with("blk.7.")), "{unused:?}");
+    let without = names("without_data");
+    assert_eq!(without.len(), 2 + 3 * 7, "{without:?}");
+    for n in [
+        "output.weight",
+        "token_embd.weight",
+        "blk.9.ffn_down.weight",
+        "blk.17.attn_q.weight",
+    ] {
+        assert!(without.iter().any(|w| w == n), "{n}");
+    }
+    let model = common::fixtures().join("good/gguf-mix/llama3_160_tied.f16.gguf");
+    let o = wp(&[
+        "convert",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        IMATRIX,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("tensor `blk.0.attn_k.weight`") && err.contains("has 256 values"),
+        "{err}"
+    );
+}
