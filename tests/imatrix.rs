@@ -219,15 +219,14 @@ fn imatrix_quantizations_equal_llama_quantize() {
             checked += 1;
         }
     }
-    for (case, flag) in [
-        ("include ffn_down IQ4_XS", "--include-weights"),
-        ("exclude attn IQ4_XS", "--exclude-weights"),
-    ] {
-        if !pending("IQ4_XS", case, &mut skipped) {
-            let pat = case.split(' ').nth(1).unwrap();
-            let want = r["quant_filtered"][case].as_str().unwrap();
-            let extra = ["--imatrix", IMATRIX, flag, pat];
-            quantize_equals(&f16, &out, "IQ4_XS", &extra, want, case);
+    for (case, want) in r["quant_filtered"].as_object().unwrap() {
+        // "include ffn_down IQ4_XS": the flag, its pattern, the type.
+        let words: Vec<&str> = case.split(' ').collect();
+        if !pending(words[2], case, &mut skipped) {
+            let flag = format!("--{}-weights", words[0]);
+            let extra = ["--imatrix", IMATRIX, flag.as_str(), words[1]];
+            let want = want.as_str().unwrap();
+            quantize_equals(&f16, &out, words[2], &extra, want, case);
             checked += 1;
         }
     }
@@ -505,4 +504,33 @@ fn coverage_is_reported_and_a_foreign_imatrix_refused() {
         err.contains("tensor `blk.0.attn_k.weight`") && err.contains("has 256 values"),
         "{err}"
     );
+}
+
+/// `--attest` records the importance matrix (path as given, sha256 of its bytes) in the recipe.
+#[test]
+fn the_attestation_records_the_imatrix() {
+    let model = common::fixtures().join("good/gguf-mix/llama10_256.f16.gguf");
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, att) = (tmp.path().join("m.gguf"), tmp.path().join("m.intoto.json"));
+    let o = wp(&[
+        "convert",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        IMATRIX_DAT,
+        "--exclude-weights",
+        "ffn",
+        "--attest",
+        att.to_str().unwrap(),
+    ]);
+    ok(&o, "--attest");
+    let st: Value = serde_json::from_slice(&std::fs::read(&att).unwrap()).unwrap();
+    let opts = &st["predicate"]["recipe"]["options"];
+    assert_eq!(opts["imatrix"]["path"], IMATRIX_DAT);
+    let want = sha(&Path::new(env!("CARGO_MANIFEST_DIR")).join(IMATRIX_DAT));
+    assert_eq!(opts["imatrix"]["sha256"], want.as_str());
+    assert_eq!(opts["exclude_weights"], serde_json::json!(["ffn"]));
 }
