@@ -418,6 +418,10 @@ fn weighted_quality_figures_equal_numpy() {
         weighted, 56,
         "every tensor with importance data reports weighted figures"
     );
+    if let Some(py) = common::python_with_jsonschema() {
+        let schema = common::fixtures().join("../docs/json/convert.schema.json");
+        common::validate_json(&py, &schema, &o.stdout, "convert --quant --imatrix --json");
+    }
     let Some(py) = python_with_gguf() else { return };
     let report = tmp.path().join("report.json");
     std::fs::write(&report, &o.stdout).unwrap();
