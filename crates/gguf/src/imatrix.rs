@@ -318,11 +318,8 @@ fn legacy_trailer(c: &mut Legacy, limits: &Limits) -> Result<(i64, Vec<String>)>
     // llama.cpp reads the name as a C string.
     let raw = raw.split(|&b| b == 0).next().unwrap_or(&[]);
     let name = String::from_utf8_lossy(raw).into_owned();
-    let datasets = if name.is_empty() {
-        Vec::new()
-    } else {
-        vec![name]
-    };
+    // Kept when its length is positive, even if a NUL makes it empty, as llama.cpp keeps it.
+    let datasets = if len > 0 { vec![name] } else { Vec::new() };
     Ok((i64::from(chunks), datasets))
 }
 
@@ -425,9 +422,10 @@ fn gguf_keys(path: &Path, h: &header::GgufHeader) -> Result<(Vec<String>, i64, u
             .collect(),
         _ => Vec::new(),
     };
+    // llama.cpp keeps the count in an `int32_t`.
     Ok((
         datasets,
-        i64::from(u32_key("imatrix.chunk_count")?),
+        i64::from(u32_key("imatrix.chunk_count")? as i32),
         u32_key("imatrix.chunk_size")?,
     ))
 }
