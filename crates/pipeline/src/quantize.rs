@@ -349,4 +349,43 @@ mod tests {
         });
         assert!(matches!(e, Error::Internal(_)), "{e}");
     }
+
+    /// Rows of a 3-D tensor take their expert's weights, also in a chunk that crosses an
+    /// expert boundary: the weighted error of the whole equals the one computed row by row.
+    #[test]
+    fn by_rows_uses_each_experts_weights() {
+        let (ne0, ne1, ne2) = (32usize, 2usize, 2usize);
+        let x: Vec<f32> = (0..ne0 * ne1 * ne2)
+            .map(|i| ((i * 37) % 23) as f32 - 11.0)
+            .collect();
+        let w: Vec<f32> = (0..ne0 * ne2)
+            .map(|i| if i < ne0 { 1.0 } else { (i % 5) as f32 })
+            .collect();
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let q = Quantize::new(DType::F32, DType::Q8_0).unwrap().by_rows(
+            &[ne2 as u64, ne1 as u64, ne0 as u64],
+            Some(Arc::from(w.clone())),
+        );
+        let row = q.unit() as usize;
+        assert_eq!(row, 34);
+        let mut dst = vec![0u8; row * ne1 * ne2];
+        // Rows 1..3 cross the boundary between expert 0 (rows 0, 1) and expert 1 (rows 2, 3).
+        for r in [0..1, 1..3, 3..4] {
+            let out = (r.start * row) as u64..(r.end * row) as u64;
+            let input = &bytes[r.start * ne0 * 4..r.end * ne0 * 4];
+            q.apply(out, &[input], &mut dst[r.start * row..r.end * row])
+                .unwrap();
+        }
+        let mut back = vec![0f32; x.len()];
+        weightport_quant::dequantize(DType::Q8_0, &dst, &mut back).unwrap();
+        let mut want = Accum::default();
+        for r in 0..ne1 * ne2 {
+            let e = r / ne1;
+            let span = r * ne0..(r + 1) * ne0;
+            want.add_weighted(&x[span.clone()], &back[span], &w[e * ne0..(e + 1) * ne0]);
+        }
+        let got = q.stats.lock().unwrap().weighted().unwrap();
+        let want = want.weighted().unwrap();
+        assert!((got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12);
+    }
 }
