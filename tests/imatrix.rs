@@ -538,3 +538,46 @@ fn the_attestation_records_the_imatrix() {
     assert_eq!(opts["imatrix"]["sha256"], want.as_str());
     assert_eq!(opts["exclude_weights"], serde_json::json!(["ffn"]));
 }
+
+/// A non-finite importance value is refused as llama-quantize refuses it ("imatrix contains
+/// non-finite value"), naming the entry and the value's byte offset; an excluded entry's is not
+/// looked at (llama-quantize checks after filtering).
+#[test]
+fn non_finite_importance_values_are_refused() {
+    let dat = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(IMATRIX_DAT)).unwrap();
+    let len = u32::from_le_bytes(dat[4..8].try_into().unwrap()) as usize;
+    let name = String::from_utf8(dat[8..8 + len].to_vec()).unwrap();
+    let value_at = 8 + len + 8 + 4 * 3;
+    let mut bad = dat.clone();
+    bad[value_at..value_at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let tmp = tempfile::tempdir().unwrap();
+    let im = tmp.path().join("nan.dat");
+    std::fs::write(&im, &bad).unwrap();
+    let model = common::fixtures().join("good/gguf-mix/llama10_256.f16.gguf");
+    let out = tmp.path().join("m.gguf");
+    let (m, o, i) = (
+        model.to_str().unwrap(),
+        out.to_str().unwrap(),
+        im.to_str().unwrap(),
+    );
+    let res = wp(&["convert", m, "-o", o, "--quant", "Q8_0", "--imatrix", i]);
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("tensor `{name}` (byte {value_at})")) && err.contains("NaN"),
+        "{err}"
+    );
+    let res = wp(&[
+        "convert",
+        m,
+        "-o",
+        o,
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        i,
+        "--exclude-weights",
+        &name,
+    ]);
+    ok(&res, "the entry excluded");
+}
