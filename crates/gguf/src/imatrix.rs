@@ -344,6 +344,14 @@ fn parse_gguf(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
             pairs.entry(n).or_default()[1] = Some(i);
         }
     }
+    if pairs.is_empty() {
+        // llama.cpp reads such a file as an empty matrix and quantizes without one.
+        return Err(malformed(
+            path,
+            0,
+            format!("the GGUF file holds no importance entries (no `{SUMS}`/`{COUNTS}` tensors)"),
+        ));
+    }
     if pairs.len() as u64 > limits.max_imatrix_entries {
         return Err(limit(
             path,

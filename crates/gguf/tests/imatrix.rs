@@ -205,3 +205,15 @@ fn hostile_gguf_imatrices_are_refused() {
         let _ = refuse(&good[..cut], &Limits::default());
     }
 }
+
+/// Fuzzing finding (fuzz/gguf imatrix, corpus `regress-no-entries`): a GGUF file with the
+/// imatrix keys but no `.in_sum2`/`.counts` tensor was read as an empty matrix, which would
+/// quantize as if no importance matrix had been given; it is refused.
+#[test]
+fn a_gguf_imatrix_without_entries_is_refused() {
+    let p = root().join("fuzz/gguf/corpus/imatrix/regress-no-entries");
+    let e = read_imatrix(&p, &Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("holds no importance entries"), "{e}");
+}

@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(e.weights(m.legacy).len(), e.sums.len());
         assert!((e.at as usize) < data.len());
-        assert_eq!(m.get(&e.name), Some(e));
+        // By address: the values may hold NaN, which no float equals.
+        assert!(m.get(&e.name).is_some_and(|f| std::ptr::eq(f, e)));
     }
 });
