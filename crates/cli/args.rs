@@ -137,7 +137,8 @@ pub struct ConvertArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct QuantArgs {
     /// Quantize to this llama-quantize file type: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S,
-    /// Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1 (also F16, BF16, F32).
+    /// Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, Q2_K_S, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_XS, IQ4_NL, IQ3_M,
+    /// IQ3_S, IQ3_XS, IQ3_XXS, IQ2_M, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S (also F16, BF16, F32).
     #[arg(long, value_name = "TYPE")]
     pub quant: Option<String>,
     /// Every quantizable tensor gets the default type of --quant (no mix rules).
@@ -158,6 +159,21 @@ pub struct QuantArgs {
     /// Allow quantizing already-quantized tensors again.
     #[arg(long, requires = "quant")]
     pub allow_requantize: bool,
+    /// Importance matrix from llama-imatrix (its GGUF file or the legacy .dat), as
+    /// `llama-quantize --imatrix`; IQ1_*, IQ2_*, IQ3_XXS and Q2_K_S need one.
+    #[arg(long, value_name = "FILE", requires = "quant")]
+    pub imatrix: Option<PathBuf>,
+    /// Use the importance matrix only for tensors whose name matches (repeatable).
+    #[arg(
+        long,
+        value_name = "REGEX",
+        requires = "imatrix",
+        conflicts_with = "exclude_weights"
+    )]
+    pub include_weights: Vec<String>,
+    /// Do not use the importance matrix for tensors whose name matches (repeatable).
+    #[arg(long, value_name = "REGEX", requires = "imatrix")]
+    pub exclude_weights: Vec<String>,
     /// `general.architecture` of a GGUF output (default: the source's, else `generic`). Given,
     /// an HF release keeps its tensor names instead of being converted by its architecture.
     #[arg(long, value_name = "NAME")]

@@ -34,6 +34,12 @@ fn recipe(a: &ConvertArgs) -> Value {
             "token_embedding_type": q.token_embedding_type,
             "leave_output_tensor": q.leave_output_tensor,
             "allow_requantize": q.allow_requantize,
+            "imatrix": q.imatrix.as_deref().map(|p| json!({
+                "path": p.to_string_lossy(),
+                "sha256": file_sha256(p),
+            })),
+            "include_weights": q.include_weights,
+            "exclude_weights": q.exclude_weights,
             "arch": q.arch,
             "name": q.name,
             "pre_tokenizer": q.pre_tokenizer,
@@ -44,6 +50,16 @@ fn recipe(a: &ConvertArgs) -> Value {
         },
         "weightport": {"version": env!("CARGO_PKG_VERSION")},
     })
+}
+
+/// The sha256 of the file at `path` (hex), or `null` if it cannot be read (the conversion,
+/// which read it first, would have failed).
+fn file_sha256(path: &Path) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).ok()?;
+    Some(format!("{:x}", h.finalize()))
 }
 
 /// Writes `bytes` to `path` through a temp file beside it and a rename.

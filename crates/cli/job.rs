@@ -127,6 +127,9 @@ with_options! {
     token_embedding_type: String,
     leave_output_tensor: bool,
     allow_requantize: bool,
+    imatrix: String,
+    include_weights: Vec<String>,
+    exclude_weights: Vec<String>,
     arch: String,
     name: String,
     pre_tokenizer: String,
@@ -387,7 +390,16 @@ fn convert_argv(
             flag(name, None);
         }
     }
-    for (name, list) in [("rename", &o.rename), ("tensor-type", &o.tensor_type)] {
+    if let Some(m) = &o.imatrix {
+        flag("imatrix", Some(base.join(m).to_string_lossy().into_owned()));
+    }
+    let lists = [
+        ("rename", &o.rename),
+        ("tensor-type", &o.tensor_type),
+        ("include-weights", &o.include_weights),
+        ("exclude-weights", &o.exclude_weights),
+    ];
+    for (name, list) in lists {
         for x in list.iter().flatten() {
             flag(name, Some(x.clone()));
         }
@@ -441,6 +453,20 @@ mod tests {
         assert_eq!(q, [Some("Q6_K".into()), Some("Q4_K_M".into())]);
         assert_eq!(j.outputs[1].threads, Some(2));
         assert_eq!(j.outputs[1].line, 10);
+    }
+
+    #[test]
+    fn importance_options_reach_the_convert_arguments() {
+        let j = load_text(
+            "[[job]]\ninput = \"in\"\n[[job.output]]\npath = \"a.gguf\"\nquant = \"IQ4_XS\"\n\
+             imatrix = \"m.gguf\"\nexclude_weights = [\"output\"]\n",
+        )
+        .unwrap();
+        let q = &j.outputs[0].args.quant;
+        let m = q.imatrix.as_ref().unwrap();
+        assert!(m.is_absolute() && m.ends_with("m.gguf"), "{m:?}");
+        assert_eq!(q.exclude_weights, ["output"]);
+        assert!(q.include_weights.is_empty());
     }
 
     #[test]

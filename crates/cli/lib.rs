@@ -12,6 +12,7 @@
 
 mod args;
 mod attest;
+mod imatrix;
 mod job;
 mod output;
 mod progress;

@@ -2,12 +2,15 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{sanitize, Error, MetaValue};
 use weightport_pipeline::convert::ConvertOptions;
+use weightport_pipeline::importance;
 use weightport_pipeline::mix::Ftype;
+use weightport_pipeline::mix::Importance;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
 use weightport_pipeline::{
@@ -91,7 +94,7 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         dtype_filter,
         allow_lossy: a.allow_lossy,
         renames,
-        quant: quant_options(&a.quant)?,
+        quant: quant_options(&a.quant, a.dry_run)?,
         arch: a.quant.arch.clone(),
         name: a.quant.name.clone(),
         pre_tokenizer: a.quant.pre_tokenizer.clone(),
@@ -109,7 +112,7 @@ fn ggml_type(s: &str) -> Result<weightport_core::DType, Error> {
         })
 }
 
-fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
+fn quant_options(q: &QuantArgs, dry_run: bool) -> Result<Option<QuantOptions>, Error> {
     let Some(t) = &q.quant else {
         return Ok(None);
     };
@@ -137,7 +140,26 @@ fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
             .transpose()?,
         leave_output: q.leave_output_tensor,
         allow_requantize: q.allow_requantize,
+        imatrix: importance(q)?.map(Arc::new),
+        dry_run,
     }))
+}
+
+/// `--imatrix FILE` with its `--include-weights`/`--exclude-weights`.
+fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
+    let Some(path) = &q.imatrix else {
+        return Ok(None);
+    };
+    let regexes = |flag: &str, v: &[String]| -> Result<Vec<regex::Regex>, Error> {
+        v.iter()
+            .map(|r| regex::Regex::new(r).map_err(|e| Error::Usage(format!("{flag} `{r}`: {e}"))))
+            .collect()
+    };
+    let include = regexes("--include-weights", &q.include_weights)?;
+    let exclude = regexes("--exclude-weights", &q.exclude_weights)?;
+    let given = path.to_string_lossy();
+    let limits = weightport_core::Limits::default();
+    importance::load(path, &given, &include, &exclude, &limits).map(Some)
 }
 
 /// The pipeline's options for `convert` arguments `a`.
@@ -169,10 +191,11 @@ pub fn convert(
     let r = run_convert(&opts, progress)?;
     crate::attest::write_outputs(a, &r, None)?;
     let secs = t0.elapsed().as_secs_f64();
+    let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
     if json {
-        return convert_json(a, &r, secs, out);
+        return convert_json(a, &r, iv.as_ref(), secs, out);
     }
-    convert_summary(&r, secs, out)?;
+    convert_summary(&r, iv.as_ref(), secs, out)?;
     convert_files(&r, out)?;
     convert_transforms(&r, out)?;
     convert_written(a, out)?;
@@ -183,6 +206,7 @@ pub fn convert(
 fn convert_json(
     a: &ConvertArgs,
     r: &ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
     secs: f64,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
@@ -211,7 +235,8 @@ fn convert_json(
         "report": a.report.as_ref().map(|p| p.display().to_string()),
         "architecture": r.architecture,
         "dropped": r.dropped.iter().map(|(n, why)| json!({"tensor": n, "reason": why})).collect::<Vec<_>>(),
-        "plan": r.plan.iter().map(|t| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "note": t.note})).collect::<Vec<_>>(),
+        "plan": r.plan.iter().enumerate().map(|(i, t)| json!({"name": t.name, "from": t.from, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.bytes, "bpw": crate::imatrix::bpw(t.bytes, &t.shape), "imatrix": iv.and_then(|v| v.per_tensor[i]), "note": t.note})).collect::<Vec<_>>(),
+        "imatrix": iv.map(|v| v.json()),
         "tensors": r.tensors,
         "data_bytes": r.data_bytes,
         "elements": r.elements,
@@ -238,7 +263,12 @@ fn convert_written(a: &ConvertArgs, out: &mut impl Write) -> std::io::Result<()>
     Ok(())
 }
 
-fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::io::Result<()> {
+fn convert_summary(
+    r: &ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
+    secs: f64,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     if r.dry_run {
         writeln!(
             out,
@@ -270,9 +300,12 @@ fn convert_summary(r: &ConvertReport, secs: f64, out: &mut impl Write) -> std::i
         )?;
     }
     if r.dry_run {
-        plan_lines(r, out)?;
+        plan_lines(r, iv, out)?;
     } else if r.architecture.is_none() {
         not_converted_lines(&r.dropped, out)?;
+    }
+    for l in iv.map(|v| v.lines(r.dry_run)).unwrap_or_default() {
+        writeln!(out, "  {}", sanitize(&l))?;
     }
     Ok(())
 }
@@ -362,17 +395,27 @@ fn convert_transforms(r: &ConvertReport, out: &mut impl Write) -> std::io::Resul
 }
 
 /// The dry run's per-tensor plan: name (and source name), type, shape, size, fallback reason.
-fn plan_lines(r: &weightport_pipeline::ConvertReport, out: &mut impl Write) -> std::io::Result<()> {
-    for t in &r.plan {
+fn plan_lines(
+    r: &weightport_pipeline::ConvertReport,
+    iv: Option<&crate::imatrix::ImatrixView>,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    for (i, t) in r.plan.iter().enumerate() {
         let from = t.from.as_deref().map(|f| format!(" ← {}", sanitize(f)));
         let note = t.note.as_deref().map(|n| format!("  ({})", sanitize(n)));
+        let imatrix = match iv.and_then(|v| v.per_tensor[i]) {
+            Some(true) => "  imatrix",
+            Some(false) => "  no imatrix",
+            None => "",
+        };
         writeln!(
             out,
-            "  {:<32} {:<6} {:>18} {:>11}{}{}",
+            "  {:<32} {:<7} {:>18} {:>11} {:>6.2} bpw{imatrix}{}{}",
             sanitize(&t.name),
             t.dtype.name(),
             format!("{:?}", t.shape),
             human(t.bytes),
+            crate::imatrix::bpw(t.bytes, &t.shape),
             from.unwrap_or_default(),
             note.unwrap_or_default()
         )?;
@@ -537,7 +580,8 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
 /// A tensor's quality figures in `--json`.
 fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
     json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
-           "relative_error": q.relative, "clipped_share": q.clipped})
+           "relative_error": q.relative, "clipped_share": q.clipped,
+           "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})
 }
 
 pub fn verify(

@@ -92,17 +92,26 @@ fn chart(layers: &BTreeMap<u64, (f64, f64, usize)>) -> String {
     s
 }
 
+/// A cell of an importance-weighted figure (empty without `--imatrix` data).
+fn weighted_cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("<td data-v=\"{v:e}\">{v:.3e}</td>"),
+        None => "<td data-v=\"-1\">–</td>".to_string(),
+    }
+}
+
 fn table(rows: &[&TransformReport]) -> String {
     let mut s = String::from(
         "<table id=\"quality\"><thead><tr><th>tensor</th><th>operation</th><th>values</th>\
-         <th>RMSE</th><th>max abs error</th><th>relative error</th><th>clipped</th></tr></thead><tbody>",
+         <th>RMSE</th><th>max abs error</th><th>relative error</th><th>clipped</th>\
+         <th>importance-weighted RMSE</th><th>importance-weighted max abs error</th></tr></thead><tbody>",
     );
     for t in rows {
         let Some(q) = t.quality else { continue };
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td data-v=\"{:e}\">{:.3e}</td><td data-v=\"{:e}\">{:.3e}</td>\
-             <td data-v=\"{:e}\">{:.3e}</td><td data-v=\"{:e}\">{:.3}%</td></tr>",
+             <td data-v=\"{:e}\">{:.3e}</td><td data-v=\"{:e}\">{:.3}%</td>{}{}</tr>",
             esc(&t.tensor),
             esc(&t.op),
             q.values,
@@ -113,7 +122,9 @@ fn table(rows: &[&TransformReport]) -> String {
             q.relative,
             q.relative,
             q.clipped,
-            q.clipped * 100.0
+            q.clipped * 100.0,
+            weighted_cell(q.weighted_rmse),
+            weighted_cell(q.weighted_max_abs)
         );
     }
     s.push_str("</tbody></table>");

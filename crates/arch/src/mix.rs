@@ -11,7 +11,9 @@
 //! 3. unless `--pure`, the per-category rules of the mix;
 //! 4. always the fallback when the row length is not a multiple of the chosen block.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use regex::Regex;
 use weightport_core::{CastRule, DType, Error, Format, MetaValue, Metadata, Result};
@@ -37,6 +39,19 @@ pub enum Ftype {
     Q5_K_S,
     Q5_K_M,
     Q6_K,
+    Q2_K_S,
+    IQ1_S,
+    IQ1_M,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ2_S,
+    IQ2_M,
+    IQ3_XXS,
+    IQ3_XS,
+    IQ3_S,
+    IQ3_M,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 const NAMES: &[(&str, Ftype, u32)] = &[
@@ -60,6 +75,19 @@ const NAMES: &[(&str, Ftype, u32)] = &[
     ("Q5_K_M", Ftype::Q5_K_M, 17),
     ("Q5_K", Ftype::Q5_K_M, 17),
     ("Q6_K", Ftype::Q6_K, 18),
+    ("IQ2_XXS", Ftype::IQ2_XXS, 19),
+    ("IQ2_XS", Ftype::IQ2_XS, 20),
+    ("Q2_K_S", Ftype::Q2_K_S, 21),
+    ("IQ3_XS", Ftype::IQ3_XS, 22),
+    ("IQ3_XXS", Ftype::IQ3_XXS, 23),
+    ("IQ1_S", Ftype::IQ1_S, 24),
+    ("IQ4_NL", Ftype::IQ4_NL, 25),
+    ("IQ3_S", Ftype::IQ3_S, 26),
+    ("IQ3_M", Ftype::IQ3_M, 27),
+    ("IQ2_S", Ftype::IQ2_S, 28),
+    ("IQ2_M", Ftype::IQ2_M, 29),
+    ("IQ4_XS", Ftype::IQ4_XS, 30),
+    ("IQ1_M", Ftype::IQ1_M, 31),
 ];
 
 impl Ftype {
@@ -107,12 +135,53 @@ impl Ftype {
             Ftype::Q5_0 => DType::Q5_0,
             Ftype::Q5_1 => DType::Q5_1,
             Ftype::Q8_0 => DType::Q8_0,
-            Ftype::Q2_K => DType::Q2_K,
+            Ftype::Q2_K | Ftype::Q2_K_S => DType::Q2_K,
+            Ftype::IQ3_XS | Ftype::IQ3_S | Ftype::IQ3_M => DType::IQ3_S,
+            Ftype::IQ2_XXS => DType::IQ2_XXS,
+            Ftype::IQ2_XS | Ftype::IQ2_S => DType::IQ2_XS,
+            Ftype::IQ2_M => DType::IQ2_S,
+            Ftype::IQ3_XXS => DType::IQ3_XXS,
+            Ftype::IQ1_S => DType::IQ1_S,
+            Ftype::IQ1_M => DType::IQ1_M,
+            Ftype::IQ4_NL => DType::IQ4_NL,
+            Ftype::IQ4_XS => DType::IQ4_XS,
             Ftype::Q3_K_S | Ftype::Q3_K_M | Ftype::Q3_K_L => DType::Q3_K,
             Ftype::Q4_K_S | Ftype::Q4_K_M => DType::Q4_K,
             Ftype::Q5_K_S | Ftype::Q5_K_M => DType::Q5_K,
             Ftype::Q6_K => DType::Q6_K,
         }
+    }
+
+    /// The file types of llama-quantize's own branch for the lowest bit rates (IQ1_S, IQ1_M,
+    /// IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M).
+    pub fn is_low_bit(self) -> bool {
+        use Ftype as F;
+        matches!(
+            self,
+            F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ2_S | F::IQ2_M | F::IQ1_M
+        )
+    }
+}
+
+/// `tensor_requires_imatrix`: llama-quantize refuses to write `name` as `to` in a `ftype`
+/// file without importance data (the IQ1, IQ2 and IQ3_XXS types, and Q2_K in a Q2_K_S file;
+/// never `token_embd.weight`, `per_layer_token_embd.weight` or `output.weight`).
+pub fn requires_imatrix(name: &str, to: DType, ftype: Ftype) -> bool {
+    if matches!(
+        name,
+        "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight"
+    ) {
+        return false;
+    }
+    match to {
+        DType::IQ3_XXS
+        | DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ1_M
+        | DType::IQ1_S => true,
+        DType::Q2_K => ftype == Ftype::Q2_K_S,
+        _ => false,
     }
 }
 
@@ -146,6 +215,26 @@ pub struct QuantOptions {
     pub leave_output: bool,
     /// `--allow-requantize`.
     pub allow_requantize: bool,
+    /// `--imatrix` (after `--include-weights`/`--exclude-weights`).
+    pub imatrix: Option<Arc<Importance>>,
+    /// A dry run: a tensor that llama-quantize would refuse to write without importance data
+    /// is planned anyway (and listed), as `llama-quantize --dry-run` does.
+    pub dry_run: bool,
+}
+
+/// An importance matrix as llama-quantize uses it: the weights by tensor name (normalised by
+/// the reader, filtered by `--include-weights`/`--exclude-weights`) and what it records in the
+/// output's metadata.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Importance {
+    /// Weights by GGUF tensor name: `ne[0] × n_expert` values.
+    pub weights: BTreeMap<String, Arc<[f32]>>,
+    /// The path as given on the command line (`quantize.imatrix.file`).
+    pub file: String,
+    /// The first dataset it was computed on (`quantize.imatrix.dataset`).
+    pub dataset: Option<String>,
+    /// Chunks it was computed on (`quantize.imatrix.chunks_count`, when positive).
+    pub chunks: i64,
 }
 
 /// One tensor as the type mix sees it: its output name, shape (outermost first) and the type
@@ -199,6 +288,7 @@ pub fn plan_types(tensors: &[TypedTensor], meta: &Metadata, q: &QuantOptions) ->
         n_gqa: facts.n_gqa,
         n_expert: facts.n_expert,
         arch: facts.arch,
+        has_imatrix: q.imatrix.as_ref().is_some_and(|m| !m.weights.is_empty()),
     };
     let mut types: Vec<DType> = tensors.iter().map(|t| t.dtype).collect();
     let mut notes = vec![None; tensors.len()];
@@ -236,6 +326,8 @@ pub struct MixParams {
     pub n_gqa: u32,
     /// `{arch}.expert_count` (0 or 1 for dense models).
     pub n_expert: u32,
+    /// An importance matrix with at least one entry was given (`qs.has_imatrix`).
+    pub has_imatrix: bool,
 }
 
 /// The model facts llama-quantize's rules need, read from GGUF metadata as llama-quantize reads
@@ -305,13 +397,39 @@ pub const QUANTIZE_REWRITES: Format = Format::Gguf;
 pub const QUANTIZE_CASTS: CastRule = CastRule::Ggml;
 
 /// llama-quantize's edits of the metadata it copies: the split keys removed, then
-/// `general.quantization_version` and `general.file_type` set last.
-pub fn quantized_metadata(m: &mut Metadata, ftype: Ftype) {
+/// `general.quantization_version` and `general.file_type` set last, then (with an importance
+/// matrix that has entries) its `quantize.imatrix.*` keys, strings cut to 127 bytes as its
+/// fixed-size override buffers cut them.
+pub fn quantized_metadata(m: &mut Metadata, q: &QuantOptions) {
     for k in ["split.no", "split.count", "split.tensors.count"] {
         m.remove(k);
     }
     m.push_last("general.quantization_version", MetaValue::U32(2));
-    m.push_last("general.file_type", MetaValue::U32(ftype.file_type()));
+    m.push_last("general.file_type", MetaValue::U32(q.ftype.file_type()));
+    let Some(im) = q.imatrix.as_ref().filter(|m| !m.weights.is_empty()) else {
+        return;
+    };
+    let cut = |s: &str| -> MetaValue {
+        let b = &s.as_bytes()[..s.len().min(127)];
+        match std::str::from_utf8(b) {
+            Ok(v) => MetaValue::Str(v.to_string()),
+            Err(_) => MetaValue::Bytes(b.to_vec()),
+        }
+    };
+    m.push_last("quantize.imatrix.file", cut(&im.file));
+    if let Some(d) = &im.dataset {
+        m.push_last("quantize.imatrix.dataset", cut(d));
+    }
+    m.push_last(
+        "quantize.imatrix.entries_count",
+        MetaValue::U32(im.weights.len() as u32),
+    );
+    if im.chunks > 0 {
+        m.push_last(
+            "quantize.imatrix.chunks_count",
+            MetaValue::U32(im.chunks as u32),
+        );
+    }
 }
 
 /// llama-quantize refuses to requantize a tensor of the converter's file that is already of a
@@ -430,109 +548,221 @@ struct Counters {
     n_attention_wv: usize,
     i_attention_wv: usize,
     i_ffn_down: usize,
+    i_ffn_gate: usize,
+    i_ffn_up: usize,
     tied: bool,
 }
 
-/// The per-category rules (`llama_tensor_get_type_impl`) for the K and legacy mixes.
-fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, mut ty: DType) -> DType {
-    use Ftype as F;
-    let f = p.ftype;
-    let n_layer = p.n_layer;
+/// The per-category rules (`llama_tensor_get_type_impl`): the branch of the first of its
+/// conditions that holds, as in llama.cpp's chain of `else if`s.
+fn mix_rule(t: &MixTensor, cat: Cat, p: &MixParams, c: &mut Counters, ty: DType) -> DType {
     if cat == Cat::Output || (c.tied && cat == Cat::TokenEmbd) {
-        if let Some(o) = p.output_type {
-            return o;
-        }
-        let blk = u64::from(block_elems(ty));
-        if p.arch == "falcon" || !t.ne0.is_multiple_of(blk) {
-            return DType::Q8_0;
-        }
-        return if ty != DType::Q8_0 { DType::Q6_K } else { ty };
+        return output_rule(t, p, ty);
     }
     if cat == Cat::TokenEmbd {
-        return p.token_embd_type.unwrap_or(ty);
+        return token_embd_rule(p, ty);
     }
-    if is_attn_v(cat) {
-        ty = match f {
-            F::Q2_K => {
-                if p.n_gqa >= 4 {
-                    DType::Q4_K
-                } else {
-                    DType::Q3_K
-                }
-            }
-            F::Q3_K_M => {
-                if c.i_attention_wv < 2 {
-                    DType::Q5_K
-                } else {
-                    DType::Q4_K
-                }
-            }
-            F::Q3_K_L => DType::Q5_K,
-            F::Q4_K_M | F::Q5_K_M if use_more_bits(c.i_attention_wv, c.n_attention_wv) => {
-                DType::Q6_K
-            }
-            F::Q4_K_S if c.i_attention_wv < 4 => DType::Q5_K,
-            _ => ty,
-        };
-        if p.n_expert == 8 {
-            ty = DType::Q8_0;
-        }
-        c.i_attention_wv += 1;
-        return ty;
+    if p.ftype.is_low_bit() {
+        return low_bit_rule(cat, p, c, ty);
     }
     match cat {
-        Cat::K if p.n_expert == 8 => DType::Q8_0,
-        Cat::Down => {
-            // `layer_info`: with experts, the layer is read from the name (`blk.N.`), since a
-            // layer may hold several ffn_down tensors (a shared expert's and the experts').
-            let i = match (p.n_expert > 1, layer_of(&t.name)) {
-                (true, Some(l)) => l,
-                _ => c.i_ffn_down,
+        _ if is_attn_v(cat) => attn_v_rule(p, c, ty),
+        Cat::K => attn_k_rule(p, ty),
+        Cat::Q => match p.ftype {
+            Ftype::IQ3_XS => DType::IQ3_XXS,
+            Ftype::IQ3_XXS => DType::IQ2_S,
+            _ => ty,
+        },
+        Cat::Down => ffn_down_rule(t, p, c, ty),
+        Cat::AttnOut => attn_out_rule(p, ty),
+        Cat::Gate | Cat::Up => {
+            let counter = if cat == Cat::Gate {
+                &mut c.i_ffn_gate
+            } else {
+                &mut c.i_ffn_up
             };
+            let (i, n) = layer_info(t, p, *counter);
+            *counter += 1;
+            if p.ftype == Ftype::IQ3_XS && i >= n / 8 && i < 7 * n / 8 {
+                DType::IQ3_XXS
+            } else {
+                ty
+            }
+        }
+        _ => ty,
+    }
+}
+
+/// `output.weight`, and `token_embd.weight` of a model that ties it to the output.
+fn output_rule(t: &MixTensor, p: &MixParams, ty: DType) -> DType {
+    if let Some(o) = p.output_type {
+        return o;
+    }
+    let blk = u64::from(block_elems(ty));
+    if p.arch == "falcon" || !t.ne0.is_multiple_of(blk) {
+        DType::Q8_0
+    } else if p.ftype.is_low_bit() || p.ftype == Ftype::IQ3_XXS {
+        DType::Q5_K
+    } else if ty != DType::Q8_0 {
+        DType::Q6_K
+    } else {
+        ty
+    }
+}
+
+fn token_embd_rule(p: &MixParams, ty: DType) -> DType {
+    use Ftype as F;
+    if let Some(e) = p.token_embd_type {
+        return e;
+    }
+    match p.ftype {
+        F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ1_M => DType::Q2_K,
+        F::IQ2_S | F::IQ2_M | F::IQ3_XXS => DType::IQ3_S,
+        _ => ty,
+    }
+}
+
+/// IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M: their own branch.
+fn low_bit_rule(cat: Cat, p: &MixParams, c: &mut Counters, ty: DType) -> DType {
+    use Ftype as F;
+    let s_or_m = matches!(p.ftype, F::IQ2_S | F::IQ2_M);
+    if is_attn_v(cat) {
+        c.i_attention_wv += 1;
+        return if p.n_gqa >= 4 || p.n_expert >= 4 {
+            DType::Q4_K
+        } else if s_or_m {
+            DType::IQ3_S
+        } else {
+            DType::Q2_K
+        };
+    }
+    match cat {
+        Cat::K if p.n_expert == 8 => DType::Q4_K,
+        Cat::Down => {
+            let first = c.i_ffn_down < p.n_layer / 8;
             c.i_ffn_down += 1;
-            let falcon = p.arch == "falcon";
-            match f {
-                F::Q2_K => DType::Q3_K,
-                F::Q3_K_M if i < n_layer / 16 => DType::Q5_K,
-                F::Q3_K_M if !falcon || use_more_bits(i, n_layer) => DType::Q4_K,
-                F::Q3_K_M => DType::Q3_K,
-                F::Q3_K_L => {
-                    if falcon {
-                        DType::Q4_K
-                    } else {
-                        DType::Q5_K
-                    }
-                }
-                F::Q4_K_M if falcon => {
-                    if i < n_layer / 16 {
-                        DType::Q6_K
-                    } else if use_more_bits(i, n_layer) {
-                        DType::Q5_K
-                    } else {
-                        DType::Q4_K
-                    }
-                }
-                F::Q4_K_M | F::Q5_K_M if use_more_bits(i, n_layer) => DType::Q6_K,
-                F::Q4_K_S if !falcon && i < n_layer / 8 => DType::Q5_K,
+            match (first, s_or_m) {
+                (true, true) => DType::IQ3_S,
+                (true, false) => DType::Q2_K,
                 _ => ty,
             }
         }
-        Cat::AttnOut if p.arch != "falcon" => {
-            if p.n_expert == 8 {
-                match f {
-                    F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::Q4_K_S | F::Q4_K_M => DType::Q5_K,
-                    _ => ty,
-                }
-            } else {
-                match f {
-                    F::Q2_K => DType::Q3_K,
-                    F::Q3_K_M => DType::Q4_K,
-                    F::Q3_K_L => DType::Q5_K,
-                    _ => ty,
-                }
-            }
-        }
-        Cat::AttnOut if f == F::Q3_K_L => DType::Q4_K,
+        Cat::AttnOut if p.n_expert == 8 => DType::Q5_K,
+        Cat::AttnOut if matches!(p.ftype, F::IQ1_S | F::IQ1_M) => DType::IQ2_XXS,
+        Cat::AttnOut if s_or_m => DType::IQ3_S,
+        _ => ty,
+    }
+}
+
+fn attn_v_rule(p: &MixParams, c: &mut Counters, mut ty: DType) -> DType {
+    use Ftype as F;
+    let gqa4 = p.n_gqa >= 4;
+    ty = match p.ftype {
+        F::Q2_K if gqa4 => DType::Q4_K,
+        F::Q2_K => DType::Q3_K,
+        F::Q2_K_S if gqa4 => DType::Q4_K,
+        F::Q2_K_S => ty,
+        F::IQ3_XXS if gqa4 => DType::Q4_K,
+        F::IQ3_XXS if !p.has_imatrix => DType::IQ3_S,
+        F::IQ3_XXS => DType::IQ3_XXS,
+        F::IQ3_XS | F::IQ3_S if gqa4 => DType::Q4_K,
+        F::IQ3_M => DType::Q4_K,
+        F::Q3_K_M if c.i_attention_wv < 2 => DType::Q5_K,
+        F::Q3_K_M => DType::Q4_K,
+        F::Q3_K_L => DType::Q5_K,
+        F::IQ4_NL | F::IQ4_XS if gqa4 => DType::Q5_K,
+        F::Q4_K_M | F::Q5_K_M if use_more_bits(c.i_attention_wv, c.n_attention_wv) => DType::Q6_K,
+        F::Q4_K_S if c.i_attention_wv < 4 => DType::Q5_K,
+        _ => ty,
+    };
+    if p.n_expert == 8 {
+        ty = DType::Q8_0;
+    }
+    c.i_attention_wv += 1;
+    ty
+}
+
+fn attn_k_rule(p: &MixParams, ty: DType) -> DType {
+    match p.ftype {
+        _ if p.n_expert == 8 => DType::Q8_0,
+        Ftype::IQ3_XS => DType::IQ3_XXS,
+        Ftype::IQ3_XXS => DType::IQ2_S,
+        _ => ty,
+    }
+}
+
+/// `layer_info`: with experts the layer is read from the name (`blk.N.`), since a layer may
+/// hold several ffn tensors (a shared expert's and the experts'); the layer count is the
+/// model's.
+fn layer_info(t: &MixTensor, p: &MixParams, counter: usize) -> (usize, usize) {
+    match (p.n_expert > 1, layer_of(&t.name)) {
+        (true, Some(l)) => (l, p.n_layer),
+        _ => (counter, p.n_layer),
+    }
+}
+
+fn ffn_down_rule(t: &MixTensor, p: &MixParams, c: &mut Counters, ty: DType) -> DType {
+    use Ftype as F;
+    let (i, n) = layer_info(t, p, c.i_ffn_down);
+    c.i_ffn_down += 1;
+    let falcon = p.arch == "falcon";
+    let im = p.has_imatrix;
+    match p.ftype {
+        F::Q2_K => DType::Q3_K,
+        F::Q2_K_S if i < n / 8 => DType::Q4_K,
+        F::Q2_K_S => ty,
+        F::IQ3_XXS if !im && i < n / 8 => DType::Q4_K,
+        F::IQ3_XXS if !im => DType::Q3_K,
+        F::Q3_K_M if i < n / 16 => DType::Q5_K,
+        F::Q3_K_M if !falcon || use_more_bits(i, n) => DType::Q4_K,
+        F::Q3_K_M => DType::Q3_K,
+        F::IQ3_M if i < n / 8 || (p.n_expert == 8 && use_more_bits(i, n)) => DType::Q4_K,
+        F::Q3_K_L if falcon => DType::Q4_K,
+        F::Q3_K_L => DType::Q5_K,
+        F::Q4_K_M if falcon && i < n / 16 => DType::Q6_K,
+        F::Q4_K_M if falcon && use_more_bits(i, n) => DType::Q5_K,
+        F::Q4_K_M if falcon => DType::Q4_K,
+        F::Q4_K_M if use_more_bits(i, n) => DType::Q6_K,
+        F::Q4_K_M => ty,
+        F::IQ4_NL | F::IQ4_XS if i < n / 8 && !im => DType::Q5_K,
+        F::Q5_K_M if use_more_bits(i, n) => DType::Q6_K,
+        F::Q4_K_S if !falcon && i < n / 8 => DType::Q5_K,
+        F::Q4_0 if im && i < n / 8 => DType::Q4_1,
+        F::Q5_0 if im && i < n / 8 => DType::Q5_1,
+        _ => ty,
+    }
+}
+
+fn attn_out_rule(p: &MixParams, ty: DType) -> DType {
+    use Ftype as F;
+    if p.arch == "falcon" {
+        return if p.ftype == F::Q3_K_L {
+            DType::Q4_K
+        } else {
+            ty
+        };
+    }
+    if p.n_expert == 8 {
+        return match p.ftype {
+            F::Q2_K
+            | F::IQ3_XS
+            | F::IQ3_XXS
+            | F::Q3_K_S
+            | F::Q3_K_M
+            | F::IQ4_NL
+            | F::Q4_K_S
+            | F::Q4_K_M
+            | F::IQ3_S
+            | F::IQ3_M
+            | F::IQ4_XS => DType::Q5_K,
+            _ => ty,
+        };
+    }
+    match p.ftype {
+        F::Q2_K => DType::Q3_K,
+        F::IQ3_XXS => DType::IQ3_S,
+        F::Q3_K_M | F::IQ3_M => DType::Q4_K,
+        F::Q3_K_L => DType::Q5_K,
         _ => ty,
     }
 }
@@ -605,6 +835,8 @@ pub fn choose(tensors: &[MixTensor], p: &MixParams) -> Vec<Choice> {
         n_attention_wv: cats.iter().filter(|&&k| is_attn_v(k)).count(),
         i_attention_wv: 0,
         i_ffn_down: 0,
+        i_ffn_gate: 0,
+        i_ffn_up: 0,
         tied: !cats.contains(&Cat::Output),
     };
     let default = p.ftype.default_type();
@@ -710,6 +942,7 @@ mod tests {
             n_layer,
             n_gqa: 4,
             n_expert: 0,
+            has_imatrix: false,
         }
     }
 
@@ -794,5 +1027,87 @@ mod tests {
         assert_eq!(Ftype::parse("q4_k").unwrap(), Ftype::Q4_K_M);
         assert_eq!(Ftype::Q4_K_M.file_type(), 15);
         assert!(Ftype::parse("Q9").is_err());
+    }
+
+    fn type_of(t: &[MixTensor], c: &[Choice], n: &str) -> DType {
+        c[t.iter().position(|x| x.name == n).unwrap()].dtype
+    }
+
+    #[test]
+    fn low_bit_rules_follow_gqa_experts_and_imatrix() {
+        // 16 layers, GQA 4: the low-bit attn_v is Q4_K, the first 2 ffn_down Q2_K (IQ2_XXS).
+        let t = llama(16, 4096);
+        let mut p = params(Ftype::IQ2_XXS, 16);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.0.attn_v.weight"), DType::Q4_K);
+        assert_eq!(type_of(&t, &c, "blk.1.ffn_down.weight"), DType::Q2_K);
+        assert_eq!(type_of(&t, &c, "blk.2.ffn_down.weight"), DType::IQ2_XXS);
+        assert_eq!(type_of(&t, &c, "output.weight"), DType::Q5_K);
+        assert_eq!(type_of(&t, &c, "token_embd.weight"), DType::Q2_K);
+        // IQ3_XXS: attn_v Q4_K with GQA 4; ffn_down depends on the imatrix.
+        let mut p = params(Ftype::IQ3_XXS, 16);
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.0.ffn_down.weight"), DType::Q4_K);
+        assert_eq!(type_of(&t, &c, "blk.5.ffn_down.weight"), DType::Q3_K);
+        assert_eq!(type_of(&t, &c, "blk.5.attn_k.weight"), DType::IQ2_S);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.5.ffn_down.weight"), DType::IQ3_XXS);
+        // Eight experts: attn_output Q5_K, attn_k Q4_K in the low-bit branch.
+        let mut p = params(Ftype::IQ1_S, 16);
+        p.n_expert = 8;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.3.attn_output.weight"), DType::Q5_K);
+        assert_eq!(type_of(&t, &c, "blk.3.attn_k.weight"), DType::Q4_K);
+        // Q4_0 with an imatrix: the first eighth of ffn_down is Q4_1.
+        let mut p = params(Ftype::Q4_0, 16);
+        p.has_imatrix = true;
+        let c = choose(&t, &p);
+        assert_eq!(type_of(&t, &c, "blk.1.ffn_down.weight"), DType::Q4_1);
+        assert_eq!(type_of(&t, &c, "blk.2.ffn_down.weight"), DType::Q4_0);
+    }
+
+    #[test]
+    fn which_tensors_need_an_imatrix() {
+        for d in [
+            DType::IQ1_S,
+            DType::IQ1_M,
+            DType::IQ2_XXS,
+            DType::IQ2_XS,
+            DType::IQ2_S,
+            DType::IQ3_XXS,
+        ] {
+            assert!(
+                requires_imatrix("blk.0.attn_q.weight", d, Ftype::IQ2_M),
+                "{d}"
+            );
+            assert!(!requires_imatrix("token_embd.weight", d, Ftype::IQ2_M));
+            assert!(!requires_imatrix("output.weight", d, Ftype::IQ2_M));
+        }
+        assert!(requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::Q2_K,
+            Ftype::Q2_K_S
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::Q2_K,
+            Ftype::Q2_K
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::IQ3_S,
+            Ftype::IQ3_S
+        ));
+        assert!(!requires_imatrix(
+            "blk.0.ffn_up.weight",
+            DType::IQ4_XS,
+            Ftype::IQ4_XS
+        ));
+        assert_eq!(Ftype::parse("iq2_m").unwrap().file_type(), 29);
+        assert_eq!(Ftype::IQ2_S.default_type(), DType::IQ2_XS);
+        assert_eq!(Ftype::IQ3_M.default_type(), DType::IQ3_S);
+        assert_eq!(Ftype::Q2_K_S.file_type(), 21);
     }
 }

@@ -38,6 +38,14 @@ pub struct Limits {
     /// the largest read. The largest real `tokenizer.json` files are tens of MB. The arch crate
     /// applies [`Limits::DEFAULT_MAX_SIDE_FILE`] today (its plan takes no read options yet).
     pub max_side_file: u64,
+    /// Importance matrices (`--imatrix`): most entries. One per weight matrix: real files have
+    /// a few hundred (7 per layer); the cap leaves room for the largest MoE models.
+    pub max_imatrix_entries: u64,
+    /// Importance matrices: longest entry or dataset name (tensor names are under 64 bytes).
+    pub max_imatrix_name: u64,
+    /// Importance matrices: most values of one entry (`n_per_row × n_expert`: 7168 × 256 for
+    /// the largest MoE models, 1.8 M; the cap is 2^28, 1 GiB of f32).
+    pub max_imatrix_values: u64,
     /// The pickle interpreter's caps.
     pub pickle: PickleLimits,
 }
@@ -61,6 +69,9 @@ impl Default for Limits {
             max_deflate_ratio: 1050,
             max_inflate_bytes: 1 << 30,
             max_side_file: Limits::DEFAULT_MAX_SIDE_FILE,
+            max_imatrix_entries: 1 << 20,
+            max_imatrix_name: 4096,
+            max_imatrix_values: 1 << 28,
             pickle: PickleLimits::default(),
         }
     }

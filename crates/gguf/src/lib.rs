@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod header;
+pub mod imatrix;
 pub mod layout;
 pub mod partition;
 pub mod reader;
@@ -42,6 +43,7 @@ use std::path::Path;
 use weightport_core::{ReadOptions, Result};
 
 pub use header::{GgufHeader, GgufTensor, DEFAULT_ALIGNMENT};
+pub use imatrix::{parse_imatrix, read_imatrix, Imatrix, ImatrixEntry};
 pub use layout::{encode_kv, layout, layout_with, GgufLayout, GgufTensorSpec, WriteOptions};
 pub use reader::GgufFile;
 pub use split::{GgufSplit, SplitOptions};

@@ -114,7 +114,12 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         .collect();
     mix::check_requantize(dir, &before, &finals)?;
     if let Some(q) = &opts.quant {
-        mix::quantized_metadata(&mut metadata, q.ftype);
+        let planned = order.iter().map(|&i| {
+            let t = &plan.tensors[i];
+            (t.name.as_str(), t.shape.as_slice(), t.dtype, finals[i])
+        });
+        crate::importance::check_plan(q, planned).map_err(|e| in_release(e, dir))?;
+        mix::quantized_metadata(&mut metadata, q);
     }
     let mut outs = Vec::with_capacity(order.len());
     let mut from = Vec::with_capacity(order.len());
@@ -307,7 +312,7 @@ fn op_of(
                 rule: mix::QUANTIZE_CASTS,
                 validates: true,
             };
-            let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
+            let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
             return Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant));
         }
         _ => None,
@@ -344,12 +349,23 @@ fn op_of(
         rule: mix::QUANTIZE_CASTS,
         validates: true,
     };
-    let cast = op_for(mid, t.dtype, &t.name, opts, converter)?;
-    let quant = op_for(t.dtype, to, &t.name, opts, quantizer)?;
+    let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
+    let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
     Ok(Chain::of(
         Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
         quant,
     ))
+}
+
+/// A refusal of the plan, located in the release directory.
+fn in_release(e: Error, dir: &Path) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            at.path = dir.to_path_buf();
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
 }
 
 fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str) -> Error {

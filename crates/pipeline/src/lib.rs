@@ -22,6 +22,7 @@ pub mod cast;
 pub mod compose;
 pub mod convert;
 pub mod exec;
+pub mod importance;
 pub mod input;
 pub use weightport_arch::mix;
 pub mod plan;

@@ -207,6 +207,7 @@ pub(crate) fn op_for(
     from: DType,
     to: DType,
     name: &str,
+    shape: &[u64],
     opts: &TransformOptions,
     stage: Stage,
 ) -> Result<Option<Arc<dyn Transform>>> {
@@ -230,7 +231,7 @@ pub(crate) fn op_for(
                 .rule(stage.rule)
                 .finite_only(stage.validates),
         ),
-        (false, true) => Arc::new(Quantize::new(from, to)?.measured(opts.measure_quality)),
+        (false, true) => Arc::new(quantize_op(from, to, name, shape, opts)?),
         (true, false) => Arc::new(Dequantize::new(from, to)?.rule(stage.rule)),
         (true, true) => {
             if !opts.quant.as_ref().is_some_and(|q| q.allow_requantize) {
@@ -246,6 +247,26 @@ pub(crate) fn op_for(
         }
     };
     Ok(Some(op))
+}
+
+/// The quantization of tensor `name` (of shape `shape`) from `from` to `to`: by rows with its
+/// importance weights under `--imatrix`, or when the type's kernel only works by rows.
+fn quantize_op(
+    from: DType,
+    to: DType,
+    name: &str,
+    shape: &[u64],
+    opts: &TransformOptions,
+) -> Result<Quantize> {
+    let weights = match &opts.quant {
+        Some(quant) => crate::importance::weights_for(quant, name, shape, to)?,
+        None => None,
+    };
+    let q = Quantize::new(from, to)?.measured(opts.measure_quality);
+    if weights.is_some() || !weightport_quant::can_quantize(to) {
+        return Ok(q.by_rows(shape, weights));
+    }
+    Ok(q)
 }
 
 /// Builds the output plan for `source`: renames, each tensor's target type (`--quant` mix,
@@ -267,6 +288,18 @@ pub fn build(
         }
     }
     let (order, mut dtypes, mut notes) = targets(source, &names, opts);
+    if let Some(q) = &opts.quant {
+        let ts = source.tensors();
+        for &i in &order {
+            let one = [(
+                names[i].as_str(),
+                ts[i].shape.as_slice(),
+                ts[i].dtype,
+                dtypes[i],
+            )];
+            crate::importance::check_plan(q, one).map_err(|e| in_file(e, source, i))?;
+        }
+    }
     let stage = Stage {
         rule,
         validates: opts.quant.is_some(),
@@ -295,7 +328,8 @@ pub fn build(
             .byte_len(&t.shape)
             .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&names[i]))))?;
         outs.push(OutTensor {
-            op: op_for(t.dtype, to, &names[i], opts, stage).map_err(|e| in_file(e, source, i))?,
+            op: op_for(t.dtype, to, &names[i], &t.shape, opts, stage)
+                .map_err(|e| in_file(e, source, i))?,
             info: TensorInfo {
                 name: names[i].clone(),
                 dtype: to,
@@ -330,7 +364,7 @@ pub fn output_metadata(
 ) -> Metadata {
     let mut m = source.metadata().clone();
     if let Some(q) = &opts.quant {
-        mix::quantized_metadata(&mut m, q.ftype);
+        mix::quantized_metadata(&mut m, q);
     }
     if names_architecture {
         if let Some(a) = &opts.arch {

@@ -12,6 +12,11 @@
 //!   explains, so the kernel chose a scale that cuts the value off (Q4_0's −8..7 grid cuts the side opposite the largest
 //!   value; k-quant scale searches trade outliers for the rest). The block is ggml's (32
 //!   values, or the 256-value super-block of k-quants). Reported as a share of all values.
+//! * with importance weights (`--imatrix`: one weight `w_j` per column of a row, per expert),
+//!   also the error the weighted quantizers minimise, on the scale of the plain figures: with
+//!   `v_j = w_j / mean(w)` (1 when the weights are all 0), weighted RMSE
+//!   `sqrt(Σ v_j (x - y)² / Σ v_j)` and weighted max abs error `max sqrt(v_j) |x - y|`, over
+//!   the compared values. Equal weights give the plain figures.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -34,6 +39,11 @@ pub struct Accum {
     n: u64,
     /// Every figure was measured ([`Accum::add`]), not only RMSE and max ([`Accum::add_plain`]).
     detailed: bool,
+    /// Importance-weighted sums ([`Accum::add_weighted`]): `Σ v (x - y)²`, `Σ v`, the largest
+    /// `sqrt(v) |x - y|`.
+    w_sq_err: f64,
+    w_sum: f64,
+    w_max: f64,
 }
 
 /// A tensor's error figures, once the job has run.
@@ -49,6 +59,10 @@ pub struct Quality {
     pub relative: f64,
     /// Share of values clipped (0..=1).
     pub clipped: f64,
+    /// Importance-weighted RMSE (`--imatrix`; see the module documentation).
+    pub weighted_rmse: Option<f64>,
+    /// Importance-weighted max abs error.
+    pub weighted_max_abs: Option<f64>,
 }
 
 /// The gaps between the extreme values of `y` and the next distinct ones inside:
@@ -226,6 +240,30 @@ impl Accum {
         self.n += x.len() as u64;
     }
 
+    /// Adds rows of `w.len()` source values `x` and reconstructions `y` with the importance
+    /// weights `w` of their columns (see the module documentation).
+    pub fn add_weighted(&mut self, x: &[f32], y: &[f32], w: &[f32]) {
+        let mean = w.iter().map(|&v| f64::from(v)).sum::<f64>() / w.len().max(1) as f64;
+        let scale = |v: f32| if mean > 0.0 { f64::from(v) / mean } else { 1.0 };
+        let v: Vec<f64> = w.iter().map(|&a| scale(a)).collect();
+        for (xr, yr) in x.chunks_exact(w.len()).zip(y.chunks_exact(w.len())) {
+            for ((&a, &b), &vj) in xr.iter().zip(yr).zip(&v) {
+                if !(a.is_finite() && b.is_finite()) {
+                    continue;
+                }
+                let d = f64::from(a) - f64::from(b);
+                self.w_sq_err += vj * d * d;
+                self.w_sum += vj;
+                self.w_max = self.w_max.max(vj.sqrt() * d.abs());
+            }
+        }
+    }
+
+    /// The importance-weighted RMSE and max abs error, when weights were added.
+    pub fn weighted(&self) -> Option<(f64, f64)> {
+        (self.w_sum > 0.0).then(|| ((self.w_sq_err / self.w_sum).sqrt(), self.w_max))
+    }
+
     /// RMSE and max abs error, however measured.
     pub fn rmse_max(&self) -> Option<(f64, f64)> {
         (self.n > 0).then(|| {
@@ -243,6 +281,9 @@ impl Accum {
         self.compared += o.compared;
         self.n += o.n;
         self.detailed |= o.detailed;
+        self.w_sq_err += o.w_sq_err;
+        self.w_sum += o.w_sum;
+        self.w_max = self.w_max.max(o.w_max);
     }
 
     /// The figures, or `None` before any value was seen or when only [`Accum::add_plain`] ran.
@@ -257,6 +298,8 @@ impl Accum {
                 0.0
             },
             clipped: self.clipped as f64 / self.n as f64,
+            weighted_rmse: self.weighted().map(|w| w.0),
+            weighted_max_abs: self.weighted().map(|w| w.1),
         })
     }
 }
@@ -363,6 +406,22 @@ mod tests {
         c.add(&[70000.0, 2.0], &[f32::INFINITY, 2.0], 1);
         let q = c.quality().unwrap();
         assert_eq!((q.clipped, q.rmse, q.values), (0.5, 0.0, 2));
+        assert_eq!(q.weighted_rmse, None);
+    }
+
+    #[test]
+    fn weighted_figures_by_hand() {
+        // Two rows of 2 columns, weights 3 and 1 (mean 2: v = 1.5, 0.5).
+        let mut a = Accum::default();
+        a.add_weighted(&[1.0, 1.0, 0.0, 0.0], &[0.0, 1.0, 0.0, 2.0], &[3.0, 1.0]);
+        let (rmse, max) = a.weighted().unwrap();
+        // Σ v d² = 1.5·1 + 0.5·4 = 3.5 over Σ v = 4.
+        assert!((rmse - (3.5f64 / 4.0).sqrt()).abs() < 1e-12);
+        assert!((max - 0.5f64.sqrt() * 2.0).abs() < 1e-12);
+        // Equal weights give the plain RMSE.
+        let mut b = Accum::default();
+        b.add_weighted(&[1.0, 1.0], &[0.0, 3.0], &[2.0, 2.0]);
+        assert!((b.weighted().unwrap().0 - 2.5f64.sqrt()).abs() < 1e-12);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use weightport_core::{CastRule, DType, Error, Layout, Result};
 use weightport_quant::cast::{decode_f32, encode_f32};
@@ -62,6 +62,13 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
         weightport_quant::QuantError::Unsupported { .. } => {
             Error::unsupported(weightport_core::Location::default(), None, e.to_string())
         }
+        weightport_quant::QuantError::MissingImportance { dtype } => Error::Refused {
+            at: weightport_core::Location::default(),
+            reason: format!(
+                "{dtype} needs an importance matrix (--imatrix): ggml's quantizer cannot run \
+                 without one"
+            ),
+        },
         other => Error::Internal(format!("quantization kernel: {other}")),
     }
 }
@@ -72,13 +79,25 @@ pub struct Quantize {
     to: DType,
     stats: Mutex<Accum>,
     measure: bool,
+    rows: Option<Rows>,
+}
+
+/// Row-wise quantization (`quantize_rows`): with importance weights, or for a type whose
+/// kernel only works by rows.
+struct Rows {
+    /// `ne[0]`.
+    n_per_row: usize,
+    /// `ne[1]`: rows of one expert (the weights change every `rows_per_expert` rows).
+    rows_per_expert: usize,
+    /// `n_per_row × n_expert` weights, or none.
+    weights: Option<Arc<[f32]>>,
 }
 
 impl Quantize {
     /// A quantization of `from` (F32, F16 or BF16) into the block type `to`.
     pub fn new(from: DType, to: DType) -> Result<Quantize> {
         if !matches!(from, DType::F32 | DType::F16 | DType::BF16)
-            || !weightport_quant::can_quantize(to)
+            || !(weightport_quant::can_quantize(to) || weightport_quant::uses_imatrix(to))
         {
             return Err(Error::Usage(format!("cannot quantize {from} to {to}")));
         }
@@ -87,7 +106,26 @@ impl Quantize {
             to,
             stats: Mutex::new(Accum::default()),
             measure: false,
+            rows: None,
         })
+    }
+
+    /// Quantizes by rows of the tensor of shape `shape` (outermost first), with `weights`
+    /// (`ne[0] × ne[2]` importance weights, one row per expert) if given, as llama-quantize
+    /// calls `ggml_quantize_chunk` once per expert.
+    pub fn by_rows(mut self, shape: &[u64], weights: Option<Arc<[f32]>>) -> Quantize {
+        let (ne0, _) = crate::importance::row_and_experts(shape);
+        let ne1 = if shape.len() >= 2 {
+            shape[shape.len() - 2]
+        } else {
+            1
+        };
+        self.rows = Some(Rows {
+            n_per_row: ne0 as usize,
+            rows_per_expert: ne1.max(1) as usize,
+            weights,
+        });
+        self
     }
 
     /// With `on`, every quality figure is measured ([`Accum::add`]); else only RMSE and max
@@ -98,12 +136,67 @@ impl Quantize {
     }
 }
 
+impl Quantize {
+    /// Whole rows from output byte `out.start` on, each expert's rows with that expert's
+    /// weights.
+    fn apply_rows(&self, r: &Rows, out: Range<u64>, input: &[u8], dst: &mut [u8]) -> Result<()> {
+        let (be, bb) = block(self.to);
+        let (n, es) = (r.n_per_row, elem_size(self.from) as usize);
+        let row_bytes = n / be as usize * bb as usize;
+        let first = (out.start / row_bytes as u64) as usize;
+        let rows = dst.len() / row_bytes;
+        let step = (STEP_ELEMS / n).max(1);
+        let mut acc = Accum::default();
+        VALUES.with(|cell| -> Result<()> {
+            let (vals, back) = &mut *cell.borrow_mut();
+            let mut row = 0;
+            while row < rows {
+                let expert = (first + row) / r.rows_per_expert;
+                let to_boundary = r.rows_per_expert - (first + row) % r.rows_per_expert;
+                let m = step.min(rows - row).min(to_boundary);
+                let w = r.weights.as_ref().map(|w| &w[expert * n..(expert + 1) * n]);
+                let out = &mut dst[row * row_bytes..(row + m) * row_bytes];
+                vals.resize(m * n, 0.0);
+                let src = &input[row * n * es..(row + m) * n * es];
+                decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
+                weightport_quant::quantize_rows(self.to, vals, out, n, w).map_err(|e| {
+                    let at = match e {
+                        weightport_quant::QuantError::GridSearch { row: k, .. } => {
+                            (first + row + k) * n
+                        }
+                        _ => 0,
+                    };
+                    grid_refusal(e, at, be as usize)
+                })?;
+                back.resize(m * n, 0.0);
+                weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
+                if self.measure {
+                    acc.add(vals, back, be as usize);
+                } else {
+                    acc.add_plain(vals, back);
+                }
+                if let Some(w) = w {
+                    acc.add_weighted(vals, back, w);
+                }
+                row += m;
+            }
+            Ok(())
+        })?;
+        self.stats.lock().expect("stats lock").merge(&acc);
+        Ok(())
+    }
+}
+
 impl Transform for Quantize {
     fn describe(&self) -> String {
         format!("{}→{}", self.from, self.to)
     }
     fn unit(&self) -> u64 {
-        block(self.to).1
+        let (be, bb) = block(self.to);
+        match &self.rows {
+            Some(r) => r.n_per_row as u64 / be * bb,
+            None => bb,
+        }
     }
     fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
         let (be, bb) = block(self.to);
@@ -111,6 +204,9 @@ impl Transform for Quantize {
         vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
     }
     fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        if let Some(r) = &self.rows {
+            return self.apply_rows(r, out, inputs[0], dst);
+        }
         let (be, bb) = block(self.to);
         let (be, bb) = (be as usize, bb as usize);
         let first = out.start as usize / bb * be; // this piece's first element in the tensor
@@ -142,9 +238,13 @@ impl Transform for Quantize {
         Ok(())
     }
     fn outcome(&self) -> Option<String> {
-        let (rmse, max) = self.stats.lock().ok()?.rmse_max()?;
+        let stats = self.stats.lock().ok()?;
+        let (rmse, max) = stats.rmse_max()?;
+        let weighted = stats.weighted().map_or(String::new(), |(r, m)| {
+            format!("; importance-weighted rmse {r:.3e}, max abs error {m:.3e}")
+        });
         Some(format!(
-            "{}: rmse {rmse:.3e}, max abs error {max:.3e}",
+            "{}: rmse {rmse:.3e}, max abs error {max:.3e}{weighted}",
             self.describe()
         ))
     }
@@ -297,5 +397,44 @@ mod tests {
         assert!(matches!(e, Error::Refused { .. }), "{e}");
         assert!(e.to_string().contains("IQ3_XXS"), "{e}");
         assert!(e.to_string().contains("element 512"), "{e}");
+    }
+
+    /// Rows of a 3-D tensor take their expert's weights, also in a chunk that crosses an
+    /// expert boundary: the weighted error of the whole equals the one computed row by row.
+    #[test]
+    fn by_rows_uses_each_experts_weights() {
+        let (ne0, ne1, ne2) = (32usize, 2usize, 2usize);
+        let x: Vec<f32> = (0..ne0 * ne1 * ne2)
+            .map(|i| ((i * 37) % 23) as f32 - 11.0)
+            .collect();
+        let w: Vec<f32> = (0..ne0 * ne2)
+            .map(|i| if i < ne0 { 1.0 } else { (i % 5) as f32 })
+            .collect();
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let q = Quantize::new(DType::F32, DType::Q8_0).unwrap().by_rows(
+            &[ne2 as u64, ne1 as u64, ne0 as u64],
+            Some(Arc::from(w.clone())),
+        );
+        let row = q.unit() as usize;
+        assert_eq!(row, 34);
+        let mut dst = vec![0u8; row * ne1 * ne2];
+        // Rows 1..3 cross the boundary between expert 0 (rows 0, 1) and expert 1 (rows 2, 3).
+        for r in [0..1, 1..3, 3..4] {
+            let out = (r.start * row) as u64..(r.end * row) as u64;
+            let input = &bytes[r.start * ne0 * 4..r.end * ne0 * 4];
+            q.apply(out, &[input], &mut dst[r.start * row..r.end * row])
+                .unwrap();
+        }
+        let mut back = vec![0f32; x.len()];
+        weightport_quant::dequantize(DType::Q8_0, &dst, &mut back).unwrap();
+        let mut want = Accum::default();
+        for r in 0..ne1 * ne2 {
+            let e = r / ne1;
+            let span = r * ne0..(r + 1) * ne0;
+            want.add_weighted(&x[span.clone()], &back[span], &w[e * ne0..(e + 1) * ne0]);
+        }
+        let got = q.stats.lock().unwrap().weighted().unwrap();
+        let want = want.weighted().unwrap();
+        assert!((got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12);
     }
 }

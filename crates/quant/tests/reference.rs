@@ -55,12 +55,7 @@ const TYPES: &[(&str, DType)] = &[
 
 /// Quantizers whose ggml references live in their own tests (tests/iq3.rs and tests/iq2.rs:
 /// ggml aborts on some of `nonfinite.f32`, and the importance matrix matters there).
-const OWN_FIXTURES: &[DType] = &[
-    DType::IQ3_XXS,
-    DType::IQ3_S,
-    DType::IQ2_S,
-    DType::IQ1_M,
-];
+const OWN_FIXTURES: &[DType] = &[DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_S, DType::IQ1_M];
 
 /// True if `dt` is checked against this directory's `<t>.q` files.
 fn quantized_here(dt: DType) -> bool {
