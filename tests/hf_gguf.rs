@@ -167,6 +167,33 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
     }
 }
 
+/// The architecture plan reads side files within the caller's `Limits` (library API:
+/// `ConvertOptions::open.read.limits`): a cap below config.json is refused before a weight is
+/// opened, one between config.json and tokenizer.model (8,198 bytes) refuses the tokenizer;
+/// nothing is written either way, and the default converts.
+#[test]
+fn a_lowered_side_file_limit_is_enforced_by_the_architecture_plan() {
+    use weightport_pipeline::{convert as run, ConvertOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    for (cap, file) in [(500, "config.json"), (4000, "tokenizer.model")] {
+        let out = tmp.path().join(format!("cap-{cap}.gguf"));
+        let mut o = ConvertOptions::new(vec![release("llama")], out.clone());
+        o.open.read.limits.max_side_file = cap;
+        let err = run(&o, &weightport_pipeline::NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(file) && err.contains(&format!("larger than the {cap}-byte limit")),
+            "{cap}: {err}"
+        );
+        assert!(!out.exists(), "{cap}: an output was written");
+    }
+    let out = tmp.path().join("default.gguf");
+    let o = ConvertOptions::new(vec![release("llama")], out.clone());
+    run(&o, &weightport_pipeline::NoProgress).unwrap();
+    assert!(out.is_file());
+}
+
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,
 /// chunks of ~3 KB against 16 KB experts), as they are (BF16), cast to F16 and quantized to
 /// Q8_0: the same files.

@@ -191,7 +191,12 @@ pub struct ConvertReport {
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
     let by_arch = fmt.by_architecture;
-    by_arch::precheck(&opts.inputs, by_arch, &opts.transform)?;
+    by_arch::precheck(
+        &opts.inputs,
+        by_arch,
+        &opts.transform,
+        &opts.open.read.limits,
+    )?;
     let mut open = opts.open.clone();
     // The reference reads a release with torch.load/safe_open, which give every name of tied
     // weights; its architecture code decides what to write.
@@ -246,7 +251,7 @@ pub fn convert_source(
     let mut rewrites = None;
     let (source, outs, metadata, arch) = match by_arch::wanted(repo_dir, by_arch, &opts.transform) {
         Some(dir) => {
-            let job = by_arch::build(source, dir, &opts.transform)?;
+            let job = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
             rewrites = job.rewrites;
             with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
             let arch = (job.architecture, job.dropped, job.from);
