@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# CI's fuzz smoke: builds every fuzz target with libFuzzer on nightly (the flags `cargo fuzz build
-# -s none` uses, so cargo-fuzz need not be installed) and runs each for SECS seconds (default 10)
-# from its committed, minimized corpus (fuzz/CRATE/corpus/TARGET). New inputs go to a temp dir,
+# CI's fuzz smoke: builds every fuzz target with libFuzzer on nightly in one cargo invocation (the
+# flags `cargo fuzz build -s none` uses, so cargo-fuzz need not be installed) and runs each for
+# SECS seconds (default 10), JOBS at a time (default: the CPU count), from its committed,
+# minimized corpus (fuzz/CRATE/corpus/TARGET). New inputs go to a temp dir,
 # never into the committed corpus. A crash fails the run and leaves the input in
 # $TMPDIR/weightport-fuzz-smoke/artifacts. The long campaigns are run by hand (fuzz/README.md).
 set -euo pipefail
@@ -20,24 +21,45 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
 mkdir -p "$WORK/artifacts"
+# Every target of the five crates (one workspace, fuzz/Cargo.toml) in one cargo invocation.
+cargo +nightly build --quiet --release --bins --target "$TRIPLE"
+
+# Runs target $2 of crate $1 for SECS seconds; its verdict goes to $WORK/$2.verdict.
+smoke_one() {
+    local crate="$1" t="$2" new="$WORK/new/$2" dict=() start=$SECONDS
+    rm -rf "$new"; mkdir -p "$new"
+    [[ -f "$crate/$t.dict" ]] && dict=(-dict="$crate/$t.dict")
+    if "$CARGO_TARGET_DIR/$TRIPLE/release/$t" "$new" "$crate/corpus/$t" "${dict[@]}" \
+        -max_total_time="$SECS" -print_final_stats=1 -detect_leaks=0 -rss_limit_mb=3072 -timeout=30 \
+        -artifact_prefix="$WORK/artifacts/$t-" >"$WORK/$t.log" 2>&1; then
+        echo "fuzz smoke: $crate/$t ok ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$WORK/$t.log" | awk '{print $2}') runs, $((SECONDS - start)) s)" >"$WORK/$t.verdict"
+    else
+        { echo "fuzz smoke: $crate/$t FAILED:"; tail -40 "$WORK/$t.log"; } >"$WORK/$t.verdict"
+        return 1
+    fi
+}
+
+# JOBS targets at a time (default: one per CPU; libFuzzer runs one thread), each for SECS.
+JOBS="${JOBS:-$(nproc)}"
+targets=()
+for src in */fuzz_targets/*.rs; do
+    targets+=("${src%%/*}:$(basename "$src" .rs)")
+done
 status=0
-for crate in */; do
-    crate="${crate%/}"
-    [[ -f "$crate/Cargo.toml" ]] || continue
-    (cd "$crate" && cargo +nightly build --quiet --release --bins --target "$TRIPLE")
-    for src in "$crate"/fuzz_targets/*.rs; do
-        t="$(basename "$src" .rs)"
-        new="$WORK/new/$t"
-        rm -rf "$new"; mkdir -p "$new"
-        dict=(); [[ -f "$crate/$t.dict" ]] && dict=(-dict="$crate/$t.dict")
-        SECONDS=0
-        if "$CARGO_TARGET_DIR/$TRIPLE/release/$t" "$new" "$crate/corpus/$t" "${dict[@]}" \
-            -max_total_time="$SECS" -print_final_stats=1 -detect_leaks=0 -rss_limit_mb=3072 -timeout=30 \
-            -artifact_prefix="$WORK/artifacts/$t-" >"$WORK/$t.log" 2>&1; then
-            echo "fuzz smoke: $crate/$t ok ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$WORK/$t.log" | awk '{print $2}') runs, $((SECONDS)) s)"
-        else
-            echo "fuzz smoke: $crate/$t FAILED:"; tail -40 "$WORK/$t.log"; status=1
-        fi
-    done
+running=0
+for ct in "${targets[@]}"; do
+    if (( running >= JOBS )); then
+        wait -n || status=1
+        running=$((running - 1))
+    fi
+    smoke_one "${ct%%:*}" "${ct#*:}" &
+    running=$((running + 1))
+done
+while (( running > 0 )); do
+    wait -n || status=1
+    running=$((running - 1))
+done
+for ct in "${targets[@]}"; do
+    cat "$WORK/${ct#*:}.verdict"
 done
 exit "$status"

@@ -28,21 +28,13 @@
 //! order, names, types, the q/k permutation, the quantized bytes and the layout.
 
 mod common;
+use common::arch::{self, copy_release, expected, release, sha_file};
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-fn expected() -> Value {
-    expected_in("files.json")
-}
-
-fn expected_in(file: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch").join(file)).unwrap())
-        .unwrap()
-}
 
 /// The pre-tokenizer name gen_arch.py gave the reference for the made-up BPE vocabularies.
 fn pre(name: &str) -> Option<&'static str> {
@@ -56,76 +48,23 @@ fn pre(name: &str) -> Option<&'static str> {
     }
 }
 
-/// A tiny release of fixtures/good/arch.
-fn release(name: &str) -> PathBuf {
-    fixtures().join("good/arch").join(name)
-}
-
-/// A writable copy of release `name` under `tmp`.
-fn copy_release(name: &str, tmp: &Path) -> PathBuf {
-    let dir = tmp.join(name);
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(release(name)).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
-    dir
-}
-
-fn sha_file(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
-
+/// `weightport convert` of release directory `src` with the pre-tokenizer of release `name`.
 fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) {
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    if let Some(p) = pre(name) {
-        args.extend(["--pre-tokenizer", p]);
-    }
-    args.extend(extra);
-    let o = wp(&args);
-    assert!(
-        o.status.success(),
-        "{name} {extra:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    arch::convert(src, out, pre(name), extra);
 }
 
-/// Converts every release of `files.json` once per entry of its `section` (the entry's key
-/// becomes the flags `args` gives) and compares the whole file with the reference's sha256.
-fn against_reference(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
-    against(&expected(), section, args, reference)
-}
-
-/// [`against_reference`] for the releases of `expected`.
-fn against(expected: &Value, section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut n = 0;
-    for (name, e) in expected.as_object().unwrap() {
-        let Some(entries) = e[section].as_object() else {
-            continue;
-        };
-        for (key, want) in entries {
-            let out = tmp.path().join(format!("{name}-{key}.gguf"));
-            convert(&release(name), &out, name, &args(key));
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {key}: differs from {reference}"
-            );
-            n += 1;
-        }
-    }
-    n
+/// Converts every release of fixtures/expected/arch/`file` once per entry of its `section` (the
+/// entry's key becomes the flags `args` gives) and compares the whole file with the reference's
+/// sha256; returns how many files were compared.
+fn against(file: &str, section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
+    let cases = arch::cases(&expected(file), |name, _| pre(name).map(str::to_owned));
+    arch::against(&cases, section, args, reference).len()
 }
 
 #[test]
 fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
-    let n = against_reference(
+    let n = against(
+        "files.json",
         "outtypes",
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
@@ -135,7 +74,8 @@ fn every_outtype_is_byte_identical_to_convert_hf_to_gguf() {
 
 #[test]
 fn one_pass_quant_equals_convert_then_llama_quantize() {
-    let n = against_reference(
+    let n = against(
+        "files.json",
         "quantized",
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
@@ -146,7 +86,7 @@ fn one_pass_quant_equals_convert_then_llama_quantize() {
 #[test]
 fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let n = against(
-        &expected_in("moe.json"),
+        "moe.json",
         "outtypes",
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
@@ -159,9 +99,8 @@ fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
 
 #[test]
 fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
-    let exp = expected_in("moe.json");
     let n = against(
-        &exp,
+        "moe.json",
         "quantized",
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
@@ -175,7 +114,7 @@ fn moe_one_pass_quant_equals_convert_then_llama_quantize() {
 #[test]
 fn dense_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let n = against(
-        &expected_in("dense.json"),
+        "dense.json",
         "outtypes",
         |t| vec!["--dtype", t],
         "convert_hf_to_gguf.py --outtype",
@@ -186,7 +125,7 @@ fn dense_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
 #[test]
 fn dense_one_pass_quant_equals_convert_then_llama_quantize() {
     let n = against(
-        &expected_in("dense.json"),
+        "dense.json",
         "quantized",
         |q| vec!["--outtype", "f16", "--quant", q],
         "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
@@ -201,9 +140,9 @@ fn dense_one_pass_quant_equals_convert_then_llama_quantize() {
 fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
     use weightport_pipeline::plan::DtypeChoice;
     use weightport_pipeline::{convert as run, ConvertOptions};
-    let cut = &expected_in("dense.json")["gemma3"]["vocab_cut"];
+    let cut = &expected("dense.json")["gemma3"]["vocab_cut"];
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("gemma3", tmp.path());
+    let dir = copy_release("gemma3", tmp.path(), "gemma3");
     let dir = {
         let to = tmp.path().join("gemma3_cut");
         std::fs::rename(&dir, &to).unwrap();
@@ -228,6 +167,33 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
     }
 }
 
+/// The architecture plan reads side files within the caller's `Limits` (library API:
+/// `ConvertOptions::open.read.limits`): a cap below config.json is refused before a weight is
+/// opened, one between config.json and tokenizer.model (8,198 bytes) refuses the tokenizer;
+/// nothing is written either way, and the default converts.
+#[test]
+fn a_lowered_side_file_limit_is_enforced_by_the_architecture_plan() {
+    use weightport_pipeline::{convert as run, ConvertOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    for (cap, file) in [(500, "config.json"), (4000, "tokenizer.model")] {
+        let out = tmp.path().join(format!("cap-{cap}.gguf"));
+        let mut o = ConvertOptions::new(vec![release("llama")], out.clone());
+        o.open.read.limits.max_side_file = cap;
+        let err = run(&o, &weightport_pipeline::NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(file) && err.contains(&format!("larger than the {cap}-byte limit")),
+            "{cap}: {err}"
+        );
+        assert!(!out.exists(), "{cap}: an output was written");
+    }
+    let out = tmp.path().join("default.gguf");
+    let o = ConvertOptions::new(vec![release("llama")], out.clone());
+    run(&o, &weightport_pipeline::NoProgress).unwrap();
+    assert!(out.is_file());
+}
+
 /// Expert stacks computed in chunks that end inside an expert and span two of them (2 threads,
 /// chunks of ~3 KB against 16 KB experts), as they are (BF16), cast to F16 and quantized to
 /// Q8_0: the same files.
@@ -235,7 +201,7 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
 fn moe_stacks_in_small_chunks_are_the_same_file() {
     use weightport_pipeline::plan::DtypeChoice;
     use weightport_pipeline::{convert as run, ConvertOptions};
-    let exp = expected_in("moe.json");
+    let exp = expected("moe.json");
     let tmp = tempfile::tempdir().unwrap();
     // bf16 from the BF16 release is the stack alone: each expert's mapped bytes are hashed and
     // written where they land (`Transform::concatenates`), chunks ending inside an expert.
@@ -283,7 +249,7 @@ fn hf_cache_snapshot_converts_like_the_release() {
     convert(&snap, &out, "llama", &["--dtype", "f16"]);
     assert_eq!(
         sha_file(&out),
-        expected()["llama"]["outtypes"]["f16"]["sha256"]
+        expected("files.json")["llama"]["outtypes"]["f16"]["sha256"]
             .as_str()
             .unwrap()
     );
@@ -396,16 +362,15 @@ fn renames_and_block_dtypes_are_refused_where_they_do_not_apply() {
 
 /// A copy of the `llama` release in a temp dir, with `edit` applied to it.
 fn edited_llama(tmp: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
-    let dir = copy_release("llama", tmp);
+    let dir = copy_release("llama", tmp, "llama");
     edit(&dir);
     dir
 }
 
 fn set_config(dir: &Path, key: &str, value: Value) {
-    let p = dir.join("config.json");
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    v[key] = value;
-    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    arch::edit_config(dir, |c| {
+        c.insert(key.to_owned(), value);
+    });
 }
 
 /// Hostile or broken releases: each is refused with a message naming the file (or tensor) at
@@ -503,7 +468,7 @@ fn broken_releases_are_refused_cleanly() {
 #[test]
 fn a_tokenizer_that_panics_the_tokenizers_crate_is_a_clean_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("qwen2", tmp.path());
+    let dir = copy_release("qwen2", tmp.path(), "qwen2");
     std::fs::copy(
         fixtures().join("hostile/arch/decoder_panic.tokenizer.json"),
         dir.join("tokenizer.json"),
@@ -551,16 +516,14 @@ fn split_output_verifies_and_merges_back_to_the_reference_file() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         sha_file(&merged),
-        expected()["llama"]["outtypes"]["f16"]["sha256"]
+        expected("files.json")["llama"]["outtypes"]["f16"]["sha256"]
             .as_str()
             .unwrap()
     );
 }
 
 fn tied() -> Value {
-    let p = fixtures().join("expected/arch/tied.json");
-    let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-    v["qwen2_tied_bin"].clone()
+    expected("tied.json")["qwen2_tied_bin"].clone()
 }
 
 /// Issue 14 item 8: a `.bin` release of a tied model (`torch.save(model.state_dict())`:
@@ -649,29 +612,6 @@ fn tied_bin_to_safetensors_keeps_what_save_pretrained_keeps() {
     }
 }
 
-fn read_json(rel: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(fixtures().join(rel)).unwrap()).unwrap()
-}
-
-/// A writable copy of release `name` (with its module subdirectories) under `tmp`.
-fn copy_tree(name: &str, tmp: &Path) -> PathBuf {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let p = e.unwrap().path();
-            let dst = to.join(p.file_name().unwrap());
-            if p.is_dir() {
-                copy(&p, &dst);
-            } else {
-                std::fs::copy(&p, &dst).unwrap();
-            }
-        }
-    }
-    let dir = tmp.join(name);
-    copy(&release(name), &dir);
-    dir
-}
-
 /// Issue 15: sentence-transformers releases (`modules.json`, a Pooling module) convert as
 /// convert_hf_to_gguf.py converts them, `{arch}.pooling_type` included: all-MiniLM-L6-v2's shape
 /// (BertModel, mean pooling, Normalize), CLS pooling, and Qwen3-Embedding's last-token pooling;
@@ -681,7 +621,7 @@ fn copy_tree(name: &str, tmp: &Path) -> PathBuf {
 fn sentence_transformers_releases_equal_the_reference() {
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;
-    for (name, e) in read_json("expected/arch/st.json").as_object().unwrap() {
+    for (name, e) in expected("st.json").as_object().unwrap() {
         let runs = e["outtypes"]
             .as_object()
             .unwrap()
@@ -763,7 +703,7 @@ fn sentence_transformers_modules_the_gguf_cannot_hold_are_refused() {
     ];
     for (what, edit, names) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = copy_tree("bert_st", tmp.path());
+        let dir = copy_release("bert_st", tmp.path(), "bert_st");
         edit(&dir);
         // The weights are not even readable: the refusal must come first.
         std::fs::write(dir.join("model.safetensors"), b"not read").unwrap();
@@ -814,7 +754,7 @@ fn real_all_minilm_l6_v2_equals_the_reference() {
         );
         return;
     }
-    let want = &read_json("expected/arch/minilm.json")["all-MiniLM-L6-v2"];
+    let want = &expected("minilm.json")["all-MiniLM-L6-v2"];
     assert_eq!(
         sha_file(&wheel),
         want["wheel_sha256"].as_str().unwrap(),

@@ -15,32 +15,12 @@
 //! permutation (Granite, SmolLM3; none for OLMo 2), the quantized bytes and the layout.
 
 mod common;
-use common::{fixtures, wp};
+use common::arch::{self, copy_release, expected, sha_file};
+use common::wp;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-fn expected() -> Value {
-    let p = fixtures().join("expected/arch/dense2.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
-fn release(name: &str) -> PathBuf {
-    fixtures().join("good/arch").join(name)
-}
-
-/// A copy of release `name` in `tmp/dir` (the directory name becomes `general.name`).
-fn copy_release(name: &str, tmp: &Path, dir: &str) -> PathBuf {
-    let to = tmp.join(dir);
-    std::fs::create_dir(&to).unwrap();
-    for e in std::fs::read_dir(release(name)).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
-    }
-    to
-}
 
 /// Sets config.json's keys to `edits`' values.
 fn edit_config(dir: &Path, edits: &Value) {
@@ -49,63 +29,28 @@ fn edit_config(dir: &Path, edits: &Value) {
 
 /// Removes config.json's keys `drop`, then sets its keys to `edits`' values.
 fn edit_config_dropping(dir: &Path, drop: &[Value], edits: &Value) {
-    let p = dir.join("config.json");
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    for k in drop {
-        cfg.as_object_mut()
-            .unwrap()
-            .remove(k.as_str().unwrap())
-            .unwrap();
-    }
-    for (k, v) in edits.as_object().unwrap() {
-        cfg[k] = v.clone();
-    }
-    std::fs::write(&p, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-}
-
-fn sha_file(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
+    arch::edit_config(dir, |cfg| {
+        for k in drop {
+            cfg.remove(k.as_str().unwrap()).unwrap();
+        }
+        for (k, v) in edits.as_object().unwrap() {
+            cfg.insert(k.clone(), v.clone());
+        }
+    });
 }
 
 /// `weightport convert SRC -o OUT --pre-tokenizer PRE EXTRA…`, which must succeed.
 fn convert(src: &Path, out: &Path, pre: &str, extra: &[&str]) {
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--pre-tokenizer",
-        pre,
-    ];
-    args.extend(extra);
-    let o = wp(&args);
-    assert!(
-        o.status.success(),
-        "{} {extra:?}: {}",
-        src.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    arch::convert(src, out, Some(pre), extra);
 }
 
-/// Converts every release once per entry of its `section` (the entry's key becomes the flags
-/// `args` gives) and compares the whole file with the reference's sha256.
+/// Converts every release of dense2.json once per entry of its `section` (each with the
+/// pre-tokenizer name its entry records) and compares the whole file with the reference's sha256.
 fn against(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> Vec<String> {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut done = Vec::new();
-    for (name, e) in expected().as_object().unwrap() {
-        let pre = e["pre"].as_str().unwrap();
-        for (key, want) in e[section].as_object().unwrap() {
-            let out = tmp.path().join(format!("{name}-{key}.gguf"));
-            convert(&release(name), &out, pre, &args(key));
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {key}: differs from {reference}"
-            );
-            done.push(format!("{name} {key}"));
-        }
-    }
-    done
+    let cases = arch::cases(&expected("dense2.json"), |_, e| {
+        Some(e["pre"].as_str().unwrap().to_owned())
+    });
+    arch::against(&cases, section, args, reference)
 }
 
 #[test]
@@ -141,7 +86,7 @@ fn dense2_one_pass_quant_equals_convert_then_llama_quantize() {
 /// rope θ, KV heads and no-rope list).
 #[test]
 fn config_variants_equal_the_reference() {
-    let exp = expected();
+    let exp = expected("dense2.json");
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;
     for (name, e) in exp.as_object().unwrap() {

@@ -14,17 +14,11 @@
 //! bytes and the layout.
 
 mod common;
-use common::{fixtures, wp};
+use common::arch::{self, copy_release, edit_config, expected, release, sha_file};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-fn expected() -> Value {
-    let p = fixtures().join("expected/arch/dense3.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
 
 /// The pre-tokenizer name gen_arch_dense3.py gave the reference for the made-up vocabulary.
 fn pre(name: &str) -> &'static str {
@@ -36,50 +30,17 @@ fn pre(name: &str) -> &'static str {
     }
 }
 
-fn release(name: &str) -> PathBuf {
-    fixtures().join("good/arch").join(name)
-}
-
-fn sha_file(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
-
 fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--pre-tokenizer",
-        pre(name),
-    ];
-    args.extend(extra);
-    wp(&args)
+    arch::convert_output(src, out, Some(pre(name)), extra)
 }
 
 /// Converts every release once per entry of its `section` and compares the whole file with the
 /// reference's sha256.
 fn against(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> usize {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut n = 0;
-    for (name, e) in expected().as_object().unwrap() {
-        for (key, want) in e[section].as_object().unwrap() {
-            let out = tmp.path().join(format!("{name}-{key}.gguf"));
-            let o = convert(&release(name), &out, name, &args(key));
-            assert!(
-                o.status.success(),
-                "{name} {key}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {key}: differs from {reference}"
-            );
-            n += 1;
-        }
-    }
-    n
+    let cases = arch::cases(&expected("dense3.json"), |name, _| {
+        Some(pre(name).to_owned())
+    });
+    arch::against(&cases, section, args, reference).len()
 }
 
 #[test]
@@ -113,7 +74,7 @@ fn gpt2_transposed_in_small_chunks_is_the_same_file() {
     use weightport_core::DType;
     use weightport_pipeline::plan::DtypeChoice;
     use weightport_pipeline::{convert as run, ConvertOptions};
-    let exp = expected();
+    let exp = expected("dense3.json");
     let tmp = tempfile::tempdir().unwrap();
     for (t, dtype) in [
         ("f32", DType::F32),
@@ -135,31 +96,13 @@ fn gpt2_transposed_in_small_chunks_is_the_same_file() {
     }
 }
 
-/// A writable copy of release `name` under `tmp`.
-fn copy_release(name: &str, tmp: &Path) -> PathBuf {
-    let dir = tmp.join(name);
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(release(name)).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
-    dir
-}
-
-fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {
-    let p = dir.join("config.json");
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
-    edit(v.as_object_mut().unwrap());
-    std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-}
-
 /// GPT2Model reads `n_ctx`, which GPT2Config does not fill (GPT-2 releases carry it): without it
 /// the reference fails, and the release is refused naming the key, before any output is written;
 /// exit status non-zero, no panic.
 #[test]
 fn gpt2_without_n_ctx_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("gpt2", tmp.path());
+    let dir = copy_release("gpt2", tmp.path(), "gpt2");
     edit_config(&dir, |m| {
         m.remove("n_ctx");
     });
@@ -210,7 +153,7 @@ fn tensors_the_reference_cannot_map_are_refused() {
         ("cohere", "lm_head.weight", &[368, 64][..]),
     ] {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = copy_release(name, tmp.path());
+        let dir = copy_release(name, tmp.path(), name);
         add_tensor(&dir, tensor, shape);
         let out = tmp.path().join("out.gguf");
         let o = convert(&dir, &out, name, &["--dtype", "f16"]);

@@ -26,16 +26,16 @@
 //! `WEIGHTPORT_LLAMA_BIN` names a directory holding it (CI has no llama.cpp build).
 
 mod common;
-use common::{fixtures, wp};
+use common::arch::{self, copy_release, edit_json, expected, Case};
+use common::wp;
+use sha2::{Digest, Sha256};
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 fn enc() -> Value {
-    let p = fixtures().join("expected/arch/enc.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    expected("enc.json")
 }
 
 /// The pre-tokenizer name the generator gave the reference for the made-up BPE vocabulary.
@@ -43,70 +43,36 @@ fn pre(name: &str) -> Option<&'static str> {
     name.starts_with("modernbert").then_some("modern-bert")
 }
 
-fn sha_file(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dst = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_tree(&p, &dst);
-        } else {
-            std::fs::copy(&p, &dst).unwrap();
-        }
-    }
-}
-
-/// A writable copy of release `name` in `tmp/dir_name`.
-fn copy_release(name: &str, tmp: &Path, dir_name: &str) -> PathBuf {
-    let dir = tmp.join(dir_name);
-    copy_tree(&fixtures().join("good/arch").join(name), &dir);
-    dir
-}
-
-fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {
-    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    edit(v.as_object_mut().unwrap());
-    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-}
-
 fn convert(src: &Path, out: &Path, name: &str, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    if let Some(p) = pre(name) {
-        args.extend(["--pre-tokenizer", p]);
-    }
-    args.extend(extra);
-    wp(&args)
+    arch::convert_output(src, out, pre(name), extra)
 }
 
-/// Every (release directory, name, section) of enc.json: the releases as committed, and each
-/// recorded variant re-made in `tmp` (config.json with the recorded keys set and removed).
-fn releases(tmp: &Path) -> Vec<(PathBuf, String, Value)> {
+/// Every release of enc.json: the releases as committed, and each recorded variant re-made in
+/// `tmp` (config.json with the recorded keys set and removed), named after its directory.
+fn releases(tmp: &Path) -> Vec<Case> {
     let mut out = Vec::new();
     for (name, e) in enc().as_object().unwrap() {
-        out.push((
-            fixtures().join("good/arch").join(name),
-            name.clone(),
-            e.clone(),
-        ));
+        out.push(Case {
+            dir: arch::release(name),
+            name: name.clone(),
+            pre: pre(name).map(str::to_owned),
+            entry: e.clone(),
+        });
         for v in e["variants"].as_array().into_iter().flatten() {
             let dir_name = v["dir_name"].as_str().unwrap();
             let dir = copy_release(name, tmp, dir_name);
-            edit_json(&dir.join("config.json"), |c| {
+            arch::edit_config(&dir, |c| {
                 c.extend(v["config_set"].as_object().unwrap().clone());
                 for k in v["config_removed"].as_array().unwrap() {
                     c.remove(k.as_str().unwrap());
                 }
             });
-            out.push((dir, dir_name.to_owned(), v.clone()));
+            out.push(Case {
+                dir,
+                name: dir_name.to_owned(),
+                pre: pre(dir_name).map(str::to_owned),
+                entry: v.clone(),
+            });
         }
     }
     out
@@ -116,25 +82,7 @@ fn releases(tmp: &Path) -> Vec<(PathBuf, String, Value)> {
 /// entry's key) and compares the whole file with the reference's sha256.
 fn against(section: &str, args: fn(&str) -> Vec<&str>) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
-    let mut done = Vec::new();
-    for (dir, name, e) in releases(tmp.path()) {
-        for (key, want) in e[section].as_object().into_iter().flatten() {
-            let out = tmp.path().join(format!("{name}-{key}.gguf"));
-            let o = convert(&dir, &out, &name, &args(key));
-            assert!(
-                o.status.success(),
-                "{name} {key}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {key}: differs from the reference"
-            );
-            done.push(format!("{name} {key}"));
-        }
-    }
-    done
+    arch::against(&releases(tmp.path()), section, args, "the reference")
 }
 
 #[test]
@@ -181,8 +129,11 @@ fn llama_embedding_on_our_f16_equals_the_reference() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;
-    for (dir, name, e) in releases(tmp.path()) {
-        let want = &e["embedding"];
+    for Case {
+        dir, name, entry, ..
+    } in releases(tmp.path())
+    {
+        let want = &entry["embedding"];
         let out = tmp.path().join(format!("{name}-f16.gguf"));
         assert!(convert(&dir, &out, &name, &["--dtype", "f16"])
             .status

@@ -21,7 +21,8 @@
 //! `--quant` (the refusal llama-quantize printed is recorded).
 
 mod common;
-use common::{fixtures, wp};
+use common::arch::{self, copy_release, release, sha_file};
+use common::wp;
 
 use std::path::{Path, PathBuf};
 
@@ -29,8 +30,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 fn expected() -> Value {
-    let p = fixtures().join("expected/arch/moe2.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    arch::expected("moe2.json")
 }
 
 /// The pre-tokenizer name gen_arch_moe2.py gave the reference for the made-up BPE vocabulary.
@@ -41,52 +41,16 @@ fn pre(name: &str) -> Option<&'static str> {
     }
 }
 
-fn release(name: &str) -> PathBuf {
-    fixtures().join("good/arch").join(name)
-}
-
-fn sha_file(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
-
+/// `weightport convert` of release `name`, which must succeed.
 fn convert(name: &str, out: &Path, extra: &[&str]) {
-    let src = release(name);
-    let mut args = vec![
-        "convert",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ];
-    if let Some(p) = pre(name) {
-        args.extend(["--pre-tokenizer", p]);
-    }
-    args.extend(extra);
-    let o = wp(&args);
-    assert!(
-        o.status.success(),
-        "{name} {extra:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    arch::convert(&release(name), out, pre(name), extra);
 }
 
 /// Converts every release once per entry of its `section` and compares the whole file with the
 /// reference's sha256; returns the names compared.
 fn against(section: &str, args: fn(&str) -> Vec<&str>, reference: &str) -> Vec<String> {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut done = Vec::new();
-    for (name, e) in expected().as_object().unwrap() {
-        for (key, want) in e[section].as_object().into_iter().flatten() {
-            let out = tmp.path().join(format!("{name}-{key}.gguf"));
-            convert(name, &out, &args(key));
-            assert_eq!(
-                sha_file(&out),
-                want["sha256"].as_str().unwrap(),
-                "{name} {key}: differs from {reference}"
-            );
-            done.push(format!("{name} {key}"));
-        }
-    }
-    done
+    let cases = arch::cases(&expected(), |name, _| pre(name).map(str::to_owned));
+    arch::against(&cases, section, args, reference)
 }
 
 #[test]
@@ -216,16 +180,10 @@ fn moe2_llama_simple_continues_like_the_reference() {
 
 /// A copy of release `name` with config.json's `key` set to `value`.
 fn edited(name: &str, tmp: &Path, key: &str, value: Value) -> PathBuf {
-    let dir = tmp.join(format!("{name}-{key}"));
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(release(name)).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
-    let cfg = dir.join("config.json");
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
-    v[key] = value;
-    std::fs::write(&cfg, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let dir = copy_release(name, tmp, &format!("{name}-{key}"));
+    arch::edit_config(&dir, |c| {
+        c.insert(key.to_owned(), value);
+    });
     dir
 }
 

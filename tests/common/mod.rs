@@ -1,6 +1,8 @@
 //! What every integration test needs: the fixtures directory and the built CLI.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod arch;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -35,13 +35,35 @@ pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
     Error::malformed(Location::file(path), Format::HfRelease, reason)
 }
 
-/// Largest release side file read (config, tokenizer files, chat template, model card): the
-/// largest real `tokenizer.json` files are tens of MB.
+/// Default of the largest release side file read (config, tokenizer files, chat template, model
+/// card): the largest real `tokenizer.json` files are tens of MB. [`crate::PlanOptions::limits`]
+/// sets it per plan.
 pub const MAX_SIDE_FILE: u64 = weightport_core::Limits::DEFAULT_MAX_SIDE_FILE;
 
-/// Reads a release's side file, refusing one larger than [`MAX_SIDE_FILE`] before reading it.
+thread_local! {
+    /// The side-file cap of the plan running on this thread ([`with_limits`]).
+    static SIDE_FILE_CAP: std::cell::Cell<u64> = const { std::cell::Cell::new(MAX_SIDE_FILE) };
+}
+
+/// Runs `f` with `limits` applied to every side file it reads. The crate reads side files only
+/// on the thread that called [`crate::plan`] or [`crate::check_supported_within`] (it starts no
+/// threads), so the caps are scoped to that call and restored after it, even on a panic.
+pub(crate) fn with_limits<T>(limits: &weightport_core::Limits, f: impl FnOnce() -> T) -> T {
+    struct Restore(u64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SIDE_FILE_CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(SIDE_FILE_CAP.with(|c| c.replace(limits.max_side_file)));
+    f()
+}
+
+/// Reads a release's side file, refusing one larger than the side-file cap
+/// ([`weightport_core::Limits::max_side_file`], [`MAX_SIDE_FILE`] by default) before reading it.
 pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
+    let cap = SIDE_FILE_CAP.with(|c| c.get());
     // A FIFO or device would block or never end: only regular files (after symlinks) are read,
     // and the type is checked before opening, since opening a FIFO blocks.
     let kind = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?;
@@ -50,17 +72,17 @@ pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>> {
     }
     let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
-    if len > MAX_SIDE_FILE {
+    if len > cap {
         return Err(bad(
             path,
-            format!("{len} bytes: larger than the {MAX_SIDE_FILE}-byte limit for a side file"),
+            format!("{len} bytes: larger than the {cap}-byte limit for a side file"),
         ));
     }
     let mut bytes = Vec::with_capacity(len as usize);
-    f.take(MAX_SIDE_FILE + 1)
+    f.take(cap + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io(path, "read", e))?;
-    if bytes.len() as u64 > MAX_SIDE_FILE {
+    if bytes.len() as u64 > cap {
         return Err(bad(path, "grew past the side-file limit while read"));
     }
     Ok(bytes)

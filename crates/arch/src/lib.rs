@@ -34,7 +34,7 @@ pub mod xlmr;
 pub use config::{hf_architecture, HParams};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, llama3_rope_factors, plan, size_label, ArchPlan, BlockPart, Origin, OutTensor,
-    OutType, PlanOptions, SourceTensor, View,
+    check_supported, check_supported_within, llama3_rope_factors, plan, size_label, ArchPlan,
+    BlockPart, Origin, OutTensor, OutType, PlanOptions, SourceTensor, View,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

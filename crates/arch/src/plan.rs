@@ -86,6 +86,9 @@ pub struct PlanOptions {
     /// `false` keeps the given order within a file (its order for `.bin` parts: the state
     /// dict's). Default true.
     pub sort_names: bool,
+    /// Caps on what the plan reads: [`weightport_core::Limits::max_side_file`] bounds every side file
+    /// (config.json, tokenizer files, chat template, model card).
+    pub limits: weightport_core::Limits,
 }
 
 impl Default for PlanOptions {
@@ -96,6 +99,7 @@ impl Default for PlanOptions {
             pre_tokenizer: None,
             vocab: true,
             sort_names: true,
+            limits: weightport_core::Limits::default(),
         }
     }
 }
@@ -257,6 +261,23 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
 /// Reads `config.json` first and refuses an unsupported architecture before anything else;
 /// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
 pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
+    crate::config::with_limits(&opts.limits, || plan_release(config_dir, tensors, opts))
+}
+
+/// [`check_supported`] reading the side files within `limits`.
+pub fn check_supported_within(
+    config_dir: &Path,
+    limits: &weightport_core::Limits,
+) -> Result<&'static ArchSpec> {
+    crate::config::with_limits(limits, || check_supported(config_dir))
+}
+
+/// [`plan`] within its limits.
+fn plan_release(
+    config_dir: &Path,
+    tensors: &[SourceTensor],
+    opts: &PlanOptions,
+) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
     let mut hp = HParams::load(config_dir, &spec.config)?;
     let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {

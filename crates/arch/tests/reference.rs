@@ -363,6 +363,7 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         pre_tokenizer: pre.map(str::to_owned),
         vocab: true,
         sort_names: true,
+        limits: Default::default(),
     };
     let p = plan(&dir, &srcs, &opts).unwrap();
 
@@ -542,6 +543,7 @@ fn legacy_configs_match_reference_hparams() {
             pre_tokenizer: exp["pre_override"].as_str().map(str::to_owned),
             vocab: true,
             sort_names: true,
+            limits: Default::default(),
         };
         let p = plan(&dir, &[], &opts).unwrap();
         assert!(p.tensors.is_empty());

@@ -35,8 +35,8 @@ pub struct Limits {
     /// view of a compressed record; contiguous reads stream).
     pub max_inflate_bytes: u64,
     /// HF release side files (`config.json`, tokenizer files, chat templates, model cards):
-    /// the largest read. The largest real `tokenizer.json` files are tens of MB. The arch crate
-    /// applies [`Limits::DEFAULT_MAX_SIDE_FILE`] today (its plan takes no read options yet).
+    /// the largest read. The largest real `tokenizer.json` files are tens of MB. The pipeline
+    /// hands the job's limits to the architecture plan (`weightport_arch::PlanOptions::limits`).
     pub max_side_file: u64,
     /// Importance matrices (`--imatrix`): most entries. One per weight matrix: real files have
     /// a few hundred (7 per layer); the cap leaves room for the largest MoE models.

@@ -534,9 +534,7 @@ impl Parser<'_> {
     }
 
     fn dict(&mut self) -> Result<Dict, HeaderError> {
-        let mut descr: Option<(String, u64)> = None;
-        let mut fortran: Option<bool> = None;
-        let mut shape: Option<(Vec<u64>, u64)> = None;
+        let mut fields = Fields::default();
         self.ws();
         self.expect(b'{')?;
         loop {
@@ -545,76 +543,10 @@ impl Parser<'_> {
                 self.i += 1;
                 break;
             }
-            let key_at = self.at();
-            let key = self.string()?.to_string();
+            self.entry(&mut fields)?;
             self.ws();
-            self.expect(b':')?;
-            self.ws();
-            let dup = |p: &Self| p.fail(format!("key '{key}' appears twice"));
-            match key.as_str() {
-                "descr" => {
-                    if descr.is_some() {
-                        return Err(dup(self));
-                    }
-                    let at = self.at();
-                    if self.peek() == Some(b'[') {
-                        return Err(err(
-                            HeaderErrorKind::Unsupported(
-                                "unsupported dtype: a structured dtype (descr is a list of fields)"
-                                    .into(),
-                            ),
-                            at,
-                        ));
-                    }
-                    descr = Some((self.string()?.to_string(), at));
-                }
-                "fortran_order" => {
-                    if fortran.is_some() {
-                        return Err(dup(self));
-                    }
-                    let at = self.i;
-                    fortran = Some(match self.ident() {
-                        b"True" => true,
-                        b"False" => false,
-                        _ => {
-                            self.i = at;
-                            return Err(self.fail(format!(
-                                "fortran_order must be True or False, found {}",
-                                self.describe()
-                            )));
-                        }
-                    });
-                }
-                "shape" => {
-                    if shape.is_some() {
-                        return Err(dup(self));
-                    }
-                    let at = self.at();
-                    shape = Some((self.shape()?, at));
-                }
-                other => {
-                    return Err(malformed(
-                        key_at,
-                        format!(
-                        "npy header has an unexpected key '{other}' (only descr, fortran_order, \
-                             shape)"
-                    ),
-                    ))
-                }
-            }
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    break;
-                }
-                _ => {
-                    return Err(self.fail(format!(
-                        "expected ',' or '}}' after a value, found {}",
-                        self.describe()
-                    )))
-                }
+            if self.after_value()? {
+                break;
             }
         }
         self.ws();
@@ -622,9 +554,9 @@ impl Parser<'_> {
             return Err(self.fail(format!("unexpected {} after the dict", self.describe())));
         }
         let missing = |k: &str| malformed(self.base, format!("npy header has no '{k}' key"));
-        let (descr, descr_at) = descr.ok_or_else(|| missing("descr"))?;
-        let fortran_order = fortran.ok_or_else(|| missing("fortran_order"))?;
-        let (shape, shape_at) = shape.ok_or_else(|| missing("shape"))?;
+        let (descr, descr_at) = fields.descr.ok_or_else(|| missing("descr"))?;
+        let fortran_order = fields.fortran.ok_or_else(|| missing("fortran_order"))?;
+        let (shape, shape_at) = fields.shape.ok_or_else(|| missing("shape"))?;
         Ok(Dict {
             descr,
             descr_at,
@@ -633,6 +565,103 @@ impl Parser<'_> {
             shape_at,
         })
     }
+
+    /// One `'key': value` of the dict into `fields`: only the three keys, each once.
+    fn entry(&mut self, fields: &mut Fields) -> Result<(), HeaderError> {
+        let key_at = self.at();
+        let key = self.string()?.to_string();
+        self.ws();
+        self.expect(b':')?;
+        self.ws();
+        let dup = |p: &Self| p.fail(format!("key '{key}' appears twice"));
+        match key.as_str() {
+            "descr" => {
+                if fields.descr.is_some() {
+                    return Err(dup(self));
+                }
+                fields.descr = Some(self.descr()?);
+            }
+            "fortran_order" => {
+                if fields.fortran.is_some() {
+                    return Err(dup(self));
+                }
+                fields.fortran = Some(self.fortran_order()?);
+            }
+            "shape" => {
+                if fields.shape.is_some() {
+                    return Err(dup(self));
+                }
+                let at = self.at();
+                fields.shape = Some((self.shape()?, at));
+            }
+            other => {
+                return Err(malformed(
+                    key_at,
+                    format!(
+                        "npy header has an unexpected key '{other}' (only descr, fortran_order, \
+                         shape)"
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The `descr` string and where it starts; a list of fields (a structured dtype) is refused.
+    fn descr(&mut self) -> Result<(String, u64), HeaderError> {
+        let at = self.at();
+        if self.peek() == Some(b'[') {
+            return Err(err(
+                HeaderErrorKind::Unsupported(
+                    "unsupported dtype: a structured dtype (descr is a list of fields)".into(),
+                ),
+                at,
+            ));
+        }
+        Ok((self.string()?.to_string(), at))
+    }
+
+    /// `True` or `False`.
+    fn fortran_order(&mut self) -> Result<bool, HeaderError> {
+        let at = self.i;
+        match self.ident() {
+            b"True" => Ok(true),
+            b"False" => Ok(false),
+            _ => {
+                self.i = at;
+                Err(self.fail(format!(
+                    "fortran_order must be True or False, found {}",
+                    self.describe()
+                )))
+            }
+        }
+    }
+
+    /// After a value: `,` (more may follow: false) or `}` (the end: true).
+    fn after_value(&mut self) -> Result<bool, HeaderError> {
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                Ok(false)
+            }
+            Some(b'}') => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(self.fail(format!(
+                "expected ',' or '}}' after a value, found {}",
+                self.describe()
+            ))),
+        }
+    }
+}
+
+/// The dict's keys as found so far, each with where its value starts where errors need it.
+#[derive(Default)]
+struct Fields {
+    descr: Option<(String, u64)>,
+    fortran: Option<bool>,
+    shape: Option<(Vec<u64>, u64)>,
 }
 
 #[cfg(test)]

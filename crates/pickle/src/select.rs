@@ -430,6 +430,25 @@ fn key_text(arena: &Arena, k: Id, limits: &VmLimits, budget: &mut u64) -> R<Stri
 /// Converts a value to inert metadata. Recursion is bounded by `depth` (the VM's nesting cap),
 /// and the number of values produced by `budget`.
 pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaValue> {
+    spend(depth, budget)?;
+    let list = |v: &[Id], budget: &mut u64| -> R<Vec<MetaValue>> {
+        v.iter()
+            .map(|&i| to_meta(arena, i, depth - 1, budget))
+            .collect()
+    };
+    Ok(match arena.get(id) {
+        Node::Tuple(v) | Node::List(v) => MetaValue::Array(list(v, budget)?),
+        Node::Set(v) => MetaValue::Object {
+            class: "set".into(),
+            state: Box::new(MetaValue::Array(list(v, budget)?)),
+        },
+        Node::Dict { .. } => dict_meta(arena, id, depth, budget)?,
+        leaf => leaf_meta(leaf),
+    })
+}
+
+/// One value of [`to_meta`]'s budget, refused past the nesting depth or the expansion cap.
+fn spend(depth: u32, budget: &mut u64) -> R<()> {
     if depth == 0 {
         return Err(VmErrorKind::Limit {
             what: "metadata nesting depth",
@@ -445,12 +464,36 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
         });
     }
     *budget -= 1;
-    let list = |v: &[Id], budget: &mut u64| -> R<Vec<MetaValue>> {
-        v.iter()
-            .map(|&i| to_meta(arena, i, depth - 1, budget))
-            .collect()
-    };
-    Ok(match arena.get(id) {
+    Ok(())
+}
+
+/// A dict as metadata: a map when every key is a str, else a list of key/value pairs.
+fn dict_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaValue> {
+    let items = dict_items(arena, id).expect("dict");
+    if items.iter().all(|(k, _)| arena.str(*k).is_some()) {
+        let mut m = Vec::with_capacity(items.len());
+        for (k, v) in items {
+            m.push((
+                arena.str(k).expect("str").to_string(),
+                to_meta(arena, v, depth - 1, budget)?,
+            ));
+        }
+        Ok(MetaValue::Map(m))
+    } else {
+        let mut m = Vec::with_capacity(items.len());
+        for (k, v) in items {
+            m.push((
+                to_meta(arena, k, depth - 1, budget)?,
+                to_meta(arena, v, depth - 1, budget)?,
+            ));
+        }
+        Ok(MetaValue::Dict(m))
+    }
+}
+
+/// A value holding no other value as metadata.
+fn leaf_meta(node: &Node) -> MetaValue {
+    match node {
         Node::None => MetaValue::Null,
         Node::Bool(b) => MetaValue::Bool(*b),
         Node::Int(i) => MetaValue::I64(*i),
@@ -465,33 +508,6 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
         },
         Node::Str(s) => MetaValue::Str(s.clone()),
         Node::Bytes(b) => MetaValue::Bytes(b.clone()),
-        Node::Tuple(v) | Node::List(v) => MetaValue::Array(list(v, budget)?),
-        Node::Set(v) => MetaValue::Object {
-            class: "set".into(),
-            state: Box::new(MetaValue::Array(list(v, budget)?)),
-        },
-        Node::Dict { .. } => {
-            let items = dict_items(arena, id).expect("dict");
-            if items.iter().all(|(k, _)| arena.str(*k).is_some()) {
-                let mut m = Vec::with_capacity(items.len());
-                for (k, v) in items {
-                    m.push((
-                        arena.str(k).expect("str").to_string(),
-                        to_meta(arena, v, depth - 1, budget)?,
-                    ));
-                }
-                MetaValue::Map(m)
-            } else {
-                let mut m = Vec::with_capacity(items.len());
-                for (k, v) in items {
-                    m.push((
-                        to_meta(arena, k, depth - 1, budget)?,
-                        to_meta(arena, v, depth - 1, budget)?,
-                    ));
-                }
-                MetaValue::Dict(m)
-            }
-        }
         Node::Global(Sym::DType(d)) => MetaValue::Str(format!("torch.{}", d.name)),
         Node::Global(s) => MetaValue::Object {
             class: s.qualname(),
@@ -546,7 +562,10 @@ pub fn to_meta(arena: &Arena, id: Id, depth: u32, budget: &mut u64) -> R<MetaVal
                 ("data".into(), MetaValue::Bytes(raw.clone())),
             ])),
         },
-    })
+        Node::Tuple(_) | Node::List(_) | Node::Set(_) | Node::Dict { .. } => {
+            unreachable!("containers are converted by to_meta")
+        }
+    }
 }
 
 fn np_scalar(descr: &str, order: char, raw: &[u8]) -> MetaValue {

@@ -394,6 +394,8 @@ impl Walker<'_> {
             .ok_or_else(|| "a memo index that is not a number".to_string())
     }
 
+    /// Framing and stack opcodes; the others go on to [`Self::step_value`],
+    /// [`Self::step_container`] and [`Self::step_call`].
     fn step(&mut self, op: u8) -> Result<(), String> {
         match op {
             0x80 => {
@@ -418,6 +420,14 @@ impl Walker<'_> {
                 let v = self.top();
                 self.push(v);
             }
+            _ => return self.step_value(op),
+        }
+        Ok(())
+    }
+
+    /// Constants, numbers and strings: each pushes one value.
+    fn step_value(&mut self, op: u8) -> Result<(), String> {
+        match op {
             b'N' | 0x88 | 0x89 | b')' | b']' | b'}' | 0x8f => self.push(V::Other),
             b'I' | b'L' | b'F' => {
                 self.line()?;
@@ -475,6 +485,14 @@ impl Walker<'_> {
                 let v = self.text(&raw);
                 self.push(v);
             }
+            _ => return self.step_container(op),
+        }
+        Ok(())
+    }
+
+    /// Building containers and the memo.
+    fn step_container(&mut self, op: u8) -> Result<(), String> {
+        match op {
             b't' | b'l' | b'd' | 0x91 => {
                 self.pop_mark();
                 self.push(V::Other);

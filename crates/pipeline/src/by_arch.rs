@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use weightport_arch::{ArchPlan, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor};
-use weightport_core::{sanitize, Access, DType, Error, Metadata, Result, TensorInfo, TensorSource};
+use weightport_core::{
+    sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
+};
 
 use crate::compose::{Chain, Gather, Interleave, PermuteRows, PlusOne, Slice, Stack};
 use crate::plan::{op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
@@ -53,9 +55,14 @@ pub fn wanted<'a>(
 
 /// Refuses an unsupported architecture from `config.json` alone, before any input file is
 /// opened: `inputs` is one release directory going to a format that plans by architecture.
-pub fn precheck(inputs: &[PathBuf], by_architecture: bool, opts: &TransformOptions) -> Result<()> {
+pub fn precheck(
+    inputs: &[PathBuf],
+    by_architecture: bool,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<()> {
     if let Some(dir) = release_dir(inputs, by_architecture, opts) {
-        weightport_arch::check_supported(dir)?;
+        weightport_arch::check_supported_within(dir, limits)?;
     }
     Ok(())
 }
@@ -91,7 +98,12 @@ fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
 }
 
 /// Plans the conversion of the release at `dir` (opened as `source`) by its architecture.
-pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> Result<ArchJob> {
+pub fn build(
+    source: &dyn TensorSource,
+    dir: &Path,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<ArchJob> {
     if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
         return Err(Error::Usage(
             "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
@@ -100,7 +112,7 @@ pub fn build(source: &dyn TensorSource, dir: &Path, opts: &TransformOptions) -> 
         ));
     }
     let tensors = source_tensors(source);
-    let plan = arch_plan(source, &tensors, dir, opts)?;
+    let plan = arch_plan(source, &tensors, dir, opts, limits)?;
     let mut metadata = Metadata::new();
     for (k, v) in &plan.kv {
         metadata.insert(k.clone(), v.clone());
@@ -191,6 +203,7 @@ fn arch_plan(
     tensors: &[SourceTensor],
     dir: &Path,
     opts: &TransformOptions,
+    limits: &Limits,
 ) -> Result<ArchPlan> {
     let sort_names = naming::sorts_names(source.format());
     weightport_arch::plan(
@@ -209,6 +222,7 @@ fn arch_plan(
             pre_tokenizer: opts.pre_tokenizer.clone(),
             vocab: true,
             sort_names,
+            limits: limits.clone(),
         },
     )
 }

@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
-use half::{bf16, f16};
-use weightport_core::{DType, Result};
+use weightport_core::{CastRule, DType, Result};
+use weightport_quant::cast::{bf16_to_f32, f16_to_f32_by, f32_to_f16};
 
 use crate::transform::Transform;
 
@@ -416,7 +416,7 @@ impl Transform for Interleave {
 
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
-/// else in F32 (BF16 widened first).
+/// else in F32 (BF16 widened first). The conversions are torch's ([`PlusOne::RULE`]).
 pub struct PlusOne {
     from: DType,
     /// F16 for an F16 input, else F32.
@@ -437,6 +437,9 @@ impl PlusOne {
         };
         Ok(PlusOne { from, out })
     }
+
+    /// The reference adds in torch: its f16 ↔ f32 conversions, NaN payloads included.
+    pub const RULE: CastRule = CastRule::Torch;
 
     fn size(d: DType) -> u64 {
         u64::from(d.elem_bytes().unwrap_or(4))
@@ -462,13 +465,13 @@ impl Transform for PlusOne {
         match (self.from, self.out) {
             (DType::F16, _) => {
                 for (o, b) in dst.chunks_exact_mut(2).zip(src.chunks_exact(2)) {
-                    let v = f16::from_le_bytes([b[0], b[1]]).to_f32() + 1.0;
-                    o.copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                    let v = f16_to_f32_by(u16::from_le_bytes([b[0], b[1]]), Self::RULE) + 1.0;
+                    o.copy_from_slice(&f32_to_f16(v, Self::RULE.into()).to_le_bytes());
                 }
             }
             (DType::BF16, _) => {
                 for (o, b) in dst.chunks_exact_mut(4).zip(src.chunks_exact(2)) {
-                    let v = bf16::from_le_bytes([b[0], b[1]]).to_f32() + 1.0;
+                    let v = bf16_to_f32(u16::from_le_bytes([b[0], b[1]])) + 1.0;
                     o.copy_from_slice(&v.to_le_bytes());
                 }
             }
@@ -597,6 +600,7 @@ impl Transform for Chain {
 mod tests {
     use super::*;
     use crate::cast::Cast;
+    use half::f16;
 
     fn run(op: &dyn Transform, input: &[u8], out_len: u64, step: u64) -> Vec<u8> {
         let mut out = vec![0u8; out_len as usize];

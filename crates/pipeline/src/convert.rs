@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::registry::{ExtraContent, OpenRequest, OutputPlan, OutputRequest};
+use weightport_core::registry::{
+    ExtraContent, OpenRequest, OutputFormat, OutputPlan, OutputRequest,
+};
 use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
 
 use crate::attest::{self, Provenance};
@@ -198,7 +200,12 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Convert
 pub fn input_request(opts: &ConvertOptions) -> Result<OpenRequest> {
     let fmt = output_for(&opts.output, opts.to.as_deref())?;
     let by_arch = fmt.by_architecture;
-    by_arch::precheck(&opts.inputs, by_arch, &opts.transform)?;
+    by_arch::precheck(
+        &opts.inputs,
+        by_arch,
+        &opts.transform,
+        &opts.open.read.limits,
+    )?;
     let mut open = opts.open.clone();
     // The reference reads a release with torch.load/safe_open, which give every name of tied
     // weights; its architecture code decides what to write.
@@ -262,7 +269,7 @@ pub fn convert_source(
     let mut rewrites = None;
     let (source, outs, metadata, arch) = match by_arch::wanted(repo_dir, by_arch, &opts.transform) {
         Some(dir) => {
-            let job = by_arch::build(source, dir, &opts.transform)?;
+            let job = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
             rewrites = job.rewrites;
             with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
             let arch = (job.architecture, job.dropped, job.from);
@@ -299,47 +306,23 @@ pub fn convert_source(
     let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);
     report.dropped = source.unconverted();
-    if let Some((architecture, dropped, from)) = arch {
-        report.architecture = Some(architecture);
-        report.dropped.extend(dropped);
-        for (t, f) in report.plan.iter_mut().zip(from) {
-            t.from = f;
-        }
+    if let Some(arch) = arch {
+        architecture_into(&mut report, arch);
     }
     report.threads = threads;
     report.memory_bytes = memory;
     if opts.dry_run {
         return Ok(report);
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
-    let committed = pool.install(|| {
-        let mut sink = (fmt.sink)(&req, &plan)?;
-        let staged = sink.plan(&infos, &metadata)?;
-        progress.start("write", report.data_bytes);
-        let hashes = run(source, &outs, opts.chunk, progress, |k, off, b| {
-            sink.write_at(k, off, b)
-        })?;
-        progress.finish();
-        let read = match opts.provenance {
-            true => Some(attest::source_hashes(source, &outs, &hashes, opts.chunk)?),
-            false => None,
-        };
-        if opts.verify {
-            progress.start("verify", report.data_bytes);
-            for f in &staged.files {
-                verify_staged(f, &outs, &hashes, source, &opts.open, opts.chunk, progress)?;
-            }
-            progress.finish();
-        }
-        let finished = sink.finish()?;
-        let committed = txn::commit(prepared, &plan, finished, opts.force)?;
-        let tensors = read.map(|r| attest::tensors_of(source, &outs, &hashes, &r));
-        Ok::<_, Error>((committed, tensors))
-    })?;
-    let (committed, tensors) = committed;
+    let written = Written {
+        source,
+        outs: &outs,
+        req: &req,
+        plan: &plan,
+        data_bytes: report.data_bytes,
+        threads,
+    };
+    let (committed, tensors) = write_and_commit(fmt, &written, prepared, opts, progress)?;
     if let Some(tensors) = tensors {
         report.provenance = Some(provenance_of(
             &opts.inputs,
@@ -352,18 +335,82 @@ pub fn convert_source(
         ));
     }
     report.verified = opts.verify;
-    report.files = committed
-        .files
-        .into_iter()
-        .map(|w| FileReport {
-            path: w.path,
-            size: w.size,
-            tensors: w.tensors,
-        })
-        .collect();
+    report.files = committed.files.into_iter().map(file_report).collect();
     report.removed = committed.removed;
     report.transforms = transforms_of(&outs);
     Ok(report)
+}
+
+/// The architecture plan's part of the report: the architecture, the source tensors it drops
+/// and the source name of each output tensor.
+fn architecture_into(
+    report: &mut ConvertReport,
+    (architecture, dropped, from): (String, Vec<(String, String)>, Vec<Option<String>>),
+) {
+    report.architecture = Some(architecture);
+    report.dropped.extend(dropped);
+    for (t, f) in report.plan.iter_mut().zip(from) {
+        t.from = f;
+    }
+}
+
+fn file_report(w: weightport_core::WrittenFile) -> FileReport {
+    FileReport {
+        path: w.path,
+        size: w.size,
+        tensors: w.tensors,
+    }
+}
+
+/// What the write phase of [`convert_source`] writes: the planned outputs of `source`.
+struct Written<'a> {
+    source: &'a dyn TensorSource,
+    outs: &'a [OutTensor],
+    req: &'a OutputRequest<'a>,
+    plan: &'a OutputPlan,
+    data_bytes: u64,
+    threads: usize,
+}
+
+/// Writes the outputs into the sink's staged files on `opts`' worker threads, verifies them when
+/// asked, and commits them in place of `prepared`; with `--attest`, each tensor's provenance.
+fn write_and_commit(
+    fmt: &OutputFormat,
+    w: &Written,
+    prepared: Prepared,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<(txn::Committed, Option<Vec<attest::TensorProvenance>>)> {
+    let (source, outs) = (w.source, w.outs);
+    let threads = w.threads;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
+    pool.install(|| {
+        let mut sink = (fmt.sink)(w.req, w.plan)?;
+        let staged = sink.plan(w.req.tensors, w.req.metadata)?;
+        progress.start("write", w.data_bytes);
+        let hashes = run(source, outs, opts.chunk, progress, |k, off, b| {
+            sink.write_at(k, off, b)
+        })?;
+        progress.finish();
+        let read = match opts.provenance {
+            true => Some(attest::source_hashes(source, outs, &hashes, opts.chunk)?),
+            false => None,
+        };
+        if opts.verify {
+            progress.start("verify", w.data_bytes);
+            for f in &staged.files {
+                verify_staged(f, outs, &hashes, source, &opts.open, opts.chunk, progress)?;
+            }
+            progress.finish();
+        }
+        let finished = sink.finish()?;
+        let committed = txn::commit(prepared, w.plan, finished, opts.force)?;
+        let tensors = read.map(|r| attest::tensors_of(source, outs, &hashes, &r));
+        Ok((committed, tensors))
+    })
 }
 
 /// Inputs and outputs of a committed conversion.

@@ -234,89 +234,100 @@ fn validate(raw: RawHeader, data_len: u64, limits: &Limits) -> Result<Header, He
     tensors.sort_by_key(|t| (t.begin, t.end));
     let mut start = 0u64;
     for t in &tensors {
-        let fail = |reason: String| HeaderError {
-            reason,
-            tensor: Some(t.name.clone()),
-            json_offset: None,
-            data_offset: Some(t.begin),
-            limit: None,
-        };
-        if t.shape.len() > limits.max_rank {
-            let mut e = fail(format!(
-                "rank {} exceeds the limit of {}",
-                t.shape.len(),
-                limits.max_rank
-            ));
-            e.limit = Some(("tensor rank", t.shape.len() as u64, limits.max_rank as u64));
-            return Err(e);
-        }
-        if t.begin != start || t.end < t.begin {
-            let why = if t.end < t.begin {
-                format!(
-                    "data_offsets [{}, {}] end before they begin",
-                    t.begin, t.end
-                )
-            } else if t.begin < start {
-                format!(
-                    "data_offsets [{}, {}] overlap the previous tensor, which ends at {start}",
-                    t.begin, t.end
-                )
-            } else {
-                format!(
-                    "data_offsets [{}, {}] leave a gap: the previous tensor ends at {start}",
-                    t.begin, t.end
-                )
-            };
-            return Err(fail(format!("invalid offset: {why}")));
-        }
+        check_entry(t, start, limits)?;
         start = t.end;
-        let need = t.dtype.byte_len(&t.shape).map_err(|e| match e {
-            SizeError::Overflow => {
-                fail("overflow computing buffer size from shape and dtype".into())
-            }
-            other => fail(other.to_string()),
-        })?;
-        if t.end - t.begin != need {
-            return Err(fail(format!(
-                "data_offsets [{}, {}] hold {} bytes but {} {:?} needs {need}",
-                t.begin,
-                t.end,
-                t.end - t.begin,
-                t.dtype,
-                t.shape
-            )));
-        }
     }
     if start != data_len {
-        let mut e = if start > data_len {
-            let cut = tensors
-                .iter()
-                .find(|t| t.end > data_len)
-                .expect("some tensor ends past the data");
-            let mut e = HeaderError::new(format!(
-                "truncated: the header describes {start} data bytes but the file holds {data_len} \
-                 (an incomplete download? compare the size with the source)"
-            ));
-            e.tensor = Some(cut.name.clone());
-            e.data_offset = Some(data_len);
-            e
-        } else {
-            let mut e = HeaderError::new(format!(
-                "{} trailing bytes after the last tensor: the header describes {start} data bytes but \
-                 the file holds {data_len}",
-                data_len - start
-            ));
-            e.data_offset = Some(start);
-            e
-        };
-        e.reason = format!("incomplete metadata, file not fully covered: {}", e.reason);
-        return Err(e);
+        return Err(not_covered(&tensors, start, data_len));
     }
     Ok(Header {
         metadata: raw.metadata,
         tensors,
         data_len,
     })
+}
+
+/// One tensor, in offset order after the one ending at `start`: its rank within the limit, its
+/// offsets contiguous with the previous tensor, and exactly the bytes its dtype and shape need.
+fn check_entry(t: &Entry, start: u64, limits: &Limits) -> Result<(), HeaderError> {
+    let fail = |reason: String| HeaderError {
+        reason,
+        tensor: Some(t.name.clone()),
+        json_offset: None,
+        data_offset: Some(t.begin),
+        limit: None,
+    };
+    if t.shape.len() > limits.max_rank {
+        let mut e = fail(format!(
+            "rank {} exceeds the limit of {}",
+            t.shape.len(),
+            limits.max_rank
+        ));
+        e.limit = Some(("tensor rank", t.shape.len() as u64, limits.max_rank as u64));
+        return Err(e);
+    }
+    if t.begin != start || t.end < t.begin {
+        let why = if t.end < t.begin {
+            format!(
+                "data_offsets [{}, {}] end before they begin",
+                t.begin, t.end
+            )
+        } else if t.begin < start {
+            format!(
+                "data_offsets [{}, {}] overlap the previous tensor, which ends at {start}",
+                t.begin, t.end
+            )
+        } else {
+            format!(
+                "data_offsets [{}, {}] leave a gap: the previous tensor ends at {start}",
+                t.begin, t.end
+            )
+        };
+        return Err(fail(format!("invalid offset: {why}")));
+    }
+    let need = t.dtype.byte_len(&t.shape).map_err(|e| match e {
+        SizeError::Overflow => fail("overflow computing buffer size from shape and dtype".into()),
+        other => fail(other.to_string()),
+    })?;
+    if t.end - t.begin != need {
+        return Err(fail(format!(
+            "data_offsets [{}, {}] hold {} bytes but {} {:?} needs {need}",
+            t.begin,
+            t.end,
+            t.end - t.begin,
+            t.dtype,
+            t.shape
+        )));
+    }
+    Ok(())
+}
+
+/// The error when the tensors' bytes, ending at `start`, do not cover the `data_len` data bytes
+/// exactly: truncated (naming the first tensor cut) or trailing bytes.
+fn not_covered(tensors: &[Entry], start: u64, data_len: u64) -> HeaderError {
+    let mut e = if start > data_len {
+        let cut = tensors
+            .iter()
+            .find(|t| t.end > data_len)
+            .expect("some tensor ends past the data");
+        let mut e = HeaderError::new(format!(
+            "truncated: the header describes {start} data bytes but the file holds {data_len} \
+             (an incomplete download? compare the size with the source)"
+        ));
+        e.tensor = Some(cut.name.clone());
+        e.data_offset = Some(data_len);
+        e
+    } else {
+        let mut e = HeaderError::new(format!(
+            "{} trailing bytes after the last tensor: the header describes {start} data bytes but \
+             the file holds {data_len}",
+            data_len - start
+        ));
+        e.data_offset = Some(start);
+        e
+    };
+    e.reason = format!("incomplete metadata, file not fully covered: {}", e.reason);
+    e
 }
 
 #[cfg(test)]

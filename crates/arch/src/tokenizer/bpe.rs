@@ -11,11 +11,16 @@
 
 use std::path::Path;
 
+#[cfg(feature = "hf-tokenizer")]
 use sha2::{Digest, Sha256};
+#[cfg(feature = "hf-tokenizer")]
 use tokenizers::Tokenizer;
 use weightport_core::Result;
 
-use super::{looks_special, pre_table, TokenType};
+use super::TokenType;
+#[cfg(feature = "hf-tokenizer")]
+use super::{looks_special, pre_table};
+#[cfg(feature = "hf-tokenizer")]
 use crate::config::bad;
 
 /// The BPE vocabulary as the reference exports it.
@@ -29,6 +34,7 @@ pub struct BpeVocab {
 }
 
 /// Loads `dir/tokenizer.json` with the `tokenizers` crate.
+#[cfg(feature = "hf-tokenizer")]
 pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer> {
     let path = dir.join("tokenizer.json");
     if !path.is_file() {
@@ -55,6 +61,7 @@ pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer> {
 /// transformers' `encode` neither truncates nor pads unless asked (it turns off what
 /// `tokenizer.json` configures: all-MiniLM-L6-v2's truncates at 128 and pads to 128), so
 /// neither does this.
+#[cfg(feature = "hf-tokenizer")]
 pub fn check_hash(tok: &Tokenizer) -> Result<String> {
     let mut tok = tok.clone();
     tok.with_truncation(None)
@@ -68,11 +75,25 @@ pub fn check_hash(tok: &Tokenizer) -> Result<String> {
     Ok(hex(&Sha256::digest(text.as_bytes())))
 }
 
+#[cfg(any(feature = "hf-tokenizer", test))]
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Without the `hf-tokenizer` feature (and so without the `tokenizers` crate) a `tokenizer.json`
+/// vocabulary cannot be exported: refused, naming the feature.
+#[cfg(not(feature = "hf-tokenizer"))]
+pub fn load(dir: &Path, _vocab_size: Option<u64>) -> Result<BpeVocab> {
+    Err(weightport_core::Error::unsupported(
+        weightport_core::Location::file(dir.join("tokenizer.json")),
+        weightport_core::Format::HfRelease,
+        "a BPE/WordPiece tokenizer.json needs the `hf-tokenizer` feature, which this weightport \
+         was built without (rebuild with default features)",
+    ))
+}
+
 /// Tokens and types of a BPE (or WordPiece) `tokenizer.json`, ids `0..vocab_size`.
+#[cfg(feature = "hf-tokenizer")]
 pub fn load(dir: &Path, vocab_size: Option<u64>) -> Result<BpeVocab> {
     let tok = load_tokenizer(dir)?;
     let path = dir.join("tokenizer.json");

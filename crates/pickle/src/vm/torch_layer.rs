@@ -243,80 +243,9 @@ impl<'a> Vm<'a> {
                 Ok(Applied::Node(Node::Tensor(Box::new(desc)), vec![]))
             }
             Sym::RebuildParameter | Sym::RebuildParameterWithState => {
-                let n = if sym == Sym::RebuildParameter { 3 } else { 4 };
-                if args.len() != n {
-                    return self
-                        .schema_err(sym, &format!("{} arguments, expected {n}", args.len()));
-                }
-                let mut desc = match a.get(args[0]) {
-                    Node::Tensor(t) => (**t).clone(),
-                    _ => return self.schema_err(sym, "argument 0 is not a tensor"),
-                };
-                let Node::Bool(rg) = a.get(args[1]) else {
-                    return self.schema_err(sym, "requires_grad is not a bool");
-                };
-                self.check_hooks(sym, args[2])?;
-                if n == 4 {
-                    let ok = match a.get(args[3]) {
-                        Node::Dict { .. } | Node::None => true,
-                        Node::Tuple(t) => {
-                            t.len() == 2
-                                && t.iter()
-                                    .all(|&x| matches!(a.get(x), Node::Dict { .. } | Node::None))
-                        }
-                        _ => false,
-                    };
-                    if !ok {
-                        return self.schema_err(sym, "state is not a dict or (dict, dict)");
-                    }
-                }
-                desc.requires_grad = *rg;
-                desc.parameter = true;
-                Ok(Applied::Node(Node::Tensor(Box::new(desc)), vec![]))
+                self.rebuild_parameter(sym, args)
             }
-            Sym::RebuildFromTypeV2 => {
-                if args.len() != 4 {
-                    return self.schema_err(sym, "expected (func, type, args, state)");
-                }
-                let func = match a.get(args[0]) {
-                    Node::Global(
-                        f @ (Sym::RebuildTensorV2
-                        | Sym::RebuildTensorV3
-                        | Sym::RebuildTensor
-                        | Sym::RebuildParameter
-                        | Sym::RebuildParameterWithState),
-                    ) => *f,
-                    other => {
-                        let t = other.type_name();
-                        return refused(
-                            self.at,
-                            format!(
-                                "`torch._tensor._rebuild_from_type_v2` forwarding to {t} refused: \
-                                 only tensor rebuild functions may be forwarded"
-                            ),
-                        );
-                    }
-                };
-                if !matches!(
-                    a.get(args[1]),
-                    Node::Global(Sym::TensorType | Sym::ParameterType)
-                ) {
-                    return self.schema_err(sym, "type is not torch.Tensor or Parameter");
-                }
-                let inner = match a.get(args[2]) {
-                    Node::Tuple(t) => t.clone(),
-                    _ => return self.schema_err(sym, "args is not a tuple"),
-                };
-                match a.get(args[3]) {
-                    Node::Dict { items, .. } if items.is_empty() => {}
-                    Node::None => {}
-                    Node::Dict { .. } => {
-                        // Python attributes on a tensor subclass: inert, dropped.
-                    }
-                    _ => return self.schema_err(sym, "state is not a dict"),
-                }
-                self.apply(func, &inner)
-            }
+            Sym::RebuildFromTypeV2 => self.rebuild_from_type(sym, args),
             // Kept as an inert record: scan reads on past it, and selection refuses it by name
             // when it is among the tensors to convert.
             Sym::UnsupportedTensor(kind) => Ok(Applied::Node(
@@ -335,6 +264,88 @@ impl<'a> Vm<'a> {
             },
             _ => self.schema_err(sym, "not a symbol of this group"),
         }
+    }
+
+    /// `torch._utils._rebuild_parameter[_with_state]`: the tensor of argument 0, marked a
+    /// parameter with its `requires_grad`; hooks refused, the state checked and dropped.
+    fn rebuild_parameter(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        let n = if sym == Sym::RebuildParameter { 3 } else { 4 };
+        if args.len() != n {
+            return self.schema_err(sym, &format!("{} arguments, expected {n}", args.len()));
+        }
+        let mut desc = match a.get(args[0]) {
+            Node::Tensor(t) => (**t).clone(),
+            _ => return self.schema_err(sym, "argument 0 is not a tensor"),
+        };
+        let Node::Bool(rg) = a.get(args[1]) else {
+            return self.schema_err(sym, "requires_grad is not a bool");
+        };
+        self.check_hooks(sym, args[2])?;
+        if n == 4 {
+            let ok = match a.get(args[3]) {
+                Node::Dict { .. } | Node::None => true,
+                Node::Tuple(t) => {
+                    t.len() == 2
+                        && t.iter()
+                            .all(|&x| matches!(a.get(x), Node::Dict { .. } | Node::None))
+                }
+                _ => false,
+            };
+            if !ok {
+                return self.schema_err(sym, "state is not a dict or (dict, dict)");
+            }
+        }
+        desc.requires_grad = *rg;
+        desc.parameter = true;
+        Ok(Applied::Node(Node::Tensor(Box::new(desc)), vec![]))
+    }
+
+    /// `torch._tensor._rebuild_from_type_v2`: forwards to a tensor rebuild function only; the
+    /// subclass's Python attributes are inert and dropped.
+    fn rebuild_from_type(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        if args.len() != 4 {
+            return self.schema_err(sym, "expected (func, type, args, state)");
+        }
+        let func = match a.get(args[0]) {
+            Node::Global(
+                f @ (Sym::RebuildTensorV2
+                | Sym::RebuildTensorV3
+                | Sym::RebuildTensor
+                | Sym::RebuildParameter
+                | Sym::RebuildParameterWithState),
+            ) => *f,
+            other => {
+                let t = other.type_name();
+                return refused(
+                    self.at,
+                    format!(
+                        "`torch._tensor._rebuild_from_type_v2` forwarding to {t} refused: \
+                         only tensor rebuild functions may be forwarded"
+                    ),
+                );
+            }
+        };
+        if !matches!(
+            a.get(args[1]),
+            Node::Global(Sym::TensorType | Sym::ParameterType)
+        ) {
+            return self.schema_err(sym, "type is not torch.Tensor or Parameter");
+        }
+        let inner = match a.get(args[2]) {
+            Node::Tuple(t) => t.clone(),
+            _ => return self.schema_err(sym, "args is not a tuple"),
+        };
+        match a.get(args[3]) {
+            Node::Dict { items, .. } if items.is_empty() => {}
+            Node::None => {}
+            Node::Dict { .. } => {
+                // Python attributes on a tensor subclass: inert, dropped.
+            }
+            _ => return self.schema_err(sym, "state is not a dict"),
+        }
+        self.apply(func, &inner)
     }
 
     /// Plain containers: ordered dicts, counters, default dicts, `dict`/`list`/`tuple`, sets.

@@ -1,0 +1,135 @@
+//! HF release → GGUF tests (tests/hf_gguf*.rs): the tiny releases of fixtures/good/arch, the
+//! reference's recorded sha256s in fixtures/expected/arch, and the whole-file comparison.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::{fixtures, wp};
+
+/// fixtures/expected/arch/`file`: what a generator recorded from the reference.
+pub fn expected(file: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch").join(file)).unwrap())
+        .unwrap()
+}
+
+/// A tiny release of fixtures/good/arch.
+pub fn release(name: &str) -> PathBuf {
+    fixtures().join("good/arch").join(name)
+}
+
+/// Copies directory `from` to `to`, subdirectories (sentence-transformers modules) included.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dst = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &dst);
+        } else {
+            std::fs::copy(&p, &dst).unwrap();
+        }
+    }
+}
+
+/// A writable copy of release `name` in `tmp/dir_name` (the directory name becomes
+/// `general.name`).
+pub fn copy_release(name: &str, tmp: &Path, dir_name: &str) -> PathBuf {
+    let dir = tmp.join(dir_name);
+    copy_tree(&release(name), &dir);
+    dir
+}
+
+/// Rewrites the JSON object in `path` with `edit` applied (pretty-printed).
+pub fn edit_json(path: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(v.as_object_mut().unwrap());
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// Rewrites `dir`/config.json with `edit` applied.
+pub fn edit_config(dir: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
+    edit_json(&dir.join("config.json"), edit);
+}
+
+pub fn sha_file(p: &Path) -> String {
+    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
+}
+
+/// `weightport convert SRC -o OUT [--pre-tokenizer PRE] EXTRA…`, whatever its outcome.
+pub fn convert_output(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "convert",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    if let Some(p) = pre {
+        args.extend(["--pre-tokenizer", p]);
+    }
+    args.extend(extra);
+    wp(&args)
+}
+
+/// [`convert_output`], which must succeed.
+pub fn convert(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) {
+    let o = convert_output(src, out, pre, extra);
+    assert!(
+        o.status.success(),
+        "{} {extra:?}: {}",
+        src.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// One release to compare: its directory, its name in the expected file, the pre-tokenizer name
+/// the generator gave the reference, and its entry of the expected file.
+pub struct Case {
+    pub dir: PathBuf,
+    pub name: String,
+    pub pre: Option<String>,
+    pub entry: Value,
+}
+
+/// The committed releases of `expected`, each with the pre-tokenizer `pre` names for it.
+pub fn cases(expected: &Value, pre: impl Fn(&str, &Value) -> Option<String>) -> Vec<Case> {
+    let releases = expected.as_object().unwrap();
+    releases
+        .iter()
+        .map(|(name, entry)| Case {
+            dir: release(name),
+            name: name.clone(),
+            pre: pre(name, entry),
+            entry: entry.clone(),
+        })
+        .collect()
+}
+
+/// Converts each case once per entry of its `section` (the entry's key becomes the flags `args`
+/// gives; a case without the section is skipped) and compares the whole file with the
+/// reference's sha256; returns `"name key"` for each file compared.
+pub fn against(
+    cases: &[Case],
+    section: &str,
+    args: fn(&str) -> Vec<&str>,
+    reference: &str,
+) -> Vec<String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut done = Vec::new();
+    for c in cases {
+        for (key, want) in c.entry[section].as_object().into_iter().flatten() {
+            let out = tmp.path().join(format!("{}-{key}.gguf", c.name));
+            convert(&c.dir, &out, c.pre.as_deref(), &args(key));
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{} {key}: differs from {reference}",
+                c.name
+            );
+            done.push(format!("{} {key}", c.name));
+        }
+    }
+    done
+}
