@@ -531,3 +531,58 @@ fn non_finite_importance_values_are_refused() {
     ]);
     ok(&res, "the entry excluded");
 }
+
+/// `--include-weights`/`--exclude-weights` are plain substrings, as llama-quantize's
+/// `name.find(s)`: `attn_.` names no tensor (a regex would match every attention tensor),
+/// `attn_k` drops exactly the attn_k entries.
+#[test]
+fn weight_filters_are_substrings_as_llama_quantize() {
+    let r = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, f16) = release(tmp.path(), &r);
+    let out = tmp.path().join("out.gguf");
+    let plan = |pattern: &str| -> Vec<(String, Value)> {
+        let res = wp(&[
+            "--json",
+            "convert",
+            f16.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--quant",
+            "Q4_K_M",
+            "--imatrix",
+            IMATRIX,
+            "--exclude-weights",
+            pattern,
+            "--dry-run",
+        ]);
+        ok(&res, pattern);
+        let doc: Value = serde_json::from_slice(&res.stdout).unwrap();
+        doc["plan"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["imatrix"].clone(),
+                )
+            })
+            .collect()
+    };
+    for (name, has) in plan("attn_.") {
+        if name.contains("attn_") && name.ends_with(".weight") && !name.contains("norm") {
+            assert_eq!(has, true, "`attn_.` is no regex: {name} keeps its data");
+        }
+    }
+    let mut dropped = 0;
+    for (name, has) in plan("attn_k") {
+        if name.contains("attn_k.") {
+            assert_eq!(has, false, "{name}");
+            dropped += 1;
+        } else if name.contains("attn_q.") {
+            assert_eq!(has, true, "{name}");
+        }
+    }
+    assert_eq!(dropped, 8, "one attn_k per layer of the 8-layer model");
+}

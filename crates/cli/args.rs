@@ -163,16 +163,18 @@ pub struct QuantArgs {
     /// `llama-quantize --imatrix`; IQ1_*, IQ2_*, IQ3_XXS and Q2_K_S need one.
     #[arg(long, value_name = "FILE", requires = "quant")]
     pub imatrix: Option<PathBuf>,
-    /// Use the importance matrix only for tensors whose name matches (repeatable).
+    /// Use the importance matrix only for tensors whose name contains TEXT (repeatable; a
+    /// plain substring, as llama-quantize).
     #[arg(
         long,
-        value_name = "REGEX",
+        value_name = "TEXT",
         requires = "imatrix",
         conflicts_with = "exclude_weights"
     )]
     pub include_weights: Vec<String>,
-    /// Do not use the importance matrix for tensors whose name matches (repeatable).
-    #[arg(long, value_name = "REGEX", requires = "imatrix")]
+    /// Do not use the importance matrix for tensors whose name contains TEXT (repeatable; a
+    /// plain substring, as llama-quantize).
+    #[arg(long, value_name = "TEXT", requires = "imatrix")]
     pub exclude_weights: Vec<String>,
     /// `general.architecture` of a GGUF output (default: the source's, else `generic`). Given,
     /// an HF release keeps its tensor names instead of being converted by its architecture.

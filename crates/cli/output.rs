@@ -152,7 +152,11 @@ fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
     };
     let regexes = |flag: &str, v: &[String]| -> Result<Vec<regex::Regex>, Error> {
         v.iter()
-            .map(|r| regex::Regex::new(r).map_err(|e| Error::Usage(format!("{flag} `{r}`: {e}"))))
+            // llama-quantize keeps or drops the entries whose name contains the string
+            .map(|r| {
+                regex::Regex::new(&regex::escape(r))
+                    .map_err(|e| Error::Usage(format!("{flag} `{r}`: {e}")))
+            })
             .collect()
     };
     let include = regexes("--include-weights", &q.include_weights)?;
