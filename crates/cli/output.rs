@@ -27,7 +27,7 @@ pub fn print_error_json(kind: &str, message: &str, code: i32) {
     let _ = writeln!(std::io::stdout(), "{}", error_json(kind, message, code));
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const U: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = bytes as f64;
     let mut u = 0;
@@ -60,7 +60,7 @@ pub struct Global {
     pub max_memory: Option<u64>,
 }
 
-fn open_request(r: &ReadArgs) -> OpenRequest {
+pub(crate) fn open_request(r: &ReadArgs) -> OpenRequest {
     let mut read = weightport_core::ReadOptions::default();
     read.void2_as_bf16 = r.void2_as.is_some();
     read.key = r.key.clone();
@@ -73,7 +73,7 @@ fn open_request(r: &ReadArgs) -> OpenRequest {
     }
 }
 
-fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
+pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
     let renames = a
         .rename
         .iter()

@@ -31,6 +31,7 @@ pub mod registry;
 pub mod scan;
 pub mod transform;
 pub mod txn;
+pub mod units;
 pub mod verify;
 
 pub use convert::{convert, convert_source, ConvertOptions, ConvertReport, FileReport};
