@@ -102,9 +102,16 @@ pub fn run_unit(
     std::fs::create_dir_all(&plan.staging)
         .map_err(|e| Error::io(&plan.staging, "create staging directory", e))?;
     clean_stale(&plan.staging);
-    if record_path(plan, index).exists() {
-        // A record of another plan of the same output: stale.
-        let _ = std::fs::remove_file(record_path(plan, index));
+    if let Ok(b) = std::fs::read(record_path(plan, index)) {
+        match read_record(plan, index) {
+            // Recorded by another process since the check above.
+            Some(r) => return Ok(report_of(plan, index, &r, UnitOutcome::AlreadyDone, 0)),
+            // A record of an earlier plan of the same output (or unreadable): stale.
+            None if !b.is_empty() => {
+                let _ = std::fs::remove_file(record_path(plan, index));
+            }
+            None => {}
+        }
     }
     let r = with_planned_job(plan, opts, |job| {
         write_part(plan, job, opts, index, tensors, progress)
