@@ -483,3 +483,62 @@ fn the_index_comes_from_slurm_or_kubernetes() {
     ok(&job.finish(), "finish");
     job.assert_identical_to_convert();
 }
+
+#[test]
+fn plan_file_and_json_documents_match_their_schemas() {
+    let Some(py) = common::python_with_jsonschema() else {
+        return;
+    };
+    let schema =
+        |n: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{n}.schema.json"));
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    let out = job.units_out();
+    let plan = job.plan_path();
+    let o = wp(&[
+        "--json",
+        "plan",
+        fixtures().join("good/arch/llama").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q4_K_M",
+        "--units",
+        "2",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    ok(&o, "plan");
+    common::validate_json(&py, &schema("plan"), &o.stdout, "plan --json");
+    common::validate_json(
+        &py,
+        &schema("plan-file"),
+        &std::fs::read(&plan).unwrap(),
+        "plan file",
+    );
+    for i in 0..2 {
+        let o = wp(&[
+            "--json",
+            "unit",
+            plan.to_str().unwrap(),
+            "--index",
+            &i.to_string(),
+        ]);
+        ok(&o, "unit");
+        common::validate_json(&py, &schema("unit"), &o.stdout, "unit --json");
+    }
+    let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
+    ok(&o, "finish");
+    common::validate_json(&py, &schema("finish"), &o.stdout, "finish --json");
+    let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the plan's staging is gone; the output exists"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no unit of"));
+    common::validate_json(&py, &schema("error"), &o.stdout, "finish error --json");
+}

@@ -102,6 +102,7 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
     if json {
         let doc = json!({
             "ok": true,
+            "command": "plan",
             "plan": r.plan.display().to_string(),
             "output": r.output.display().to_string(),
             "staging": r.staging.display().to_string(),
@@ -173,7 +174,7 @@ pub fn unit(
     };
     if json {
         let doc = json!({
-            "ok": true, "index": r.index, "units": r.units, "outcome": outcome,
+            "ok": true, "command": "unit", "index": r.index, "units": r.units, "outcome": outcome,
             "part": r.part.display().to_string(), "bytes": r.bytes, "tensors": r.tensors,
             "sha256": r.sha256, "threads": r.threads, "seconds": secs,
         });
@@ -206,7 +207,7 @@ pub fn finish(
     let secs = t0.elapsed().as_secs_f64();
     if json {
         let doc = json!({
-            "ok": true, "units": r.units, "tensors": r.tensors, "data_bytes": r.data_bytes,
+            "ok": true, "command": "finish", "units": r.units, "tensors": r.tensors, "data_bytes": r.data_bytes,
             "verified": r.verified, "seconds": secs,
             "files": r.files.iter().map(|f| json!({"path": f.path.display().to_string(), "size": f.size, "tensors": f.tensors})).collect::<Vec<_>>(),
             "extras": r.extras.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),

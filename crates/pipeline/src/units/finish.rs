@@ -39,6 +39,16 @@ pub struct FinishReport {
 
 /// The unit records, or an error naming every unit missing or failed.
 fn records(plan: &UnitPlan) -> Result<Vec<Value>> {
+    if !plan.staging.is_dir() {
+        return Err(Error::Verify {
+            at: Location::file(&plan.staging),
+            reason: format!(
+                "no unit of {} has run (or finish already committed its output and removed \
+                 the staging directory); nothing was written",
+                plan.path.display()
+            ),
+        });
+    }
     let (mut got, mut missing, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..plan.units.len() {
         match read_record(plan, i) {
