@@ -542,3 +542,48 @@ fn plan_file_and_json_documents_match_their_schemas() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("no unit of"));
     common::validate_json(&py, &schema("error"), &o.stdout, "finish error --json");
 }
+
+#[test]
+fn unit_counts_out_of_range_are_usage_errors_and_unit_size_splits_by_bytes() {
+    let job = reshard_job();
+    let out = job.units_out();
+    let plan = job.plan_path();
+    let input = fixtures().join("good/hf_repo_sharded");
+    let base = [
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--shard-size",
+        "12KB",
+        "--plan",
+        plan.to_str().unwrap(),
+    ];
+    for n in ["0", "22"] {
+        let mut a = vec!["plan"];
+        a.extend(base);
+        a.extend(["--units", n]);
+        let o = wp(&a);
+        assert_eq!(o.status.code(), Some(2), "--units {n}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("between 1 and 21 units"));
+        assert!(!plan.exists(), "nothing written");
+    }
+    // Each tensor is read once and written once (a copy): 2 × 53.6 kB in 20 kB units.
+    let mut a = vec!["--json", "plan"];
+    a.extend(base);
+    a.extend(["--unit-size", "20000"]);
+    let o = wp(&a);
+    ok(&o, "plan --unit-size");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let units = doc["units"].as_array().unwrap();
+    assert_eq!(units.len(), 107_136usize.div_ceil(20_000));
+    let sum: u64 = units
+        .iter()
+        .map(|u| u["part_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 53_568);
+    // A second plan onto the same file needs --force.
+    let mut a = vec!["plan"];
+    a.extend(base);
+    a.extend(["--units", "2"]);
+    assert_eq!(wp(&a).status.code(), Some(2));
+}

@@ -182,14 +182,13 @@ fn split(job: &Job, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
         UnitSplit::Count(n) => n,
         UnitSplit::Size(s) => total.div_ceil(s.max(1)) as usize,
     };
-    let atoms = atoms(job, n.max(1));
-    if n == 0 || n > atoms.len() {
+    if n == 0 || n > job.outs.len() {
         return Err(Error::Usage(format!(
-            "{n} units: this output has {} tensors, so between 1 and {} units",
-            job.outs.len(),
-            atoms.len()
+            "{n} units: this output has {0} tensors, so between 1 and {0} units",
+            job.outs.len()
         )));
     }
+    let atoms = atoms(job, n);
     let (mut units, mut cum) = (vec![Vec::new()], 0u64);
     for (i, a) in atoms.iter().enumerate() {
         cum += a.iter().map(|&k| job.cost(k)).sum::<u64>();
