@@ -79,9 +79,9 @@ done
 m_one=$(median "${one[@]}"); m_core=$(median "${core[@]}")
 m_plan=$(median "${plan[@]}"); m_units=$(median "${units[@]}"); m_fin=$(median "${fin[@]}")
 awk -v one="$m_one" -v core="$m_core" -v plan="$m_plan" -v units="$m_units" -v fin="$m_fin" \
-    -v bytes="$in_bytes" -v n="$UNITS" -v t="$THREADS" -v q="$QUANT" -v reps="$REPS" -v in="$IN" 'BEGIN {
+    -v bytes="$in_bytes" -v n="$UNITS" -v t="$THREADS" -v q="$QUANT" -v reps="$REPS" -v src="$IN" 'BEGIN {
     total = plan + units + fin
-    printf "input %s: %.1f MB of weights, %s, median of %d reps (outputs identical: cmp)\n", in, bytes / 1e6, q, reps
+    printf "input %s: %.1f MB of weights, %s, median of %d reps (outputs identical: cmp)\n", src, bytes / 1e6, q, reps
     printf "%-44s %9s\n", "step", "wall s"
     printf "%-44s %9.3f\n", "one process, --threads " t, one
     printf "%-44s %9.3f\n", "plan", plan

@@ -3,7 +3,6 @@
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use rayon::prelude::*;
 use serde_json::Value;
 use weightport_core::{
     ContentHash, Error, Format, Location, Metadata, Result, TensorInfo, TensorSource,
@@ -12,7 +11,6 @@ use weightport_core::{
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
 use super::unit::{failed_path, part_path, read_record};
-use crate::attest::sha256_file;
 use crate::convert::{ConvertOptions, FileReport};
 use crate::exec::{identity_plan, run, Progress};
 use crate::txn;
@@ -92,7 +90,8 @@ fn records(plan: &UnitPlan) -> Result<Vec<Value>> {
 }
 
 /// Units' parts as a source: output tensor `k` is the bytes its unit wrote for it.
-struct Parts {
+struct Parts<'p> {
+    plan: &'p UnitPlan,
     files: Vec<std::fs::File>,
     paths: Vec<PathBuf>,
     tensors: Vec<TensorInfo>,
@@ -109,8 +108,8 @@ fn bad_record(plan: &UnitPlan, u: usize, what: &str) -> Error {
     }
 }
 
-impl Parts {
-    fn open(plan: &UnitPlan, job: &Job, records: &[Value]) -> Result<Parts> {
+impl<'p> Parts<'p> {
+    fn open(plan: &'p UnitPlan, job: &Job, records: &[Value]) -> Result<Parts<'p>> {
         let mut at = vec![None; job.outs.len()];
         let (mut files, mut paths) = (Vec::new(), Vec::new());
         for (u, r) in records.iter().enumerate() {
@@ -136,6 +135,7 @@ impl Parts {
             paths.push(p);
         }
         Ok(Parts {
+            plan,
             files,
             paths,
             tensors: job.outs.iter().map(|o| o.info.clone()).collect(),
@@ -149,7 +149,7 @@ impl Parts {
     }
 }
 
-impl TensorSource for Parts {
+impl TensorSource for Parts<'_> {
     fn format(&self) -> Format {
         self.format
     }
@@ -176,28 +176,34 @@ impl TensorSource for Parts {
     }
 }
 
-/// Each part's size and sha256 against its record.
+/// Each part's size against its record (its content is re-hashed, tensor by tensor, while the
+/// output is assembled from it).
 fn check_parts(plan: &UnitPlan, records: &[Value]) -> Result<()> {
-    records.par_iter().enumerate().try_for_each(|(u, r)| {
+    for (u, r) in records.iter().enumerate() {
         let p = part_path(plan, u);
         let size = std::fs::metadata(&p)
             .map_err(|e| Error::io(&p, "stat part", e))?
             .len();
-        let sha = sha256_file(&p)?;
-        if Some(size) != r["bytes"].as_u64() || Some(sha.as_str()) != r["sha256"].as_str() {
-            return Err(Error::Verify {
-                at: Location::file(&p),
-                reason: format!(
-                    "unit {u}'s part changed after the unit recorded it (size {size}, sha256 \
-                     {sha}; recorded {} and {}); delete {} and rerun the unit",
-                    r["bytes"],
-                    r["sha256"],
-                    super::unit::record_path(plan, u).display()
-                ),
-            });
+        if Some(size) != r["bytes"].as_u64() {
+            return Err(altered(
+                plan,
+                u,
+                format!("is {size} bytes, recorded {}", r["bytes"]),
+            ));
         }
-        Ok(())
-    })
+    }
+    Ok(())
+}
+
+fn altered(plan: &UnitPlan, u: usize, what: String) -> Error {
+    Error::Verify {
+        at: Location::file(part_path(plan, u)),
+        reason: format!(
+            "unit {u}'s part changed after the unit recorded it ({what}); delete {} and rerun \
+             the unit; nothing was written",
+            super::unit::record_path(plan, u).display()
+        ),
+    }
 }
 
 /// Checks every unit's record and part, writes the output from the parts with the format's
@@ -218,7 +224,7 @@ pub fn finish(
         .build()
         .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
     let report = with_planned_job(plan, opts, |job| {
-        pool.install(|| check_parts(plan, &records))?;
+        check_parts(plan, &records)?;
         let parts = Parts::open(plan, job, &records)?;
         let prepared = txn::prepare(&job.plan, &opts.output, opts.force, false)?;
         let committed = pool.install(|| assemble(job, &parts, prepared, opts, progress))?;
@@ -265,10 +271,12 @@ fn assemble(
     for (k, h) in hashes.out.iter().enumerate() {
         let (u, _, want) = parts.at[k];
         if *h != want {
-            return Err(Error::Verify {
-                at: Location::file(&parts.paths[u]).tensor(outs[k].info.name.clone()),
-                reason: format!("read from the part as {h}, the unit wrote {want}"),
-            });
+            let name = weightport_core::sanitize(&outs[k].info.name);
+            return Err(altered(
+                parts.plan,
+                u,
+                format!("tensor `{name}` reads as {h}, the unit wrote {want}"),
+            ));
         }
     }
     if opts.verify {
