@@ -60,7 +60,7 @@ pub struct Global {
     pub max_memory: Option<u64>,
 }
 
-pub(crate) fn open_request(r: &ReadArgs) -> OpenRequest {
+fn open_request(r: &ReadArgs) -> OpenRequest {
     let mut read = weightport_core::ReadOptions::default();
     read.void2_as_bf16 = r.void2_as.is_some();
     read.key = r.key.clone();
@@ -73,7 +73,7 @@ pub(crate) fn open_request(r: &ReadArgs) -> OpenRequest {
     }
 }
 
-pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
+fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
     let renames = a
         .rename
         .iter()
@@ -140,13 +140,9 @@ fn quant_options(q: &QuantArgs) -> Result<Option<QuantOptions>, Error> {
     }))
 }
 
-pub fn convert(
-    a: &ConvertArgs,
-    g: &Global,
-    json: bool,
-    progress: &dyn Progress,
-    out: &mut impl Write,
-) -> Result<(), Failure> {
+/// The pipeline options of a convert command line (`plan` makes its units' jobs from them too,
+/// so a unit converts exactly as `convert` would).
+pub(crate) fn convert_options(a: &ConvertArgs, g: &Global) -> Result<ConvertOptions, Error> {
     let mut opts = ConvertOptions::new(a.inputs.clone(), a.output.clone());
     opts.to = a.to.clone();
     opts.shard_size = a.shard_size;
@@ -157,6 +153,17 @@ pub fn convert(
     opts.transform = transform_options(a)?;
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
+    Ok(opts)
+}
+
+pub fn convert(
+    a: &ConvertArgs,
+    g: &Global,
+    json: bool,
+    progress: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let mut opts = convert_options(a, g)?;
     opts.provenance = a.attest.is_some();
     opts.transform.measure_quality = json || a.report.is_some();
     let t0 = Instant::now();

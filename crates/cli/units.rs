@@ -13,7 +13,7 @@ use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
 use weightport_pipeline::Progress;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
-use crate::output::{human, open_request, p, transform_options, Global};
+use crate::output::{convert_options, human, p, Global};
 use crate::Failure;
 
 /// Keeps the command line of `plan` (after the program name) for the plan file.
@@ -39,15 +39,9 @@ fn options_of(
     output: PathBuf,
     g: &Global,
 ) -> Result<ConvertOptions, Error> {
-    let mut opts = ConvertOptions::new(inputs, output);
-    opts.to = a.to.clone();
-    opts.shard_size = a.shard_size;
-    opts.force = a.force;
-    opts.verify = !a.no_verify;
-    opts.open = open_request(&a.read);
-    opts.transform = transform_options(a)?;
-    opts.threads = g.threads;
-    opts.max_memory = g.max_memory;
+    let mut opts = convert_options(a, g)?;
+    opts.inputs = inputs;
+    opts.output = output;
     Ok(opts)
 }
 
