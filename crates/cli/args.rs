@@ -40,6 +40,14 @@ pub enum Command {
     /// Run a job file (TOML): many inputs, each converted into many outputs with their own
     /// options; a rerun skips the outputs that still verify against what it recorded.
     Run(RunArgs),
+    /// Plan a conversion as N independent units for a batch engine (Slurm array, Kubernetes
+    /// Indexed Job, CI matrix, xargs -P): writes the plan file `unit` and `finish` read.
+    Plan(Box<PlanArgs>),
+    /// Run one unit of a plan (index from --index, SLURM_ARRAY_TASK_ID or
+    /// JOB_COMPLETION_INDEX); rerunning a finished unit does nothing.
+    Unit(UnitArgs),
+    /// Check every unit of a plan, assemble, verify and commit the output.
+    Finish(FinishArgs),
 }
 
 #[derive(Args, Debug)]
@@ -54,6 +62,46 @@ pub struct RunArgs {
     /// Replace outputs that exist without a record of this job having made them.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub convert: ConvertArgs,
+    /// Split the conversion into exactly N units.
+    #[arg(
+        long,
+        value_name = "N",
+        required_unless_present = "unit_size",
+        conflicts_with = "unit_size"
+    )]
+    pub units: Option<usize>,
+    /// Split the conversion into units of about SIZE bytes read + written each.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub unit_size: Option<u64>,
+    /// The plan file to write (default: OUTPUT.plan.json beside the output).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// The command line after the program name, kept in the plan file.
+    #[arg(skip)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct UnitArgs {
+    /// The plan file `weightport plan` wrote.
+    #[arg(value_name = "PLAN")]
+    pub plan: PathBuf,
+    /// The unit to run, from 0 (default: $SLURM_ARRAY_TASK_ID, else $JOB_COMPLETION_INDEX).
+    #[arg(long, value_name = "I")]
+    pub index: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct FinishArgs {
+    /// The plan file `weightport plan` wrote.
+    #[arg(value_name = "PLAN")]
+    pub plan: PathBuf,
 }
 
 #[derive(Args, Debug)]

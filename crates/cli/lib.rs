@@ -19,6 +19,7 @@ mod progress;
 mod report;
 mod run;
 mod scan;
+mod units;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -33,7 +34,7 @@ use crate::args::{Cli, Command};
 pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
     let argv: Vec<OsString> = argv.into_iter().collect();
     let cli = match Cli::try_parse_from(&argv) {
-        Ok(c) => c,
+        Ok(c) => units::keep_argv(c, &argv),
         Err(e) => {
             let _ = e.print();
             if !e.use_stderr() {
@@ -94,7 +95,7 @@ pub fn run_json(
     // Right after the program name: before the command and any `--`.
     argv.insert(argv.len().min(1), "--json".into());
     let cli = match Cli::try_parse_from(&argv) {
-        Ok(c) => c,
+        Ok(c) => units::keep_argv(c, &argv),
         Err(e) => return (2, output::error_json("usage", &usage_message(&e), 2)),
     };
     install_panic_hook();
@@ -242,5 +243,8 @@ fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Resul
         Command::Verify(a) => output::verify(&a, json, progress, out),
         Command::Scan(a) => scan::run(&a, json, out),
         Command::Run(a) => run::run(&a, &global, json, progress, out),
+        Command::Plan(a) => units::plan(&a, json, out),
+        Command::Unit(a) => units::unit(&a, &global, json, progress, out),
+        Command::Finish(a) => units::finish(&a, &global, json, progress, out),
     }
 }

@@ -32,6 +32,7 @@ pub mod registry;
 pub mod scan;
 pub mod transform;
 pub mod txn;
+pub mod units;
 pub mod verify;
 
 pub use convert::{

@@ -1,0 +1,235 @@
+//! `plan`, `unit`, `finish`: one conversion as units a batch engine runs.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+use serde_json::json;
+use weightport_core::Error;
+use weightport_pipeline::convert::ConvertOptions;
+use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
+use weightport_pipeline::Progress;
+
+use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
+use crate::output::{convert_options, human, p, Global};
+use crate::Failure;
+
+/// Keeps the command line of `plan` (after the program name) for the plan file.
+pub fn keep_argv(mut cli: Cli, argv: &[OsString]) -> Cli {
+    if let Command::Plan(a) = &mut cli.command {
+        a.argv = argv
+            .iter()
+            .skip(1)
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+    }
+    cli
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(path).map_err(|e| Error::io(path, "resolve", e))
+}
+
+/// The convert options of `a` with `inputs` and `output` as given (absolute).
+fn options_of(
+    a: &ConvertArgs,
+    inputs: Vec<PathBuf>,
+    output: PathBuf,
+    g: &Global,
+) -> Result<ConvertOptions, Error> {
+    let mut opts = convert_options(a, g, false)?;
+    opts.inputs = inputs;
+    opts.output = output;
+    Ok(opts)
+}
+
+/// The convert options a plan file's command stands for.
+fn plan_options(plan: &UnitPlan, g: &Global) -> Result<ConvertOptions, Error> {
+    let argv = std::iter::once("weightport".to_string()).chain(plan.command.iter().cloned());
+    let bad = |what: String| {
+        Error::malformed(
+            weightport_core::Location::file(&plan.path),
+            None,
+            format!("plan file field `command`: {what}"),
+        )
+    };
+    let cli = Cli::try_parse_from(argv).map_err(|e| bad(e.kind().to_string()))?;
+    let Command::Plan(a) = cli.command else {
+        return Err(bad("not a `plan` command line".into()));
+    };
+    options_of(&a.convert, plan.inputs.clone(), plan.output.clone(), g)
+}
+
+pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let c = &a.convert;
+    if c.dry_run || c.attest.is_some() || c.report.is_some() {
+        return Err(Error::Usage(
+            "plan: --dry-run, --attest and --report apply to convert only".into(),
+        )
+        .into());
+    }
+    let inputs = c
+        .inputs
+        .iter()
+        .map(|i| absolute(i))
+        .collect::<Result<_, _>>()?;
+    let output = absolute(&c.output)?;
+    let g = Global {
+        threads: None,
+        max_memory: None,
+    };
+    let opts = options_of(c, inputs, output.clone(), &g)?;
+    let how = match (a.units, a.unit_size) {
+        (Some(n), _) => UnitSplit::Count(n),
+        (None, Some(s)) => UnitSplit::Size(s),
+        (None, None) => {
+            return Err(Error::Usage("plan: give --units N or --unit-size SIZE".into()).into())
+        }
+    };
+    let plan_path = match &a.plan {
+        Some(f) => absolute(f)?,
+        None => PathBuf::from(format!("{}.plan.json", output.display())),
+    };
+    let r = units::plan_units(&opts, how, &a.argv, &plan_path)?;
+    if json {
+        let doc = json!({
+            "ok": true,
+            "command": "plan",
+            "plan": r.plan.display().to_string(),
+            "output": r.output.display().to_string(),
+            "staging": r.staging.display().to_string(),
+            "tensors": r.tensors,
+            "input_files": r.input_files,
+            "files": r.files.iter().map(|(f, s)| json!({"path": f.display().to_string(), "size": s})).collect::<Vec<_>>(),
+            "units": r.units.iter().enumerate().map(|(i, (t, b, w))| json!({"index": i, "tensors": t, "part_bytes": b,
+                "whole_files": w.iter().map(|f| f.display().to_string()).collect::<Vec<_>>()})).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{doc}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "planned {} tensors into {} files as {} units: {}",
+        r.tensors,
+        r.files.len(),
+        r.units.len(),
+        p(&r.plan)
+    )?;
+    for (i, (t, b, _)) in r.units.iter().enumerate() {
+        writeln!(out, "  unit {i:>5}  {:>12}  {t} tensors", human(*b))?;
+    }
+    writeln!(
+        out,
+        "run `weightport unit {} --index I` for I in 0..{}, then `weightport finish {}`",
+        p(&r.plan),
+        r.units.len(),
+        p(&r.plan)
+    )?;
+    Ok(())
+}
+
+/// The unit index: `--index`, else `SLURM_ARRAY_TASK_ID`, else `JOB_COMPLETION_INDEX`.
+fn unit_index(a: &UnitArgs) -> Result<usize, Error> {
+    if let Some(i) = a.index {
+        return Ok(i);
+    }
+    for var in ["SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"] {
+        if let Ok(v) = std::env::var(var) {
+            return v
+                .trim()
+                .parse()
+                .map_err(|_| Error::Usage(format!("${var} is `{v}`, not a unit index")));
+        }
+    }
+    Err(Error::Usage(
+        "unit: give --index I (or set SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)".into(),
+    ))
+}
+
+pub fn unit(
+    a: &UnitArgs,
+    g: &Global,
+    json: bool,
+    progress: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let index = unit_index(a)?;
+    let plan = units::read_plan(&a.plan)?;
+    let opts = plan_options(&plan, g)?;
+    let t0 = Instant::now();
+    let r = units::run_unit(&plan, &opts, index, progress)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let outcome = match r.outcome {
+        UnitOutcome::Done => "done",
+        UnitOutcome::AlreadyDone => "already-done",
+        UnitOutcome::LostRace => "done-elsewhere",
+    };
+    if json {
+        let doc = json!({
+            "ok": true, "command": "unit", "index": r.index, "units": r.units, "outcome": outcome,
+            "part": r.part.display().to_string(), "bytes": r.bytes, "tensors": r.tensors,
+            "sha256": r.sha256, "threads": r.threads, "seconds": secs,
+        });
+        writeln!(out, "{doc}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "unit {} of {}: {outcome}, {} tensors, {} in {secs:.2} s (verified)\n  {}",
+        r.index,
+        r.units,
+        r.tensors,
+        human(r.bytes),
+        p(&r.part)
+    )?;
+    Ok(())
+}
+
+pub fn finish(
+    a: &FinishArgs,
+    g: &Global,
+    json: bool,
+    progress: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let plan = units::read_plan(&a.plan)?;
+    let opts = plan_options(&plan, g)?;
+    let t0 = Instant::now();
+    let r = units::finish(&plan, &opts, progress)?;
+    let secs = t0.elapsed().as_secs_f64();
+    if json {
+        let doc = json!({
+            "ok": true, "command": "finish", "units": r.units, "tensors": r.tensors, "data_bytes": r.data_bytes,
+            "verified": r.verified, "seconds": secs,
+            "files": r.files.iter().map(|f| json!({"path": f.path.display().to_string(), "size": f.size, "tensors": f.tensors})).collect::<Vec<_>>(),
+            "extras": r.extras.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+            "removed": r.removed.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{doc}")?;
+        return Ok(());
+    }
+    let verified = if r.verified { " (verified)" } else { "" };
+    writeln!(
+        out,
+        "finished {} units: {} tensors into {} files, {} in {secs:.2} s{verified}",
+        r.units,
+        r.tensors,
+        r.files.len(),
+        human(r.data_bytes)
+    )?;
+    for f in &r.files {
+        writeln!(
+            out,
+            "  {:<48} {:>10}  {} tensors",
+            p(&f.path),
+            human(f.size),
+            f.tensors
+        )?;
+    }
+    for e in &r.extras {
+        writeln!(out, "  {}", p(e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,589 @@
+//! `weightport plan` / `unit` / `finish` (issue 18): units run as separate processes of the
+//! real binary, in random order and in parallel, killed, raced and tampered with; the committed
+//! output must be byte-identical to the one-process `convert` of the same command (whose own
+//! identity to torch / llama.cpp is tested elsewhere).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use common::fixtures;
+
+fn wp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .output()
+        .expect("run weightport")
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A unit process: `--threads 1`, its own TMPDIR.
+fn spawn_unit(plan: &Path, i: usize, tmp: &Path) -> Child {
+    let tmp = tmp.join(format!("tmp-{i}-{}", fastrand()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(["--threads", "1", "unit", plan.to_str().unwrap(), "--index"])
+        .arg(i.to_string())
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn unit")
+}
+
+fn fastrand() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish()
+}
+
+/// 0..n in a random order (the seed is printed, to replay a failure).
+fn shuffled(n: usize) -> Vec<usize> {
+    let seed = fastrand() | 1;
+    eprintln!("unit order seed {seed:#x}");
+    let mut s = seed;
+    let mut v: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Every file of `dir` (top level, dot files included) with its bytes.
+fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn assert_same_dir(a: &Path, b: &Path) {
+    let (fa, fb) = (files_of(a), files_of(b));
+    assert_eq!(
+        fa.keys().collect::<Vec<_>>(),
+        fb.keys().collect::<Vec<_>>(),
+        "file names differ"
+    );
+    for (name, bytes) in &fa {
+        assert!(bytes == &fb[name], "{name} differs from convert's");
+    }
+    assert!(!fa.is_empty());
+}
+
+/// A planned job: `u/OUT` (units) and `c/OUT` (convert) under one temp dir.
+struct Job {
+    dir: tempfile::TempDir,
+    out: String,
+    args: Vec<String>,
+}
+
+impl Job {
+    fn new(input: &Path, out: &str, args: &[&str]) -> Job {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["u", "c"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let mut all = vec![input.to_str().unwrap().to_string()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        Job {
+            dir,
+            out: out.into(),
+            args: all,
+        }
+    }
+    fn plan_path(&self) -> PathBuf {
+        self.dir.path().join("job.plan.json")
+    }
+    fn units_out(&self) -> PathBuf {
+        self.dir.path().join("u").join(&self.out)
+    }
+    /// `plan ... --units n`; returns the number of units planned.
+    fn plan(&self, n: usize) -> usize {
+        let out = self.units_out();
+        let plan = self.plan_path();
+        let n = n.to_string();
+        let mut a: Vec<&str> = vec!["--json", "plan"];
+        a.extend(self.args.iter().map(String::as_str));
+        a.extend(["-o", out.to_str().unwrap(), "--units", &n]);
+        a.extend(["--plan", plan.to_str().unwrap()]);
+        let o = wp(&a);
+        ok(&o, "plan");
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        doc["units"].as_array().unwrap().len()
+    }
+    fn unit(&self, i: usize) -> Output {
+        spawn_unit(&self.plan_path(), i, self.dir.path())
+            .wait_with_output()
+            .unwrap()
+    }
+    /// Every unit at once, started in a random order.
+    fn all_units_in_parallel(&self, n: usize) {
+        let kids: Vec<(usize, Child)> = shuffled(n)
+            .into_iter()
+            .map(|i| (i, spawn_unit(&self.plan_path(), i, self.dir.path())))
+            .collect();
+        for (i, k) in kids {
+            ok(&k.wait_with_output().unwrap(), &format!("unit {i}"));
+        }
+    }
+    fn finish(&self) -> Output {
+        wp(&["finish", self.plan_path().to_str().unwrap()])
+    }
+    fn staging(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("u")
+            .join(format!(".{}.wp-units", self.out))
+    }
+    /// The one-process convert of the same command, then the two outputs compared.
+    fn assert_identical_to_convert(&self) {
+        let out = self.dir.path().join("c").join(&self.out);
+        let mut a: Vec<&str> = vec!["convert"];
+        a.extend(self.args.iter().map(String::as_str));
+        a.extend(["-o", out.to_str().unwrap()]);
+        ok(&wp(&a), "convert");
+        let (u, c) = if out.is_dir() {
+            (self.units_out(), out)
+        } else {
+            (self.dir.path().join("u"), self.dir.path().join("c"))
+        };
+        assert_same_dir(&u, &c);
+        assert!(!self.staging().exists(), "finish removes the staging dir");
+    }
+}
+
+fn run_all_and_compare(job: &Job, n: usize) {
+    let planned = job.plan(n);
+    assert_eq!(planned, n);
+    job.all_units_in_parallel(n);
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn reshard_by_output_shards_equals_convert() {
+    let job = Job::new(
+        &fixtures().join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "12KB"],
+    );
+    run_all_and_compare(&job, 3);
+}
+
+#[test]
+fn bin_repo_to_safetensors_repo_equals_convert() {
+    let job = Job::new(&fixtures().join("good/pickle/bin_repo"), "repo", &[]);
+    run_all_and_compare(&job, 4);
+}
+
+#[test]
+fn hf_release_to_gguf_q4_k_m_single_file_equals_convert() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    run_all_and_compare(&job, 5);
+}
+
+#[test]
+fn hf_release_to_gguf_f16_split_equals_convert() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--dtype", "f16", "--split-max-size", "60KB"],
+    );
+    run_all_and_compare(&job, 3);
+}
+
+#[test]
+fn sixteen_units_over_two_cores_each_with_its_own_tmpdir() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    assert_eq!(job.plan(16), 16);
+    // 16 processes at once, one thread each, on whatever cores there are (2 on the dev box).
+    job.all_units_in_parallel(16);
+    let tmps = std::fs::read_dir(job.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp-"))
+        .count();
+    assert_eq!(tmps, 16, "every unit had its own TMPDIR");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+/// A 64 MiB F32 safetensors file of two 2048×4096 tensors (pseudo-random values), written
+/// here from the format's spec, so one Q4_K_M unit takes long enough to be killed mid-way.
+fn big_input(dir: &Path) -> PathBuf {
+    let n: usize = 2048 * 4096;
+    let len = n * 4;
+    let header = format!(
+        r#"{{"a.weight":{{"dtype":"F32","shape":[2048,4096],"data_offsets":[0,{len}]}},"b.weight":{{"dtype":"F32","shape":[2048,4096],"data_offsets":[{len},{}]}}}}"#,
+        2 * len
+    );
+    let mut h = header.into_bytes();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut bytes = Vec::with_capacity(8 + h.len() + 2 * len);
+    bytes.extend((h.len() as u64).to_le_bytes());
+    bytes.extend(&h);
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..2 * n {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+        bytes.extend(v.to_le_bytes());
+    }
+    let p = dir.join("big.safetensors");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Waits until unit `i` has a temp part in the staging dir.
+fn wait_for_temp_part(staging: &Path, i: usize) {
+    let prefix = format!(".unit-{i:05}.part.");
+    let t0 = Instant::now();
+    while !names_in(staging).iter().any(|n| n.starts_with(&prefix)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "unit {i} never started writing"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_unit_killed_mid_way_is_redone_by_its_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
+    assert_eq!(job.plan(2), 2);
+    let mut k = spawn_unit(&job.plan_path(), 0, job.dir.path());
+    wait_for_temp_part(&job.staging(), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    k.kill().unwrap(); // SIGKILL
+    let status = k.wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "killed mid-way, not finished");
+    let left = names_in(&job.staging());
+    assert!(
+        !left.contains(&"unit-00000.done.json".to_string()),
+        "{left:?}"
+    );
+    assert!(
+        left.iter().any(|n| n.starts_with(".unit-00000.part.")),
+        "the dead run's temp part: {left:?}"
+    );
+    // finish refuses, naming unit 0 (and 1, never run), changing nothing visible.
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(err.contains("missing") && err.contains("0, 1"), "{err}");
+    assert!(!job.units_out().exists());
+    ok(&job.unit(0), "rerun of unit 0");
+    ok(&job.unit(1), "unit 1");
+    let left = names_in(&job.staging());
+    assert!(
+        !left.iter().any(|n| n.ends_with(".wp-tmp")),
+        "the dead run's temp part is removed: {left:?}"
+    );
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn one_unit_run_twice_concurrently() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
+    assert_eq!(job.plan(2), 2);
+    let a = spawn_unit(&job.plan_path(), 1, job.dir.path());
+    let b = spawn_unit(&job.plan_path(), 1, job.dir.path());
+    let mut outcomes = Vec::new();
+    for k in [a, b] {
+        let o = k.wait_with_output().unwrap();
+        ok(&o, "unit 1 (twice)");
+        outcomes.push(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    let done = outcomes.iter().filter(|o| o.contains(": done,")).count();
+    assert_eq!(
+        done, 1,
+        "exactly one process records the unit: {outcomes:?}"
+    );
+    let again = job.unit(1);
+    ok(&again, "third run");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already-done"));
+    ok(&job.unit(0), "unit 0");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+fn reshard_job() -> Job {
+    Job::new(
+        &fixtures().join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "12KB"],
+    )
+}
+
+#[test]
+fn finish_with_a_missing_unit_names_it_and_changes_nothing() {
+    let job = reshard_job();
+    assert_eq!(job.plan(3), 3);
+    ok(&job.unit(0), "unit 0");
+    ok(&job.unit(2), "unit 2");
+    let before = names_in(&job.staging());
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(
+        err.contains("1 of 3 units are not finished")
+            && err.contains("missing (not run, running, or killed): 1;"),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
+    assert_eq!(
+        names_in(&job.staging()),
+        before,
+        "the staging area is untouched"
+    );
+    ok(&job.unit(1), "unit 1");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn finish_detects_a_part_altered_on_disk() {
+    let job = reshard_job();
+    assert_eq!(job.plan(3), 3);
+    job.all_units_in_parallel(3);
+    let part = job.staging().join("unit-00001.part");
+    let mut bytes = std::fs::read(&part).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&part, bytes).unwrap();
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(
+        err.contains("unit-00001.part") && err.contains("changed after the unit recorded it"),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
+    // Deleting the record reruns the unit from scratch.
+    std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
+    ok(&job.unit(1), "unit 1 again");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn an_input_changed_after_planning_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    for (name, bytes) in files_of(&fixtures().join("good/hf_repo_sharded")) {
+        std::fs::write(repo.join(name), bytes).unwrap();
+    }
+    let job = Job::new(&repo, "out", &["--shard-size", "12KB"]);
+    assert_eq!(job.plan(2), 2);
+    std::fs::write(repo.join("config.json"), b"{}\n").unwrap();
+    let o = job.unit(0);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("config.json") && err.contains("changed since the plan"),
+        "{err}"
+    );
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1), "the failed unit is named");
+    assert!(String::from_utf8_lossy(&f.stderr).contains("failed: 0 ("));
+    assert!(!job.units_out().exists());
+}
+
+#[test]
+fn a_bad_plan_file_names_the_field() {
+    let job = reshard_job();
+    job.plan(2);
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(job.plan_path()).unwrap()).unwrap();
+    doc["units"][1]["tensors"] = serde_json::json!([0]);
+    std::fs::write(job.plan_path(), doc.to_string()).unwrap();
+    let o = job.unit(0);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("job.plan.json") && err.contains("`units[1].tensors`"),
+        "{err}"
+    );
+    let o = wp(&["unit", job.plan_path().to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "no index anywhere is a usage error"
+    );
+    let o = wp(&["unit", "/nonexistent/plan.json", "--index", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn the_index_comes_from_slurm_or_kubernetes() {
+    let job = reshard_job();
+    assert_eq!(job.plan(2), 2);
+    for (var, i) in [("SLURM_ARRAY_TASK_ID", "0"), ("JOB_COMPLETION_INDEX", "1")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args(["unit", job.plan_path().to_str().unwrap()])
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env(var, i)
+            .output()
+            .unwrap();
+        ok(&o, var);
+        assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("unit {i} of 2: done")));
+    }
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn plan_file_and_json_documents_match_their_schemas() {
+    let Some(py) = common::python_with_jsonschema() else {
+        return;
+    };
+    let schema =
+        |n: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{n}.schema.json"));
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    let out = job.units_out();
+    let plan = job.plan_path();
+    let o = wp(&[
+        "--json",
+        "plan",
+        fixtures().join("good/arch/llama").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q4_K_M",
+        "--units",
+        "2",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    ok(&o, "plan");
+    common::validate_json(&py, &schema("plan"), &o.stdout, "plan --json");
+    common::validate_json(
+        &py,
+        &schema("plan-file"),
+        &std::fs::read(&plan).unwrap(),
+        "plan file",
+    );
+    for i in 0..2 {
+        let o = wp(&[
+            "--json",
+            "unit",
+            plan.to_str().unwrap(),
+            "--index",
+            &i.to_string(),
+        ]);
+        ok(&o, "unit");
+        common::validate_json(&py, &schema("unit"), &o.stdout, "unit --json");
+    }
+    let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
+    ok(&o, "finish");
+    common::validate_json(&py, &schema("finish"), &o.stdout, "finish --json");
+    let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the plan's staging is gone; the output exists"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no unit of"));
+    common::validate_json(&py, &schema("error"), &o.stdout, "finish error --json");
+}
+
+#[test]
+fn unit_counts_out_of_range_are_usage_errors_and_unit_size_splits_by_bytes() {
+    let job = reshard_job();
+    let out = job.units_out();
+    let plan = job.plan_path();
+    let input = fixtures().join("good/hf_repo_sharded");
+    let base = [
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--shard-size",
+        "12KB",
+        "--plan",
+        plan.to_str().unwrap(),
+    ];
+    for n in ["0", "22"] {
+        let mut a = vec!["plan"];
+        a.extend(base);
+        a.extend(["--units", n]);
+        let o = wp(&a);
+        assert_eq!(o.status.code(), Some(2), "--units {n}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("between 1 and 21 units"));
+        assert!(!plan.exists(), "nothing written");
+    }
+    // Each tensor is read once and written once (a copy): 2 × 53.6 kB in 20 kB units.
+    let mut a = vec!["--json", "plan"];
+    a.extend(base);
+    a.extend(["--unit-size", "20000"]);
+    let o = wp(&a);
+    ok(&o, "plan --unit-size");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let units = doc["units"].as_array().unwrap();
+    assert_eq!(units.len(), 107_136usize.div_ceil(20_000));
+    let sum: u64 = units
+        .iter()
+        .map(|u| u["part_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 53_568);
+    // A second plan onto the same file needs --force.
+    let mut a = vec!["plan"];
+    a.extend(base);
+    a.extend(["--units", "2"]);
+    assert_eq!(wp(&a).status.code(), Some(2));
+}
