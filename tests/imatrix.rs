@@ -586,3 +586,42 @@ fn weight_filters_are_substrings_as_llama_quantize() {
     }
     assert_eq!(dropped, 8, "one attn_k per layer of the 8-layer model");
 }
+
+/// The executor cuts tensors at its hash leaves, which need not fall on rows, while an
+/// importance-weighted row is quantized whole (the legacy and IQ4_NL types take σ² over the
+/// row). In small chunks (IQ4_NL's 144-byte rows in 234-byte leaves; Q4_K_M's and IQ2_XXS's
+/// rows are one leaf) every type still equals llama-quantize --imatrix.
+#[test]
+fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
+    use std::sync::Arc;
+    use weightport_pipeline::mix::{Ftype, QuantOptions};
+    use weightport_pipeline::{convert as run, ConvertOptions};
+    let r = reference();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, f16) = release(tmp.path(), &r);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let limits = weightport_core::Limits::default();
+    let im = weightport_pipeline::importance::load(&root.join(IMATRIX), IMATRIX, &[], &[], &limits)
+        .unwrap();
+    let im = Arc::new(im);
+    for ty in ["IQ4_NL", "IQ3_M", "IQ2_XXS", "Q4_K_M"] {
+        let want = r["quant"][ty].as_str().unwrap();
+        let out = tmp.path().join(format!("small-{ty}.gguf"));
+        let mut o = ConvertOptions::new(vec![f16.clone()], out.clone());
+        o.chunk = 1000;
+        o.threads = Some(2);
+        o.transform.quant = Some(QuantOptions {
+            ftype: Ftype::parse(ty).unwrap(),
+            pure: false,
+            tensor_types: Vec::new(),
+            output_type: None,
+            token_embd_type: None,
+            leave_output: false,
+            allow_requantize: false,
+            imatrix: Some(im.clone()),
+            dry_run: false,
+        });
+        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        assert_eq!(sha(&out), want, "{ty} in 1000-byte chunks");
+    }
+}

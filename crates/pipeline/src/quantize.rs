@@ -52,6 +52,8 @@ const STEP_ELEMS: usize = 16 << 10;
 
 thread_local! {
     static VALUES: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The whole rows a by-rows piece touches, quantized.
+    static ROWS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A kernel's refusal: a dtype without a kernel is unsupported (of no format: the kernels are
@@ -137,16 +139,50 @@ impl Quantize {
 }
 
 impl Quantize {
-    /// Whole rows from output byte `out.start` on, each expert's rows with that expert's
-    /// weights.
+    /// The output bytes `out` of a tensor quantized by whole rows, each expert's rows with that
+    /// expert's weights. The executor cuts tensors at block boundaries (its hash leaves), not
+    /// at rows, and a row's bytes depend on the whole row (the legacy types' σ² is the row's),
+    /// so the rows `out` touches are quantized whole (`input` holds them: [`Transform::needs`])
+    /// and the piece copied out of them; a row two pieces share is quantized by both, to the
+    /// same bytes, and counted in the quality figures by the piece holding its first byte.
     fn apply_rows(&self, r: &Rows, out: Range<u64>, input: &[u8], dst: &mut [u8]) -> Result<()> {
+        let (be, bb) = block(self.to);
+        let n = r.n_per_row;
+        let row_bytes = n / be as usize * bb as usize;
+        let (start, end) = (out.start as usize, out.end as usize);
+        let first = start / row_bytes;
+        let rows = end.div_ceil(row_bytes) - first;
+        let owned = start.div_ceil(row_bytes) - first..rows.min(end.div_ceil(row_bytes) - first);
+        let mut acc = Accum::default();
+        ROWS.with(|cell| -> Result<()> {
+            let whole = &mut *cell.borrow_mut();
+            whole.resize(rows * row_bytes, 0);
+            self.quantize_rows_of(r, first, input, whole, owned, &mut acc)?;
+            let skip = start - first * row_bytes;
+            dst.copy_from_slice(&whole[skip..skip + dst.len()]);
+            Ok(())
+        })?;
+        self.stats.lock().expect("stats lock").merge(&acc);
+        Ok(())
+    }
+
+    /// Quantizes whole rows `first..` (their values in `input`) into `whole`, in steps that
+    /// stay within one expert; the quality figures of the rows in `owned` (relative to
+    /// `first`) go into `acc`.
+    fn quantize_rows_of(
+        &self,
+        r: &Rows,
+        first: usize,
+        input: &[u8],
+        whole: &mut [u8],
+        owned: Range<usize>,
+        acc: &mut Accum,
+    ) -> Result<()> {
         let (be, bb) = block(self.to);
         let (n, es) = (r.n_per_row, elem_size(self.from) as usize);
         let row_bytes = n / be as usize * bb as usize;
-        let first = (out.start / row_bytes as u64) as usize;
-        let rows = dst.len() / row_bytes;
+        let rows = whole.len() / row_bytes;
         let step = (STEP_ELEMS / n).max(1);
-        let mut acc = Accum::default();
         VALUES.with(|cell| -> Result<()> {
             let (vals, back) = &mut *cell.borrow_mut();
             let mut row = 0;
@@ -155,7 +191,7 @@ impl Quantize {
                 let to_boundary = r.rows_per_expert - (first + row) % r.rows_per_expert;
                 let m = step.min(rows - row).min(to_boundary);
                 let w = r.weights.as_ref().map(|w| &w[expert * n..(expert + 1) * n]);
-                let out = &mut dst[row * row_bytes..(row + m) * row_bytes];
+                let out = &mut whole[row * row_bytes..(row + m) * row_bytes];
                 vals.resize(m * n, 0.0);
                 let src = &input[row * n * es..(row + m) * n * es];
                 decode_f32(self.from, src, vals, CastRule::Ggml).map_err(kernel_error)?;
@@ -170,20 +206,28 @@ impl Quantize {
                 })?;
                 back.resize(m * n, 0.0);
                 weightport_quant::dequantize(self.to, out, back).map_err(kernel_error)?;
-                if self.measure {
-                    acc.add(vals, back, be as usize);
-                } else {
-                    acc.add_plain(vals, back);
-                }
-                if let Some(w) = w {
-                    acc.add_weighted(vals, back, w);
+                let mine = row.max(owned.start)..(row + m).min(owned.end);
+                if !mine.is_empty() {
+                    let span = (mine.start - row) * n..(mine.end - row) * n;
+                    self.measure_rows(acc, &vals[span.clone()], &back[span], w);
                 }
                 row += m;
             }
             Ok(())
-        })?;
-        self.stats.lock().expect("stats lock").merge(&acc);
-        Ok(())
+        })
+    }
+
+    /// Adds whole rows' errors to `acc` (weighted too, with the rows' importance weights).
+    fn measure_rows(&self, acc: &mut Accum, vals: &[f32], back: &[f32], w: Option<&[f32]>) {
+        let (be, _) = block(self.to);
+        if self.measure {
+            acc.add(vals, back, be as usize);
+        } else {
+            acc.add_plain(vals, back);
+        }
+        if let Some(w) = w {
+            acc.add_weighted(vals, back, w);
+        }
     }
 }
 
@@ -200,6 +244,13 @@ impl Transform for Quantize {
     }
     fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
         let (be, bb) = block(self.to);
+        if let Some(r) = &self.rows {
+            // whole rows: see `apply_rows`
+            let row_bytes = r.n_per_row as u64 / be * bb;
+            let row_in = r.n_per_row as u64 * elem_size(self.from);
+            let (first, last) = (out.start / row_bytes, out.end.div_ceil(row_bytes));
+            return vec![(0, first * row_in..last * row_in)];
+        }
         let per_block = be * elem_size(self.from);
         vec![(0, out.start / bb * per_block..out.end / bb * per_block)]
     }
