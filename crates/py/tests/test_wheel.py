@@ -245,6 +245,9 @@ def test_ctrl_c_cancels_the_job(tmp_path, big_npy):
         started.wait(60)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # A shell runs background jobs with SIGINT ignored, and Python then keeps it ignored: the
+    # test sets Python's own handler, as an interactive session has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     killer = threading.Thread(target=interrupt)
     killer.start()
     try:
@@ -254,6 +257,7 @@ def test_ctrl_c_cancels_the_job(tmp_path, big_npy):
     finally:
         started.set()
         killer.join()
+        signal.signal(signal.SIGINT, previous)
     assert not out.exists() and os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 
