@@ -658,36 +658,9 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     let _guard = Mount(mnt.clone());
     let repo = mnt.join("repo");
     copy_dir(&fixtures().join("good/hf_repo_sharded"), &repo);
-    let before: Vec<(String, Vec<u8>)> = {
-        let mut v: Vec<_> = std::fs::read_dir(&repo)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .map(|p| {
-                (
-                    p.file_name().unwrap().to_string_lossy().into_owned(),
-                    std::fs::read(&p).unwrap(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
+    let before = files_of(&repo);
     // Fill the disk so the new shards (~56 kB) fit but not shards + index + block rounding.
-    let free = {
-        let o = Command::new("df")
-            .args(["-B1", "--output=avail"])
-            .arg(&mnt)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .nth(1)
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
-    let ballast = free.saturating_sub(60 * 1024);
+    let ballast = free_bytes(&mnt).saturating_sub(60 * 1024);
     std::fs::write(mnt.join("ballast"), vec![1u8; ballast as usize]).unwrap();
     let o = wp(&[
         "convert",
@@ -700,18 +673,7 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     ]);
     assert_eq!(code(&o), 1, "{}", err(&o));
     assert!(err(&o).contains("free"), "{}", err(&o));
-    let mut after: Vec<_> = std::fs::read_dir(&repo)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect();
-    after.sort();
-    assert_eq!(after, before, "the old repo must be untouched");
+    assert_eq!(files_of(&repo), before, "the old repo must be untouched");
     // With the ballast gone the same in-place reshard succeeds and verifies.
     std::fs::remove_file(mnt.join("ballast")).unwrap();
     let o = wp(&[
@@ -726,6 +688,38 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     assert_eq!(code(&o), 0, "{}", err(&o));
     assert_eq!(code(&wp(&["verify", s(&repo)])), 0);
     assert!(temps_in(&repo).is_empty());
+}
+
+/// The files of `dir` with their bytes, by name.
+fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The bytes free on the file system of `dir` (`df`).
+fn free_bytes(dir: &Path) -> u64 {
+    let o = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap()
 }
 
 /// Runs the weightport binary with at most 256 open descriptors (`ulimit -n 256` sets the soft

@@ -373,63 +373,67 @@ fn set_config(dir: &Path, key: &str, value: Value) {
     });
 }
 
+/// The broken releases: what is broken, the edit of the Llama release that breaks it, what the
+/// message must name.
+type Broken = (&'static str, fn(&Path), &'static str);
+
+const BROKEN: &[Broken] = &[
+    (
+        "config.json not JSON",
+        |d| std::fs::write(d.join("config.json"), b"{\"archi").unwrap(),
+        "config.json",
+    ),
+    (
+        "zero heads",
+        |d| set_config(d, "num_attention_heads", 0.into()),
+        "",
+    ),
+    (
+        "heads that do not divide the q rows",
+        |d| set_config(d, "num_attention_heads", 3.into()),
+        "q_proj",
+    ),
+    (
+        "4 billion layers",
+        |d| set_config(d, "num_hidden_layers", 4_294_967_295u64.into()),
+        "",
+    ),
+    (
+        "layers beyond u32",
+        |d| set_config(d, "num_hidden_layers", 1u64.wrapping_shl(40).into()),
+        "config.json",
+    ),
+    (
+        "fewer layers than the weights hold",
+        |d| set_config(d, "num_hidden_layers", 1.into()),
+        "layers.1",
+    ),
+    (
+        "tokenizer.model garbage",
+        |d| std::fs::write(d.join("tokenizer.model"), [0xffu8; 64]).unwrap(),
+        "tokenizer.model",
+    ),
+    (
+        "a truncated shard",
+        |d| {
+            let p = d.join("model-00002-of-00003.safetensors");
+            let len = std::fs::metadata(&p).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(len - 100)
+                .unwrap();
+        },
+        "model-00002-of-00003.safetensors",
+    ),
+];
+
 /// Hostile or broken releases: each is refused with a message naming the file (or tensor) at
 /// fault, a non-zero exit, no output and no temp file; nothing panics.
 #[test]
 fn broken_releases_are_refused_cleanly() {
-    type Edit = Box<dyn FnOnce(&Path)>;
-    let cases: Vec<(&str, Edit, &str)> = vec![
-        (
-            "config.json not JSON",
-            Box::new(|d: &Path| std::fs::write(d.join("config.json"), b"{\"archi").unwrap()),
-            "config.json",
-        ),
-        (
-            "zero heads",
-            Box::new(|d: &Path| set_config(d, "num_attention_heads", 0.into())),
-            "",
-        ),
-        (
-            "heads that do not divide the q rows",
-            Box::new(|d: &Path| set_config(d, "num_attention_heads", 3.into())),
-            "q_proj",
-        ),
-        (
-            "4 billion layers",
-            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 4_294_967_295u64.into())),
-            "",
-        ),
-        (
-            "layers beyond u32",
-            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 1u64.wrapping_shl(40).into())),
-            "config.json",
-        ),
-        (
-            "fewer layers than the weights hold",
-            Box::new(|d: &Path| set_config(d, "num_hidden_layers", 1.into())),
-            "layers.1",
-        ),
-        (
-            "tokenizer.model garbage",
-            Box::new(|d: &Path| std::fs::write(d.join("tokenizer.model"), [0xffu8; 64]).unwrap()),
-            "tokenizer.model",
-        ),
-        (
-            "a truncated shard",
-            Box::new(|d: &Path| {
-                let p = d.join("model-00002-of-00003.safetensors");
-                let len = std::fs::metadata(&p).unwrap().len();
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&p)
-                    .unwrap()
-                    .set_len(len - 100)
-                    .unwrap();
-            }),
-            "model-00002-of-00003.safetensors",
-        ),
-    ];
-    for (what, edit, names) in cases {
+    for &(what, edit, names) in BROKEN {
         let tmp = tempfile::tempdir().unwrap();
         let dir = edited_llama(tmp.path(), edit);
         let out = tmp.path().join("out.gguf");

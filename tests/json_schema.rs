@@ -15,6 +15,76 @@ fn validate(py: &str, schema: &str, doc: &[u8], what: &str) {
     validate_json(py, &schema, doc, what);
 }
 
+/// The runs, in order (a later one reads what an earlier one wrote): the schema of the document,
+/// the arguments after `--json` and the command (none for "error"), what the run is. `F/` is
+/// the fixtures directory, `T/` the test's temporary directory.
+const RUNS: &[(&str, &[&str], &str)] = &[
+    (
+        "convert",
+        &[
+            "F/good/hf_repo_sharded",
+            "-o",
+            "T/repo",
+            "--shard-size",
+            "30KB",
+        ],
+        "convert a repo",
+    ),
+    (
+        "convert",
+        &["F/good/arch/llama", "-o", "T/l.gguf", "--quant", "Q4_K_M"],
+        "HF → Q4_K_M",
+    ),
+    (
+        "convert",
+        &[
+            "F/good/quality/model.safetensors",
+            "-o",
+            "T/att/q.safetensors",
+            "--dtype",
+            "f16",
+            "--attest",
+            "T/q.intoto.json",
+            "--report",
+            "T/q.html",
+        ],
+        "F32 → F16 with quality figures, --attest and --report",
+    ),
+    (
+        "verify",
+        &["--attestation", "T/q.intoto.json", "T/att"],
+        "verify --attestation",
+    ),
+    (
+        "convert",
+        &["F/good/ckpt/train.pt", "-o", "T/c.safetensors"],
+        "a training checkpoint",
+    ),
+    (
+        "convert",
+        &["F/good/hf_repo_sharded", "-o", "T/d", "--dry-run"],
+        "dry run",
+    ),
+    ("inspect", &["F/good/hf_repo_sharded"], "inspect a repo"),
+    (
+        "inspect",
+        &["F/good/gguf/c_quant_q4_k_m.gguf"],
+        "inspect a GGUF",
+    ),
+    (
+        "verify",
+        &["F/good/hf_repo_sharded", "--against", "T/repo"],
+        "verify --against",
+    ),
+    ("scan", &["F/good/scan"], "scan a safe tree"),
+    ("scan", &["F/hostile/scan"], "scan a hostile tree"),
+    (
+        "error",
+        &["convert", "/nonexistent", "-o", "T/x.safetensors"],
+        "a failure",
+    ),
+];
+
 #[test]
 fn every_json_document_matches_its_schema() {
     let Some(py) = python_with_jsonschema() else {
@@ -22,116 +92,20 @@ fn every_json_document_matches_its_schema() {
     };
     let t = tempfile::tempdir().unwrap();
     let f = fixtures();
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    let repo = t.path().join("repo");
-    let runs: Vec<(&str, Vec<String>, &str)> = vec![
-        (
-            "convert",
-            vec![
-                s(&f.join("good/hf_repo_sharded")),
-                "-o".into(),
-                s(&repo),
-                "--shard-size".into(),
-                "30KB".into(),
-            ],
-            "convert a repo",
-        ),
-        (
-            "convert",
-            vec![
-                s(&f.join("good/arch/llama")),
-                "-o".into(),
-                s(&t.path().join("l.gguf")),
-                "--quant".into(),
-                "Q4_K_M".into(),
-            ],
-            "HF → Q4_K_M",
-        ),
-        (
-            "convert",
-            vec![
-                s(&f.join("good/quality/model.safetensors")),
-                "-o".into(),
-                s(&t.path().join("att/q.safetensors")),
-                "--dtype".into(),
-                "f16".into(),
-                "--attest".into(),
-                s(&t.path().join("q.intoto.json")),
-                "--report".into(),
-                s(&t.path().join("q.html")),
-            ],
-            "F32 → F16 with quality figures, --attest and --report",
-        ),
-        (
-            "verify",
-            vec![
-                "--attestation".into(),
-                s(&t.path().join("q.intoto.json")),
-                s(&t.path().join("att")),
-            ],
-            "verify --attestation",
-        ),
-        (
-            "convert",
-            vec![
-                s(&f.join("good/ckpt/train.pt")),
-                "-o".into(),
-                s(&t.path().join("c.safetensors")),
-            ],
-            "a training checkpoint",
-        ),
-        (
-            "convert",
-            vec![
-                s(&f.join("good/hf_repo_sharded")),
-                "-o".into(),
-                s(&t.path().join("d")),
-                "--dry-run".into(),
-            ],
-            "dry run",
-        ),
-        (
-            "inspect",
-            vec![s(&f.join("good/hf_repo_sharded"))],
-            "inspect a repo",
-        ),
-        (
-            "inspect",
-            vec![s(&f.join("good/gguf/c_quant_q4_k_m.gguf"))],
-            "inspect a GGUF",
-        ),
-        (
-            "verify",
-            vec![
-                s(&f.join("good/hf_repo_sharded")),
-                "--against".into(),
-                s(&repo),
-            ],
-            "verify --against",
-        ),
-        ("scan", vec![s(&f.join("good/scan"))], "scan a safe tree"),
-        (
-            "scan",
-            vec![s(&f.join("hostile/scan"))],
-            "scan a hostile tree",
-        ),
-        (
-            "error",
-            vec![
-                "convert".into(),
-                "/nonexistent".into(),
-                "-o".into(),
-                s(&t.path().join("x.safetensors")),
-            ],
-            "a failure",
-        ),
-    ];
-    for (schema, args, what) in runs {
+    let path = |arg: &str| {
+        let place = |root: &Path, rest: &str| root.join(rest).to_str().unwrap().to_string();
+        match (arg.strip_prefix("F/"), arg.strip_prefix("T/")) {
+            (Some(rest), _) => place(&f, rest),
+            (_, Some(rest)) => place(t.path(), rest),
+            _ => arg.to_string(),
+        }
+    };
+    for (schema, args, what) in RUNS {
         let mut full = vec!["--json".to_string()];
-        if schema != "error" {
+        if *schema != "error" {
             full.push(schema.to_string());
         }
-        full.extend(args);
+        full.extend(args.iter().map(|a| path(a)));
         let refs: Vec<&str> = full.iter().map(String::as_str).collect();
         let o = wp(&refs);
         validate(&py, schema, &o.stdout, what);

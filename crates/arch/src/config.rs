@@ -239,10 +239,17 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
             raw.insert("num_key_value_heads".into(), kv.into());
         }
     }
-    if d.head_dim == HeadDimDefault::Ignored {
+    normalize_head_dim(raw, d.head_dim, heads);
+    let rp = rope_parameters(raw, d);
+    raw.insert("rope_parameters".into(), Value::Object(rp));
+}
+
+/// `head_dim` as the class defines it: removed, derived, a constant or another key.
+fn normalize_head_dim(raw: &mut Map<String, Value>, d: HeadDimDefault, heads: Option<u64>) {
+    if d == HeadDimDefault::Ignored {
         raw.remove("head_dim");
     } else if raw.get("head_dim").is_none_or(Value::is_null) {
-        let hd = match d.head_dim {
+        let hd = match d {
             HeadDimDefault::Absent | HeadDimDefault::Ignored => None,
             HeadDimDefault::Derived => raw
                 .get("hidden_size")
@@ -261,13 +268,16 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
             }
         }
     }
-    if let HeadDimDefault::Key(k) = d.head_dim {
+    if let HeadDimDefault::Key(k) = d {
         match raw.get(k).cloned() {
             Some(v) => raw.insert("head_dim".into(), v),
             None => raw.remove("head_dim"),
         };
     }
-    // rope_parameters: transformers 5 folds the legacy `rope_scaling` and `rope_theta` into it.
+}
+
+/// `rope_parameters`: transformers 5 folds the legacy `rope_scaling` and `rope_theta` into it.
+fn rope_parameters(raw: &Map<String, Value>, d: &ConfigDefaults) -> Map<String, Value> {
     let mut rp = match raw
         .get("rope_parameters")
         .or_else(|| raw.get("rope_scaling"))
@@ -277,55 +287,66 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
     };
     let split = rp.contains_key("full_attention") || rp.contains_key("sliding_attention");
     if let (Some(local), false) = (d.local_rope_theta, split) {
-        // A legacy config of a class with per-layer-type rope parameters (Gemma 3):
-        // `rope_scaling` and `rope_theta` are the full-attention layers', `rope_local_base_freq`
-        // the sliding ones' (ModernBERT's transformers-4 names: `global_rope_theta` and
-        // `local_rope_theta`; no config has both spellings).
-        let mut full = rp.clone();
-        let theta = ["rope_theta", "global_rope_theta"]
-            .iter()
-            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
+        return per_layer_type_rope(raw, d, rp, local);
+    }
+    if split {
+        return rp;
+    }
+    if !rp.contains_key("rope_theta") {
+        let theta = raw
+            .get("rope_theta")
+            .filter(|v| !v.is_null())
             .cloned()
             .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
-        if let (false, Some(theta)) = (full.contains_key("rope_theta"), theta) {
-            full.insert("rope_theta".into(), theta);
-        }
-        if !full.contains_key("rope_type") {
-            let t = full
-                .get("type")
-                .cloned()
-                .unwrap_or_else(|| Value::String("default".into()));
-            full.insert("rope_type".into(), t);
-        }
-        let local = ["rope_local_base_freq", "local_rope_theta"]
-            .iter()
-            .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
-            .cloned()
-            .unwrap_or_else(|| serde_json::from_str(local).expect("table default is JSON"));
-        let mut sliding = Map::new();
-        sliding.insert("rope_type".into(), Value::String("default".into()));
-        sliding.insert("rope_theta".into(), local);
-        rp = Map::new();
-        rp.insert("sliding_attention".into(), Value::Object(sliding));
-        rp.insert("full_attention".into(), Value::Object(full));
-    } else if !split {
-        if !rp.contains_key("rope_theta") {
-            let theta = raw
-                .get("rope_theta")
-                .filter(|v| !v.is_null())
-                .cloned()
-                .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
-            if let Some(theta) = theta {
-                rp.insert("rope_theta".into(), theta);
-            }
-        }
-        if d.rope_theta.is_some() && !rp.contains_key("rope_type") {
-            let t = rp
-                .get("type")
-                .cloned()
-                .unwrap_or_else(|| Value::String("default".into()));
-            rp.insert("rope_type".into(), t);
+        if let Some(theta) = theta {
+            rp.insert("rope_theta".into(), theta);
         }
     }
-    raw.insert("rope_parameters".into(), Value::Object(rp));
+    if d.rope_theta.is_some() && !rp.contains_key("rope_type") {
+        let t = rp
+            .get("type")
+            .cloned()
+            .unwrap_or_else(|| Value::String("default".into()));
+        rp.insert("rope_type".into(), t);
+    }
+    rp
+}
+
+/// A legacy config of a class with per-layer-type rope parameters (Gemma 3): `rope_scaling`
+/// (`rp`) and `rope_theta` are the full-attention layers', `rope_local_base_freq` (else the
+/// class default `local`) the sliding ones' (ModernBERT's transformers-4 names:
+/// `global_rope_theta` and `local_rope_theta`; no config has both spellings).
+fn per_layer_type_rope(
+    raw: &Map<String, Value>,
+    d: &ConfigDefaults,
+    mut full: Map<String, Value>,
+    local: &str,
+) -> Map<String, Value> {
+    let theta = ["rope_theta", "global_rope_theta"]
+        .iter()
+        .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
+        .cloned()
+        .or_else(|| d.rope_theta.map(|t| serde_json::from_str(t).expect("JSON")));
+    if let (false, Some(theta)) = (full.contains_key("rope_theta"), theta) {
+        full.insert("rope_theta".into(), theta);
+    }
+    if !full.contains_key("rope_type") {
+        let t = full
+            .get("type")
+            .cloned()
+            .unwrap_or_else(|| Value::String("default".into()));
+        full.insert("rope_type".into(), t);
+    }
+    let local = ["rope_local_base_freq", "local_rope_theta"]
+        .iter()
+        .find_map(|k| raw.get(*k).filter(|v| !v.is_null()))
+        .cloned()
+        .unwrap_or_else(|| serde_json::from_str(local).expect("table default is JSON"));
+    let mut sliding = Map::new();
+    sliding.insert("rope_type".into(), Value::String("default".into()));
+    sliding.insert("rope_theta".into(), local);
+    let mut rp = Map::new();
+    rp.insert("sliding_attention".into(), Value::Object(sliding));
+    rp.insert("full_attention".into(), Value::Object(full));
+    rp
 }

@@ -30,6 +30,9 @@ use crate::table::{
 };
 use crate::tokenizer;
 
+mod kvs;
+mod tensors;
+
 /// One tensor of the HF release, from headers alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceTensor {
@@ -272,27 +275,80 @@ pub fn check_supported_within(
     crate::config::with_limits(limits, || check_supported(config_dir))
 }
 
-/// [`plan`] within its limits.
+/// [`plan`] within its limits: the release's configuration, its tensors, its keys, then its
+/// vocabulary, each phase refusing what it cannot plan before the next one reads anything.
 fn plan_release(
     config_dir: &Path,
     tensors: &[SourceTensor],
     opts: &PlanOptions,
 ) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
-    let mut hp = HParams::load(config_dir, &spec.config)?;
-    let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
-        crate::xlmr::position_offset(&mut hp)?
+    let release = Release::read(config_dir, spec)?;
+    let (generated, longrope) = generated_tensors(spec, &release.hp)?;
+    let planned = tensors::plan_tensors(&release, tensors, opts, generated)?;
+    let mut kv = kvs::plan_kvs(&release, opts, &planned, longrope.as_ref())?;
+    let chkhsh = if opts.vocab {
+        vocab_kvs(&release, opts, &mut kv)?
     } else {
         None
     };
-    let hp = hp;
-    let arch = spec.arch;
-    // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
-    let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
-        crate::pooling::pooling_kvs(config_dir, &hp)?
-    } else {
-        Vec::new()
-    };
+    let Release { hp, .. } = release;
+    Ok(ArchPlan {
+        hf_arch: hp.hf_arch.clone(),
+        arch: spec.arch.into(),
+        kv,
+        tensors: planned.out,
+        dropped: planned.dropped,
+        chkhsh,
+        hparams: hp,
+    })
+}
+
+/// What the plan reads of a release before its tensors: its table entry and the normalized
+/// hyper-parameters, with what they decide for every tensor and key.
+struct Release<'a> {
+    /// The release directory (config.json and the side files).
+    dir: &'a Path,
+    spec: &'static ArchSpec,
+    hp: HParams,
+    /// XLM-RoBERTa's position offset ([`Hook::PositionOffsetFromPad`]).
+    position_offset: Option<u64>,
+    /// The sentence-transformers pooling keys ([`ExtraKv::Pooling`]).
+    pooling: Vec<(&'static str, MetaValue)>,
+    block_count: u32,
+}
+
+impl<'a> Release<'a> {
+    /// Reads config.json (and the pooling module), refusing the heads the GGUF cannot hold.
+    fn read(dir: &'a Path, spec: &'static ArchSpec) -> Result<Release<'a>> {
+        let mut hp = HParams::load(dir, &spec.config)?;
+        let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
+            crate::xlmr::position_offset(&mut hp)?
+        } else {
+            None
+        };
+        // Sentence-transformers pooling, read (and refused where unsupported) before any tensor.
+        let pooling = if spec.extra_kv.contains(&ExtraKv::Pooling) {
+            crate::pooling::pooling_kvs(dir, &hp)?
+        } else {
+            Vec::new()
+        };
+        refuse_heads(dir, spec, &hp)?;
+        let block_count =
+            hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
+        Ok(Release {
+            dir,
+            spec,
+            hp,
+            position_offset,
+            pooling,
+            block_count,
+        })
+    }
+}
+
+/// Refuses a classifier head on an encoder and a Qwen3 reranker.
+fn refuse_heads(dir: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
     if let Some(labels) = hp.raw.get("id2label").and_then(Value::as_object) {
         let dummy = labels.len() == 2 && labels.get("0").and_then(Value::as_str) == Some("LABEL_0");
         // The encoders' `BertModel.__init__` (a classifier head would add labels and tensors).
@@ -304,799 +360,79 @@ fn plan_release(
             });
         }
     }
-    if spec.arch == "qwen3" && is_qwen3_reranker(config_dir, &hp) {
+    if spec.arch == "qwen3" && is_qwen3_reranker(dir, hp) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
             format: Some(Format::Gguf),
             what: "Qwen3 rerankers (cls_out head, rank pooling) are not supported yet".into(),
         });
     }
-    let block_count = hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
+    Ok(())
+}
 
-    // ---- tensors: generated ones first, then the release's.
+/// The tensors computed from the hyper-parameters, written before the release's: Llama 3's
+/// `rope_freqs.weight`, Phi-3's long and short rope factors (returned too: their attention
+/// factor is a key).
+fn generated_tensors(
+    spec: &ArchSpec,
+    hp: &HParams,
+) -> Result<(Vec<OutTensor>, Option<crate::phi3::LongRope>)> {
     let mut out = Vec::new();
-    let rope0 = hp.rope();
-    if spec.llama3_rope_freqs
-        && rope0
-            .get("rope_type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t.eq_ignore_ascii_case("llama3"))
-    {
-        let v = llama3_rope_factors(&hp)?;
-        out.push(OutTensor {
-            name: "rope_freqs.weight".into(),
-            shape: vec![v.len() as u64],
-            origin: Origin::Generated(v),
-            permute: None,
-            force_f32: true,
-            plus_one: false,
-            dtype: DType::F32,
-        });
+    let llama3 = hp
+        .rope()
+        .get("rope_type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| t.eq_ignore_ascii_case("llama3"));
+    if spec.llama3_rope_freqs && llama3 {
+        out.push(generated("rope_freqs.weight", llama3_rope_factors(hp)?));
     }
     let longrope = if spec.kv_layout == KvLayout::Phi3 {
-        crate::phi3::longrope(&hp)?
+        crate::phi3::longrope(hp)?
     } else {
         None
     };
     if let Some(lr) = &longrope {
-        for (name, v) in [
-            ("rope_factors_long.weight", &lr.long),
-            ("rope_factors_short.weight", &lr.short),
-        ] {
-            out.push(OutTensor {
-                name: name.into(),
-                shape: vec![v.len() as u64],
-                origin: Origin::Generated(v.clone()),
-                permute: None,
-                force_f32: true,
-                plus_one: false,
-                dtype: DType::F32,
-            });
-        }
+        out.push(generated("rope_factors_long.weight", lr.long.clone()));
+        out.push(generated("rope_factors_short.weight", lr.short.clone()));
     }
-    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
-    let n_head_kv = hp
-        .u32(&["n_kv_heads", "num_key_value_heads"])?
-        .unwrap_or(n_head);
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    if opts.sort_names {
-        order.sort_by(|&a, &b| {
-            (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
-        });
-    } else {
-        order.sort_by(|&a, &b| tensors[a].file.cmp(&tensors[b].file));
-    }
-    let mut dropped = Vec::new();
-    let mut experts = match spec.experts {
-        Some(e) => Some(Experts::new(e, &hp, block_count)?),
-        None => None,
-    };
-    // MXFP4 experts, repacked and written before every other tensor of the release.
-    let mxfp4 = crate::split::Mxfp4::new(spec, &hp, tensors, &order, config_dir)?;
-    let mut mx_out = Vec::new();
-    let n_generated = out.len();
-    for i in order {
-        let t = &tensors[i];
-        if SKIPPED_SUFFIXES.iter().any(|s| t.name.ends_with(s)) {
-            dropped.push((t.name.clone(), "not used by llama.cpp"));
-            continue;
-        }
-        let rules = &spec.names;
-        if rules.text_of_multimodal && is_multimodal_part(&t.name) {
-            dropped.push((t.name.clone(), "not part of the text model"));
-            continue;
-        }
-        let text_name;
-        let mut hf = t.name.as_str();
-        if rules.text_of_multimodal && hf.contains("language_model.") {
-            text_name = hf.replace("language_model.", "");
-            hf = &text_name;
-        }
-        for p in rules.strip_prefix {
-            hf = hf.strip_prefix(p).unwrap_or(hf);
-        }
-        let mut hf = hf.to_owned();
-        for (from, to) in rules.suffix_renames {
-            if let Some(stem) = hf.strip_suffix(from) {
-                hf = format!("{stem}{to}");
-            }
-        }
-        if rules.drop.contains(&hf.as_str())
-            || rules.drop_prefixes.iter().any(|p| hf.starts_with(p))
-        {
-            dropped.push((t.name.clone(), "not used by llama.cpp"));
-            continue;
-        }
-        if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
-            let (bid, stacks) = ex.add(&hf, i, tensors, config_dir)?;
-            for (name, sources) in stacks {
-                let first = &tensors[sources[0].1];
-                let mut shape = vec![sources.len() as u64];
-                shape.extend_from_slice(&first.shape);
-                let (force_f32, dtype) = out_dtype(&name, &shape, opts.outtype);
-                out.push(OutTensor {
-                    name: fill(&name, Some(bid)),
-                    origin: Origin::Stack { sources },
-                    shape,
-                    permute: None,
-                    force_f32,
-                    plus_one: false,
-                    dtype,
-                });
-            }
-            continue;
-        }
-        if mxfp4.consumed(&hf) {
-            continue;
-        }
-        if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
-            if let SplitRule::Mxfp4 { alternating } = split.rule {
-                for (part, origin, shape) in mxfp4.repack(&hf, i, alternating)? {
-                    let Some(name) = map_name(spec, &part, block_count) else {
-                        return Err(Error::Unsupported {
-                            at: Location::file(config_dir).tensor(&t.name),
-                            format: Some(Format::Gguf),
-                            what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
-                        });
-                    };
-                    mx_out.push(OutTensor {
-                        name,
-                        origin,
-                        shape,
-                        permute: None,
-                        force_f32: false,
-                        plus_one: false,
-                        dtype: DType::MXFP4,
-                    });
-                }
-                continue;
-            }
-            for (part, view) in crate::split::views(split, &hf, t, &hp, config_dir)? {
-                let Some(gguf_name) = map_name(spec, &part, block_count) else {
-                    return Err(Error::Unsupported {
-                        at: Location::file(config_dir).tensor(&t.name),
-                        format: Some(Format::Gguf),
-                        what: format!("no GGUF name for `{part}` of a {} model", hp.hf_arch),
-                    });
-                };
-                let shape = view.shape();
-                let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
-                out.push(OutTensor {
-                    name: gguf_name,
-                    origin: Origin::View {
-                        name: t.name.clone(),
-                        index: i,
-                        view,
-                    },
-                    shape,
-                    permute: None,
-                    force_f32,
-                    plus_one: false,
-                    dtype,
-                });
-            }
-            continue;
-        }
-        let Some(gguf_name) = map_name(spec, &hf, block_count) else {
-            return Err(Error::Unsupported {
-                at: Location::file(config_dir).tensor(&t.name),
-                format: Some(Format::Gguf),
-                what: format!("no GGUF name for this tensor of a {} model", hp.hf_arch),
-            });
-        };
-        let permute = if spec.permute_qk {
-            if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
-                Some(QkPermute {
-                    n_head,
-                    n_head_kv: Some(n_head),
-                })
-            } else if t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias") {
-                Some(QkPermute {
-                    n_head,
-                    n_head_kv: Some(n_head_kv),
-                })
-            } else {
-                None
-            }
-        } else {
-            None
-        };
-        if let Some(p) = permute {
-            let rows = t.shape.first().copied().unwrap_or(0);
-            p.rows(rows as usize)
-                .map_err(|e| bad(&hp.path, format!("tensor `{}`: {e}", t.name)))?;
-        }
-        // Gemma 3: embedding rows past the vocabulary are dropped (`data_torch[:n_vocab]`).
-        let mut shape = t.shape.clone();
-        let mut origin = Origin::Hf {
-            name: t.name.clone(),
-            index: i,
-        };
-        if spec.embd_rows_to_vocab && gguf_name == "token_embd.weight" {
-            let n_vocab = crate::tokenizer::spm_vocab_len(config_dir, &hp)?;
-            if shape.first().is_some_and(|&r| r > n_vocab) {
-                shape[0] = n_vocab;
-                origin = Origin::Rows {
-                    name: t.name.clone(),
-                    index: i,
-                    rows: 0..n_vocab,
-                };
-            }
-        }
-        if spec.transposed.iter().any(|s| t.name.ends_with(s)) {
-            let [rows, cols] = shape[..] else {
-                return Err(bad(
-                    &hp.path,
-                    format!(
-                        "tensor `{}` is not 2-D {:?}: cannot be transposed",
-                        t.name, shape
-                    ),
-                ));
-            };
-            // `[rows, cols]` read as `[cols, rows]`: (c, r) ← r·cols + c.
-            shape = vec![cols, rows];
-            origin = Origin::View {
-                name: t.name.clone(),
-                index: i,
-                view: View {
-                    offset: 0,
-                    dims: vec![(cols, 1), (rows, cols)],
-                },
-            };
-        }
-        // XLM-RoBERTa: positions start after the padding id (`data_torch[offset:, :]`).
-        if let (Some(offset), "position_embd.weight") = (position_offset, gguf_name.as_str()) {
-            let rows =
-                crate::xlmr::kept_rows(&hp, &t.name, shape.first().copied().unwrap_or(0), offset)?;
-            shape[0] = rows.end - rows.start;
-            origin = Origin::Rows {
-                name: t.name.clone(),
-                index: i,
-                rows,
-            };
-        }
-        let (force_f32, dtype) = out_dtype(&gguf_name, &shape, opts.outtype);
-        out.push(OutTensor {
-            name: gguf_name,
-            origin,
-            shape,
-            permute,
-            force_f32,
-            plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
-            dtype,
-        });
-    }
+    Ok((out, longrope))
+}
 
-    if let Some(ex) = &experts {
-        ex.finish(config_dir)?;
+/// A generated F32 tensor.
+fn generated(name: &str, v: Vec<f32>) -> OutTensor {
+    OutTensor {
+        name: name.into(),
+        shape: vec![v.len() as u64],
+        origin: Origin::Generated(v),
+        permute: None,
+        force_f32: true,
+        plus_one: false,
+        dtype: DType::F32,
     }
-    out.splice(n_generated..n_generated, mx_out);
-    let file_type = match opts.outtype {
-        OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
-        o => o.file_type(),
-    };
-    if !tensors.is_empty() {
-        check_layers(&out, block_count, &hp)?;
-    }
+}
 
-    // ---- KVs
-    let a = |k: &str| format!("{arch}.{k}");
-    let mut kv: Vec<(String, MetaValue)> = Vec::new();
-    let mut put = |k: String, v: MetaValue| kv.push((k, v));
-    put("general.architecture".into(), MetaValue::Str(arch.into()));
-    if let Some(lr) = &longrope {
-        // Written while the reference prepares tensors, before every other key.
-        put(
-            a("rope.scaling.attn_factor"),
-            MetaValue::F32(lr.attn_factor),
-        );
-    }
-    put("general.type".into(), MetaValue::Str("model".into()));
-    if let Some(name) = &opts.name {
-        put("general.name".into(), MetaValue::Str(name.clone()));
-    }
-    let total: u64 = out
-        .iter()
-        .map(|t| t.shape.iter().product::<u64>())
-        .sum::<u64>();
-    if total > 0 {
-        put(
-            "general.size_label".into(),
-            MetaValue::Str(size_label_of(&out)),
-        );
-    }
-    if spec.kv_layout == KvLayout::Phi3 {
-        crate::phi3::kvs(&hp, block_count, file_type, &mut put)?;
-    } else if spec.kv_layout == KvLayout::Gpt2 {
-        crate::gpt2::kvs(&hp, block_count, file_type, &mut put)?;
-    } else if matches!(spec.kv_layout, KvLayout::Gemma | KvLayout::Gemma2) {
-        // Gemma2Model.set_gguf_parameters: its own keys, in its own order, all required.
-        let need_f32 = |k: &str| -> Result<MetaValue> {
-            hp.float(&[k])?
-                .map(f32v)
-                .ok_or_else(|| bad(&hp.path, format!("{k} is missing")))
-        };
-        let heads = hp.need_u32(&["num_attention_heads"])?;
-        put(
-            a("context_length"),
-            MetaValue::U32(hp.need_u32(&["max_position_embeddings"])?),
-        );
-        put(
-            a("embedding_length"),
-            MetaValue::U32(hp.need_u32(&["hidden_size"])?),
-        );
-        put(a("block_count"), MetaValue::U32(block_count));
-        put(
-            a("feed_forward_length"),
-            MetaValue::U32(hp.need_u32(&["intermediate_size"])?),
-        );
-        put(a("attention.head_count"), MetaValue::U32(heads));
-        put(
-            a("attention.head_count_kv"),
-            MetaValue::U32(hp.u32(&["num_key_value_heads"])?.unwrap_or(heads)),
-        );
-        put(
-            a("attention.layer_norm_rms_epsilon"),
-            need_f32("rms_norm_eps")?,
-        );
-        let head_dim = hp.need_u32(&["head_dim"])?;
-        put(a("attention.key_length"), MetaValue::U32(head_dim));
-        put(a("attention.value_length"), MetaValue::U32(head_dim));
-        put("general.file_type".into(), MetaValue::U32(file_type));
-        if spec.kv_layout == KvLayout::Gemma2 {
-            put(
-                a("attn_logit_softcapping"),
-                need_f32("attn_logit_softcapping")?,
-            );
-            put(
-                a("final_logit_softcapping"),
-                need_f32("final_logit_softcapping")?,
-            );
-            put(
-                a("attention.sliding_window"),
-                MetaValue::U32(hp.need_u32(&["sliding_window"])?),
-            );
-        }
-    } else {
-        put(a("block_count"), MetaValue::U32(block_count));
-        let u32s: &[(&str, &[&str])] = &[
-            (
-                "context_length",
-                &[
-                    "max_position_embeddings",
-                    "n_ctx",
-                    "n_positions",
-                    "max_length",
-                    "max_sequence_length",
-                    "model_max_length",
-                ],
-            ),
-            ("embedding_length", &["hidden_size", "n_embd", "dim"]),
-            (
-                "feed_forward_length",
-                &[
-                    "prefix_dense_intermediate_size",
-                    "dense_intermediate_size",
-                    "intermediate_size",
-                    "n_inner",
-                    "hidden_dim",
-                ],
-            ),
-            (
-                "attention.head_count",
-                &["num_attention_heads", "n_head", "n_heads"],
-            ),
-            (
-                "attention.head_count_kv",
-                &["num_key_value_heads", "n_kv_heads"],
-            ),
-        ];
-        for (key, hkeys) in u32s {
-            if let Some(v) = hp.u32(hkeys)? {
-                put(a(key), MetaValue::U32(v));
-            }
-        }
-        if hp.bool("is_causal") == Some(false) {
-            put(a("attention.causal"), MetaValue::Bool(false));
-        }
-        let rope = hp.rope();
-        let rf = |k: &str| rope.get(k).and_then(Value::as_f64);
-        if let Some(rope_type) = rope.get("rope_type").and_then(Value::as_str) {
-            match rope_type {
-                "linear" if rf("factor").is_some() => {
-                    put(a("rope.scaling.type"), MetaValue::Str("linear".into()));
-                    put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
-                }
-                "yarn" if rf("factor").is_some() => {
-                    put(a("rope.scaling.type"), MetaValue::Str("yarn".into()));
-                    put(a("rope.scaling.factor"), f32v(rf("factor").unwrap()));
-                    let orig = rope
-                        .get("original_max_position_embeddings")
-                        .and_then(Value::as_u64)
-                        .and_then(|v| u32::try_from(v).ok())
-                        .ok_or_else(|| {
-                            bad(
-                                &hp.path,
-                                "yarn rope without original_max_position_embeddings",
-                            )
-                        })?;
-                    put(
-                        a("rope.scaling.original_context_length"),
-                        MetaValue::U32(orig),
-                    );
-                    if let Some(v) = rf("extrapolation_factor") {
-                        put(a("rope.scaling.yarn_ext_factor"), f32v(v));
-                    }
-                    if let Some(v) = rf("attention_factor").or_else(|| rf("attn_factor")) {
-                        put(a("rope.scaling.yarn_attn_factor"), f32v(v));
-                    }
-                    if let Some(v) = rf("beta_fast") {
-                        put(a("rope.scaling.yarn_beta_fast"), f32v(v));
-                    }
-                    if let Some(v) = rf("beta_slow") {
-                        put(a("rope.scaling.yarn_beta_slow"), f32v(v));
-                    }
-                }
-                "su" | "longrope" => {
-                    put(a("rope.scaling.type"), MetaValue::Str("longrope".into()));
-                }
-                t if t.eq_ignore_ascii_case("llama3") && !spec.llama3_rope_freqs => {
-                    return Err(Error::Unsupported {
-                        at: Location::file(&hp.path),
-                        format: Some(Format::Gguf),
-                        what: format!("rope_type `llama3` for a {} model", hp.hf_arch),
-                    });
-                }
-                _ => {}
-            }
-        }
-        if !spec.is_moe()
-            && (hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts"))
-        {
-            return Err(Error::Unsupported {
-                at: Location::file(&hp.path),
-                format: Some(Format::Gguf),
-                what: format!(
-                    "a {} config with experts (mixture-of-experts architectures: {})",
-                    hp.hf_arch,
-                    table::supported_moe().join(", ")
-                ),
-            });
-        }
-        // Expert-group and gating-function keys: written for the Mixture-of-Experts entries
-        // (after the expert counts), refused for a dense one.
-        for k in EXPERT_GROUP_KEYS.iter().filter(|_| !spec.is_moe()) {
-            if hp.raw.get(*k).is_some_and(|v| !v.is_null()) {
-                return Err(Error::Unsupported {
-                    at: Location::file(&hp.path),
-                    format: Some(Format::Gguf),
-                    what: format!(
-                        "`{k}` (expert groups / gating function) in a {} config",
-                        hp.hf_arch
-                    ),
-                });
-            }
-        }
-        if let Some(theta) = rf("rope_theta") {
-            put(a("rope.freq_base"), f32v(theta));
-        }
-        if let Some(theta) = hp
-            .raw
-            .get("rope_parameters")
-            .and_then(|r| r.get("sliding_attention"))
-            .and_then(|r| r.get("rope_theta"))
-            .and_then(Value::as_f64)
-        {
-            put(a("rope.freq_base_swa"), f32v(theta));
-        }
-        if let Some(v) = hp.float(&["rms_norm_eps", "norm_eps"])? {
-            put(a("attention.layer_norm_rms_epsilon"), f32v(v));
-        }
-        if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
-            put(a("attention.layer_norm_epsilon"), f32v(v));
-        }
-        if spec.is_moe() {
-            if let Some(n) = hp.u32(&["num_local_experts", "num_experts", "n_routed_experts"])? {
-                put(a("expert_count"), MetaValue::U32(n));
-            }
-            let used = [
-                "num_experts_per_tok",
-                "num_experts_per_token",
-                "top_k_experts",
-            ];
-            if let Some(n) = hp.u32(&used)? {
-                put(a("expert_used_count"), MetaValue::U32(n));
-            }
-            expert_group_kvs(&hp, &mut |k, v| put(a(k), v))?;
-        }
-        if let Some(hd) = hp.u32(&["head_dim"])? {
-            put(a("attention.key_length"), MetaValue::U32(hd));
-            put(a("attention.value_length"), MetaValue::U32(hd));
-        }
-        put("general.file_type".into(), MetaValue::U32(file_type));
-        for extra in spec.extra_kv {
-            match extra {
-                ExtraKv::VocabSize => {
-                    let v = hp.need_u32(&["vocab_size"])?;
-                    put(a("vocab_size"), MetaValue::U32(v));
-                }
-                ExtraKv::NonCausal => put(a("attention.causal"), MetaValue::Bool(false)),
-                ExtraKv::Pooling => {
-                    for (k, v) in &pooling {
-                        put(a(k), v.clone());
-                    }
-                }
-                ExtraKv::ExpertFeedForwardLength => {
-                    if let Some(v) = hp.u32(&["moe_intermediate_size"])? {
-                        put(a("expert_feed_forward_length"), MetaValue::U32(v));
-                    }
-                }
-                ExtraKv::ExpertFeedForwardLengthOf(k) => {
-                    put(
-                        a("expert_feed_forward_length"),
-                        MetaValue::U32(hp.need_u32(&[k])?),
-                    );
-                }
-                ExtraKv::ExpertSharedFeedForwardLength => {
-                    if let Some(v) = hp.u32(&["shared_expert_intermediate_size"])? {
-                        put(a("expert_shared_feed_forward_length"), MetaValue::U32(v));
-                    }
-                }
-                ExtraKv::FinalLogitSoftcapping => {
-                    if hp
-                        .raw
-                        .get("attn_logit_softcapping")
-                        .is_some_and(|v| !v.is_null())
-                    {
-                        // The reference asserts it away (removed in Gemma 3).
-                        return Err(Error::Unsupported {
-                            at: Location::file(&hp.path),
-                            format: Some(Format::Gguf),
-                            what: format!("attn_logit_softcapping in a {} config", hp.hf_arch),
-                        });
-                    }
-                    // Written when truthy (`if (v := hparams.get(...))`).
-                    if let Some(v) = hp
-                        .float(&["final_logit_softcapping"])?
-                        .filter(|v| *v != 0.0)
-                    {
-                        put(a("final_logit_softcapping"), f32v(v));
-                    }
-                }
-                ExtraKv::SlidingWindow => {
-                    let pattern = hp.raw.get("sliding_window_pattern").and_then(Value::as_u64);
-                    if pattern != Some(1) {
-                        put(
-                            a("attention.sliding_window"),
-                            MetaValue::U32(hp.need_u32(&["sliding_window"])?),
-                        );
-                    }
-                }
-                ExtraKv::ContextLength(keys) => {
-                    put(a("context_length"), MetaValue::U32(hp.need_u32(keys)?));
-                }
-                ExtraKv::LogitScale => {
-                    let v = hp
-                        .float(&["logit_scale"])?
-                        .ok_or_else(|| bad(&hp.path, "logit_scale is missing"))?;
-                    put(a("logit_scale"), f32v(v));
-                }
-                ExtraKv::RopeScalingNone => {
-                    put(a("rope.scaling.type"), MetaValue::Str("none".into()));
-                }
-                ExtraKv::RmsEpsilon(v) => {
-                    let v: f64 = v.parse().expect("table constant is a float");
-                    put(a("attention.layer_norm_rms_epsilon"), f32v(v));
-                }
-                ExtraKv::Scale(h, key) => {
-                    // `if (v := hparams.get(h))`: written when truthy.
-                    if let Some(v) = hp.float(&[h])?.filter(|v| *v != 0.0) {
-                        put(a(key), f32v(v));
-                    }
-                }
-                ExtraKv::SlidingWindowPattern => {
-                    if let Some((window, pattern)) = sliding_window_pattern(&hp, block_count)? {
-                        put(a("attention.sliding_window"), MetaValue::U32(window));
-                        let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
-                        put(
-                            a("attention.sliding_window_pattern"),
-                            MetaValue::Array(pattern),
-                        );
-                    }
-                }
-                ExtraKv::NoRopeEvery(step) => check_no_rope_layers(&hp, block_count, *step)?,
-                ExtraKv::HeadCountKv(n) => put(a("attention.head_count_kv"), MetaValue::U32(*n)),
-                ExtraKv::LeadingDenseBlockCount
-                | ExtraKv::QLoraRank
-                | ExtraKv::MlaLengths
-                | ExtraKv::ExpertSharedCount
-                | ExtraKv::ExpertWeightsScale
-                | ExtraKv::ExpertWeightsNorm
-                | ExtraKv::YarnLogMultiplier => {
-                    crate::split::mla_kvs(*extra, &hp, block_count, &mut |k, v| put(a(k), v))?
-                }
-                ExtraKv::LocalAttention => {
-                    put(
-                        a("attention.sliding_window"),
-                        MetaValue::U32(hp.need_u32(&["local_attention"])?),
-                    );
-                    if let Some(n) = hp.u32(&["global_attn_every_n_layers"])? {
-                        put(a("attention.sliding_window_pattern"), MetaValue::U32(n));
-                    }
-                }
-                ExtraKv::HiddenActivation => match hp.raw.get("hidden_activation") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(s)) if s.is_empty() => {}
-                    Some(Value::String(s)) => {
-                        put(a("hidden_activation"), MetaValue::Str(s.clone()))
-                    }
-                    Some(v) => {
-                        return Err(bad(
-                            &hp.path,
-                            format!("`hidden_activation` is not a string: {v}"),
-                        ))
-                    }
-                },
-                ExtraKv::RopeDimensionCount => {
-                    let d = match hp.u32(&["head_dim"])? {
-                        Some(d) => d,
-                        None => {
-                            hp.need_u32(&["hidden_size"])?
-                                / hp.need_u32(&["num_attention_heads"])?
-                        }
-                    };
-                    put(a("rope.dimension_count"), MetaValue::U32(d));
-                }
-            }
-        }
-    }
-    put("general.quantization_version".into(), MetaValue::U32(2));
-    keep_first_position_last_value(&mut kv);
-
-    let mut chkhsh = None;
-    if opts.vocab {
-        // The tokenizers crate runs on hostile files here: a panic in it is an error, not a crash.
-        let vocab = weightport_core::contain_panic(|| {
-            tokenizer::export(config_dir, spec.vocab, &hp, opts.pre_tokenizer.as_deref())
-        })
-        .map_err(|p| {
-            bad(
-                config_dir,
-                format!("the tokenizer files could not be read: {p}"),
-            )
-        })??;
-        chkhsh = vocab.chkhsh;
-        kv.extend(vocab.kv);
-        // The special vocabulary may write again a flag the architecture's vocabulary wrote
-        // (ModernBERT's add_*_token).
-        keep_first_position_last_value(&mut kv);
-    }
-    Ok(ArchPlan {
-        hf_arch: hp.hf_arch.clone(),
-        arch: arch.into(),
-        kv,
-        tensors: out,
-        dropped,
-        chkhsh,
-        hparams: hp,
+/// Appends the tokenizer keys to `kv`; returns the pre-tokenizer check hash of a BPE vocabulary.
+fn vocab_kvs(
+    release: &Release,
+    opts: &PlanOptions,
+    kv: &mut Vec<(String, MetaValue)>,
+) -> Result<Option<String>> {
+    let Release { dir, spec, hp, .. } = release;
+    // The tokenizers crate runs on hostile files here: a panic in it is an error, not a crash.
+    let vocab = weightport_core::contain_panic(|| {
+        tokenizer::export(dir, spec.vocab, hp, opts.pre_tokenizer.as_deref())
     })
-}
-
-/// [`ExtraKv::SlidingWindowPattern`]: when config.json has `sliding_window`, the window and one
-/// bool per layer (true = sliding): from `layer_types`, else every 4th layer global (OLMo 3's
-/// default, `Olmo2Model.set_gguf_parameters`).
-fn sliding_window_pattern(hp: &HParams, block_count: u32) -> Result<Option<(u32, Vec<bool>)>> {
-    match hp.raw.get("sliding_window") {
-        None => return Ok(None),
-        // The reference fails writing a null window.
-        Some(Value::Null) => return Err(bad(&hp.path, "`sliding_window` is null")),
-        Some(_) => {}
-    }
-    let window = hp.need_u32(&["sliding_window"])?;
-    let pattern: Vec<bool> = match hp.raw.get("layer_types") {
-        Some(types) => types
-            .as_array()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| bad(&hp.path, "`layer_types` is not a non-empty list"))?
-            .iter()
-            .map(|t| t.as_str() == Some("sliding_attention"))
-            .collect(),
-        None => (0..block_count)
-            .map(|i| !(i + 1).is_multiple_of(4))
-            .collect(),
-    };
-    Ok(Some((window, pattern)))
-}
-
-/// [`ExtraKv::NoRopeEvery`]: the GGUF cannot say which layers skip rope; llama.cpp's graph
-/// skips it on layers `i` with `(i + 1) % step == 0`. `no_rope_layers` (1 = rope, transformers
-/// fills it from `no_rope_layer_interval`) must say the same.
-fn check_no_rope_layers(hp: &HParams, block_count: u32, step: u32) -> Result<()> {
-    let want = |i: u32| u64::from(!(i + 1).is_multiple_of(step));
-    let ok = match hp.raw.get("no_rope_layers").filter(|v| !v.is_null()) {
-        Some(v) => v.as_array().is_some_and(|l| {
-            l.len() == block_count as usize
-                && (0..block_count).all(|i| l[i as usize].as_u64() == Some(want(i)))
-        }),
-        None => hp.u32(&["no_rope_layer_interval"])?.unwrap_or(step) == step,
-    };
-    if ok {
-        return Ok(());
-    }
-    Err(Error::Unsupported {
-        at: Location::file(&hp.path),
-        format: Some(Format::Gguf),
-        what: format!(
-            "`no_rope_layers` other than every {step}th layer without rope: llama.cpp's {} \
-             graph assumes that pattern and the GGUF has no key for another",
-            hp.hf_arch
-        ),
-    })
-}
-
-/// gguf-py's writer holds the KVs in a dict: a key written again keeps the position of its first
-/// write and takes the value of its last one ([`ExtraKv::RmsEpsilon`]).
-fn keep_first_position_last_value(kv: &mut Vec<(String, MetaValue)>) {
-    let mut i = 0;
-    while i < kv.len() {
-        if let Some(first) = kv[..i].iter().position(|(k, _)| *k == kv[i].0) {
-            let (_, v) = kv.remove(i);
-            kv[first].1 = v;
-        } else {
-            i += 1;
-        }
-    }
-}
-
-/// `expert_group_count` ← `n_group`, `expert_group_used_count` ← `topk_group`,
-/// `expert_gating_func` from the first score-function key (`TextModel.set_gguf_parameters`).
-fn expert_group_kvs(hp: &HParams, put: &mut dyn FnMut(&str, MetaValue)) -> Result<()> {
-    let present = |k: &str| hp.raw.get(k).is_some_and(|v| !v.is_null());
-    if present("n_group") {
-        put(
-            "expert_group_count",
-            MetaValue::U32(hp.need_u32(&["n_group"])?),
-        );
-    }
-    if present("topk_group") {
-        put(
-            "expert_group_used_count",
-            MetaValue::U32(hp.need_u32(&["topk_group"])?),
-        );
-    }
-    if let Some(k) = EXPERT_GROUP_KEYS[2..].iter().find(|k| present(k)) {
-        // gguf-py's ExpertGatingFuncType.
-        let f = match hp.raw[*k].as_str() {
-            Some("softmax") => 1,
-            Some("sigmoid") => 2,
-            Some("sqrtsoftplus") => 4,
-            _ => {
-                return Err(bad(
-                    &hp.path,
-                    format!("unsupported expert gating function `{k}`: {}", hp.raw[*k]),
-                ))
-            }
-        };
-        put("expert_gating_func", MetaValue::U32(f));
-    }
-    Ok(())
+    .map_err(|p| bad(dir, format!("the tokenizer files could not be read: {p}")))??;
+    kv.extend(vocab.kv);
+    // The special vocabulary may write again a flag the architecture's vocabulary wrote
+    // (ModernBERT's add_*_token).
+    kvs::keep_first_position_last_value(kv);
+    Ok(vocab.chkhsh)
 }
 
 /// `general.file_type` of a release with MXFP4 experts converted to F32, F16 or BF16 (gguf-py's
 /// `LlamaFileType.MOSTLY_MXFP4_MOE`).
 const MOSTLY_MXFP4_MOE: u32 = 38;
-
-/// Hyper-parameters the reference writes as expert-group / gating-function keys.
-const EXPERT_GROUP_KEYS: &[&str] = &[
-    "n_group",
-    "topk_group",
-    "score_function",
-    "scoring_func",
-    "score_func",
-    "moe_router_activation",
-    "moe_router_activation_func",
-    "expert_selection_fn",
-];
 
 /// The F32 decision and output type of a tensor named `gguf_name` of `shape`
 /// (`base.py` `prepare_tensors`).

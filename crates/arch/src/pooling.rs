@@ -91,37 +91,7 @@ pub fn from_modules(dir: &Path) -> Result<Option<PoolingType>> {
         return Ok(None);
     }
     let modules = read_json(&path)?;
-    let list = modules.as_array().ok_or_else(|| {
-        crate::config::bad(
-            &path,
-            "not a list of modules (sentence-transformers writes one)",
-        )
-    })?;
-    let mut pooling: Option<&str> = None;
-    for (i, m) in list.iter().enumerate() {
-        let field = |k: &str| {
-            m.get(k)
-                .and_then(Value::as_str)
-                .ok_or_else(|| crate::config::bad(&path, format!("module {i} has no string `{k}`")))
-        };
-        let ty = field("type")?;
-        let class = ty.rsplit('.').next().unwrap_or(ty);
-        if !KEPT_MODULES.contains(&class) {
-            return Err(unsupported(
-                &path,
-                format!(
-                    "sentence-transformers module `{}` ({}) is not converted: llama.cpp's \
-                     converter drops it, so the GGUF's embeddings would not be the release's",
-                    weightport_core::sanitize(m.get("path").and_then(Value::as_str).unwrap_or("")),
-                    weightport_core::sanitize(ty),
-                ),
-            ));
-        }
-        if pooling.is_none() && ty.ends_with("Pooling") {
-            pooling = Some(field("path")?);
-        }
-    }
-    let Some(sub) = pooling else {
+    let Some(sub) = pooling_module(&path, &modules)? else {
         return Ok(None);
     };
     let rel = Path::new(sub);
@@ -139,6 +109,48 @@ pub fn from_modules(dir: &Path) -> Result<Option<PoolingType>> {
     }
     let cfg_path = dir.join(rel).join("config.json");
     let cfg = read_json(&cfg_path)?;
+    pooling_type(&cfg, &cfg_path).map(Some)
+}
+
+/// The path of the first Pooling module of modules.json (`path`, read as `modules`); a module
+/// the GGUF does not hold is refused.
+fn pooling_module<'m>(path: &Path, modules: &'m Value) -> Result<Option<&'m str>> {
+    let list = modules.as_array().ok_or_else(|| {
+        crate::config::bad(
+            path,
+            "not a list of modules (sentence-transformers writes one)",
+        )
+    })?;
+    let mut pooling: Option<&str> = None;
+    for (i, m) in list.iter().enumerate() {
+        let field = |k: &str| {
+            m.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| crate::config::bad(path, format!("module {i} has no string `{k}`")))
+        };
+        let ty = field("type")?;
+        let class = ty.rsplit('.').next().unwrap_or(ty);
+        if !KEPT_MODULES.contains(&class) {
+            return Err(unsupported(
+                path,
+                format!(
+                    "sentence-transformers module `{}` ({}) is not converted: llama.cpp's \
+                     converter drops it, so the GGUF's embeddings would not be the release's",
+                    weightport_core::sanitize(m.get("path").and_then(Value::as_str).unwrap_or("")),
+                    weightport_core::sanitize(ty),
+                ),
+            ));
+        }
+        if pooling.is_none() && ty.ends_with("Pooling") {
+            pooling = Some(field("path")?);
+        }
+    }
+    Ok(pooling)
+}
+
+/// The one pooling mode the Pooling module's config (`cfg`, read from `cfg_path`) turns on, as
+/// llama.cpp names it; a mode llama.cpp lacks, or several at once, is refused.
+fn pooling_type(cfg: &Value, cfg_path: &Path) -> Result<PoolingType> {
     let flags = [
         ("pooling_mode_mean_tokens", Some(PoolingType::Mean)),
         ("pooling_mode_cls_token", Some(PoolingType::Cls)),
@@ -152,43 +164,40 @@ pub fn from_modules(dir: &Path) -> Result<Option<PoolingType>> {
         .filter(|(k, _)| truthy(cfg.get(*k)))
         .copied()
         .collect();
-    let t = match on.as_slice() {
-        [(_, Some(t))] => *t,
+    match on.as_slice() {
+        [(_, Some(t))] => Ok(*t),
         [] => match cfg.get("pooling_mode").and_then(Value::as_str) {
-            Some("mean") => PoolingType::Mean,
-            Some("cls") => PoolingType::Cls,
-            Some("lasttoken") => PoolingType::Last,
+            Some("mean") => Ok(PoolingType::Mean),
+            Some("cls") => Ok(PoolingType::Cls),
+            Some("lasttoken") => Ok(PoolingType::Last),
             _ => {
                 let mode = cfg
                     .get("pooling_mode")
                     .map_or("none".into(), Value::to_string);
-                return Err(unsupported(
-                    &cfg_path,
+                Err(unsupported(
+                    cfg_path,
                     format!(
                         "pooling mode {}: llama.cpp pools by mean, cls or lasttoken",
                         weightport_core::sanitize(&mode)
                     ),
-                ));
+                ))
             }
         },
-        [(k, None)] => {
-            return Err(unsupported(
-                &cfg_path,
-                format!("`{k}`: llama.cpp has no such pooling (mean, cls or lasttoken)"),
-            ))
-        }
+        [(k, None)] => Err(unsupported(
+            cfg_path,
+            format!("`{k}`: llama.cpp has no such pooling (mean, cls or lasttoken)"),
+        )),
         several => {
             let names: Vec<&str> = several.iter().map(|(k, _)| *k).collect();
-            return Err(unsupported(
-                &cfg_path,
+            Err(unsupported(
+                cfg_path,
                 format!(
                     "{} together (their vectors are concatenated): llama.cpp pools one way",
                     names.join(" and ")
                 ),
-            ));
+            ))
         }
-    };
-    Ok(Some(t))
+    }
 }
 
 #[cfg(test)]

@@ -318,6 +318,53 @@ impl<'a> Mxfp4<'a> {
         i: usize,
         alternating: bool,
     ) -> Result<Vec<(String, Origin, Vec<u64>)>> {
+        let (j, [e, rows, nb]) = self.blocks_of(i, alternating)?;
+        let (scales, blocks) = (&self.tensors[i], &self.tensors[j]);
+        let stem = hf.trim_end_matches(if alternating {
+            "gate_up_proj_scales"
+        } else {
+            "down_proj_scales"
+        });
+        let names: &[&str] = if alternating {
+            &["gate_proj", "up_proj"]
+        } else {
+            &["down_proj"]
+        };
+        let step = if alternating { 2 } else { 1 };
+        let part = |t: &SourceTensor, index: usize, k: u64, width: u64| BlockPart {
+            name: t.name.clone(),
+            index,
+            view: View {
+                offset: k * nb * width,
+                dims: vec![
+                    (e, rows * nb * width),
+                    (rows / step, step * nb * width),
+                    (nb * width, 1),
+                ],
+            },
+            width,
+        };
+        Ok(names
+            .iter()
+            .enumerate()
+            .map(|(k, w)| {
+                let origin = Origin::Blocks {
+                    parts: vec![part(scales, i, k as u64, 1), part(blocks, j, k as u64, 16)],
+                    map: BlockMap::Mxfp4Nibbles,
+                };
+                (
+                    format!("{stem}{w}.weight"),
+                    origin,
+                    vec![e, rows / step, nb * 32],
+                )
+            })
+            .collect())
+    }
+
+    /// The index of the blocks of scales tensor `i` and the scales' `[experts, rows, blocks]`,
+    /// refusing what the reference would mix up: scales without their blocks or stored before
+    /// them, shapes or types that do not pair, rows that do not alternate gate/up.
+    fn blocks_of(&self, i: usize, alternating: bool) -> Result<(usize, [u64; 3])> {
         let scales = &self.tensors[i];
         if !self.active {
             return Err(refuse(
@@ -368,45 +415,7 @@ impl<'a> Mxfp4<'a> {
                 format!("{rows} rows do not alternate gate/up"),
             ));
         }
-        let stem = hf.trim_end_matches(if alternating {
-            "gate_up_proj_scales"
-        } else {
-            "down_proj_scales"
-        });
-        let names: &[&str] = if alternating {
-            &["gate_proj", "up_proj"]
-        } else {
-            &["down_proj"]
-        };
-        let step = if alternating { 2 } else { 1 };
-        let part = |t: &SourceTensor, index: usize, k: u64, width: u64| BlockPart {
-            name: t.name.clone(),
-            index,
-            view: View {
-                offset: k * nb * width,
-                dims: vec![
-                    (e, rows * nb * width),
-                    (rows / step, step * nb * width),
-                    (nb * width, 1),
-                ],
-            },
-            width,
-        };
-        Ok(names
-            .iter()
-            .enumerate()
-            .map(|(k, w)| {
-                let origin = Origin::Blocks {
-                    parts: vec![part(scales, i, k as u64, 1), part(blocks, j, k as u64, 16)],
-                    map: BlockMap::Mxfp4Nibbles,
-                };
-                (
-                    format!("{stem}{w}.weight"),
-                    origin,
-                    vec![e, rows / step, nb * 32],
-                )
-            })
-            .collect())
+        Ok((j, [e, rows, nb]))
     }
 }
 

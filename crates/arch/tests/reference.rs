@@ -345,13 +345,45 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
     let exp = expected(name);
     let ref_out = &exp["outtypes"][outtype];
     let ref_kv = ref_out["kv"].as_array().unwrap();
-    // general.name comes from the reference's model-card/directory heuristics: we pass it in.
+    let (srcs, sts) = sources(&dir);
+    let p = plan(&dir, &srcs, &plan_options(outtype, ref_kv, pre)).unwrap();
+
+    compare_kv(&format!("{name}/{outtype}"), &p.kv, ref_kv);
+
+    // ---- tensors: order, names, ne, types; f32 bytes.
+    let ref_t = ref_out["tensors"].as_array().unwrap();
+    let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
+    let ref_names: Vec<&str> = ref_t.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names, ref_names,
+        "{name}/{outtype}: tensor names or order differ"
+    );
+    let case = Case {
+        what: format!("{name}/{outtype}"),
+        p: &p,
+        srcs: &srcs,
+        sts: &sts,
+        f32_out: outtype == "f32",
+    };
+    let permuted = (0..ref_t.len())
+        .filter(|&i| case.check_tensor(i, &ref_t[i]))
+        .count();
+    if p.arch == "llama" && outtype == "f32" {
+        // q and k of every block were checked byte for byte.
+        let blocks = p.hparams.u32(&["num_hidden_layers"]).unwrap().unwrap();
+        assert_eq!(permuted as u32, 2 * blocks, "{name}");
+    }
+    p
+}
+
+/// The options the reference's file was written with. `general.name` comes from the
+/// reference's model-card/directory heuristics: it is passed in from the reference's keys.
+fn plan_options(outtype: &str, ref_kv: &[Value], pre: Option<&str>) -> PlanOptions {
     let ref_name = ref_kv
         .iter()
         .find(|e| e["key"] == "general.name")
         .map(|e| e["value"].as_str().unwrap().to_owned());
-    let (srcs, sts) = sources(&dir);
-    let opts = PlanOptions {
+    PlanOptions {
         outtype: match outtype {
             "f32" => OutType::F32,
             "f16" => OutType::F16,
@@ -364,21 +396,25 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         vocab: true,
         sort_names: true,
         limits: Default::default(),
-    };
-    let p = plan(&dir, &srcs, &opts).unwrap();
+    }
+}
 
-    compare_kv(&format!("{name}/{outtype}"), &p.kv, ref_kv);
+/// One plan of a release against the reference's tensors.
+struct Case<'a> {
+    /// `release/outtype`, for the messages.
+    what: String,
+    p: &'a ArchPlan,
+    srcs: &'a [SourceTensor],
+    sts: &'a BTreeMap<String, St>,
+    f32_out: bool,
+}
 
-    // ---- tensors: order, names, ne, types; f32 bytes.
-    let ref_t = ref_out["tensors"].as_array().unwrap();
-    let mut permuted = 0;
-    let names: Vec<&str> = p.tensors.iter().map(|t| t.name.as_str()).collect();
-    let ref_names: Vec<&str> = ref_t.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names, ref_names,
-        "{name}/{outtype}: tensor names or order differ"
-    );
-    for (i, (t, r)) in p.tensors.iter().zip(ref_t).enumerate() {
+impl Case<'_> {
+    /// Compares output tensor `i` with the reference's `r`: ne and type, and the bytes when
+    /// they can be equal without the output cast; returns whether a q/k permutation was
+    /// checked by them.
+    fn check_tensor(&self, i: usize, r: &Value) -> bool {
+        let (name, t, srcs) = (&self.what, &self.p.tensors[i], self.srcs);
         let ne: Vec<u64> = r["ne"]
             .as_array()
             .unwrap()
@@ -389,7 +425,7 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         assert_eq!(
             t.dtype.name(),
             r["type"].as_str().unwrap(),
-            "{name}/{outtype}: type of {}",
+            "{name}: type of {}",
             t.name
         );
         let src_dtype = match &t.origin {
@@ -405,34 +441,20 @@ fn check(name: &str, outtype: &str, pre: Option<&str>) -> ArchPlan {
         // Repacked blocks are the release's bytes rearranged, whatever the output type.
         let same16 = same16 || matches!(t.origin, Origin::Blocks { .. });
         // `1 + w` norms are compared as whole files (tests/hf_gguf.rs).
-        if (outtype == "f32" || same16) && !t.plus_one {
-            let keep = same16;
-            let bytes = output_bytes(&p, &sts, &srcs, i, keep, true);
-            assert_eq!(
-                hex(&Sha256::digest(&bytes)),
-                r["sha256"],
-                "{name}/{outtype}: bytes of {}",
-                t.name
-            );
-            if t.permute.is_some() {
-                // The permutation is what makes them equal.
-                let plain = output_bytes(&p, &sts, &srcs, i, keep, false);
-                assert_ne!(
-                    hex(&Sha256::digest(&plain)),
-                    r["sha256"],
-                    "{name}: {}",
-                    t.name
-                );
-                permuted += 1;
-            }
+        if !(self.f32_out || same16) || t.plus_one {
+            return false;
         }
+        let bytes = output_bytes(self.p, self.sts, srcs, i, same16, true);
+        let sha = |b: &[u8]| hex(&Sha256::digest(b));
+        assert_eq!(sha(&bytes), r["sha256"], "{name}: bytes of {}", t.name);
+        if t.permute.is_none() {
+            return false;
+        }
+        // The permutation is what makes them equal.
+        let plain = output_bytes(self.p, self.sts, srcs, i, same16, false);
+        assert_ne!(sha(&plain), r["sha256"], "{name}: {}", t.name);
+        true
     }
-    if p.arch == "llama" && outtype == "f32" {
-        // q and k of every block were checked byte for byte.
-        let blocks = p.hparams.u32(&["num_hidden_layers"]).unwrap().unwrap();
-        assert_eq!(permuted, 2 * blocks, "{name}");
-    }
-    p
 }
 
 #[test]

@@ -454,6 +454,29 @@ fn tensor_infos(c: &mut Cur, n_tensors: u64) -> Result<Vec<GgufTensor>> {
 /// divides `ne[0]`, a size that fits, the offset.
 fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufTensor> {
     let at = c.pos;
+    let name = tensor_name(c, i, names)?;
+    let what = || format!("the info of tensor `{}`", sanitize(&name));
+    let nd_at = c.pos;
+    let (ne, nel) = dims(c, &name)?;
+    let ty_at = c.pos;
+    let ty = c.u32(&what)?;
+    let dtype = tensor_type(c, ty, ty_at, &name)?;
+    let nbytes = tensor_bytes(c, &name, (&ne, nel), dtype, (nd_at, ty_at))?;
+    let offset = c.u64(&what)?;
+    Ok(GgufTensor {
+        name,
+        dtype,
+        ggml_type: ty,
+        ne,
+        offset,
+        nbytes,
+        info_at: at as u64,
+    })
+}
+
+/// Tensor `i`'s name: at most [`MAX_NAME`] bytes of UTF-8, not one of `names` (which it joins).
+fn tensor_name(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<String> {
+    let at = c.pos;
     let nb = c.string(&|| format!("the name of tensor {i}"))?;
     let lossy = String::from_utf8_lossy(nb).into_owned();
     if nb.len() > MAX_NAME {
@@ -472,44 +495,51 @@ fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufT
     if !names.insert(name.clone()) {
         return Err(c.mal(at, Some(&name), "duplicate tensor name".into()));
     }
-    let what = || format!("the info of tensor `{}`", sanitize(&name));
-    let nd_at = c.pos;
-    let (ne, nel) = dims(c, &name)?;
-    let ty_at = c.pos;
-    let ty = c.u32(&what)?;
-    let dtype = match types::dtype_of(ty) {
-        Ok(d) => d,
-        Err(TypeIdError::Unknown(id)) => {
-            return Err(c.mal(
-                ty_at,
-                Some(&name),
-                format!(
-                    "unknown ggml type id {id} (known ids are below {})",
-                    types::GGML_TYPE_COUNT
-                ),
-            ))
-        }
-        Err(TypeIdError::Removed(id, n)) => {
-            return Err(Error::Unsupported {
-                at: Location::file(c.path).at(ty_at as u64).tensor(name),
-                format: Some(Format::Gguf),
-                what: format!("ggml type id {id} ({n}) was removed from ggml"),
-            })
-        }
-    };
+    Ok(name)
+}
+
+/// The element type of ggml type id `ty` (read at `ty_at`): unknown and removed ids refused.
+fn tensor_type(c: &Cur, ty: u32, ty_at: usize, name: &str) -> Result<DType> {
+    match types::dtype_of(ty) {
+        Ok(d) => Ok(d),
+        Err(TypeIdError::Unknown(id)) => Err(c.mal(
+            ty_at,
+            Some(name),
+            format!(
+                "unknown ggml type id {id} (known ids are below {})",
+                types::GGML_TYPE_COUNT
+            ),
+        )),
+        Err(TypeIdError::Removed(id, n)) => Err(Error::Unsupported {
+            at: Location::file(c.path).at(ty_at as u64).tensor(name),
+            format: Some(Format::Gguf),
+            what: format!("ggml type id {id} ({n}) was removed from ggml"),
+        }),
+    }
+}
+
+/// The byte size of `nel` elements `ne` of `dtype`: whole blocks per row, no overflow, whichever
+/// order the dimensions multiply in (`at`: where the dimensions and the type were read).
+fn tensor_bytes(
+    c: &Cur,
+    name: &str,
+    (ne, nel): (&[u64], u64),
+    dtype: DType,
+    (nd_at, ty_at): (usize, usize),
+) -> Result<u64> {
     let (blck, tsize) = types::block_of(dtype);
     let ne0 = ne.first().copied().unwrap_or(1);
     if ne0 % blck != 0 {
         return Err(c.mal(
             ty_at,
-            Some(&name),
+            Some(name),
             format!("row length ne[0] = {ne0} is not a multiple of the {dtype} block size {blck}"),
         ));
     }
     let nbytes = (nel / blck).checked_mul(tsize).ok_or_else(|| {
         c.mal(
             ty_at,
-            Some(&name),
+            Some(name),
             format!("byte size of {dtype} {ne:?} overflows"),
         )
     })?;
@@ -517,23 +547,14 @@ fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufT
     if dtype.byte_len(&shape) != Ok(nbytes) {
         return Err(c.mal(
             nd_at,
-            Some(&name),
+            Some(name),
             format!(
                 "shape {shape:?} of {dtype} overflows when multiplied outermost first \
                  (llama.cpp accepts it because a dimension is 0; weightport does not)"
             ),
         ));
     }
-    let offset = c.u64(&what)?;
-    Ok(GgufTensor {
-        name,
-        dtype,
-        ggml_type: ty,
-        ne,
-        offset,
-        nbytes,
-        info_at: at as u64,
-    })
+    Ok(nbytes)
 }
 
 /// A tensor info's dimensions (at most 4, each non-negative as i64) and their element count

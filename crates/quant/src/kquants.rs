@@ -29,23 +29,7 @@ fn make_qkx2_quants<const N: usize, const M: usize>(
     nstep: usize,
     use_mad: bool,
 ) -> ([f32; M], [f32; M]) {
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = [0f32; M];
-    for m in 0..M {
-        sum_x[m] = sum_w[m] * x[0][m];
-    }
-    for i in 1..N {
-        for m in 0..M {
-            let v = x[i][m];
-            min[m] = if v < min[m] { v } else { min[m] };
-            max[m] = if v > max[m] { v } else { max[m] };
-            let w = weights[i][m];
-            sum_w[m] += w;
-            sum_x[m] += w * v;
-        }
-    }
+    let (mut min, max, sum_w, sum_x) = weighted_range(x, weights);
     let mut done = [false; M];
     let mut iscale = [0f32; M];
     let mut scale = [0f32; M];
@@ -72,30 +56,9 @@ fn make_qkx2_quants<const N: usize, const M: usize>(
         for m in 0..M {
             iscale[m] = (rmin + rdelta * is as f32 + nmax as f32) / (max[m] - min[m]);
         }
-        let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
-        for i in 0..N {
-            for m in 0..M {
-                let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
-                laux[i][m] = q;
-                let w = weights[i][m];
-                sum_l[m] += w * q;
-                sum_l2[m] += w * q * q;
-                sum_xl[m] += w * q * x[i][m];
-            }
-        }
-        let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
-        for m in 0..M {
-            let d = sum_w[m] * sum_l2[m] - sum_l[m] * sum_l[m];
-            d_pos[m] = d > 0.0;
-            let mut s = (sum_w[m] * sum_xl[m] - sum_x[m] * sum_l[m]) / d;
-            let mut mn = (sum_l2[m] * sum_x[m] - sum_l[m] * sum_xl[m]) / d;
-            if mn > 0.0 {
-                mn = 0.0;
-                s = sum_xl[m] / sum_l2[m];
-            }
-            this_scale[m] = s;
-            this_min[m] = mn;
-        }
+        let sums = (&sum_w, &sum_x);
+        let (this_scale, this_min, d_pos) =
+            fit_step(nmax, x, weights, &iscale, &min, sums, &mut laux);
         let mut cur_error = [0f32; M];
         for i in 0..N {
             for m in 0..M {
@@ -115,13 +78,7 @@ fn make_qkx2_quants<const N: usize, const M: usize>(
             }
         }
         if any {
-            for i in 0..N {
-                for m in 0..M {
-                    if accept[m] {
-                        l[i][m] = laux[i][m] as u8;
-                    }
-                }
-            }
+            take_accepted(l, &laux, &accept);
         }
     }
     let mut the_min = [0f32; M];
@@ -135,6 +92,90 @@ fn make_qkx2_quants<const N: usize, const M: usize>(
         the_min[m] = -min[m];
     }
     (scale, the_min)
+}
+
+/// [`make_qkx2_quants`]' first pass, per lane: min, max, Σw and Σw·x in element order.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn weighted_range<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
+) -> ([f32; M], [f32; M], [f32; M], [f32; M]) {
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = [0f32; M];
+    for m in 0..M {
+        sum_x[m] = sum_w[m] * x[0][m];
+    }
+    for i in 1..N {
+        for m in 0..M {
+            let v = x[i][m];
+            min[m] = if v < min[m] { v } else { min[m] };
+            max[m] = if v > max[m] { v } else { max[m] };
+            let w = weights[i][m];
+            sum_w[m] += w;
+            sum_x[m] += w * v;
+        }
+    }
+    (min, max, sum_w, sum_x)
+}
+
+/// One candidate step of [`make_qkx2_quants`], per lane: the levels for `iscale` into `laux`,
+/// then the least-squares scale and min over them (`(Σw, Σw·x)` = `sums`), with whether the
+/// system's determinant is positive.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn fit_step<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
+    iscale: &[f32; M],
+    min: &[f32; M],
+    (sum_w, sum_x): (&[f32; M], &[f32; M]),
+    laux: &mut [[f32; M]; N],
+) -> ([f32; M], [f32; M], [bool; M]) {
+    let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
+    for i in 0..N {
+        for m in 0..M {
+            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
+            laux[i][m] = q;
+            let w = weights[i][m];
+            sum_l[m] += w * q;
+            sum_l2[m] += w * q * q;
+            sum_xl[m] += w * q * x[i][m];
+        }
+    }
+    let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
+    for m in 0..M {
+        let d = sum_w[m] * sum_l2[m] - sum_l[m] * sum_l[m];
+        d_pos[m] = d > 0.0;
+        let mut s = (sum_w[m] * sum_xl[m] - sum_x[m] * sum_l[m]) / d;
+        let mut mn = (sum_l2[m] * sum_x[m] - sum_l[m] * sum_xl[m]) / d;
+        if mn > 0.0 {
+            mn = 0.0;
+            s = sum_xl[m] / sum_l2[m];
+        }
+        this_scale[m] = s;
+        this_min[m] = mn;
+    }
+    (this_scale, this_min, d_pos)
+}
+
+/// The levels of the lanes whose step was accepted.
+#[inline(always)]
+fn take_accepted<const N: usize, const M: usize>(
+    l: &mut [[u8; M]; N],
+    laux: &[[f32; M]; N],
+    accept: &[bool; M],
+) {
+    for i in 0..N {
+        for m in 0..M {
+            if accept[m] {
+                l[i][m] = laux[i][m] as u8;
+            }
+        }
+    }
 }
 
 /// `t[i][m] = x[N*m + i]`: sub-block `m` of `x` in lane `m`.

@@ -254,77 +254,104 @@ fn export_kind(
         }
         _ => {}
     }
+    let kind = file_kind(dir, kind)?;
+    if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
+        return export_spm(dir, kind, vocab_size, kv);
+    }
+    refuse_bpe(dir, kind)?;
+    export_gpt2(dir, vocab_size, pre_override, kv)
+}
+
+/// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
+/// GPT-2 tokenizer) are GPT-2's.
+fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
     let kind = if kind == VocabKind::Gpt2AddBosEosSep {
         VocabKind::Gpt2
     } else {
         kind
     };
     // Phi-4 releases keep Phi-3's class with a GPT-2 tokenizer.
-    let kind = if kind == VocabKind::SpmPhi3
-        && tokenizer_class(dir)?.as_deref() == Some("GPT2Tokenizer")
-    {
-        VocabKind::Gpt2
-    } else {
-        kind
-    };
-    if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
-        let flavor = if kind == VocabKind::SpmPhi3 {
-            spm::Flavor::Phi3
+    Ok(
+        if kind == VocabKind::SpmPhi3 && tokenizer_class(dir)?.as_deref() == Some("GPT2Tokenizer") {
+            VocabKind::Gpt2
         } else {
-            spm::Flavor::Common
-        };
-        let v = spm::load(dir, vocab_size, flavor)?;
+            kind
+        },
+    )
+}
+
+/// A SentencePiece vocabulary (`tokenizer.model`) after the keys in `kv`.
+fn export_spm(
+    dir: &Path,
+    kind: VocabKind,
+    vocab_size: Option<u64>,
+    mut kv: Vec<(String, MetaValue)>,
+) -> Result<VocabExport> {
+    let flavor = if kind == VocabKind::SpmPhi3 {
+        spm::Flavor::Phi3
+    } else {
+        spm::Flavor::Common
+    };
+    let v = spm::load(dir, vocab_size, flavor)?;
+    kv.push((
+        "tokenizer.ggml.model".into(),
+        MetaValue::Str("llama".into()),
+    ));
+    kv.push((
+        "tokenizer.ggml.pre".into(),
+        MetaValue::Str("default".into()),
+    ));
+    let n = v.tokens.len();
+    if n > 0 {
+        kv.push(("tokenizer.ggml.tokens".into(), str_array(v.tokens)));
         kv.push((
-            "tokenizer.ggml.model".into(),
-            MetaValue::Str("llama".into()),
+            "tokenizer.ggml.scores".into(),
+            MetaValue::TypedArray {
+                elem: MetaType::F32,
+                items: v.scores.into_iter().map(MetaValue::F32).collect(),
+            },
         ));
-        kv.push((
-            "tokenizer.ggml.pre".into(),
-            MetaValue::Str("default".into()),
-        ));
-        let n = v.tokens.len();
-        if n > 0 {
-            kv.push(("tokenizer.ggml.tokens".into(), str_array(v.tokens)));
-            kv.push((
-                "tokenizer.ggml.scores".into(),
-                MetaValue::TypedArray {
-                    elem: MetaType::F32,
-                    items: v.scores.into_iter().map(MetaValue::F32).collect(),
-                },
-            ));
-            kv.push(("tokenizer.ggml.token_type".into(), types_array(&v.types)));
-        }
-        let sp = special::load(dir, false, Some(n))?;
-        kv.extend(sp.to_kv());
-        if kind == VocabKind::SpmGemma {
-            // GemmaModel.set_vocab: CodeGemma's end-of-turn id, whatever the vocabulary (the
-            // special-token ids it also sets have no GGUF key in the pinned gguf-py).
-            let tc = dir.join("tokenizer_config.json");
-            if tc.is_file()
-                && read_json(&tc)?
-                    .get("eot_token")
-                    .is_some_and(|v| !v.is_null())
-            {
-                return Err(Error::Unsupported {
-                    at: Location::file(dir.join("tokenizer_config.json")),
-                    format: Some(Format::Gguf),
-                    what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet"
-                        .into(),
-                });
-            }
-            kv.push((
-                "tokenizer.ggml.eot_token_id".into(),
-                MetaValue::U32(GEMMA_EOT),
-            ));
-        }
-        if matches!(kind, VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma) {
-            kv.push((
-                "tokenizer.ggml.add_space_prefix".into(),
-                MetaValue::Bool(false),
-            ));
-        }
-        return Ok(VocabExport { kv, chkhsh: None });
+        kv.push(("tokenizer.ggml.token_type".into(), types_array(&v.types)));
     }
+    let sp = special::load(dir, false, Some(n))?;
+    kv.extend(sp.to_kv());
+    if kind == VocabKind::SpmGemma {
+        kv.push(gemma_eot(dir)?);
+    }
+    if matches!(kind, VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma) {
+        kv.push((
+            "tokenizer.ggml.add_space_prefix".into(),
+            MetaValue::Bool(false),
+        ));
+    }
+    Ok(VocabExport { kv, chkhsh: None })
+}
+
+/// GemmaModel.set_vocab: CodeGemma's end-of-turn id, whatever the vocabulary (the special-token
+/// ids it also sets have no GGUF key in the pinned gguf-py); a config's own `eot_token` is
+/// refused.
+fn gemma_eot(dir: &Path) -> Result<(String, MetaValue)> {
+    let tc = dir.join("tokenizer_config.json");
+    if tc.is_file()
+        && read_json(&tc)?
+            .get("eot_token")
+            .is_some_and(|v| !v.is_null())
+    {
+        return Err(Error::Unsupported {
+            at: Location::file(dir.join("tokenizer_config.json")),
+            format: Some(Format::Gguf),
+            what: "an `eot_token` in a Gemma tokenizer_config.json is not supported yet".into(),
+        });
+    }
+    Ok((
+        "tokenizer.ggml.eot_token_id".into(),
+        MetaValue::U32(GEMMA_EOT),
+    ))
+}
+
+/// Refuses a release without `tokenizer.model` whose kind needs one, and a Llama byte-fallback
+/// BPE tokenizer.json.
+fn refuse_bpe(dir: &Path, kind: VocabKind) -> Result<()> {
     if matches!(
         kind,
         VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma | VocabKind::SpmPhi3
@@ -344,6 +371,16 @@ fn export_kind(
                 .into(),
         });
     }
+    Ok(())
+}
+
+/// A GPT-2 BPE vocabulary (`tokenizer.json`) after the keys in `kv`, with its pre-tokenizer.
+fn export_gpt2(
+    dir: &Path,
+    vocab_size: Option<u64>,
+    pre_override: Option<&str>,
+    mut kv: Vec<(String, MetaValue)>,
+) -> Result<VocabExport> {
     let v = bpe::load(dir, vocab_size)?;
     let pre = resolve_pre(dir, &v.chkhsh, pre_override)?;
     kv.push(("tokenizer.ggml.model".into(), MetaValue::Str("gpt2".into())));

@@ -176,15 +176,7 @@ pub fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<Spe
     } else {
         None
     };
-    let tc_path = dir.join("tokenizer_config.json");
-    let mut tc: Option<Map<String, Value>> = if tc_path.is_file() {
-        match read_json(&tc_path)? {
-            Value::Object(m) => Some(m),
-            _ => return Err(bad(&tc_path, "not a JSON object")),
-        }
-    } else {
-        None
-    };
+    let mut tc = tokenizer_config(dir)?;
     let mut added_tokens: Vec<Value> = Vec::new();
     if let Some(tj) = &tj {
         if load_merges {
@@ -201,40 +193,8 @@ pub fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<Spe
         post_processor(&mut sp, tj, &mut tc, &mut types);
     }
     if let Some(tc) = tc.as_ref().filter(|m| !m.is_empty()) {
-        let jinja = dir.join("chat_template.jinja");
-        let json = dir.join("chat_template.json");
-        let alt = if jinja.is_file() {
-            Some(Value::String(crate::config::read_text(&jinja)?))
-        } else if json.is_file() {
-            read_json(&json)?.get("chat_template").cloned()
-        } else {
-            None
-        };
-        match tc.get("chat_template").cloned().or(alt) {
-            Some(Value::String(s)) => sp.chat_template = Some(s),
-            Some(Value::Array(list)) => {
-                // Named templates: only the `default` one is supported here.
-                sp.chat_template = list.iter().find_map(|c| {
-                    (c.get("name").and_then(Value::as_str) == Some("default"))
-                        .then(|| c.get("template").and_then(Value::as_str).map(str::to_owned))
-                        .flatten()
-                });
-            }
-            _ => {}
-        }
-        for typ in &types {
-            if let Some(Value::Bool(b)) = tc.get(&format!("add_{typ}_token")) {
-                sp.set_add(typ, *b, false);
-            }
-            let Some(content) = token_text(tc.get(&format!("{typ}_token"))) else {
-                continue;
-            };
-            let id = added_tokens
-                .iter()
-                .find(|a| a.get("content").and_then(Value::as_str) == Some(&content))
-                .and_then(|a| a.get("id"));
-            sp.set_id(typ, id, n_vocab)?;
-        }
+        sp.chat_template = chat_template(dir, tc)?;
+        sp.ids_from_tokenizer_config(tc, &types, &added_tokens, n_vocab)?;
     }
     let cfg_path = dir.join("config.json");
     if cfg_path.is_file() {
@@ -251,6 +211,69 @@ pub fn load(dir: &Path, load_merges: bool, n_vocab: Option<usize>) -> Result<Spe
     Ok(sp)
 }
 
+/// tokenizer_config.json, when the release has one.
+fn tokenizer_config(dir: &Path) -> Result<Option<Map<String, Value>>> {
+    let tc_path = dir.join("tokenizer_config.json");
+    if !tc_path.is_file() {
+        return Ok(None);
+    }
+    match read_json(&tc_path)? {
+        Value::Object(m) => Ok(Some(m)),
+        _ => Err(bad(&tc_path, "not a JSON object")),
+    }
+}
+
+/// The tokenizer config's `chat_template`, else `chat_template.jinja` or `chat_template.json`'s;
+/// of a list of named templates, the `default` one.
+fn chat_template(dir: &Path, tc: &Map<String, Value>) -> Result<Option<String>> {
+    let jinja = dir.join("chat_template.jinja");
+    let json = dir.join("chat_template.json");
+    let alt = if jinja.is_file() {
+        Some(Value::String(crate::config::read_text(&jinja)?))
+    } else if json.is_file() {
+        read_json(&json)?.get("chat_template").cloned()
+    } else {
+        None
+    };
+    Ok(match tc.get("chat_template").cloned().or(alt) {
+        Some(Value::String(s)) => Some(s),
+        // Named templates: only the `default` one is supported here.
+        Some(Value::Array(list)) => list.iter().find_map(|c| {
+            (c.get("name").and_then(Value::as_str) == Some("default"))
+                .then(|| c.get("template").and_then(Value::as_str).map(str::to_owned))
+                .flatten()
+        }),
+        _ => None,
+    })
+}
+
+impl Special {
+    /// The tokenizer config's `add_{typ}_token` flags and `{typ}_token`s (by content, among
+    /// tokenizer.json's added tokens).
+    fn ids_from_tokenizer_config(
+        &mut self,
+        tc: &Map<String, Value>,
+        types: &[String],
+        added_tokens: &[Value],
+        n_vocab: Option<usize>,
+    ) -> Result<()> {
+        for typ in types {
+            if let Some(Value::Bool(b)) = tc.get(&format!("add_{typ}_token")) {
+                self.set_add(typ, *b, false);
+            }
+            let Some(content) = token_text(tc.get(&format!("{typ}_token"))) else {
+                continue;
+            };
+            let id = added_tokens
+                .iter()
+                .find(|a| a.get("content").and_then(Value::as_str) == Some(&content))
+                .and_then(|a| a.get("id"));
+            self.set_id(typ, id, n_vocab)?;
+        }
+        Ok(())
+    }
+}
+
 fn is_falsy(v: &Value) -> bool {
     match v {
         Value::Null => true,
@@ -262,32 +285,16 @@ fn is_falsy(v: &Value) -> bool {
     }
 }
 
+/// gguf-py's `SpecialVocab._set_special_token`s from tokenizer.json's post-processor: the
+/// `add_*_token` flags, and the special tokens it names written back into the tokenizer config
+/// `tc` (and `eot`/`eom` added to `types`) as the reference does.
 fn post_processor(
     sp: &mut Special,
     tj: &Value,
     tc: &mut Option<Map<String, Value>>,
     types: &mut Vec<String>,
 ) {
-    let has_tc = |tc: &Option<Map<String, Value>>| tc.as_ref().is_some_and(|m| !m.is_empty());
-    let get = |tc: &Option<Map<String, Value>>, k: &str| -> Option<String> {
-        tc.as_ref()
-            .and_then(|m| m.get(k))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    let mut special_bos = get(tc, "bos_token");
-    let mut special_cls = get(tc, "cls_token");
-    let mut special_eos = get(tc, "eos_token");
-    let mut special_sep = get(tc, "sep_token");
-    if special_bos.is_none() && special_cls.is_some() && has_tc(tc) {
-        special_bos = special_cls.clone();
-        set_tc(tc, "bos_token", special_bos.clone());
-    }
-    if special_eos.is_none() && special_sep.is_some() && has_tc(tc) {
-        special_eos = special_sep.clone();
-        set_tc(tc, "eos_token", special_eos.clone());
-    }
+    let mut post = PostProcessor::new(sp, tc, types);
     let Some(pp) = tj.get("post_processor").filter(|p| !is_falsy(p)) else {
         return;
     };
@@ -298,133 +305,201 @@ fn post_processor(
     for proc in &procs {
         match proc.get("type").and_then(Value::as_str) {
             Some("ByteLevel") => {
-                sp.set_add("bos", false, false);
-                sp.set_add("eos", false, false);
+                post.sp.set_add("bos", false, false);
+                post.sp.set_add("eos", false, false);
             }
-            Some("RobertaProcessing") => {
-                sp.set_add("bos", true, true);
-                sp.set_add("eos", true, true);
-                sp.set_add("sep", true, true);
-                if special_cls.is_none() && has_tc(tc) {
-                    let cls = proc
-                        .get("cls")
-                        .and_then(|c| c.get(0))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .or(special_bos.clone());
-                    special_cls = cls.clone();
-                    set_tc(tc, "cls_token", cls);
-                }
-                if special_sep.is_none() && has_tc(tc) {
-                    let sep = proc
-                        .get("sep")
-                        .and_then(|c| c.get(0))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .or(special_eos.clone());
-                    special_sep = sep.clone();
-                    set_tc(tc, "sep_token", sep);
-                }
-            }
-            Some("TemplateProcessing") => {
-                let single = proc
-                    .get("single")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let mut special_first = None;
-                let mut special_last = None;
-                if single.len() > 1 {
-                    special_first = special_id(&single[0]);
-                    if let Some(first) = special_first.clone() {
-                        if !has_tc(tc) {
-                            special_bos = Some(first.clone());
-                        } else if Some(&first) != special_bos.as_ref()
-                            && Some(&first) != special_cls.as_ref()
-                        {
-                            if special_bos.is_none() {
-                                special_bos = Some(first.clone());
-                                set_tc(tc, "bos_token", special_bos.clone());
-                            }
-                            if special_cls.is_none() {
-                                special_cls = Some(first.clone());
-                                set_tc(tc, "cls_token", special_cls.clone());
-                            }
-                        }
-                        let is = Some(&first) == special_bos.as_ref()
-                            || Some(&first) == special_cls.as_ref();
-                        sp.set_add("bos", is, true);
-                    }
-                    special_last = special_id(&single[single.len() - 1]);
-                    if let Some(last) = special_last.clone() {
-                        if !has_tc(tc) {
-                            special_eos = Some(last.clone());
-                        } else if Some(&last) != special_eos.as_ref() {
-                            if !types.iter().any(|t| t == "eot") {
-                                types.push("eot".into());
-                                set_tc(tc, "eot_token", special_eos.clone());
-                            } else if !types.iter().any(|t| t == "eom") {
-                                types.push("eom".into());
-                                set_tc(tc, "eom_token", special_eos.clone());
-                            }
-                            special_eos = Some(last.clone());
-                            set_tc(tc, "eos_token", special_eos.clone());
-                        }
-                        sp.set_add("eos", Some(&last) == special_eos.as_ref(), true);
-                    }
-                }
-                let pair = proc
-                    .get("pair")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                if !pair.is_empty() {
-                    let start = usize::from(
-                        special_first.is_some() && special_id(&pair[0]) == special_first,
-                    );
-                    let stop = if special_last.is_some()
-                        && special_id(&pair[pair.len() - 1]) == special_last
-                    {
-                        pair.len() - 1
-                    } else {
-                        pair.len()
-                    };
-                    let pair = if start < stop {
-                        &pair[start..stop]
-                    } else {
-                        &[][..]
-                    };
-                    let seq = |v: &Value| {
-                        v.get("Sequence")
-                            .and_then(|s| s.get("id"))
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                    };
-                    if !pair.is_empty()
-                        && seq(&pair[0]).as_deref() == Some("A")
-                        && seq(&pair[pair.len() - 1]).as_deref() == Some("B")
-                        && pair.len() > 2
-                    {
-                        let mid = &pair[1..pair.len() - 1];
-                        let is_sep_or_eos = |e: &Option<String>| {
-                            e.is_some() && (*e == special_sep || *e == special_eos)
-                        };
-                        let mut add_sep = false;
-                        let e0 = special_id(&mid[0]);
-                        if is_sep_or_eos(&e0) && special_last.is_none() {
-                            add_sep = true;
-                        }
-                        if mid.len() == 2 && is_sep_or_eos(&special_id(&mid[1])) {
-                            add_sep = true;
-                        }
-                        sp.set_add("sep", add_sep, true);
-                        if add_sep && special_sep.is_none() && has_tc(tc) {
-                            set_tc(tc, "sep_token", special_eos.clone());
-                        }
-                    }
-                }
-            }
+            Some("RobertaProcessing") => post.roberta(proc),
+            Some("TemplateProcessing") => post.template(proc),
             _ => {}
+        }
+    }
+}
+
+/// The special tokens as the post-processor pass sees them, and what it writes to.
+struct PostProcessor<'a> {
+    sp: &'a mut Special,
+    tc: &'a mut Option<Map<String, Value>>,
+    types: &'a mut Vec<String>,
+    bos: Option<String>,
+    cls: Option<String>,
+    eos: Option<String>,
+    sep: Option<String>,
+}
+
+/// A non-empty string of the tokenizer config.
+fn tc_str(tc: &Option<Map<String, Value>>, k: &str) -> Option<String> {
+    tc.as_ref()
+        .and_then(|m| m.get(k))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+impl<'a> PostProcessor<'a> {
+    /// The tokenizer config's bos/cls/eos/sep, bos falling back on cls and eos on sep.
+    fn new(
+        sp: &'a mut Special,
+        tc: &'a mut Option<Map<String, Value>>,
+        types: &'a mut Vec<String>,
+    ) -> Self {
+        let mut post = PostProcessor {
+            bos: tc_str(tc, "bos_token"),
+            cls: tc_str(tc, "cls_token"),
+            eos: tc_str(tc, "eos_token"),
+            sep: tc_str(tc, "sep_token"),
+            sp,
+            tc,
+            types,
+        };
+        if post.bos.is_none() && post.cls.is_some() && post.has_tc() {
+            post.bos = post.cls.clone();
+            post.set_tc("bos_token", post.bos.clone());
+        }
+        if post.eos.is_none() && post.sep.is_some() && post.has_tc() {
+            post.eos = post.sep.clone();
+            post.set_tc("eos_token", post.eos.clone());
+        }
+        post
+    }
+
+    /// A non-empty tokenizer config was given.
+    fn has_tc(&self) -> bool {
+        self.tc.as_ref().is_some_and(|m| !m.is_empty())
+    }
+
+    fn set_tc(&mut self, k: &str, v: Option<String>) {
+        set_tc(self.tc, k, v);
+    }
+
+    /// `RobertaProcessing`: bos, eos and sep added; cls and sep from the processor when the
+    /// config lacks them.
+    fn roberta(&mut self, proc: &Value) {
+        self.sp.set_add("bos", true, true);
+        self.sp.set_add("eos", true, true);
+        self.sp.set_add("sep", true, true);
+        let first = |k: &str| {
+            proc.get(k)
+                .and_then(|c| c.get(0))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        if self.cls.is_none() && self.has_tc() {
+            let cls = first("cls").or(self.bos.clone());
+            self.cls = cls.clone();
+            self.set_tc("cls_token", cls);
+        }
+        if self.sep.is_none() && self.has_tc() {
+            let sep = first("sep").or(self.eos.clone());
+            self.sep = sep.clone();
+            self.set_tc("sep_token", sep);
+        }
+    }
+
+    /// `TemplateProcessing`: the single sequence's first and last special tokens decide bos and
+    /// eos; the pair's middle decides sep.
+    fn template(&mut self, proc: &Value) {
+        let list = |k: &str| {
+            proc.get(k)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let single = list("single");
+        let mut first = None;
+        let mut last = None;
+        if single.len() > 1 {
+            first = special_id(&single[0]);
+            if let Some(first) = first.clone() {
+                self.template_first(first);
+            }
+            last = special_id(&single[single.len() - 1]);
+            if let Some(last) = last.clone() {
+                self.template_last(last);
+            }
+        }
+        let pair = list("pair");
+        if !pair.is_empty() {
+            self.template_pair(&pair, &first, &last);
+        }
+    }
+
+    /// The single sequence's first special token: bos (or cls) when the config says so.
+    fn template_first(&mut self, first: String) {
+        if !self.has_tc() {
+            self.bos = Some(first.clone());
+        } else if Some(&first) != self.bos.as_ref() && Some(&first) != self.cls.as_ref() {
+            if self.bos.is_none() {
+                self.bos = Some(first.clone());
+                self.set_tc("bos_token", self.bos.clone());
+            }
+            if self.cls.is_none() {
+                self.cls = Some(first.clone());
+                self.set_tc("cls_token", self.cls.clone());
+            }
+        }
+        let is = Some(&first) == self.bos.as_ref() || Some(&first) == self.cls.as_ref();
+        self.sp.set_add("bos", is, true);
+    }
+
+    /// The single sequence's last special token: the eos; the config's own eos, when another,
+    /// becomes eot (or eom).
+    fn template_last(&mut self, last: String) {
+        if !self.has_tc() {
+            self.eos = Some(last.clone());
+        } else if Some(&last) != self.eos.as_ref() {
+            if !self.types.iter().any(|t| t == "eot") {
+                self.types.push("eot".into());
+                self.set_tc("eot_token", self.eos.clone());
+            } else if !self.types.iter().any(|t| t == "eom") {
+                self.types.push("eom".into());
+                self.set_tc("eom_token", self.eos.clone());
+            }
+            self.eos = Some(last.clone());
+            self.set_tc("eos_token", self.eos.clone());
+        }
+        self.sp
+            .set_add("eos", Some(&last) == self.eos.as_ref(), true);
+    }
+
+    /// The pair template without the single's first and last tokens: `A … B` with a sep (or
+    /// eos) between them adds sep.
+    fn template_pair(&mut self, pair: &[Value], first: &Option<String>, last: &Option<String>) {
+        let start = usize::from(first.is_some() && special_id(&pair[0]) == *first);
+        let stop = if last.is_some() && special_id(&pair[pair.len() - 1]) == *last {
+            pair.len() - 1
+        } else {
+            pair.len()
+        };
+        let pair = if start < stop {
+            &pair[start..stop]
+        } else {
+            &[][..]
+        };
+        let seq = |v: &Value| {
+            v.get("Sequence")
+                .and_then(|s| s.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        if pair.is_empty()
+            || seq(&pair[0]).as_deref() != Some("A")
+            || seq(&pair[pair.len() - 1]).as_deref() != Some("B")
+            || pair.len() <= 2
+        {
+            return;
+        }
+        let mid = &pair[1..pair.len() - 1];
+        let is_sep_or_eos = |e: &Option<String>| e.is_some() && (*e == self.sep || *e == self.eos);
+        let mut add_sep = false;
+        if is_sep_or_eos(&special_id(&mid[0])) && last.is_none() {
+            add_sep = true;
+        }
+        if mid.len() == 2 && is_sep_or_eos(&special_id(&mid[1])) {
+            add_sep = true;
+        }
+        self.sp.set_add("sep", add_sep, true);
+        if add_sep && self.sep.is_none() && self.has_tc() {
+            self.set_tc("sep_token", self.eos.clone());
         }
     }
 }

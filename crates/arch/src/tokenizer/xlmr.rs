@@ -68,66 +68,8 @@ const HEAD: [(&str, TokenType); 4] = [
 /// Exports the vocabulary of the XLM-RoBERTa release in `dir`.
 pub fn export(dir: &Path, hp: &HParams) -> Result<VocabExport> {
     let path = dir.join(MODEL_FILE);
-    if !path.is_file() {
-        return Err(Error::Unsupported {
-            at: Location::file(&path),
-            format: Some(Format::HfRelease),
-            what: format!(
-                "an XLM-RoBERTa release without {MODEL_FILE} (tokenizer.json only) is not \
-                 supported yet"
-            ),
-        });
-    }
-    let bytes = crate::config::read_capped(&path)?;
-    let not_spm = |e: prost::DecodeError| bad(&path, format!("not a SentencePiece model: {e}"));
-    let model = spm::ModelProto::decode(bytes.as_slice()).map_err(not_spm)?;
-    let specs = Specs::decode(bytes.as_slice()).map_err(not_spm)?;
-    let model_type = specs.trainer_spec.and_then(|t| t.model_type).unwrap_or(1);
-    if model_type != 1 {
-        return Err(Error::Unsupported {
-            at: Location::file(&path),
-            format: Some(Format::HfRelease),
-            what: format!(
-                "SentencePiece model type {model_type}: XLM-RoBERTa's vocabulary is a unigram \
-                 model (type 1), the only one the reference converts"
-            ),
-        });
-    }
-    let norm = specs.normalizer_spec.unwrap_or_default();
-    let n_pieces = model.pieces.len() as u64;
-    let n = hp.uint(&["vocab_size"])?.unwrap_or(0).max(n_pieces);
-    if n > 16 << 20 {
-        return Err(bad(
-            &hp.path,
-            format!("vocab_size {n} is implausibly large"),
-        ));
-    }
-    if n < HEAD.len() as u64 {
-        return Err(bad(
-            &path,
-            format!("{n} pieces: fewer than <s> <pad> </s> <unk>"),
-        ));
-    }
-    let (mut tokens, mut scores, mut types) = (Vec::new(), Vec::new(), Vec::new());
-    for (text, ty) in HEAD {
-        tokens.push(text.to_owned());
-        scores.push(0.0f32);
-        types.push(ty);
-    }
-    for id in 3..n as usize - 1 {
-        match model.pieces.get(id) {
-            Some(p) => {
-                tokens.push(p.piece.clone().unwrap_or_default());
-                scores.push(p.score.unwrap_or(0.0));
-                types.push(spm::piece_type(p.r#type));
-            }
-            None => {
-                tokens.push(format!("[PAD{id}]"));
-                scores.push(-10000.0);
-                types.push(TokenType::Unused);
-            }
-        }
-    }
+    let (model, norm) = read_unigram(&path)?;
+    let (tokens, scores, types) = hf_slots(&model, hp, &path)?;
     let count = tokens.len();
     let mut kv = vec![
         (
@@ -171,4 +113,79 @@ pub fn export(dir: &Path, hp: &HParams) -> Result<VocabExport> {
     }
     kv.extend(special::load(dir, false, Some(count))?.to_kv());
     Ok(VocabExport { kv, chkhsh: None })
+}
+
+/// The SentencePiece model at `path` and its normalizer spec; refused when missing (a
+/// tokenizer.json-only release) or not a unigram model.
+fn read_unigram(path: &Path) -> Result<(spm::ModelProto, NormalizerSpec)> {
+    if !path.is_file() {
+        return Err(Error::Unsupported {
+            at: Location::file(path),
+            format: Some(Format::HfRelease),
+            what: format!(
+                "an XLM-RoBERTa release without {MODEL_FILE} (tokenizer.json only) is not \
+                 supported yet"
+            ),
+        });
+    }
+    let bytes = crate::config::read_capped(path)?;
+    let not_spm = |e: prost::DecodeError| bad(path, format!("not a SentencePiece model: {e}"));
+    let model = spm::ModelProto::decode(bytes.as_slice()).map_err(not_spm)?;
+    let specs = Specs::decode(bytes.as_slice()).map_err(not_spm)?;
+    let model_type = specs.trainer_spec.and_then(|t| t.model_type).unwrap_or(1);
+    if model_type != 1 {
+        return Err(Error::Unsupported {
+            at: Location::file(path),
+            format: Some(Format::HfRelease),
+            what: format!(
+                "SentencePiece model type {model_type}: XLM-RoBERTa's vocabulary is a unigram \
+                 model (type 1), the only one the reference converts"
+            ),
+        });
+    }
+    Ok((model, specs.normalizer_spec.unwrap_or_default()))
+}
+
+/// Tokens, scores and types in HF's ids: [`HEAD`], then the pieces from id 3 (a slot past the
+/// pieces is `[PAD{id}]`), the last of the `vocab_size` slots left out.
+fn hf_slots(
+    model: &spm::ModelProto,
+    hp: &HParams,
+    path: &Path,
+) -> Result<(Vec<String>, Vec<f32>, Vec<TokenType>)> {
+    let n_pieces = model.pieces.len() as u64;
+    let n = hp.uint(&["vocab_size"])?.unwrap_or(0).max(n_pieces);
+    if n > 16 << 20 {
+        return Err(bad(
+            &hp.path,
+            format!("vocab_size {n} is implausibly large"),
+        ));
+    }
+    if n < HEAD.len() as u64 {
+        return Err(bad(
+            path,
+            format!("{n} pieces: fewer than <s> <pad> </s> <unk>"),
+        ));
+    }
+    let (mut tokens, mut scores, mut types) = (Vec::new(), Vec::new(), Vec::new());
+    for (text, ty) in HEAD {
+        tokens.push(text.to_owned());
+        scores.push(0.0f32);
+        types.push(ty);
+    }
+    for id in 3..n as usize - 1 {
+        match model.pieces.get(id) {
+            Some(p) => {
+                tokens.push(p.piece.clone().unwrap_or_default());
+                scores.push(p.score.unwrap_or(0.0));
+                types.push(spm::piece_type(p.r#type));
+            }
+            None => {
+                tokens.push(format!("[PAD{id}]"));
+                scores.push(-10000.0);
+                types.push(TokenType::Unused);
+            }
+        }
+    }
+    Ok((tokens, scores, types))
 }

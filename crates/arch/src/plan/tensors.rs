@@ -1,0 +1,349 @@
+//! The tensor phase of the plan: each HF tensor of the release, in the reference's order,
+//! dropped, stacked with its experts, split into parts, or written as one output tensor.
+
+use super::*;
+use crate::split::Mxfp4;
+use crate::table::{NameRules, Split};
+
+/// The output tensors of a release, with what was dropped and the file type they make.
+pub(super) struct Planned {
+    /// The generated tensors, then the release's, in the reference's order.
+    pub(super) out: Vec<OutTensor>,
+    /// HF tensors not written, with the reason.
+    pub(super) dropped: Vec<(String, &'static str)>,
+    /// `general.file_type`.
+    pub(super) file_type: u32,
+}
+
+/// Plans the release's tensors after the `generated` ones; refuses incomplete expert blocks and
+/// a layer count the weights do not hold.
+pub(super) fn plan_tensors(
+    release: &Release,
+    tensors: &[SourceTensor],
+    opts: &PlanOptions,
+    generated: Vec<OutTensor>,
+) -> Result<Planned> {
+    let Release { dir, spec, hp, .. } = release;
+    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
+    let n_head_kv = hp
+        .u32(&["n_kv_heads", "num_key_value_heads"])?
+        .unwrap_or(n_head);
+    let order = source_order(tensors, opts.sort_names);
+    let mut experts = match spec.experts {
+        Some(e) => Some(Experts::new(e, hp, release.block_count)?),
+        None => None,
+    };
+    // MXFP4 experts, repacked and written before every other tensor of the release.
+    let mxfp4 = Mxfp4::new(spec, hp, tensors, &order, dir)?;
+    let n_generated = generated.len();
+    let mut planner = Planner {
+        release,
+        tensors,
+        outtype: opts.outtype,
+        n_head,
+        n_head_kv,
+        out: generated,
+        mx_out: Vec::new(),
+        dropped: Vec::new(),
+    };
+    for i in order {
+        planner.add(i, &mut experts, &mxfp4)?;
+    }
+    if let Some(ex) = &experts {
+        ex.finish(dir)?;
+    }
+    let Planner {
+        mut out,
+        mx_out,
+        dropped,
+        ..
+    } = planner;
+    out.splice(n_generated..n_generated, mx_out);
+    let file_type = match opts.outtype {
+        OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
+        o => o.file_type(),
+    };
+    if !tensors.is_empty() {
+        check_layers(&out, release.block_count, hp)?;
+    }
+    Ok(Planned {
+        out,
+        dropped,
+        file_type,
+    })
+}
+
+/// Indices of `tensors` in the reference's order: by file, then by name when `sort_names`.
+fn source_order(tensors: &[SourceTensor], sort_names: bool) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    if sort_names {
+        order.sort_by(|&a, &b| {
+            (&tensors[a].file, &tensors[a].name).cmp(&(&tensors[b].file, &tensors[b].name))
+        });
+    } else {
+        order.sort_by(|&a, &b| tensors[a].file.cmp(&tensors[b].file));
+    }
+    order
+}
+
+/// The HF name the architecture's rules map (`language_model.` and the stripped prefixes
+/// removed, suffixes renamed), or why the tensor is not written.
+fn rule_name(rules: &NameRules, name: &str) -> std::result::Result<String, &'static str> {
+    if SKIPPED_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        return Err("not used by llama.cpp");
+    }
+    if rules.text_of_multimodal && is_multimodal_part(name) {
+        return Err("not part of the text model");
+    }
+    let text_name;
+    let mut hf = name;
+    if rules.text_of_multimodal && hf.contains("language_model.") {
+        text_name = hf.replace("language_model.", "");
+        hf = &text_name;
+    }
+    for p in rules.strip_prefix {
+        hf = hf.strip_prefix(p).unwrap_or(hf);
+    }
+    let mut hf = hf.to_owned();
+    for (from, to) in rules.suffix_renames {
+        if let Some(stem) = hf.strip_suffix(from) {
+            hf = format!("{stem}{to}");
+        }
+    }
+    if rules.drop.contains(&hf.as_str()) || rules.drop_prefixes.iter().any(|p| hf.starts_with(p)) {
+        return Err("not used by llama.cpp");
+    }
+    Ok(hf)
+}
+
+/// The tensor phase's state: what is planned so far.
+struct Planner<'r, 'a> {
+    release: &'r Release<'a>,
+    tensors: &'r [SourceTensor],
+    outtype: OutType,
+    n_head: u32,
+    n_head_kv: u32,
+    out: Vec<OutTensor>,
+    /// The MXFP4 parts, which go before every other tensor of the release.
+    mx_out: Vec<OutTensor>,
+    dropped: Vec<(String, &'static str)>,
+}
+
+impl Planner<'_, '_> {
+    /// Plans HF tensor `i`.
+    fn add(&mut self, i: usize, experts: &mut Option<Experts>, mxfp4: &Mxfp4) -> Result<()> {
+        let spec = self.release.spec;
+        let t = &self.tensors[i];
+        let hf = match rule_name(&spec.names, &t.name) {
+            Ok(hf) => hf,
+            Err(reason) => {
+                self.dropped.push((t.name.clone(), reason));
+                return Ok(());
+            }
+        };
+        if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
+            return self.add_expert(ex, &hf, i);
+        }
+        if mxfp4.consumed(&hf) {
+            return Ok(());
+        }
+        if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
+            return self.add_split(split, &hf, i, mxfp4);
+        }
+        let one = self.single(&hf, i)?;
+        self.out.push(one);
+        Ok(())
+    }
+
+    /// An expert tensor: once its block is complete, the block's stacks.
+    fn add_expert(&mut self, ex: &mut Experts, hf: &str, i: usize) -> Result<()> {
+        let (bid, stacks) = ex.add(hf, i, self.tensors, self.release.dir)?;
+        for (name, sources) in stacks {
+            let first = &self.tensors[sources[0].1];
+            let mut shape = vec![sources.len() as u64];
+            shape.extend_from_slice(&first.shape);
+            let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+            self.out.push(OutTensor {
+                name: fill(&name, Some(bid)),
+                origin: Origin::Stack { sources },
+                shape,
+                permute: None,
+                force_f32,
+                plus_one: false,
+                dtype,
+            });
+        }
+        Ok(())
+    }
+
+    /// A fused tensor: its parts, MXFP4 repacks or strided views.
+    fn add_split(&mut self, split: &Split, hf: &str, i: usize, mxfp4: &Mxfp4) -> Result<()> {
+        let t = &self.tensors[i];
+        if let SplitRule::Mxfp4 { alternating } = split.rule {
+            for (part, origin, shape) in mxfp4.repack(hf, i, alternating)? {
+                self.mx_out.push(OutTensor {
+                    name: self.gguf_name(t, &part, &format!("`{part}`"))?,
+                    origin,
+                    shape,
+                    permute: None,
+                    force_f32: false,
+                    plus_one: false,
+                    dtype: DType::MXFP4,
+                });
+            }
+            return Ok(());
+        }
+        let Release { dir, hp, .. } = self.release;
+        for (part, view) in crate::split::views(split, hf, t, hp, dir)? {
+            let name = self.gguf_name(t, &part, &format!("`{part}`"))?;
+            let shape = view.shape();
+            let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+            self.out.push(OutTensor {
+                name,
+                origin: Origin::View {
+                    name: t.name.clone(),
+                    index: i,
+                    view,
+                },
+                shape,
+                permute: None,
+                force_f32,
+                plus_one: false,
+                dtype,
+            });
+        }
+        Ok(())
+    }
+
+    /// The GGUF name of `hf` (`what` of tensor `t`), or the refusal naming it.
+    fn gguf_name(&self, t: &SourceTensor, hf: &str, what: &str) -> Result<String> {
+        let Release {
+            dir,
+            spec,
+            hp,
+            block_count,
+            ..
+        } = self.release;
+        map_name(spec, hf, *block_count).ok_or_else(|| Error::Unsupported {
+            at: Location::file(dir).tensor(&t.name),
+            format: Some(Format::Gguf),
+            what: format!("no GGUF name for {what} of a {} model", hp.hf_arch),
+        })
+    }
+
+    /// A tensor written as one output tensor: renamed, permuted, cut or transposed as the
+    /// architecture says.
+    fn single(&self, hf: &str, i: usize) -> Result<OutTensor> {
+        let t = &self.tensors[i];
+        let name = self.gguf_name(t, hf, "this tensor")?;
+        let permute = self.qk_permute(t)?;
+        let (shape, origin) = self.source_view(t, i, &name)?;
+        let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+        let spec = self.release.spec;
+        Ok(OutTensor {
+            name,
+            origin,
+            shape,
+            permute,
+            force_f32,
+            plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
+            dtype,
+        })
+    }
+
+    /// The q/k row permutation of a `llama`-arch model, checked against the tensor's rows.
+    fn qk_permute(&self, t: &SourceTensor) -> Result<Option<QkPermute>> {
+        if !self.release.spec.permute_qk {
+            return Ok(None);
+        }
+        let n_head = self.n_head;
+        let n_head_kv = if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
+            n_head
+        } else if t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias") {
+            self.n_head_kv
+        } else {
+            return Ok(None);
+        };
+        let p = QkPermute {
+            n_head,
+            n_head_kv: Some(n_head_kv),
+        };
+        let rows = t.shape.first().copied().unwrap_or(0);
+        p.rows(rows as usize)
+            .map_err(|e| bad(&self.release.hp.path, format!("tensor `{}`: {e}", t.name)))?;
+        Ok(Some(p))
+    }
+
+    /// The shape and origin of tensor `i` written as `gguf_name`: the whole tensor, or its rows
+    /// up to the vocabulary (Gemma 3), its transpose, its rows past the position offset
+    /// (XLM-RoBERTa).
+    fn source_view(
+        &self,
+        t: &SourceTensor,
+        i: usize,
+        gguf_name: &str,
+    ) -> Result<(Vec<u64>, Origin)> {
+        let Release {
+            dir,
+            spec,
+            hp,
+            position_offset,
+            ..
+        } = self.release;
+        let name = t.name.clone();
+        let mut shape = t.shape.clone();
+        let mut origin = Origin::Hf { name, index: i };
+        // Gemma 3: embedding rows past the vocabulary are dropped (`data_torch[:n_vocab]`).
+        if spec.embd_rows_to_vocab && gguf_name == "token_embd.weight" {
+            let n_vocab = crate::tokenizer::spm_vocab_len(dir, hp)?;
+            if shape.first().is_some_and(|&r| r > n_vocab) {
+                shape[0] = n_vocab;
+                let (name, index) = (t.name.clone(), i);
+                origin = Origin::Rows {
+                    name,
+                    index,
+                    rows: 0..n_vocab,
+                };
+            }
+        }
+        if spec.transposed.iter().any(|s| t.name.ends_with(s)) {
+            (shape, origin) = transposed(t, i, &shape, hp)?;
+        }
+        // XLM-RoBERTa: positions start after the padding id (`data_torch[offset:, :]`).
+        if let (Some(offset), "position_embd.weight") = (*position_offset, gguf_name) {
+            let first = shape.first().copied().unwrap_or(0);
+            let rows = crate::xlmr::kept_rows(hp, &t.name, first, offset)?;
+            shape[0] = rows.end - rows.start;
+            let (name, index) = (t.name.clone(), i);
+            origin = Origin::Rows { name, index, rows };
+        }
+        Ok((shape, origin))
+    }
+}
+
+/// Tensor `i` of `shape` `[rows, cols]` read as `[cols, rows]`: (c, r) ← r·cols + c.
+fn transposed(
+    t: &SourceTensor,
+    i: usize,
+    shape: &[u64],
+    hp: &HParams,
+) -> Result<(Vec<u64>, Origin)> {
+    let [rows, cols] = shape[..] else {
+        return Err(bad(
+            &hp.path,
+            format!(
+                "tensor `{}` is not 2-D {:?}: cannot be transposed",
+                t.name, shape
+            ),
+        ));
+    };
+    let origin = Origin::View {
+        name: t.name.clone(),
+        index: i,
+        view: View {
+            offset: 0,
+            dims: vec![(cols, 1), (rows, cols)],
+        },
+    };
+    Ok((vec![cols, rows], origin))
+}
