@@ -190,6 +190,72 @@ impl Inflater {
     }
 }
 
+/// A deflated member: its compressed bytes, declared uncompressed size and CRC-32 (`None`:
+/// not recorded).
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// The compressed bytes.
+    pub comp: &'a [u8],
+    /// The declared uncompressed size.
+    pub size: u64,
+    /// The declared CRC-32.
+    pub crc: Option<u32>,
+}
+
+/// The inflate cursor of one tensor read front to back ([`crate::Access::Sequential`]), shared
+/// by the npz and torch readers: consecutive reads continue where the previous one stopped; a
+/// read further on inflates and discards the gap, an earlier one restarts from the member's
+/// start (correct, but O(offset)).
+#[derive(Default)]
+pub struct SeqCursor(std::sync::Mutex<Option<Inflater>>);
+
+impl SeqCursor {
+    /// Fills `dst` with the inflated bytes of `member` from `from` on, skipping through a
+    /// buffer of at most `scratch` bytes. When the member is inflated to its declared size,
+    /// checks that it ends there and its CRC-32; otherwise keeps the cursor for the next call
+    /// while its position is before `keep_until` (the end of the tensor in the member). An
+    /// error comes with the inflated position the failing step read from.
+    pub fn read(
+        &self,
+        member: Member<'_>,
+        from: u64,
+        dst: &mut [u8],
+        scratch: usize,
+        keep_until: u64,
+    ) -> Result<(), (InflateError, u64)> {
+        let Member { comp, size, crc } = member;
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut z = match guard.take() {
+            Some(z) if z.position() <= from => z,
+            _ => Inflater::new(),
+        };
+        let gap = from - z.position();
+        if gap > 0 {
+            let mut buf = vec![
+                0u8;
+                scratch
+                    .max(1)
+                    .min(usize::try_from(gap).unwrap_or(usize::MAX))
+            ];
+            z.skip(comp, gap, &mut buf).map_err(|e| (e, from))?;
+        }
+        z.fill(comp, dst).map_err(|e| (e, from))?;
+        if z.position() == size {
+            z.finish(comp, size, crc).map_err(|e| (e, size))?;
+        } else if z.position() < keep_until {
+            *guard = Some(z);
+        }
+        Ok(())
+    }
+
+    /// Compressed bytes the live cursor has consumed (`None`: no pass under way, either not
+    /// started or finished).
+    pub fn consumed(&self) -> Option<u64> {
+        let guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().map(Inflater::consumed)
+    }
+}
+
 /// How an entry's data is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {

@@ -7,6 +7,9 @@
 
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
+use crate::error::{Location, Result};
+use crate::format::Format;
+
 /// The OS page size (4 KiB on x86-64, 16/64 KiB on some aarch64 kernels).
 pub fn page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -40,6 +43,68 @@ pub fn will_need(map: &Mmap, begin: usize, end: usize) {
     let end = end.min(map.len());
     if end > start {
         let _ = map.advise_range(Advice::PopulateRead, start, end - start);
+    }
+}
+
+/// Where a tensor's stored bytes lie in a file: `[start, start + len)`. The readers that serve
+/// bytes zero-copy keep one per tensor and answer [`crate::TensorSource::bytes`],
+/// `read_into`, `will_need` and `release` through it, so the range arithmetic and the bounds
+/// check are the same for every format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Absolute offset of the first byte.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl Extent {
+    /// `[start, start + len)`.
+    pub fn new(start: u64, len: u64) -> Self {
+        Extent { start, len }
+    }
+
+    /// Its bytes in `file` (a map or an in-memory copy); `None` when they do not all lie in it.
+    pub fn of<'a>(&self, file: &'a [u8]) -> Option<&'a [u8]> {
+        let end = self.start.checked_add(self.len)?;
+        file.get(usize::try_from(self.start).ok()?..usize::try_from(end).ok()?)
+    }
+
+    /// The absolute range of `[offset, offset + len)` of the tensor, clipped to its end.
+    fn clip(&self, offset: u64, len: u64) -> (usize, usize) {
+        let begin = self.start.saturating_add(offset);
+        let end = self
+            .start
+            .saturating_add(offset.saturating_add(len).min(self.len));
+        (begin as usize, end as usize)
+    }
+
+    /// Copies `[offset, offset + dst.len())` of the tensor from `file`, after the bounds check
+    /// every reader applies ([`crate::source::check_read`]; `at` names the tensor).
+    pub fn read_into(
+        &self,
+        file: &[u8],
+        at: impl FnOnce() -> Location,
+        format: Format,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        crate::source::check_read(at, format, self.len, offset, dst.len(), 1)?;
+        let (a, b) = self.clip(offset, dst.len() as u64);
+        dst.copy_from_slice(&file[a..b]);
+        Ok(())
+    }
+
+    /// [`will_need`] for `[offset, offset + len)` of the tensor.
+    pub fn will_need(&self, map: &Mmap, offset: u64, len: u64) {
+        let (a, b) = self.clip(offset, len);
+        will_need(map, a, b);
+    }
+
+    /// [`release`] for `[offset, offset + len)` of the tensor.
+    pub fn release(&self, map: &Mmap, offset: u64, len: u64) {
+        let (a, b) = self.clip(offset, len);
+        release(map, a, b);
     }
 }
 

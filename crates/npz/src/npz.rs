@@ -18,7 +18,6 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use weightport_core::archive::{self, Concern, Method};
 use weightport_core::{
@@ -202,7 +201,7 @@ fn member(path: &Path, data: &[u8], e: &archive::Entry, opts: &ReadOptions) -> R
             comp_len: e.csize,
             size,
             crc: e.crc,
-            cursor: Mutex::new(None),
+            cursor: Default::default(),
         }))
     } else {
         Body::Stored {
