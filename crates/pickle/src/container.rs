@@ -262,6 +262,48 @@ pub(crate) struct ZipParse {
     pub big_endian: bool,
 }
 
+/// Reads `data.pkl` (bounded, its CRC-32 checked when recorded) and runs the pickle; an
+/// error in a deflated `data.pkl` names its offset in the inflated pickle.
+fn run_data_pkl(
+    path: &Path,
+    map: &Arc<Mmap>,
+    pkl: &ZipEntry,
+    limits: &VmLimits,
+    inert: bool,
+) -> Result<Parsed> {
+    let data = entry_bytes(path, map, pkl, limits.max_pickle_bytes, "data.pkl size")?;
+    if pkl.crc != 0 {
+        let mut c = flate2::Crc::new();
+        c.update(&data);
+        if c.sum() != pkl.crc {
+            return Err(Error::Refused {
+                at: Location::file(path).at(pkl.data_start),
+                reason:
+                    "data.pkl CRC-32 mismatch: the pickle was altered after the archive was written"
+                        .into(),
+            });
+        }
+    }
+    Vm::new(&data, limits.clone(), PidStyle::Zip, false)
+        .inert_foreign(inert)
+        .run(false)
+        .map_err(|e| {
+            if pkl.method == 0 {
+                vm_error(path, Format::PytorchZip, pkl.data_start, e)
+            } else {
+                // A deflated data.pkl: the offset is in the inflated pickle, not the file.
+                let note = format!(" (at byte {} of the deflated data.pkl)", e.offset);
+                let kind = match e.kind {
+                    VmErrorKind::Refused(m) => VmErrorKind::Refused(m + &note),
+                    VmErrorKind::Malformed(m) => VmErrorKind::Malformed(m + &note),
+                    VmErrorKind::Unsupported(m) => VmErrorKind::Unsupported(m + &note),
+                    limit => limit,
+                };
+                kind_error(Location::file(path), Format::PytorchZip, kind)
+            }
+        })
+}
+
 /// Checks the layout and runs the pickle; `inert` keeps foreign objects as inert records
 /// ([`Vm::inert_foreign`]).
 pub(crate) fn parse(
@@ -310,37 +352,7 @@ pub(crate) fn parse(
             }
         },
     };
-    let data = entry_bytes(path, map, &pkl, limits.max_pickle_bytes, "data.pkl size")?;
-    if pkl.crc != 0 {
-        let mut c = flate2::Crc::new();
-        c.update(&data);
-        if c.sum() != pkl.crc {
-            return Err(Error::Refused {
-                at: Location::file(path).at(pkl.data_start),
-                reason:
-                    "data.pkl CRC-32 mismatch: the pickle was altered after the archive was written"
-                        .into(),
-            });
-        }
-    }
-    let parsed = Vm::new(&data, limits.clone(), PidStyle::Zip, false)
-        .inert_foreign(inert)
-        .run(false)
-        .map_err(|e| {
-            if pkl.method == 0 {
-                vm_error(path, Format::PytorchZip, pkl.data_start, e)
-            } else {
-                // A deflated data.pkl: the offset is in the inflated pickle, not the file.
-                let note = format!(" (at byte {} of the deflated data.pkl)", e.offset);
-                let kind = match e.kind {
-                    VmErrorKind::Refused(m) => VmErrorKind::Refused(m + &note),
-                    VmErrorKind::Malformed(m) => VmErrorKind::Malformed(m + &note),
-                    VmErrorKind::Unsupported(m) => VmErrorKind::Unsupported(m + &note),
-                    limit => limit,
-                };
-                kind_error(Location::file(path), Format::PytorchZip, kind)
-            }
-        })?;
+    let parsed = run_data_pkl(path, map, &pkl, limits, inert)?;
     Ok(ZipParse {
         layout,
         parsed: Some(parsed),
