@@ -7,8 +7,33 @@
 
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
-use crate::error::{Location, Result};
+use crate::error::{Error, Location, Result};
 use crate::format::Format;
+
+/// Opens the input `path` for reading and returns it with its length. A directory is a usage
+/// error, "`path`: is a directory" followed by `expected` (each reader says what it wants).
+pub fn open_input(path: &std::path::Path, expected: &str) -> Result<(std::fs::File, u64)> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    if meta.is_dir() {
+        return Err(Error::Usage(format!(
+            "{}: is a directory{expected}",
+            path.display()
+        )));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Maps `file` read-only and shared, under the contract in the module docs.
+pub fn map(file: &std::fs::File, path: &std::path::Path) -> Result<Mmap> {
+    // SAFETY: memmap2 maps the file shared and read-only: the bytes seen through the map are
+    // the file's current contents. Weightport never writes through the map; the contract it
+    // cannot enforce from here is that no process modifies or truncates the file while it is
+    // mapped. If another process truncates it anyway, touching a page past the new end raises
+    // SIGBUS: the CLI handles that signal by removing its temp files and exiting with "input
+    // changed while reading", so no partial output survives.
+    unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, "mmap", e))
+}
 
 /// The OS page size (4 KiB on x86-64, 16/64 KiB on some aarch64 kernels).
 pub fn page_size() -> usize {
@@ -111,6 +136,40 @@ impl Extent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extents_check_reads_and_clip_hints() {
+        let file: Vec<u8> = (0..32).collect();
+        let x = Extent::new(8, 8);
+        assert_eq!(x.of(&file), Some(&file[8..16]));
+        assert_eq!(Extent::new(30, 8).of(&file), None);
+        assert_eq!(Extent::new(u64::MAX, 2).of(&file), None);
+        let mut dst = [0u8; 3];
+        let at = || Location::file("f").tensor("t").at(8);
+        x.read_into(&file, at, Format::Gguf, 5, &mut dst).unwrap();
+        assert_eq!(dst, [13, 14, 15]);
+        let e = x
+            .read_into(&file, at, Format::Gguf, 6, &mut dst)
+            .unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("read of 3 bytes at 6 past the end of the tensor (8 bytes)"));
+        assert!(x
+            .read_into(&file, at, Format::Gguf, u64::MAX, &mut dst)
+            .is_err());
+        assert_eq!(x.clip(4, u64::MAX), (12, 16));
+        let e = crate::source::check_read(at, Format::Npz, 8, 2, 4, 4).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("is not aligned to the 4-byte element"));
+    }
+
+    #[test]
+    fn a_directory_is_not_an_input() {
+        let d = tempfile::tempdir().unwrap();
+        let e = open_input(d.path(), ", expected a file").unwrap_err();
+        assert!(e.to_string().ends_with(": is a directory, expected a file"));
+    }
 
     #[test]
     fn hints_never_change_the_bytes() {

@@ -4,11 +4,10 @@
 //! executor asks for them, and their pages can be dropped again with
 //! [`TensorSource::release`].
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use weightport_core::mapped::Extent;
+use weightport_core::mapped::{self, Extent};
 use weightport_core::{
     sniff, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed, TensorInfo,
     TensorSource,
@@ -38,32 +37,20 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Opens and validates `path`.
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{}: is a directory, expected a file",
-                path.display()
-            )));
-        }
-        if meta.len() < 4 {
-            let mut head = vec![0u8; meta.len() as usize];
+        let (file, len) = mapped::open_input(path, ", expected a file")?;
+        if len < 4 {
+            let mut head = vec![0u8; len as usize];
             std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
                 .map_err(|e| Error::io(path, "read", e))?;
             return Err(impostor(path, &head).unwrap_or_else(|| {
                 Error::malformed(
                     Location::file(path).at(0),
                     Format::Gguf,
-                    format!(
-                        "the file has {} bytes, fewer than the 4-byte magic (truncated?)",
-                        meta.len()
-                    ),
+                    format!("the file has {len} bytes, fewer than the 4-byte magic (truncated?)"),
                 )
             }));
         }
-        // SAFETY: the map is read-only and private; weightport never writes through it. As with
-        // every mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = mapped::map(&file, path)?;
         if &map[..4] != header::MAGIC {
             if let Some(e) = impostor(path, &map[..map.len().min(64)]) {
                 return Err(e);

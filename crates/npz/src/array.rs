@@ -53,12 +53,7 @@ impl Backing {
         if len == 0 {
             return Ok(Backing::Owned(Vec::new()));
         }
-        // SAFETY: memmap2 maps the file shared and read-only; weightport never writes through
-        // the map. The contract we cannot enforce from here: the file must not be modified or
-        // truncated by another process while mapped (truncation makes later reads fault with
-        // SIGBUS, modification changes what the reader returns). Inputs are opened read-only and
-        // the CLI documents that they must not change during a conversion.
-        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = weightport_core::mapped::map(file, path)?;
         Ok(Backing::Map(map))
     }
 }

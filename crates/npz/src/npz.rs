@@ -53,15 +53,11 @@ impl std::fmt::Debug for NpzSource {
 /// Opens and validates an `.npz` archive (central directory and every member's npy header; no
 /// array data is read).
 pub fn open_npz(path: &Path, opts: &ReadOptions) -> Result<NpzSource> {
-    let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory, expected an .npz file (use a directory of .npy files as such)",
-            path.display()
-        )));
-    }
-    let backing = Backing::map(&file, path, meta.len())?;
+    let (file, len) = weightport_core::mapped::open_input(
+        path,
+        ", expected an .npz file (use a directory of .npy files as such)",
+    )?;
+    let backing = Backing::map(&file, path, len)?;
     NpzSource::build(path.to_path_buf(), backing, opts)
 }
 

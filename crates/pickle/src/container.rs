@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 use weightport_core::archive::{self, Concern, Method};
+use weightport_core::mapped;
 use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
@@ -69,20 +70,9 @@ pub struct ZipLayout {
 }
 
 /// Opens the map read-only.
-#[allow(unsafe_code)]
 pub(crate) fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory, expected a file",
-            path.display()
-        )));
-    }
-    // SAFETY: a private read-only mapping that weightport never writes through. As with every
-    // mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
-    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
-    Ok(Arc::new(map))
+    let (file, _) = mapped::open_input(path, ", expected a file")?;
+    Ok(Arc::new(mapped::map(&file, path)?))
 }
 
 /// What a non-ZIP file is, for messages.

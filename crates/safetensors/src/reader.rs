@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use weightport_core::mapped::Extent;
+use weightport_core::mapped::{self, Extent};
 
 use weightport_core::{
     sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
@@ -62,28 +62,14 @@ impl SafetensorsFile {
 
     /// Opens and validates `path`.
     pub fn open_with(path: &Path, limits: &Limits) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{}: is a directory, expected a file",
-                path.display()
-            )));
-        }
-        let file_len = meta.len();
+        let (file, file_len) = mapped::open_input(path, ", expected a file")?;
         let n = header_len(&file, path, file_len, limits)?;
         let mut json = vec![0u8; n as usize];
         file.read_exact_at(&mut json, 8)
             .map_err(|e| Error::io(path, "read", e))?;
         let header =
             header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(path, n, e))?;
-        // SAFETY: memmap2 maps the file read-only and *shared*: the bytes seen through the map
-        // are the file's current contents. The contract is that no process modifies or truncates
-        // the file while it is mapped; weightport never writes through the map. If another
-        // process truncates it anyway, touching a page past the new end raises SIGBUS: the CLI
-        // handles that signal by removing its temp files and exiting with "input changed while
-        // reading" (crates/cli/main.rs), so no partial output survives.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = mapped::map(&file, path)?;
         let infos = header
             .tensors
             .iter()
