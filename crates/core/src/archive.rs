@@ -594,6 +594,37 @@ mod tests {
     use flate2::{Compress, Compression, FlushCompress};
 
     fn deflate(data: &[u8]) -> Vec<u8> {
+        deflate_with(data)
+    }
+
+    /// A cursor continues, skips ahead, restarts behind, and checks the CRC at the end.
+    #[test]
+    fn a_sequential_cursor_reads_in_any_order_and_checks_the_end() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let comp = deflate(&data);
+        let crc = crc32fast::hash(&data);
+        let m = Member {
+            comp: &comp,
+            size: data.len() as u64,
+            crc: Some(crc),
+        };
+        let c = SeqCursor::default();
+        let mut buf = vec![0u8; 1000];
+        for from in [0u64, 1000, 3000, 500, 4000] {
+            c.read(m, from, &mut buf, 7, 5000).unwrap();
+            assert_eq!(buf, data[from as usize..from as usize + 1000]);
+        }
+        assert_eq!(c.consumed(), None, "finished at the member's end");
+        let bad = Member {
+            crc: Some(!crc),
+            ..m
+        };
+        let (e, at) = c.read(bad, 4000, &mut buf, 7, 5000).unwrap_err();
+        assert!(matches!(e, InflateError::Crc { .. }));
+        assert_eq!(at, 5000);
+    }
+
+    fn deflate_with(data: &[u8]) -> Vec<u8> {
         let mut c = Compress::new(Compression::default(), false);
         let mut out = Vec::with_capacity(data.len() + 64);
         c.compress_vec(data, &mut out, FlushCompress::Finish)

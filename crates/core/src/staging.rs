@@ -524,6 +524,37 @@ pub fn write_now(
 mod tests {
     use super::*;
 
+    /// The shared sink files: sized, header written, writes land at each tensor's offset,
+    /// out-of-range and unplanned writes are errors (not a panic or a wrapped offset).
+    #[test]
+    fn staged_files_place_check_and_hand_over_writes() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("out.bin");
+        let mut files = StagedFiles::new(crate::Format::Safetensors, 3).serialize_writes();
+        files
+            .add(&target, b"HDR", 10, vec![0, 2], &[3, 6], &[3, 4])
+            .unwrap();
+        assert_eq!(files.unplaced(), Some(1));
+        files.write_at(0, 1, b"ab").unwrap();
+        files.write_at(2, 0, b"wxyz").unwrap();
+        assert!(files.write_at(2, 1, b"wxyz").is_err());
+        assert!(files.write_at(2, u64::MAX, b"w").is_err());
+        assert!(files.write_at(1, 0, b"w").is_err());
+        assert!(files.write_at(9, 0, b"w").is_err());
+        let staged = files.staged();
+        assert_eq!((staged[0].size, &staged[0].tensors), (10, &vec![0, 2]));
+        let done = files.finish().unwrap();
+        assert_eq!(done[0].tensors, 2);
+        let path = done
+            .into_iter()
+            .next()
+            .unwrap()
+            .temp
+            .publish(false)
+            .unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), b"HDR\0abwxyz");
+    }
+
     /// Fuzz finding (fuzz/formats roundtrip, LeakSanitizer): every temp file leaked its path in
     /// the signal table, ~60 bytes each, forever: unbounded in a long-running process (the
     /// Python API, a fuzzer). A dropped or published temp file now frees it.
