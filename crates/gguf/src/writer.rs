@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::staging::{write_now, StagedFiles};
+use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
     sanitize, Error, FinishedFile, Format, Metadata, Plan, Result, StagedFile, TensorInfo,
     TensorSink,

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use weightport_core::staging::{write_now, StagedFiles};
+use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
     sanitize, Error, FinishedFile, Format, Location, MetaValue, Metadata, Plan, Result, StagedFile,
     TensorInfo, TensorSink,
