@@ -190,6 +190,72 @@ impl Inflater {
     }
 }
 
+/// A deflated member: its compressed bytes, declared uncompressed size and CRC-32 (`None`:
+/// not recorded).
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// The compressed bytes.
+    pub comp: &'a [u8],
+    /// The declared uncompressed size.
+    pub size: u64,
+    /// The declared CRC-32.
+    pub crc: Option<u32>,
+}
+
+/// The inflate cursor of one tensor read front to back ([`crate::Access::Sequential`]), shared
+/// by the npz and torch readers: consecutive reads continue where the previous one stopped; a
+/// read further on inflates and discards the gap, an earlier one restarts from the member's
+/// start (correct, but O(offset)).
+#[derive(Default)]
+pub struct SeqCursor(std::sync::Mutex<Option<Inflater>>);
+
+impl SeqCursor {
+    /// Fills `dst` with the inflated bytes of `member` from `from` on, skipping through a
+    /// buffer of at most `scratch` bytes. When the member is inflated to its declared size,
+    /// checks that it ends there and its CRC-32; otherwise keeps the cursor for the next call
+    /// while its position is before `keep_until` (the end of the tensor in the member). An
+    /// error comes with the inflated position the failing step read from.
+    pub fn read(
+        &self,
+        member: Member<'_>,
+        from: u64,
+        dst: &mut [u8],
+        scratch: usize,
+        keep_until: u64,
+    ) -> Result<(), (InflateError, u64)> {
+        let Member { comp, size, crc } = member;
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut z = match guard.take() {
+            Some(z) if z.position() <= from => z,
+            _ => Inflater::new(),
+        };
+        let gap = from - z.position();
+        if gap > 0 {
+            let mut buf = vec![
+                0u8;
+                scratch
+                    .max(1)
+                    .min(usize::try_from(gap).unwrap_or(usize::MAX))
+            ];
+            z.skip(comp, gap, &mut buf).map_err(|e| (e, from))?;
+        }
+        z.fill(comp, dst).map_err(|e| (e, from))?;
+        if z.position() == size {
+            z.finish(comp, size, crc).map_err(|e| (e, size))?;
+        } else if z.position() < keep_until {
+            *guard = Some(z);
+        }
+        Ok(())
+    }
+
+    /// Compressed bytes the live cursor has consumed (`None`: no pass under way, either not
+    /// started or finished).
+    pub fn consumed(&self) -> Option<u64> {
+        let guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().map(Inflater::consumed)
+    }
+}
+
 /// How an entry's data is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -528,6 +594,37 @@ mod tests {
     use flate2::{Compress, Compression, FlushCompress};
 
     fn deflate(data: &[u8]) -> Vec<u8> {
+        deflate_with(data)
+    }
+
+    /// A cursor continues, skips ahead, restarts behind, and checks the CRC at the end.
+    #[test]
+    fn a_sequential_cursor_reads_in_any_order_and_checks_the_end() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let comp = deflate(&data);
+        let crc = crc32fast::hash(&data);
+        let m = Member {
+            comp: &comp,
+            size: data.len() as u64,
+            crc: Some(crc),
+        };
+        let c = SeqCursor::default();
+        let mut buf = vec![0u8; 1000];
+        for from in [0u64, 1000, 3000, 500, 4000] {
+            c.read(m, from, &mut buf, 7, 5000).unwrap();
+            assert_eq!(buf, data[from as usize..from as usize + 1000]);
+        }
+        assert_eq!(c.consumed(), None, "finished at the member's end");
+        let bad = Member {
+            crc: Some(!crc),
+            ..m
+        };
+        let (e, at) = c.read(bad, 4000, &mut buf, 7, 5000).unwrap_err();
+        assert!(matches!(e, InflateError::Crc { .. }));
+        assert_eq!(at, 5000);
+    }
+
+    fn deflate_with(data: &[u8]) -> Vec<u8> {
         let mut c = Compress::new(Compression::default(), false);
         let mut out = Vec::with_capacity(data.len() + 64);
         c.compress_vec(data, &mut out, FlushCompress::Finish)

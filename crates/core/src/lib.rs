@@ -9,7 +9,8 @@
 //! * [`hash`]: container-independent content hashes used to verify every emitted file.
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
 //! * [`mapped`]: page hints (release, populate) for read-only file maps.
-//! * [`staging`]: temp files beside their target, no-replace renames, output locks.
+//! * [`staging`]: temp files beside their target, no-replace renames, output locks;
+//!   [`staged`]: the staged files every sink writes through.
 #![deny(missing_docs)]
 
 pub mod archive;
@@ -23,6 +24,7 @@ pub mod mapped;
 pub mod multi;
 pub mod registry;
 pub mod source;
+pub mod staged;
 pub mod staging;
 pub mod tensor;
 

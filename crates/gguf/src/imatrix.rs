@@ -15,10 +15,9 @@
 //!   `values / ncall` (the values as stored when `ncall` ≤ 0).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::Path;
 
-use memmap2::Mmap;
+use weightport_core::mapped;
 use weightport_core::{Error, Format, Limits, Location, MetaValue, Result};
 
 use crate::header;
@@ -89,19 +88,11 @@ impl Imatrix {
 /// Reads the importance matrix at `path`, either format (a GGUF file is recognised by its
 /// magic; anything else is read as the legacy format).
 pub fn read_imatrix(path: &Path, limits: &Limits) -> Result<Imatrix> {
-    let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory, expected an importance matrix file",
-            path.display()
-        )));
-    }
-    if meta.len() == 0 {
+    let (file, len) = mapped::open_input(path, ", expected an importance matrix file")?;
+    if len == 0 {
         return Err(malformed(path, 0, "the file is empty"));
     }
-    // SAFETY: read-only private map, never written through (as the GGUF reader's).
-    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+    let map = mapped::map(&file, path)?;
     parse_imatrix(path, &map, limits)
 }
 

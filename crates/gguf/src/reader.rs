@@ -4,11 +4,10 @@
 //! executor asks for them, and their pages can be dropped again with
 //! [`TensorSource::release`].
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use weightport_core::mapped;
+use weightport_core::mapped::{self, Extent};
 use weightport_core::{
     sniff, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed, TensorInfo,
     TensorSource,
@@ -38,32 +37,20 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Opens and validates `path`.
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{}: is a directory, expected a file",
-                path.display()
-            )));
-        }
-        if meta.len() < 4 {
-            let mut head = vec![0u8; meta.len() as usize];
+        let (file, len) = mapped::open_input(path, ", expected a file")?;
+        if len < 4 {
+            let mut head = vec![0u8; len as usize];
             std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
                 .map_err(|e| Error::io(path, "read", e))?;
             return Err(impostor(path, &head).unwrap_or_else(|| {
                 Error::malformed(
                     Location::file(path).at(0),
                     Format::Gguf,
-                    format!(
-                        "the file has {} bytes, fewer than the 4-byte magic (truncated?)",
-                        meta.len()
-                    ),
+                    format!("the file has {len} bytes, fewer than the 4-byte magic (truncated?)"),
                 )
             }));
         }
-        // SAFETY: the map is read-only and private; weightport never writes through it. As with
-        // every mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = mapped::map(&file, path)?;
         if &map[..4] != header::MAGIC {
             if let Some(e) = impostor(path, &map[..map.len().min(64)]) {
                 return Err(e);
@@ -147,13 +134,14 @@ impl GgufFile {
         self.header.data_start + self.header.tensors[index].offset
     }
 
-    fn range(&self, index: usize) -> (usize, usize) {
-        let a = self.tensor_offset(index) as usize;
-        (a, a + self.header.tensors[index].nbytes as usize)
+    fn extent(&self, index: usize) -> Extent {
+        Extent::new(self.tensor_offset(index), self.header.tensors[index].nbytes)
     }
 
-    fn data(&self) -> &[u8] {
-        &self.map
+    fn at(&self, index: usize) -> Location {
+        Location::file(&self.path)
+            .tensor(self.infos[index].name.clone())
+            .at(self.tensor_offset(index))
     }
 }
 
@@ -194,42 +182,19 @@ impl TensorSource for GgufFile {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        let (a, b) = self.range(index);
-        Some(&self.data()[a..b])
+        self.extent(index).of(&self.map)
     }
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let (a, b) = self.range(index);
-        let start = (a as u64).checked_add(offset);
-        let end = start
-            .and_then(|s| s.checked_add(dst.len() as u64))
-            .filter(|&e| e <= b as u64)
-            .ok_or_else(|| {
-                Error::malformed(
-                    Location::file(&self.path)
-                        .tensor(self.infos[index].name.clone())
-                        .at(a as u64),
-                    Format::Gguf,
-                    format!(
-                        "read of {} bytes at {offset} past the end of the tensor",
-                        dst.len()
-                    ),
-                )
-            })?;
-        let start = end as usize - dst.len();
-        dst.copy_from_slice(&self.data()[start..end as usize]);
-        Ok(())
+        let at = || self.at(index);
+        (self.extent(index)).read_into(&self.map, at, Format::Gguf, offset, dst)
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        let (a, b) = self.range(index);
-        let end = a.saturating_add(offset.saturating_add(len) as usize).min(b);
-        mapped::will_need(&self.map, a + offset as usize, end);
+        self.extent(index).will_need(&self.map, offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        let (a, b) = self.range(index);
-        let end = a.saturating_add(offset.saturating_add(len) as usize).min(b);
-        mapped::release(&self.map, a + offset as usize, end);
+        self.extent(index).release(&self.map, offset, len);
     }
 }

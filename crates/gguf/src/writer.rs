@@ -13,10 +13,9 @@
 //! [`TensorSink::finish`]. Dropping it unfinished removes the temp files. Padding is never written: the
 //! temp file is created by `set_len`, which reads back as zeros.
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use weightport_core::staging::{sync_dir, TempFile};
+use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
     sanitize, Error, FinishedFile, Format, Metadata, Plan, Result, StagedFile, TensorInfo,
     TensorSink,
@@ -25,25 +24,13 @@ use weightport_core::{
 use crate::layout::{layout_with, GgufTensorSpec, WriteOptions};
 use crate::partition::{self as split, SplitOptions};
 
-struct Staged {
-    temp: TempFile,
-    size: u64,
-    tensors: Vec<usize>,
-    /// Serializes writers of this file in user space: ext4 takes the inode lock for every
-    /// buffered write, and threads spinning on it in the kernel burn the CPU the other
-    /// workers (and the kernel's writeback) need.
-    write_lock: std::sync::Mutex<()>,
-}
-
 /// A sink writing one GGUF file, or a gguf-split set (see [`GgufSink::split`]).
 pub struct GgufSink {
     target: PathBuf,
     opts: WriteOptions,
     split: Option<SplitOptions>,
     specs: Option<Vec<GgufTensorSpec>>,
-    files: Vec<Staged>,
-    /// Per planned tensor: (file index, absolute offset, byte length).
-    slots: Vec<(usize, u64, u64)>,
+    files: StagedFiles,
     planned: bool,
 }
 
@@ -55,8 +42,7 @@ impl GgufSink {
             opts: WriteOptions::default(),
             split: None,
             specs: None,
-            files: Vec::new(),
-            slots: Vec::new(),
+            files: StagedFiles::new(Format::Gguf, 0),
             planned: false,
         }
     }
@@ -127,23 +113,17 @@ impl TensorSink for GgufSink {
                 layout: layout_with(&specs, metadata, &self.opts)?,
             }],
         };
-        self.slots = vec![(usize::MAX, 0, 0); tensors.len()];
-        for (fi, pf) in files.into_iter().enumerate() {
-            let temp = TempFile::beside(&pf.path)?;
-            let file = temp.open()?;
-            file.set_len(pf.layout.total_len)
-                .map_err(|e| Error::io(temp.path(), "resize", e))?;
-            file.write_all_at(&pf.layout.header, 0)
-                .map_err(|e| Error::io(temp.path(), "write", e))?;
-            for (k, &i) in pf.tensors.iter().enumerate() {
-                self.slots[i] = (fi, pf.layout.offsets[k], pf.layout.nbytes[k]);
-            }
-            self.files.push(Staged {
-                temp,
-                size: pf.layout.total_len,
-                tensors: pf.tensors,
-                write_lock: std::sync::Mutex::new(()),
-            });
+        self.files = StagedFiles::new(Format::Gguf, tensors.len()).serialize_writes();
+        for pf in files {
+            let lay = &pf.layout;
+            self.files.add(
+                &pf.path,
+                &lay.header,
+                lay.total_len,
+                pf.tensors,
+                &lay.offsets,
+                &lay.nbytes,
+            )?;
         }
         Ok(Plan {
             files: self.staged(),
@@ -151,51 +131,15 @@ impl TensorSink for GgufSink {
     }
 
     fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let &(fi, base, len) = self
-            .slots
-            .get(tensor)
-            .filter(|s| s.0 != usize::MAX)
-            .ok_or_else(|| Error::Internal(format!("write to unplanned tensor {tensor}")))?;
-        if offset
-            .checked_add(bytes.len() as u64)
-            .is_none_or(|e| e > len)
-        {
-            return Err(Error::Internal(format!(
-                "write of {} bytes at {offset} past the end of tensor {tensor} ({len} bytes)",
-                bytes.len()
-            )));
-        }
-        let f = &self.files[fi];
-        let _one_writer = f.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        f.temp.write_at(bytes, base + offset)
+        self.files.write_at(tensor, offset, bytes)
     }
 
     fn staged(&self) -> Vec<StagedFile> {
-        self.files
-            .iter()
-            .map(|f| StagedFile {
-                temp: f.temp.path().to_path_buf(),
-                path: f.temp.target().to_path_buf(),
-                format: Format::Gguf,
-                size: f.size,
-                tensors: f.tensors.clone(),
-            })
-            .collect()
+        self.files.staged()
     }
 
     fn finish(self: Box<Self>) -> Result<Vec<FinishedFile>> {
-        for f in &self.files {
-            f.temp.sync()?;
-        }
-        Ok(self
-            .files
-            .into_iter()
-            .map(|f| FinishedFile {
-                temp: f.temp,
-                size: f.size,
-                tensors: f.tensors.len(),
-            })
-            .collect())
+        self.files.finish()
     }
 }
 
@@ -217,19 +161,9 @@ pub fn write_file(
         })
         .collect();
     let specs = tensors.iter().map(|(s, _)| s.clone()).collect();
-    let mut sink = GgufSink::new(path.to_path_buf())
+    let bytes: Vec<&[u8]> = tensors.iter().map(|(_, b)| *b).collect();
+    let sink = GgufSink::new(path.to_path_buf())
         .options(opts.clone())
         .specs(specs);
-    sink.plan(&infos, kv)?;
-    for (i, (_, b)) in tensors.iter().enumerate() {
-        sink.write_at(i, 0, b)?;
-    }
-    let mut out = Vec::new();
-    for f in Box::new(sink).finish()? {
-        out.push(f.temp.publish(true)?);
-    }
-    if let Some(d) = path.parent() {
-        sync_dir(d)?;
-    }
-    Ok(out)
+    write_now(Box::new(sink), &infos, kv, &bytes)
 }

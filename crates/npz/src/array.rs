@@ -21,14 +21,15 @@
 //!   buffer ([`Access::Random`], O(member) per call; memory stays bounded by the scratch size).
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use memmap2::Mmap;
+use weightport_core::mapped::Extent;
+use weightport_core::source::check_read;
 use weightport_core::{Access, Error, Format, Location, Result, TensorInfo};
 
 use crate::header::{self, HeaderError, HeaderErrorKind, NpyHeader};
 use crate::layout::{c_to_fortran, fortran_to_c, to_little};
-use weightport_core::archive::{InflateError, Inflater};
+use weightport_core::archive::{InflateError, Inflater, Member, SeqCursor};
 
 /// Default size of the buffer used to skip or scatter inflated bytes.
 pub const DEFAULT_SCRATCH: usize = 256 << 10;
@@ -52,20 +53,8 @@ impl Backing {
         if len == 0 {
             return Ok(Backing::Owned(Vec::new()));
         }
-        // SAFETY: memmap2 maps the file shared and read-only; weightport never writes through
-        // the map. The contract we cannot enforce from here: the file must not be modified or
-        // truncated by another process while mapped (truncation makes later reads fault with
-        // SIGBUS, modification changes what the reader returns). Inputs are opened read-only and
-        // the CLI documents that they must not change during a conversion.
-        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = weightport_core::mapped::map(file, path)?;
         Ok(Backing::Map(map))
-    }
-
-    /// Drops the resident pages wholly inside `[begin, end)` of a mapped file.
-    pub(crate) fn release_range(&self, begin: u64, end: u64) {
-        if let Backing::Map(map) = self {
-            weightport_core::mapped::release(map, begin as usize, end as usize);
-        }
     }
 }
 
@@ -83,8 +72,8 @@ pub(crate) struct Deflated {
     /// The member's declared uncompressed size (npy header + data).
     pub(crate) size: u64,
     pub(crate) crc: u32,
-    /// The sequential cursor; `None` between passes.
-    pub(crate) cursor: Mutex<Option<Inflater>>,
+    /// The sequential cursor.
+    pub(crate) cursor: SeqCursor,
 }
 
 /// One array.
@@ -183,28 +172,26 @@ pub(crate) fn inflate_header(
 }
 
 impl Array {
-    /// The stored bytes, when they are the logical bytes.
-    pub(crate) fn bytes<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+    /// Where the stored bytes are, when they are the logical bytes.
+    fn identity(&self) -> Option<Extent> {
         match self.body {
-            Body::Stored { data: start, .. } if self.header.is_identity() => {
-                // Bounds were checked at open.
-                data.get(start as usize..(start + self.header.byte_len) as usize)
+            Body::Stored { data } if self.header.is_identity() => {
+                Some(Extent::new(data, self.header.byte_len))
             }
             _ => None,
         }
     }
 
+    /// The stored bytes, when they are the logical bytes.
+    pub(crate) fn bytes<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        // Bounds were checked at open.
+        self.identity()?.of(data)
+    }
+
     /// Asks the kernel to populate page tables for a range about to be read through `bytes`.
     pub(crate) fn will_need(&self, backing: &Backing, offset: u64, len: u64) {
-        if let (Backing::Map(map), Body::Stored { data: start, .. }, true) =
-            (backing, &self.body, self.header.is_identity())
-        {
-            let end = start.saturating_add(offset.saturating_add(len).min(self.header.byte_len));
-            weightport_core::mapped::will_need(
-                map,
-                start.saturating_add(offset) as usize,
-                end as usize,
-            );
+        if let (Backing::Map(map), Some(x)) = (backing, self.identity()) {
+            x.will_need(map, offset, len);
         }
     }
 
@@ -212,16 +199,17 @@ impl Array {
     /// chunks in flight, not the file (as the safetensors reader does): for a stored array the
     /// range itself, for a deflated one the compressed bytes the inflater has consumed.
     pub(crate) fn release(&self, backing: &Backing, offset: u64, len: u64) {
+        let Backing::Map(map) = backing else { return };
         match &self.body {
-            Body::Stored { data: start } if self.header.is_identity() => {
-                let end = offset.saturating_add(len).min(self.header.byte_len);
-                backing.release_range(start.saturating_add(offset), start.saturating_add(end));
+            Body::Stored { .. } => {
+                if let Some(x) = self.identity() {
+                    x.release(map, offset, len);
+                }
             }
             Body::Deflated(d) if !self.header.needs_transpose() => {
-                let cursor = d.cursor.lock().unwrap_or_else(|p| p.into_inner());
                 // No cursor: not started or finished; either way the pages may go.
-                let used = cursor.as_ref().map_or(d.comp_len, |z| z.consumed());
-                backing.release_range(d.comp_start, d.comp_start.saturating_add(used));
+                let used = d.cursor.consumed().unwrap_or(d.comp_len);
+                Extent::new(d.comp_start, used).release(map, 0, used);
             }
             _ => {}
         }
@@ -247,81 +235,85 @@ impl Array {
         dst: &mut [u8],
     ) -> Result<()> {
         let h = &self.header;
-        let loc = |abs: u64| Location::file(path).tensor(self.info.name.clone()).at(abs);
-        let start_of = || match &self.body {
+        let start = match &self.body {
             Body::Stored { data, .. } => *data,
             Body::Deflated(d) => d.comp_start,
         };
-        let len = dst.len() as u64;
-        if offset.checked_add(len).is_none_or(|end| end > h.byte_len) {
-            return Err(Error::Usage(format!(
-                "{}: read of {len} bytes at {offset} past the end of the tensor ({} bytes)",
-                loc(start_of()),
-                h.byte_len
-            )));
-        }
-        let isz = h.item_size();
-        if !h.is_identity() && (!offset.is_multiple_of(isz) || !len.is_multiple_of(isz)) {
-            return Err(Error::Usage(format!(
-                "{}: read of {len} bytes at {offset} is not aligned to the {isz}-byte element",
-                loc(start_of())
-            )));
-        }
+        let loc = || {
+            Location::file(path)
+                .tensor(self.info.name.clone())
+                .at(start)
+        };
+        let element = if h.is_identity() { 1 } else { h.item_size() };
+        check_read(loc, format, h.byte_len, offset, dst.len(), element)?;
         match &self.body {
-            Body::Stored { data: start, .. } => {
-                let src = &data[*start as usize..(*start + h.byte_len) as usize];
-                if h.needs_transpose() {
-                    let isz = isz as usize;
-                    let mut w = c_to_fortran(&h.shape, offset / isz as u64);
-                    for out in dst.chunks_exact_mut(isz) {
-                        let s = w.off as usize * isz;
-                        out.copy_from_slice(&src[s..s + isz]);
-                        w.advance();
-                    }
-                } else {
-                    dst.copy_from_slice(&src[offset as usize..(offset + len) as usize]);
-                }
-            }
+            Body::Stored { data: start } => self.read_stored(data, *start, offset, dst),
             Body::Deflated(d) => {
                 let comp = &data[d.comp_start as usize..(d.comp_start + d.comp_len) as usize];
-                let fail = |e: InflateError, at_out: u64| {
-                    Error::malformed(
-                        loc(d.comp_start),
-                        format,
-                        format!(
-                            "deflated member: {} (reading from byte {at_out} of the inflated \
-                             member)",
-                            inflate_error(e)
-                        ),
-                    )
-                };
-                if h.needs_transpose() {
-                    self.fortran_pass(d, comp, scratch, offset, dst)
-                        .map_err(|e| fail(e, h.data_offset))?;
-                } else {
-                    let want = h.data_offset + offset;
-                    let mut guard = d.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                    let mut z = match guard.take() {
-                        Some(z) if z.position() <= want => z,
-                        _ => Inflater::new(),
-                    };
-                    let gap = want - z.position();
-                    if gap > 0 {
-                        let mut buf = vec![0u8; scratch.max(1).min(gap as usize)];
-                        z.skip(comp, gap, &mut buf).map_err(|e| fail(e, want))?;
-                    }
-                    z.fill(comp, dst).map_err(|e| fail(e, want))?;
-                    if z.position() == d.size {
-                        z.finish(comp, d.size, Some(d.crc))
-                            .map_err(|e| fail(e, d.size))?;
-                    } else {
-                        *guard = Some(z);
-                    }
-                }
+                self.read_deflated(d, comp, scratch, offset, dst)
+                    .map_err(|(e, at_out)| {
+                        Error::malformed(
+                            loc(),
+                            format,
+                            format!(
+                                "deflated member: {} (reading from byte {at_out} of the inflated \
+                                 member)",
+                                inflate_error(e)
+                            ),
+                        )
+                    })?;
             }
         }
         to_little(dst, h.order);
         Ok(())
+    }
+
+    /// Copies (or, for Fortran order, gathers) the stored array's bytes from `offset` on.
+    fn read_stored(&self, data: &[u8], start: u64, offset: u64, dst: &mut [u8]) {
+        let h = &self.header;
+        let src = &data[start as usize..(start + h.byte_len) as usize];
+        if h.needs_transpose() {
+            let isz = h.item_size() as usize;
+            let mut w = c_to_fortran(&h.shape, offset / isz as u64);
+            for out in dst.chunks_exact_mut(isz) {
+                let s = w.off as usize * isz;
+                out.copy_from_slice(&src[s..s + isz]);
+                w.advance();
+            }
+        } else {
+            dst.copy_from_slice(&src[offset as usize..offset as usize + dst.len()]);
+        }
+    }
+
+    /// Inflates the array's bytes from `offset` on: one pass scattering the requested range
+    /// for Fortran order, the sequential cursor otherwise. An error comes with the inflated
+    /// position it was found reading from.
+    fn read_deflated(
+        &self,
+        d: &Deflated,
+        comp: &[u8],
+        scratch: usize,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), (InflateError, u64)> {
+        let h = &self.header;
+        if h.needs_transpose() {
+            return self
+                .fortran_pass(d, comp, scratch, offset, dst)
+                .map_err(|e| (e, h.data_offset));
+        }
+        let from = h.data_offset + offset;
+        d.cursor.read(
+            Member {
+                comp,
+                size: d.size,
+                crc: Some(d.crc),
+            },
+            from,
+            dst,
+            scratch,
+            d.size,
+        )
     }
 
     /// One pass over a deflated Fortran-order member, keeping the elements whose row-major

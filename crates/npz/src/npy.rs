@@ -8,7 +8,6 @@
 //! bytes after the data; this reader rejects them (no writer produces them, and a file that is
 //! longer than its header says is not the file its header describes).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use weightport_core::{
@@ -53,15 +52,8 @@ fn tensor_name(path: &Path) -> Result<String> {
 }
 
 fn open_backing(path: &Path) -> Result<Backing> {
-    let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory; open it with open_npy_dir",
-            path.display()
-        )));
-    }
-    Backing::map(&file, path, meta.len())
+    let (file, len) = weightport_core::mapped::open_input(path, "; open it with open_npy_dir")?;
+    Backing::map(&file, path, len)
 }
 
 /// Opens and validates one `.npy` file (header only; no data is read). The tensor is named

@@ -18,7 +18,6 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use weightport_core::archive::{self, Concern, Method};
 use weightport_core::{
@@ -54,15 +53,11 @@ impl std::fmt::Debug for NpzSource {
 /// Opens and validates an `.npz` archive (central directory and every member's npy header; no
 /// array data is read).
 pub fn open_npz(path: &Path, opts: &ReadOptions) -> Result<NpzSource> {
-    let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory, expected an .npz file (use a directory of .npy files as such)",
-            path.display()
-        )));
-    }
-    let backing = Backing::map(&file, path, meta.len())?;
+    let (file, len) = weightport_core::mapped::open_input(
+        path,
+        ", expected an .npz file (use a directory of .npy files as such)",
+    )?;
+    let backing = Backing::map(&file, path, len)?;
     NpzSource::build(path.to_path_buf(), backing, opts)
 }
 
@@ -202,7 +197,7 @@ fn member(path: &Path, data: &[u8], e: &archive::Entry, opts: &ReadOptions) -> R
             comp_len: e.csize,
             size,
             crc: e.crc,
-            cursor: Mutex::new(None),
+            cursor: Default::default(),
         }))
     } else {
         Body::Stored {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 use weightport_core::archive::{self, Concern, Method};
+use weightport_core::mapped;
 use weightport_core::{Error, Format, Location, ReadOptions, Result};
 
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
@@ -69,20 +70,9 @@ pub struct ZipLayout {
 }
 
 /// Opens the map read-only.
-#[allow(unsafe_code)]
 pub(crate) fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    if meta.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a directory, expected a file",
-            path.display()
-        )));
-    }
-    // SAFETY: a private read-only mapping that weightport never writes through. As with every
-    // mmap reader, a file truncated by another process while mapped can fault (SIGBUS).
-    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
-    Ok(Arc::new(map))
+    let (file, _) = mapped::open_input(path, ", expected a file")?;
+    Ok(Arc::new(mapped::map(&file, path)?))
 }
 
 /// What a non-ZIP file is, for messages.
@@ -262,6 +252,48 @@ pub(crate) struct ZipParse {
     pub big_endian: bool,
 }
 
+/// Reads `data.pkl` (bounded, its CRC-32 checked when recorded) and runs the pickle; an
+/// error in a deflated `data.pkl` names its offset in the inflated pickle.
+fn run_data_pkl(
+    path: &Path,
+    map: &Arc<Mmap>,
+    pkl: &ZipEntry,
+    limits: &VmLimits,
+    inert: bool,
+) -> Result<Parsed> {
+    let data = entry_bytes(path, map, pkl, limits.max_pickle_bytes, "data.pkl size")?;
+    if pkl.crc != 0 {
+        let mut c = flate2::Crc::new();
+        c.update(&data);
+        if c.sum() != pkl.crc {
+            return Err(Error::Refused {
+                at: Location::file(path).at(pkl.data_start),
+                reason:
+                    "data.pkl CRC-32 mismatch: the pickle was altered after the archive was written"
+                        .into(),
+            });
+        }
+    }
+    Vm::new(&data, limits.clone(), PidStyle::Zip, false)
+        .inert_foreign(inert)
+        .run(false)
+        .map_err(|e| {
+            if pkl.method == 0 {
+                vm_error(path, Format::PytorchZip, pkl.data_start, e)
+            } else {
+                // A deflated data.pkl: the offset is in the inflated pickle, not the file.
+                let note = format!(" (at byte {} of the deflated data.pkl)", e.offset);
+                let kind = match e.kind {
+                    VmErrorKind::Refused(m) => VmErrorKind::Refused(m + &note),
+                    VmErrorKind::Malformed(m) => VmErrorKind::Malformed(m + &note),
+                    VmErrorKind::Unsupported(m) => VmErrorKind::Unsupported(m + &note),
+                    limit => limit,
+                };
+                kind_error(Location::file(path), Format::PytorchZip, kind)
+            }
+        })
+}
+
 /// Checks the layout and runs the pickle; `inert` keeps foreign objects as inert records
 /// ([`Vm::inert_foreign`]).
 pub(crate) fn parse(
@@ -310,37 +342,7 @@ pub(crate) fn parse(
             }
         },
     };
-    let data = entry_bytes(path, map, &pkl, limits.max_pickle_bytes, "data.pkl size")?;
-    if pkl.crc != 0 {
-        let mut c = flate2::Crc::new();
-        c.update(&data);
-        if c.sum() != pkl.crc {
-            return Err(Error::Refused {
-                at: Location::file(path).at(pkl.data_start),
-                reason:
-                    "data.pkl CRC-32 mismatch: the pickle was altered after the archive was written"
-                        .into(),
-            });
-        }
-    }
-    let parsed = Vm::new(&data, limits.clone(), PidStyle::Zip, false)
-        .inert_foreign(inert)
-        .run(false)
-        .map_err(|e| {
-            if pkl.method == 0 {
-                vm_error(path, Format::PytorchZip, pkl.data_start, e)
-            } else {
-                // A deflated data.pkl: the offset is in the inflated pickle, not the file.
-                let note = format!(" (at byte {} of the deflated data.pkl)", e.offset);
-                let kind = match e.kind {
-                    VmErrorKind::Refused(m) => VmErrorKind::Refused(m + &note),
-                    VmErrorKind::Malformed(m) => VmErrorKind::Malformed(m + &note),
-                    VmErrorKind::Unsupported(m) => VmErrorKind::Unsupported(m + &note),
-                    limit => limit,
-                };
-                kind_error(Location::file(path), Format::PytorchZip, kind)
-            }
-        })?;
+    let parsed = run_data_pkl(path, map, &pkl, limits, inert)?;
     Ok(ZipParse {
         layout,
         parsed: Some(parsed),

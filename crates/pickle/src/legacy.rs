@@ -176,21 +176,15 @@ pub(crate) fn parse(
     })
 }
 
-/// Opens a legacy checkpoint.
-pub fn open(
+/// The raw storage sections after the pickles: for each listed key in order, an 8-byte
+/// element count (in the file's byte order) that must match the storage's persistent id, then
+/// exactly the storage's bytes, inside the file.
+fn storage_records(
     path: &Path,
-    opts: &ReadOptions,
-    limits: &VmLimits,
-    map: Arc<Mmap>,
-) -> Result<Checkpoint> {
-    let lp = parse(path, &map, limits, opts.inert_objects)?;
-    let parsed = lp.object;
-    let sel = crate::source::select_for(path, Format::PytorchLegacy, &parsed, opts, limits)?;
-    let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
-        .storages
-        .iter()
-        .map(|s| (s.key.as_str(), s))
-        .collect();
+    map: &[u8],
+    lp: &LegacyParse,
+    by_key: &HashMap<&str, &crate::torch::StorageRef>,
+) -> Result<HashMap<String, Record>> {
     let mut keyed = HashMap::new();
     let mut pos = lp.data_start;
     let len = map.len() as u64;
@@ -247,6 +241,25 @@ pub fn open(
         );
         pos = start + bytes;
     }
+    Ok(keyed)
+}
+
+/// Opens a legacy checkpoint.
+pub fn open(
+    path: &Path,
+    opts: &ReadOptions,
+    limits: &VmLimits,
+    map: Arc<Mmap>,
+) -> Result<Checkpoint> {
+    let lp = parse(path, &map, limits, opts.inert_objects)?;
+    let parsed = &lp.object;
+    let sel = crate::source::select_for(path, Format::PytorchLegacy, parsed, opts, limits)?;
+    let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
+        .storages
+        .iter()
+        .map(|s| (s.key.as_str(), s))
+        .collect();
+    let keyed = storage_records(path, &map, &lp, &by_key)?;
     Checkpoint::build(
         path,
         Format::PytorchLegacy,

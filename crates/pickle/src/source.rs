@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
-use weightport_core::archive::{self, Inflater};
-use weightport_core::mapped;
+use weightport_core::archive::{self, Member, SeqCursor};
+use weightport_core::mapped::Extent;
+use weightport_core::source::check_read;
 use weightport_core::{
     Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
     TensorSource,
@@ -79,10 +80,6 @@ pub struct CheckpointReport {
     pub protocol: u8,
 }
 
-struct SeqState {
-    z: Inflater,
-}
-
 /// A validated PyTorch checkpoint (ZIP or legacy).
 pub struct Checkpoint {
     path: PathBuf,
@@ -93,7 +90,8 @@ pub struct Checkpoint {
     infos: Vec<TensorInfo>,
     metadata: Metadata,
     report: CheckpointReport,
-    seq: Mutex<HashMap<usize, SeqState>>,
+    /// Per tensor, the inflate cursor of a sequential read.
+    seq: Vec<SeqCursor>,
     inflated: Vec<OnceLock<std::result::Result<Vec<u8>, String>>>,
     /// [`weightport_core::Limits::max_inflate_bytes`].
     max_inflate: u64,
@@ -279,51 +277,17 @@ impl Checkpoint {
             if drop[i] {
                 continue;
             }
-            let tl = || loc().tensor(name.clone());
-            let Some(dtype) = d.dtype.core else {
-                return Err(Error::Unsupported {
-                    at: tl(),
-                    format: Some(format),
-                    what: format!(
-                        "dtype {} has no weightport equivalent (weightport has no {} type)",
-                        d.dtype.name, d.dtype.name
-                    ),
-                });
-            };
-            if d.shape.len() > opts.limits.max_rank {
-                return Err(Error::Limit {
-                    at: tl(),
-                    what: "tensor rank",
-                    needed: d.shape.len() as u64,
-                    limit: opts.limits.max_rank as u64,
-                });
-            }
-            let flips = flips_of(&d, format, tl())?;
-            let byte_len = dtype.byte_len(&d.shape).map_err(|e| Error::Refused {
-                at: tl(),
-                reason: e.to_string(),
-            })?;
             let record = index[&d.storage.key];
-            infos.push(TensorInfo {
-                name: name.clone(),
-                dtype,
-                shape: d.shape.clone(),
-                byte_len,
-            });
-            entries.push(Entry {
-                itemsize: u64::from(d.dtype.itemsize),
-                contiguous: d.is_contiguous(),
-                swap: if big_endian { d.dtype.swap as usize } else { 0 },
-                flips,
-                record,
-                desc: d,
-            });
+            let (info, entry) = entry_of(path, format, name, d, record, big_endian, opts)?;
+            infos.push(info);
+            entries.push(entry);
         }
         let mut metadata = Metadata::new();
         for (dropped, kept) in &aliases {
             metadata.insert(dropped.clone(), MetaValue::Str(kept.clone()));
         }
         let inflated = (0..records.len()).map(|_| OnceLock::new()).collect();
+        let seq = infos.iter().map(|_| SeqCursor::default()).collect();
         Ok(Checkpoint {
             path: path.to_path_buf(),
             format,
@@ -339,7 +303,7 @@ impl Checkpoint {
                 dropped: sel.dropped,
                 protocol,
             },
-            seq: Mutex::new(HashMap::new()),
+            seq,
             inflated,
             max_inflate: opts.limits.max_inflate_bytes,
         })
@@ -355,14 +319,15 @@ impl Checkpoint {
         &self.path
     }
 
+    /// Where messages about tensor `index` point: its file, its name, `offset`.
+    fn at(&self, index: usize, offset: u64) -> Location {
+        Location::file(&self.path)
+            .tensor(self.infos[index].name.clone())
+            .at(offset)
+    }
+
     fn err(&self, index: usize, offset: u64, reason: impl Into<String>) -> Error {
-        Error::malformed(
-            Location::file(&self.path)
-                .tensor(self.infos[index].name.clone())
-                .at(offset),
-            self.format,
-            reason,
-        )
+        Error::malformed(self.at(index, offset), self.format, reason)
     }
 
     fn plain(&self, e: &Entry) -> bool {
@@ -390,35 +355,38 @@ impl Checkpoint {
             unreachable!("sequential reads are for deflated records")
         };
         let comp = &self.map[start as usize..(start + csize) as usize];
-        let want = e.desc.offset * e.itemsize + offset;
-        // The state is taken out of the map so other tensors' reads do not wait on this one.
-        let taken = self
-            .seq
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&index);
-        let mut st = match taken {
-            Some(s) if s.z.position() <= want => s,
-            _ => SeqState { z: Inflater::new() },
-        };
-        let fail =
-            |e: archive::InflateError| self.err(index, start, format!("deflated record: {e}"));
-        let skip = want - st.z.position();
-        if skip > 0 {
-            let mut scratch = vec![0u8; skip.min(256 << 10) as usize];
-            st.z.skip(comp, skip, &mut scratch).map_err(fail)?;
-        }
-        st.z.fill(comp, dst).map_err(fail)?;
+        let first = e.desc.offset * e.itemsize;
+        let end = first + self.infos[index].byte_len;
+        self.seq[index]
+            .read(
+                Member {
+                    comp,
+                    size: rec.len,
+                    crc,
+                },
+                first + offset,
+                dst,
+                256 << 10,
+                end,
+            )
+            .map_err(|(z, _)| self.err(index, start, format!("deflated record: {z}")))?;
         self.fix(e, dst);
-        if st.z.position() == rec.len {
-            st.z.finish(comp, rec.len, crc).map_err(fail)?;
-        } else if st.z.position() < e.desc.offset * e.itemsize + self.infos[index].byte_len {
-            self.seq
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(index, st);
-        }
         Ok(())
+    }
+
+    /// Where tensor `index`'s bytes lie in the file when they are its logical bytes.
+    fn extent(&self, index: usize) -> Option<Extent> {
+        let e = &self.entries[index];
+        if !self.plain(e) {
+            return None;
+        }
+        let RecordData::Stored { start } = self.records[e.record].data else {
+            return None;
+        };
+        Some(Extent::new(
+            start + e.desc.offset * e.itemsize,
+            self.infos[index].byte_len,
+        ))
     }
 
     fn record_bytes(&self, index: usize, e: &Entry) -> Result<&[u8]> {
@@ -533,16 +501,7 @@ impl TensorSource for Checkpoint {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        let e = &self.entries[index];
-        if !self.plain(e) {
-            return None;
-        }
-        let RecordData::Stored { start } = self.records[e.record].data else {
-            return None;
-        };
-        let a = start + e.desc.offset * e.itemsize;
-        let b = a + self.infos[index].byte_len;
-        self.map.get(a as usize..b as usize)
+        self.extent(index)?.of(&self.map)
     }
 
     fn access(&self, index: usize) -> Access {
@@ -556,22 +515,10 @@ impl TensorSource for Checkpoint {
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
         let e = &self.entries[index];
-        let len = dst.len() as u64;
+        let at = || self.at(index, offset);
         let total = self.infos[index].byte_len;
-        if !offset.is_multiple_of(e.itemsize) || !len.is_multiple_of(e.itemsize) {
-            return Err(self.err(
-                index,
-                offset,
-                format!(
-                    "read of {len} bytes at {offset} is not aligned to the {}-byte element",
-                    e.itemsize
-                ),
-            ));
-        }
-        if offset.checked_add(len).is_none_or(|end| end > total) {
-            return Err(self.err(index, offset, "read past the end of the tensor"));
-        }
-        if len == 0 {
+        check_read(at, self.format, total, offset, dst.len(), e.itemsize)?;
+        if dst.is_empty() {
             return Ok(());
         }
         if let (RecordData::Deflated { .. }, true) = (&self.records[e.record].data, e.contiguous) {
@@ -585,24 +532,68 @@ impl TensorSource for Checkpoint {
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        if let Some(b) = self.bytes(index) {
-            let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let end = base
-                .saturating_add(offset.saturating_add(len) as usize)
-                .min(base + b.len());
-            mapped::release(&self.map, base.saturating_add(offset as usize), end);
+        if let Some(x) = self.extent(index) {
+            x.release(&self.map, offset, len);
         }
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        if let Some(b) = self.bytes(index) {
-            let base = b.as_ptr() as usize - self.map.as_ptr() as usize;
-            let end = base
-                .saturating_add(offset.saturating_add(len) as usize)
-                .min(base + b.len());
-            mapped::will_need(&self.map, base.saturating_add(offset as usize), end);
+        if let Some(x) = self.extent(index) {
+            x.will_need(&self.map, offset, len);
         }
     }
+}
+
+/// One selected tensor's description and how to read it: its dtype must have a weightport
+/// equivalent, its rank stay within the limit and its byte size be representable.
+fn entry_of(
+    path: &Path,
+    format: Format,
+    name: String,
+    d: TensorDesc,
+    record: usize,
+    big_endian: bool,
+    opts: &ReadOptions,
+) -> Result<(TensorInfo, Entry)> {
+    let tl = || Location::file(path).tensor(name.clone());
+    let Some(dtype) = d.dtype.core else {
+        return Err(Error::Unsupported {
+            at: tl(),
+            format: Some(format),
+            what: format!(
+                "dtype {} has no weightport equivalent (weightport has no {} type)",
+                d.dtype.name, d.dtype.name
+            ),
+        });
+    };
+    if d.shape.len() > opts.limits.max_rank {
+        return Err(Error::Limit {
+            at: tl(),
+            what: "tensor rank",
+            needed: d.shape.len() as u64,
+            limit: opts.limits.max_rank as u64,
+        });
+    }
+    let flips = flips_of(&d, format, tl())?;
+    let byte_len = dtype.byte_len(&d.shape).map_err(|e| Error::Refused {
+        at: tl(),
+        reason: e.to_string(),
+    })?;
+    let info = TensorInfo {
+        name,
+        dtype,
+        shape: d.shape.clone(),
+        byte_len,
+    };
+    let entry = Entry {
+        itemsize: u64::from(d.dtype.itemsize),
+        contiguous: d.is_contiguous(),
+        swap: if big_endian { d.dtype.swap as usize } else { 0 },
+        flips,
+        record,
+        desc: d,
+    };
+    Ok((info, entry))
 }
 
 /// Each storage's record, which must hold exactly the storage's bytes, and the index of each

@@ -708,8 +708,9 @@ impl<'a> Vm<'a> {
 
     /// Tuples, lists, dicts and sets.
     fn op_container(&mut self, op: u8) -> R<()> {
-        let lenient = self.lenient();
         match op {
+            b'}' | b'd' | b's' | b'u' => self.op_dict(op)?,
+            0x8f..=0x91 => self.op_set(op)?,
             b')' => self.push(Node::Tuple(Vec::new()))?,
             b't' => {
                 let items = self.pop_mark()?;
@@ -739,6 +740,14 @@ impl<'a> Vm<'a> {
                 let list = self.top()?;
                 self.extend_list(list, items)?;
             }
+            _ => return malformed(self.at, format!("unknown opcode 0x{op:02x}")),
+        }
+        Ok(())
+    }
+
+    /// Dicts: `EMPTY_DICT`, `DICT`, `SETITEM`, `SETITEMS`.
+    fn op_dict(&mut self, op: u8) -> R<()> {
+        match op {
             b'}' => self.push(Node::Dict {
                 kind: DictKind::Plain,
                 items: Vec::new(),
@@ -774,6 +783,15 @@ impl<'a> Vm<'a> {
                 let d = self.top()?;
                 self.extend_dict(d, items)?;
             }
+            _ => return malformed(self.at, format!("unknown opcode 0x{op:02x}")),
+        }
+        Ok(())
+    }
+
+    /// Sets: `EMPTY_SET`, `ADDITEMS`, `FROZENSET`.
+    fn op_set(&mut self, op: u8) -> R<()> {
+        let lenient = self.lenient();
+        match op {
             0x8f => self.push(Node::Set(Vec::new()))?,
             0x90 => {
                 let items = self.pop_mark()?;

@@ -560,28 +560,8 @@ impl Walker<'_> {
     /// Globals, calls, persistent ids, extension codes and buffers.
     fn step_call(&mut self, op: u8) -> Result<(), String> {
         match op {
-            b'c' => {
-                let m = String::from_utf8_lossy(self.line()?).into_owned();
-                let n = String::from_utf8_lossy(self.line()?).into_owned();
-                let v = self.global(&m, &n);
-                self.push(v);
-            }
-            0x93 => {
-                let n = self.pop();
-                let m = self.pop();
-                let v = match (m, n) {
-                    (V::Str(m), V::Str(n)) => self.global(&m, &n),
-                    _ => {
-                        self.hazard(
-                            HazardKind::Unresolved,
-                            "STACK_GLOBAL whose operands are not provably two string constants"
-                                .into(),
-                        );
-                        V::Global("?".into(), false)
-                    }
-                };
-                self.push(v);
-            }
+            b'c' | 0x93 | 0x82..=0x84 => self.step_global(op)?,
+            b'P' | b'Q' | 0x97 | 0x98 => self.step_persistent(op)?,
             b'i' => {
                 let m = String::from_utf8_lossy(self.line()?).into_owned();
                 let n = String::from_utf8_lossy(self.line()?).into_owned();
@@ -616,6 +596,36 @@ impl Walker<'_> {
                 let target = self.top();
                 self.record_build(&target);
             }
+            _ => return Err(format!("unknown opcode 0x{op:02x}")),
+        }
+        Ok(())
+    }
+
+    /// The opcodes that name a global: `GLOBAL`, `STACK_GLOBAL` and the extension codes.
+    fn step_global(&mut self, op: u8) -> Result<(), String> {
+        match op {
+            b'c' => {
+                let m = String::from_utf8_lossy(self.line()?).into_owned();
+                let n = String::from_utf8_lossy(self.line()?).into_owned();
+                let v = self.global(&m, &n);
+                self.push(v);
+            }
+            0x93 => {
+                let n = self.pop();
+                let m = self.pop();
+                let v = match (m, n) {
+                    (V::Str(m), V::Str(n)) => self.global(&m, &n),
+                    _ => {
+                        self.hazard(
+                            HazardKind::Unresolved,
+                            "STACK_GLOBAL whose operands are not provably two string constants"
+                                .into(),
+                        );
+                        V::Global("?".into(), false)
+                    }
+                };
+                self.push(v);
+            }
             0x82..=0x84 => {
                 let width = match op {
                     0x82 => 1,
@@ -629,6 +639,14 @@ impl Walker<'_> {
                 );
                 self.push(V::Global(format!("<extension {code}>").into(), false));
             }
+            _ => return Err(format!("unknown opcode 0x{op:02x}")),
+        }
+        Ok(())
+    }
+
+    /// Persistent ids and out-of-band buffers.
+    fn step_persistent(&mut self, op: u8) -> Result<(), String> {
+        match op {
             b'P' => {
                 self.line()?;
                 self.push(V::Other);

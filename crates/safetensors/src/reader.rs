@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use weightport_core::mapped;
+use weightport_core::mapped::{self, Extent};
 
 use weightport_core::{
     sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
@@ -62,66 +62,14 @@ impl SafetensorsFile {
 
     /// Opens and validates `path`.
     pub fn open_with(path: &Path, limits: &Limits) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
-        if meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{}: is a directory, expected a file",
-                path.display()
-            )));
-        }
-        let file_len = meta.len();
-        let malformed = |offset: u64, reason: String| {
-            Error::malformed(Location::file(path).at(offset), Format::Safetensors, reason)
-        };
-        let prefix = read_prefix(&file, path, file_len)?;
-        let sniffed = sniff(&prefix);
-        let impostor = !matches!(
-            sniffed,
-            Sniffed::Format(Format::Safetensors) | Sniffed::Unknown
-        );
-        if file_len < 8 {
-            if impostor {
-                return Err(not_format(path, &sniffed));
-            }
-            return Err(malformed(0, format!("header too small: the file has {file_len} bytes, fewer than the 8-byte length prefix")));
-        }
-        let n = u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"));
-        if impostor {
-            return Err(not_format(path, &sniffed));
-        }
-        if n > limits.max_header_bytes {
-            if n.checked_add(8).is_some_and(|end| end <= file_len) {
-                return Err(Error::Limit {
-                    at: Location::file(path).at(0),
-                    what: "header length",
-                    needed: n,
-                    limit: limits.max_header_bytes,
-                });
-            }
-            return Err(malformed(0, format!(
-                "header too large: the length prefix says {n} bytes (limit {}) but the file has only {file_len}: not a safetensors file?",
-                limits.max_header_bytes
-            )));
-        }
-        if 8 + n > file_len {
-            return Err(malformed(0, format!(
-                "invalid header length: the prefix says the header is {n} bytes but the file has only {} after the prefix (truncated?)",
-                file_len - 8
-            )));
-        }
+        let (file, file_len) = mapped::open_input(path, ", expected a file")?;
+        let n = header_len(&file, path, file_len, limits)?;
         let mut json = vec![0u8; n as usize];
         file.read_exact_at(&mut json, 8)
             .map_err(|e| Error::io(path, "read", e))?;
         let header =
             header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(path, n, e))?;
-        // SAFETY: memmap2 maps the file read-only and *shared*: the bytes seen through the map
-        // are the file's current contents. The contract is that no process modifies or truncates
-        // the file while it is mapped; weightport never writes through the map. If another
-        // process truncates it anyway, touching a page past the new end raises SIGBUS: the CLI
-        // handles that signal by removing its temp files and exiting with "input changed while
-        // reading" (crates/cli/main.rs), so no partial output survives.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let map = mapped::map(&file, path)?;
         let infos = header
             .tensors
             .iter()
@@ -168,13 +116,62 @@ impl SafetensorsFile {
         self.data_start + self.header.tensors[index].begin
     }
 
-    fn range(&self, index: usize) -> (usize, usize) {
+    fn extent(&self, index: usize) -> Extent {
         let t = &self.header.tensors[index];
-        (
-            (self.data_start + t.begin) as usize,
-            (self.data_start + t.end) as usize,
-        )
+        Extent::new(self.data_start + t.begin, t.end - t.begin)
     }
+
+    fn at(&self, index: usize) -> Location {
+        Location::file(&self.path)
+            .tensor(self.infos[index].name.clone())
+            .at(self.tensor_offset(index))
+    }
+}
+
+/// The header length `N` from the 8-byte prefix, checked against the limit and the file's
+/// length. A file that sniffs as something else (a Git LFS pointer, an HTML page, a ZIP
+/// checkpoint) is named as what it is.
+fn header_len(file: &File, path: &Path, file_len: u64, limits: &Limits) -> Result<u64> {
+    let malformed = |offset: u64, reason: String| {
+        Error::malformed(Location::file(path).at(offset), Format::Safetensors, reason)
+    };
+    let prefix = read_prefix(file, path, file_len)?;
+    let sniffed = sniff(&prefix);
+    let impostor = !matches!(
+        sniffed,
+        Sniffed::Format(Format::Safetensors) | Sniffed::Unknown
+    );
+    if file_len < 8 {
+        if impostor {
+            return Err(not_format(path, &sniffed));
+        }
+        return Err(malformed(0, format!("header too small: the file has {file_len} bytes, fewer than the 8-byte length prefix")));
+    }
+    let n = u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"));
+    if impostor {
+        return Err(not_format(path, &sniffed));
+    }
+    if n > limits.max_header_bytes {
+        if n.checked_add(8).is_some_and(|end| end <= file_len) {
+            return Err(Error::Limit {
+                at: Location::file(path).at(0),
+                what: "header length",
+                needed: n,
+                limit: limits.max_header_bytes,
+            });
+        }
+        return Err(malformed(0, format!(
+            "header too large: the length prefix says {n} bytes (limit {}) but the file has only {file_len}: not a safetensors file?",
+            limits.max_header_bytes
+        )));
+    }
+    if 8 + n > file_len {
+        return Err(malformed(0, format!(
+            "invalid header length: the prefix says the header is {n} bytes but the file has only {} after the prefix (truncated?)",
+            file_len - 8
+        )));
+    }
+    Ok(n)
 }
 
 fn to_error(path: &Path, n: u64, e: HeaderError) -> Error {
@@ -221,44 +218,19 @@ impl TensorSource for SafetensorsFile {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        let (a, b) = self.range(index);
-        Some(&self.map[a..b])
+        self.extent(index).of(&self.map)
     }
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let (a, b) = self.range(index);
-        let start = a as u64 + offset;
-        let end = start
-            .checked_add(dst.len() as u64)
-            .filter(|&e| e <= b as u64)
-            .ok_or_else(|| {
-                Error::malformed(
-                    Location::file(&self.path)
-                        .tensor(self.infos[index].name.clone())
-                        .at(start),
-                    Format::Safetensors,
-                    "read past the end of the tensor",
-                )
-            })?;
-        dst.copy_from_slice(&self.map[start as usize..end as usize]);
-        Ok(())
+        let at = || self.at(index);
+        (self.extent(index)).read_into(&self.map, at, Format::Safetensors, offset, dst)
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        let (a, b) = self.range(index);
-        mapped::will_need(
-            &self.map,
-            a + offset as usize,
-            (a + (offset + len) as usize).min(b),
-        );
+        self.extent(index).will_need(&self.map, offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        let (a, b) = self.range(index);
-        mapped::release(
-            &self.map,
-            a + offset as usize,
-            (a + (offset + len) as usize).min(b),
-        );
+        self.extent(index).release(&self.map, offset, len);
     }
 }

@@ -11,10 +11,9 @@
 //! fsynced temp files to the pipeline on finish. Dropping it unfinished removes the temp files.
 
 use std::collections::{BTreeMap, HashSet};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use weightport_core::staging::TempFile;
+use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
     sanitize, Error, FinishedFile, Format, Location, MetaValue, Metadata, Plan, Result, StagedFile,
     TensorInfo, TensorSink,
@@ -61,6 +60,41 @@ pub fn layout(
     tensors: &[TensorInfo],
     metadata: Option<&BTreeMap<String, String>>,
 ) -> Result<FileLayout> {
+    let ranks = ranks(tensors)?;
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        ranks[b]
+            .cmp(&ranks[a])
+            .then_with(|| tensors[a].name.as_bytes().cmp(tensors[b].name.as_bytes()))
+    });
+
+    let (json, rel, pos) = json_header(tensors, &order, metadata)?;
+    let n = (json.len() as u64).next_multiple_of(8);
+    if n > MAX_HEADER {
+        return Err(Error::Limit {
+            at: Location::default(),
+            what: "safetensors header",
+            needed: n,
+            limit: MAX_HEADER,
+        });
+    }
+    let mut header = Vec::with_capacity(8 + n as usize);
+    header.extend_from_slice(&n.to_le_bytes());
+    header.extend_from_slice(json.as_bytes());
+    header.resize(8 + n as usize, b' ');
+    let data_start = 8 + n;
+    Ok(FileLayout {
+        offsets: rel.iter().map(|r| data_start + r).collect(),
+        order,
+        total_len: data_start + pos,
+        header,
+    })
+}
+
+/// Each tensor's dtype alignment rank, after the checks the reference needs: no tensor named
+/// `__metadata__`, no name twice, a dtype safetensors stores, and a byte length that matches
+/// the dtype and shape.
+fn ranks(tensors: &[TensorInfo]) -> Result<Vec<usize>> {
     let usage = |m: String| Error::Usage(m);
     let mut names = HashSet::new();
     let mut ranks = Vec::with_capacity(tensors.len());
@@ -96,13 +130,17 @@ pub fn layout(
         }
         ranks.push(rank);
     }
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| {
-        ranks[b]
-            .cmp(&ranks[a])
-            .then_with(|| tensors[a].name.as_bytes().cmp(tensors[b].name.as_bytes()))
-    });
+    Ok(ranks)
+}
 
+/// The header JSON (without padding) for `tensors` in data `order`, with every tensor's offset
+/// relative to the data section and the data section's length.
+fn json_header(
+    tensors: &[TensorInfo],
+    order: &[usize],
+    metadata: Option<&BTreeMap<String, String>>,
+) -> Result<(String, Vec<u64>, u64)> {
+    let usage = |m: String| Error::Usage(m);
     let mut json = String::from("{");
     let mut first = true;
     if let Some(m) = metadata {
@@ -112,7 +150,7 @@ pub fn layout(
     }
     let mut rel = vec![0u64; tensors.len()];
     let mut pos = 0u64;
-    for &i in &order {
+    for &i in order {
         let t = &tensors[i];
         if !first {
             json.push(',');
@@ -130,45 +168,18 @@ pub fn layout(
         pos = end;
     }
     json.push('}');
-    let n = (json.len() as u64).next_multiple_of(8);
-    if n > MAX_HEADER {
-        return Err(Error::Limit {
-            at: Location::default(),
-            what: "safetensors header",
-            needed: n,
-            limit: MAX_HEADER,
-        });
-    }
-    let mut header = Vec::with_capacity(8 + n as usize);
-    header.extend_from_slice(&n.to_le_bytes());
-    header.extend_from_slice(json.as_bytes());
-    header.resize(8 + n as usize, b' ');
-    let data_start = 8 + n;
-    Ok(FileLayout {
-        offsets: rel.iter().map(|r| data_start + r).collect(),
-        order,
-        total_len: data_start + pos,
-        header,
-    })
+    Ok((json, rel, pos))
 }
 
 /// Decides which tensors go to which file: `(final path, tensor indices)` per file.
 pub type Assign =
     Box<dyn FnOnce(&[TensorInfo]) -> Result<Vec<(PathBuf, Vec<usize>)>> + Send + Sync>;
 
-struct Staged {
-    temp: TempFile,
-    size: u64,
-    tensors: Vec<usize>,
-}
-
 /// A sink writing one or more safetensors files.
 pub struct SafetensorsSink {
     assign: Option<Assign>,
     metadata: Option<BTreeMap<String, String>>,
-    files: Vec<Staged>,
-    /// Per planned tensor: (file index, absolute offset, byte length).
-    slots: Vec<(usize, u64, u64)>,
+    files: StagedFiles,
 }
 
 impl SafetensorsSink {
@@ -178,8 +189,7 @@ impl SafetensorsSink {
         SafetensorsSink {
             assign: Some(assign),
             metadata,
-            files: Vec::new(),
-            slots: Vec::new(),
+            files: StagedFiles::new(Format::Safetensors, 0),
         }
     }
 
@@ -199,29 +209,18 @@ impl TensorSink for SafetensorsSink {
             .take()
             .ok_or_else(|| Error::Internal("plan called twice".into()))?;
         let groups = assign(tensors)?;
-        self.slots = vec![(usize::MAX, 0, 0); tensors.len()];
-        for (fi, (path, idx)) in groups.into_iter().enumerate() {
+        self.files = StagedFiles::new(Format::Safetensors, tensors.len());
+        for (path, idx) in groups {
             let subset: Vec<TensorInfo> = idx.iter().map(|&i| tensors[i].clone()).collect();
             let lay = layout(&subset, self.metadata.as_ref()).map_err(|e| match e {
                 Error::Usage(m) => Error::Usage(format!("{}: {m}", path.display())),
                 other => other,
             })?;
-            let temp = TempFile::beside(&path)?;
-            let file = temp.open()?;
-            file.set_len(lay.total_len)
-                .map_err(|e| Error::io(temp.path(), "resize", e))?;
-            file.write_all_at(&lay.header, 0)
-                .map_err(|e| Error::io(temp.path(), "write", e))?;
-            for (k, &i) in idx.iter().enumerate() {
-                self.slots[i] = (fi, lay.offsets[k], tensors[i].byte_len);
-            }
-            self.files.push(Staged {
-                temp,
-                size: lay.total_len,
-                tensors: idx,
-            });
+            let lens: Vec<u64> = subset.iter().map(|t| t.byte_len).collect();
+            self.files
+                .add(&path, &lay.header, lay.total_len, idx, &lay.offsets, &lens)?;
         }
-        if let Some(i) = self.slots.iter().position(|s| s.0 == usize::MAX) {
+        if let Some(i) = self.files.unplaced() {
             return Err(Error::Internal(format!(
                 "tensor `{}` was assigned to no file",
                 sanitize(&tensors[i].name)
@@ -233,42 +232,15 @@ impl TensorSink for SafetensorsSink {
     }
 
     fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let (fi, base, len) = self.slots[tensor];
-        let f = &self.files[fi];
-        if offset + bytes.len() as u64 > len {
-            return Err(Error::Internal(format!(
-                "write past the end of tensor {tensor}"
-            )));
-        }
-        f.temp.write_at(bytes, base + offset)
+        self.files.write_at(tensor, offset, bytes)
     }
 
     fn staged(&self) -> Vec<StagedFile> {
-        self.files
-            .iter()
-            .map(|f| StagedFile {
-                temp: f.temp.path().to_path_buf(),
-                path: f.temp.target().to_path_buf(),
-                format: Format::Safetensors,
-                size: f.size,
-                tensors: f.tensors.clone(),
-            })
-            .collect()
+        self.files.staged()
     }
 
     fn finish(self: Box<Self>) -> Result<Vec<FinishedFile>> {
-        for f in &self.files {
-            f.temp.sync()?;
-        }
-        Ok(self
-            .files
-            .into_iter()
-            .map(|f| FinishedFile {
-                temp: f.temp,
-                size: f.size,
-                tensors: f.tensors.len(),
-            })
-            .collect())
+        self.files.finish()
     }
 }
 
@@ -278,15 +250,10 @@ pub fn write_file(
     tensors: &[(TensorInfo, &[u8])],
     metadata: Option<&BTreeMap<String, String>>,
 ) -> Result<()> {
-    let infos: Vec<TensorInfo> = tensors.iter().map(|(t, _)| t.clone()).collect();
-    let mut sink = SafetensorsSink::single(path.to_path_buf(), metadata.cloned());
-    sink.plan(&infos, &Metadata::new())?;
-    for (i, (_, b)) in tensors.iter().enumerate() {
-        sink.write_at(i, 0, b)?;
-    }
-    for f in Box::new(sink).finish()? {
-        f.temp.publish(true)?;
-    }
+    let (infos, bytes): (Vec<TensorInfo>, Vec<&[u8]>) =
+        tensors.iter().map(|(t, b)| (t.clone(), *b)).unzip();
+    let sink = SafetensorsSink::single(path.to_path_buf(), metadata.cloned());
+    write_now(Box::new(sink), &infos, &Metadata::new(), &bytes)?;
     Ok(())
 }
 

@@ -457,50 +457,8 @@ impl<'a> Vm<'a> {
                 }
                 _ => self.schema_err(sym, "expected (str,) or (str, int)"),
             },
-            Sym::CodecsEncode | Sym::ByteArray | Sym::Bytes => match args {
-                [] if sym != Sym::CodecsEncode => Ok(Applied::Node(Node::Bytes(vec![]), vec![])),
-                [b] if sym == Sym::ByteArray && matches!(a.get(*b), Node::Bytes(_)) => {
-                    Ok(Applied::Same(*b))
-                }
-                [s, enc] if sym != Sym::Bytes => {
-                    let (Some(s), Some(enc)) = (a.str(*s), a.str(*enc)) else {
-                        return self.schema_err(sym, "expected (str, 'latin1')");
-                    };
-                    if enc != "latin1" && enc != "latin-1" {
-                        return self.schema_err(sym, "only the latin1 encoding is accepted");
-                    }
-                    let mut out = Vec::with_capacity(s.len());
-                    for c in s.chars() {
-                        match u8::try_from(u32::from(c)) {
-                            Ok(b) => out.push(b),
-                            Err(_) => return self.schema_err(sym, "character outside latin-1"),
-                        }
-                    }
-                    Ok(Applied::Node(Node::Bytes(out), vec![]))
-                }
-                _ => self.schema_err(sym, "unexpected arguments"),
-            },
-            Sym::Complex => {
-                let num = |i: &Id| match a.get(*i) {
-                    Node::Float(f) => Some(*f),
-                    Node::Int(n) => Some(*n as f64),
-                    _ => None,
-                };
-                match args {
-                    [re] | [re, _] => {
-                        let im = if args.len() == 2 {
-                            num(&args[1])
-                        } else {
-                            Some(0.0)
-                        };
-                        match (num(re), im) {
-                            (Some(r), Some(i)) => Ok(Applied::Node(Node::Complex(r, i), vec![])),
-                            _ => self.schema_err(sym, "expected (float, float)"),
-                        }
-                    }
-                    _ => self.schema_err(sym, "expected (float, float)"),
-                }
-            }
+            Sym::CodecsEncode | Sym::ByteArray | Sym::Bytes => self.apply_bytes(sym, args),
+            Sym::Complex => self.apply_complex(sym, args),
             _ => self.schema_err(sym, "not a symbol of this group"),
         }
     }
@@ -509,34 +467,7 @@ impl<'a> Vm<'a> {
     fn apply_numpy(&mut self, sym: Sym, args: &[Id]) -> R<Applied> {
         let a = &self.arena;
         match sym {
-            Sym::NpDtype => match args {
-                [d, _, _] => {
-                    let Some(d) = a.str(*d) else {
-                        return self.schema_err(sym, "descr is not a str");
-                    };
-                    let (order, body) = match d.chars().next() {
-                        Some(c @ ('<' | '>' | '|' | '=')) => (c, &d[1..]),
-                        _ => ('=', d),
-                    };
-                    if !np_numeric(body) {
-                        return refused(
-                            self.at,
-                            format!(
-                                "numpy dtype `{}` refused: only numeric dtypes are tensors (string arrays are not, and object arrays hold pickles)",
-                                weightport_core::sanitize(d)
-                            ),
-                        );
-                    }
-                    Ok(Applied::Node(
-                        Node::NpDtype {
-                            descr: body.to_string(),
-                            order,
-                        },
-                        vec![],
-                    ))
-                }
-                _ => self.schema_err(sym, "expected (str, bool, bool)"),
-            },
+            Sym::NpDtype => self.np_dtype(sym, args),
             Sym::NpNdarray => refused(self.at, "`numpy.ndarray` may not be called"),
             Sym::NpReconstruct => match args {
                 [cls, shape, _]
@@ -556,36 +487,117 @@ impl<'a> Vm<'a> {
                 }
                 _ => self.schema_err(sym, "expected (numpy.ndarray, (0,), b'b')"),
             },
-            Sym::NpScalar => match args {
-                [d, b] => {
-                    let (descr, order) = match a.get(*d) {
-                        Node::NpDtype { descr, order } => (descr.clone(), *order),
-                        _ => return self.schema_err(sym, "argument 0 is not a numpy dtype"),
-                    };
-                    let raw = match a.get(*b) {
-                        Node::Bytes(b) => b.clone(),
-                        Node::Str(s) => {
-                            // py2-era latin-1 str payload.
-                            let mut out = Vec::new();
-                            for c in s.chars() {
-                                match u8::try_from(u32::from(c)) {
-                                    Ok(b) => out.push(b),
-                                    Err(_) => return self.schema_err(sym, "payload not bytes"),
-                                }
-                            }
-                            out
-                        }
-                        _ => return self.schema_err(sym, "argument 1 is not bytes"),
-                    };
-                    let size: usize = descr[1..].parse().unwrap_or(0);
-                    if size != raw.len() {
-                        return self.schema_err(sym, "payload size does not match the dtype");
-                    }
-                    Ok(Applied::Node(Node::NpScalar { descr, order, raw }, vec![]))
-                }
-                _ => self.schema_err(sym, "expected (dtype, bytes)"),
-            },
+            Sym::NpScalar => self.np_scalar(sym, args),
             _ => self.schema_err(sym, "not a symbol of this group"),
+        }
+    }
+
+    /// `codecs.encode(str, 'latin1')`, `bytearray(…)` and `bytes()`.
+    fn apply_bytes(&self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        match args {
+            [] if sym != Sym::CodecsEncode => Ok(Applied::Node(Node::Bytes(vec![]), vec![])),
+            [b] if sym == Sym::ByteArray && matches!(a.get(*b), Node::Bytes(_)) => {
+                Ok(Applied::Same(*b))
+            }
+            [s, enc] if sym != Sym::Bytes => {
+                let (Some(s), Some(enc)) = (a.str(*s), a.str(*enc)) else {
+                    return self.schema_err(sym, "expected (str, 'latin1')");
+                };
+                if enc != "latin1" && enc != "latin-1" {
+                    return self.schema_err(sym, "only the latin1 encoding is accepted");
+                }
+                match latin1(s) {
+                    Some(out) => Ok(Applied::Node(Node::Bytes(out), vec![])),
+                    None => self.schema_err(sym, "character outside latin-1"),
+                }
+            }
+            _ => self.schema_err(sym, "unexpected arguments"),
+        }
+    }
+
+    /// `builtins.complex(re[, im])`.
+    fn apply_complex(&self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        let num = |i: &Id| match a.get(*i) {
+            Node::Float(f) => Some(*f),
+            Node::Int(n) => Some(*n as f64),
+            _ => None,
+        };
+        match args {
+            [re] | [re, _] => {
+                let im = if args.len() == 2 {
+                    num(&args[1])
+                } else {
+                    Some(0.0)
+                };
+                match (num(re), im) {
+                    (Some(r), Some(i)) => Ok(Applied::Node(Node::Complex(r, i), vec![])),
+                    _ => self.schema_err(sym, "expected (float, float)"),
+                }
+            }
+            _ => self.schema_err(sym, "expected (float, float)"),
+        }
+    }
+
+    /// `numpy.dtype(descr, align, copy)`: numeric dtypes only.
+    fn np_dtype(&self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        match args {
+            [d, _, _] => {
+                let Some(d) = a.str(*d) else {
+                    return self.schema_err(sym, "descr is not a str");
+                };
+                let (order, body) = match d.chars().next() {
+                    Some(c @ ('<' | '>' | '|' | '=')) => (c, &d[1..]),
+                    _ => ('=', d),
+                };
+                if !np_numeric(body) {
+                    return refused(
+                    self.at,
+                    format!(
+                        "numpy dtype `{}` refused: only numeric dtypes are tensors (string arrays are not, and object arrays hold pickles)",
+                        weightport_core::sanitize(d)
+                    ),
+                );
+                }
+                Ok(Applied::Node(
+                    Node::NpDtype {
+                        descr: body.to_string(),
+                        order,
+                    },
+                    vec![],
+                ))
+            }
+            _ => self.schema_err(sym, "expected (str, bool, bool)"),
+        }
+    }
+
+    /// `numpy.core.multiarray.scalar(dtype, payload)`: the payload's size must match the dtype.
+    fn np_scalar(&self, sym: Sym, args: &[Id]) -> R<Applied> {
+        let a = &self.arena;
+        match args {
+            [d, b] => {
+                let (descr, order) = match a.get(*d) {
+                    Node::NpDtype { descr, order } => (descr.clone(), *order),
+                    _ => return self.schema_err(sym, "argument 0 is not a numpy dtype"),
+                };
+                let raw = match a.get(*b) {
+                    Node::Bytes(b) => b.clone(),
+                    // py2-era latin-1 str payload.
+                    Node::Str(s) => match latin1(s) {
+                        Some(out) => out,
+                        None => return self.schema_err(sym, "payload not bytes"),
+                    },
+                    _ => return self.schema_err(sym, "argument 1 is not bytes"),
+                };
+                let size: usize = descr[1..].parse().unwrap_or(0);
+                if size != raw.len() {
+                    return self.schema_err(sym, "payload size does not match the dtype");
+                }
+                Ok(Applied::Node(Node::NpScalar { descr, order, raw }, vec![]))
+            }
+            _ => self.schema_err(sym, "expected (dtype, bytes)"),
         }
     }
 
@@ -970,6 +982,11 @@ fn empty_dict() -> Node {
 pub(super) enum Applied {
     Node(Node, Vec<Id>),
     Same(Id),
+}
+
+/// The bytes of a str whose characters are all latin-1 (`codecs.encode(s, 'latin1')`).
+fn latin1(s: &str) -> Option<Vec<u8>> {
+    s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
 fn np_numeric(body: &str) -> bool {
