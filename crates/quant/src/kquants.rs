@@ -279,85 +279,17 @@ fn make_q3_quants(nmax: i32, x: &[f32; 16], l: &mut [i8; 16]) -> f32 {
 }
 
 /// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)` on `M` sub-blocks in lockstep lanes
-/// (see [`make_qkx2_quants`]); `l[i][m]` receives values in `0..2*nmax`.
+/// (see [`make_qkx2_quants`]); `l[i][m]` receives values in `0..2*nmax`. Without weights ggml
+/// weighs each element by `x*x`: this is the weighted search with those weights (computed as
+/// ggml computes them, so every product and sum is the same float operation).
 #[inline(always)]
 fn make_qx_quants<const N: usize, const M: usize>(
     nmax: i32,
     x: &[[f32; M]; N],
     l: &mut [[i8; M]; N],
 ) -> [f32; M] {
-    let (amax, max) = abs_max_lanes(x);
-    let lanes_sums = |iscale: &[f32; M], lq: &mut [[f32; M]; N]| {
-        let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
-        for i in 0..N {
-            for m in 0..M {
-                let q = nearest_int(iscale[m] * x[i][m]).clamp(-nmax, nmax - 1) as f32;
-                lq[i][m] = q;
-                let w = x[i][m] * x[i][m];
-                sumlx[m] += w * x[i][m] * q;
-                suml2[m] += w * q * q;
-            }
-        }
-        (sumlx, suml2)
-    };
-    let mut iscale = [0f32; M];
-    for m in 0..M {
-        iscale[m] = -(nmax as f32) / max[m];
-    }
-    let mut lbest = [[0f32; M]; N];
-    let (sumlx, suml2) = lanes_sums(&iscale, &mut lbest);
-    let (mut scale, mut best) = ([0f32; M], [0f32; M]);
-    for m in 0..M {
-        scale[m] = if suml2[m] != 0.0 {
-            sumlx[m] / suml2[m]
-        } else {
-            0.0
-        };
-        best[m] = scale[m] * sumlx[m];
-    }
-    let mut lq = [[0f32; M]; N];
-    for is in -9i32..=9 {
-        if is == 0 {
-            continue;
-        }
-        for m in 0..M {
-            iscale[m] = -(nmax as f32 + 0.1 * is as f32) / max[m];
-        }
-        let (sumlx, suml2) = lanes_sums(&iscale, &mut lq);
-        let mut take = [false; M];
-        let mut any = false;
-        for m in 0..M {
-            take[m] = suml2[m] > 0.0 && sumlx[m] * sumlx[m] > best[m] * suml2[m];
-            any |= take[m];
-            if take[m] {
-                scale[m] = sumlx[m] / suml2[m];
-                best[m] = scale[m] * sumlx[m];
-            }
-        }
-        if any {
-            for i in 0..N {
-                for m in 0..M {
-                    if take[m] {
-                        lbest[i][m] = lq[i][m];
-                    }
-                }
-            }
-        }
-    }
-    for m in 0..M {
-        let zero = amax[m] < GROUP_MAX_EPS;
-        for i in 0..N {
-            l[i][m] = if zero {
-                0
-            } else {
-                (lbest[i][m] as i32 + nmax) as i8
-            };
-        }
-        if zero {
-            scale[m] = 0.0;
-        }
-    }
-    scale
+    let w: [[f32; M]; N] = std::array::from_fn(|i| std::array::from_fn(|m| x[i][m] * x[i][m]));
+    crate::weighted_search::make_qx_quants_w(nmax, x, &w, l)
 }
 
 /// `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of Q4_K/Q5_K.
