@@ -1,8 +1,9 @@
-//! `weightport run JOB.toml`: every output of a job file, in order, each its own verified
-//! transaction (a failed output does not undo the others), resumable.
+//! `weightport run JOB.toml` (and `convert` with several `-o`): every output of a job, each its
+//! own verified transaction (a failed output does not undo the others), resumable.
 //!
-//! Outputs of one `[[job]]` whose inputs are opened alike share one opened input (headers
-//! parsed once; each output then reads the tensor data it needs, see docs/design-notes.md).
+//! Outputs of one `[[job]]` whose inputs are opened alike are made from one read of the input
+//! (`pipeline::convert_many`: one executor pass for all of them, each input byte taken once;
+//! see docs/design-notes.md).
 //!
 //! Resuming: after an output is committed, the job's state file records what made it (its
 //! options, each input file's size and mtime, the weightport version) and what it is (every

@@ -12,6 +12,8 @@
 //!                  operations, map back and compare with the source)
 //!        ─commit→ fsync, journal, ordered renames (weights, index, companions), stale removal
 //! ```
+//! Many outputs of one input ([`convert_many`]) are planned and prepared each, executed in one
+//! pass that reads each input range once ([`shared_read`]), then verified and committed each.
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
