@@ -442,3 +442,139 @@ fn output_specs_are_parsed_strictly() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A few-MB F16 model (finite values only), written by weightport's safetensors writer.
+fn big_input(dir: &Path) -> PathBuf {
+    use weightport_core::{DType, TensorInfo};
+    // Finite F16 halves: exponent bits kept below all-ones.
+    let half = |x: u32| ((x.wrapping_mul(2654435761) >> 9) as u16 & 0xBBFF).to_le_bytes();
+    let data: Vec<Vec<u8>> = (0..6u32)
+        .map(|i| {
+            (0..(1u32 << 19))
+                .flat_map(|j| half(j ^ (i << 24)))
+                .collect()
+        })
+        .collect();
+    let tensors: Vec<(TensorInfo, &[u8])> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let info = TensorInfo {
+                name: format!("layer.{i}.weight"),
+                dtype: DType::F16,
+                shape: vec![512, 1024],
+                byte_len: d.len() as u64,
+            };
+            (info, d.as_slice())
+        })
+        .collect();
+    let p = dir.join("in.safetensors");
+    weightport_safetensors::write_file(&p, &tensors, None).unwrap();
+    p
+}
+
+/// Files of `dir` (recursively one level) whose names start with a dot: temp files.
+fn temps(dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    for d in [dir.to_path_buf(), dir.join("repo")] {
+        for e in std::fs::read_dir(&d).into_iter().flatten() {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            if n.starts_with('.') {
+                v.push(n);
+            }
+        }
+    }
+    v
+}
+
+/// SIGKILL and SIGTERM at random points of a three-output conversion from one read, 10 times
+/// each: every output there is complete (verifies), none is partial; a SIGTERM leaves no temp
+/// file; the next run (forced) makes all three, equal to separate runs, and leaves nothing.
+#[test]
+fn kills_during_the_shared_read_never_leave_partial_outputs() {
+    use std::process::{Command, Stdio};
+    let t = tempfile::tempdir().unwrap();
+    let input = big_input(t.path());
+    let i = input.to_str().unwrap();
+    let sep = t.path().join("sep");
+    for (name, flags) in [
+        ("repo", &["--shard-size", "2MB"][..]),
+        ("f32.safetensors", &["--dtype", "f32"][..]),
+        ("m.gguf", &[][..]),
+    ] {
+        let out = sep.join(name);
+        let mut a = vec!["convert", i, "-o", out.to_str().unwrap()];
+        a.extend(flags);
+        assert!(wp(&a).status.success());
+    }
+    let mut seed = 0x9E3779B97F4A7C15u64;
+    for (sig, signame) in [(libc::SIGKILL, "KILL"), (libc::SIGTERM, "TERM")] {
+        for round in 0..3 {
+            let d = t.path().join(format!("{signame}-{round}"));
+            std::fs::create_dir(&d).unwrap();
+            let specs = |force: &str| {
+                [
+                    format!("{}:shard_size=2MB{force}", d.join("repo").display()),
+                    format!("{}:dtype=f32{force}", d.join("f32.safetensors").display()),
+                    format!(
+                        "{}:{}",
+                        d.join("m.gguf").display(),
+                        force.trim_start_matches(',')
+                    ),
+                ]
+            };
+            let s = specs("");
+            let args = ["convert", i, "-o", &s[0], "-o", &s[1], "-o", &s[2]];
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut child = Command::new(env!("CARGO_BIN_EXE_weightport"))
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(seed % 800_000));
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            child.wait().unwrap();
+            let commit_left = temps(&d)
+                .iter()
+                .any(|n| n.starts_with(".weightport-commit"));
+            for name in ["repo", "f32.safetensors", "m.gguf"] {
+                let out = d.join(name);
+                let whole = if name == "repo" {
+                    out.join("model-00001-of-00006.safetensors")
+                } else {
+                    out.clone()
+                };
+                if whole.exists() && !commit_left {
+                    let v = wp(&["verify", out.to_str().unwrap()]);
+                    assert!(
+                        v.status.success(),
+                        "{signame} {round} {name}: {}",
+                        String::from_utf8_lossy(&v.stdout)
+                    );
+                }
+            }
+            if sig == libc::SIGTERM {
+                assert!(temps(&d).is_empty(), "TERM {round}: {:?}", temps(&d));
+            }
+            let s = specs(",force");
+            let o = wp(&["convert", i, "-o", &s[0], "-o", &s[1], "-o", &s[2]]);
+            assert!(
+                o.status.success(),
+                "{signame} {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(temps(&d).is_empty(), "{signame} {round}: {:?}", temps(&d));
+            for name in ["repo", "f32.safetensors", "m.gguf"] {
+                assert_eq!(
+                    digests(&d.join(name)),
+                    digests(&sep.join(name)),
+                    "{signame} {round} {name}"
+                );
+            }
+        }
+    }
+}
