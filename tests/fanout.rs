@@ -487,7 +487,7 @@ fn temps(dir: &Path) -> Vec<String> {
     v
 }
 
-/// SIGKILL and SIGTERM at random points of a three-output conversion from one read, 10 times
+/// SIGKILL and SIGTERM at random points of a three-output conversion from one read, 3 times
 /// each: every output there is complete (verifies), none is partial; a SIGTERM leaves no temp
 /// file; the next run (forced) makes all three, equal to separate runs, and leaves nothing.
 #[test]
