@@ -578,3 +578,51 @@ fn kills_during_the_shared_read_never_leave_partial_outputs() {
         }
     }
 }
+
+/// The memory budget holds for a shared read: one too small for a worker and the resident
+/// windows is refused before anything is written; within one, what the executor holds is
+/// reported and stays inside it.
+#[test]
+fn the_memory_budget_bounds_the_shared_read() {
+    let t = tempfile::tempdir().unwrap();
+    let input = arch("llama");
+    let specs: Vec<String> = OUTPUTS
+        .iter()
+        .map(|(name, opts, _)| format!("{}:{opts}", t.path().join(name).display()))
+        .collect();
+    let run = |budget: &str| {
+        let mut a = vec![
+            "--json",
+            "--threads",
+            "2",
+            "--max-memory",
+            budget,
+            "convert",
+        ];
+        a.push(input.to_str().unwrap());
+        for s in &specs {
+            a.extend(["-o", s.as_str()]);
+        }
+        wp(&a)
+    };
+    let o = run("20000");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--max-memory 20000"));
+    assert!(
+        std::fs::read_dir(t.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+    let budget = 4u64 << 20;
+    let o = run(&budget.to_string());
+    let v = json_of(&o);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for out in v["outputs"].as_array().unwrap() {
+        let m = out["result"]["memory_bytes"].as_u64().unwrap();
+        assert!(m > 0 && m <= budget, "{m}");
+    }
+}

@@ -173,8 +173,16 @@ fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> 
         .max()
         .unwrap_or(0)
         .max(1);
-    // Windows resident, the last one's span past its start at most one chunk's input.
-    let windows = AHEAD as u64 * chunk + worker;
+    // Windows resident, the last one's span past its start at most one chunk's input; never
+    // more than the input's tensor data.
+    let input: u64 = slots
+        .iter()
+        .find_map(|s| match s {
+            Slot::Live(s, _) => Some(s.job.source().tensors().iter().map(|t| t.byte_len).sum()),
+            Slot::Failed(_) => None,
+        })
+        .unwrap_or(0);
+    let windows = (AHEAD as u64 * chunk + worker).min(input);
     if worker + windows > budget {
         return Err(Error::Usage(format!(
             "--max-memory {budget}: one worker and the shared read's windows need {} bytes \
