@@ -8,7 +8,8 @@
 #
 # The set: a safetensors repo (--shard-size $SHARD_SIZE), a Q8_0 GGUF and a Q4_K_M GGUF (both
 # --outtype f16 --quant T, which equals convert_hf_to_gguf.py --outtype f16 + llama-quantize T).
-#   job:        `weightport --threads $THREADS run job.toml` (one job file, the three outputs)
+#   job:        `weightport --threads $THREADS run job.toml` (one job file, the three outputs,
+#               made from one read of the release: each input byte taken once)
 #   separate:   three `weightport --threads $THREADS convert HF -o ...` runs, one after another
 #               (each timed; the row "separate: total" is their sum, "slowest" the largest)
 #   reference:  `convert_hf_to_gguf.py HF --outtype f16`, then `llama-quantize F16 Q8_0` and
@@ -16,7 +17,8 @@
 #               step: the input already is safetensors)
 # Every output's sha256 is compared: job against separate (every file of the repo too), both
 # GGUFs against the reference's. The target of issue 17 is printed under the table: job wall
-# ≤ 1.2 × the slowest separate run, peak RSS ≤ 256 MiB.
+# ≤ 1.2 × the slowest separate run, peak RSS ≤ 256 MiB; and the input tensor bytes each way
+# read (`read_bytes` of --json: the job's, the separate runs' summed).
 #
 # Each way runs REPS times under /usr/bin/time -v (median wall from a nanosecond clock, peak RSS =
 # max over reps); `sync` before every rep, outside the timed region; inputs pre-read
@@ -171,18 +173,24 @@ outtype = "f16"
 quant = "Q4_K_M"
 EOF
 # The state file lives beside the job file: removed before each rep so every rep makes all three.
-measure "job (3 outputs)" "$JOB_OUT" sh -c 'rm -f "$1/.job.toml.state.json"; exec "$2" --threads "$3" run "$1/job.toml"' sh "$TMPD" "$WP" "$THREADS"
+measure "job (3 outputs)" "$JOB_OUT" sh -c 'rm -f "$1/.job.toml.state.json"; exec "$2" --json --threads "$3" run "$1/job.toml"' sh "$TMPD" "$WP" "$THREADS"
 row "weightport run job.toml (repo + Q8_0 + Q4_K_M)"
 JOB_WALL=$M_WALL JOB_RSS=$M_RSS
+# read_bytes of --json: the input tensor bytes the job's reads took (sum over its reads).
+read_of() { "$PYTHON" -c 'import json,sys
+d=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+print(sum(r["read_bytes"] for r in d["reads"]) if "reads" in d else d["read_bytes"])' "$1"; }
+JOB_READ=$(read_of "$LOGS/job_(3_outputs).log")
 
 # 2. Three separate runs.
 SEP="$TMPD/sep"
 rm -rf -- "$SEP"; mkdir -p "$SEP"
-sep_total=0 sep_max=0 sep_rss=0
+sep_total=0 sep_max=0 sep_rss=0 sep_read=0
 one() {  # NAME OUTPUT args...
     local name=$1 out=$2; shift 2
-    measure "$name" "$TMPD/cur" "$WP" --threads "$THREADS" convert "$HF" -o "$TMPD/cur/$out" "$@"
+    measure "$name" "$TMPD/cur" "$WP" --json --threads "$THREADS" convert "$HF" -o "$TMPD/cur/$out" "$@"
     row "$name"
+    sep_read=$(( sep_read + $(read_of "$LOGS/${name// /_}.log") ))
     mv -- "$TMPD/cur/$out" "$SEP/$out"
     sep_total=$(awk -v a="$sep_total" -v b="$M_WALL" 'BEGIN {printf "%.3f", a + b}')
     sep_max=$(awk -v a="$sep_max" -v b="$M_WALL" 'BEGIN {print (b > a ? b : a)}')
@@ -231,6 +239,7 @@ done
     echo
     ratio=$(awk -v a="$JOB_WALL" -v b="$sep_max" 'BEGIN {printf "%.2f", a / b}')
     echo "job / slowest separate run: $ratio (target ≤ 1.2); job peak RSS $JOB_RSS MiB (target ≤ 256)"
+    echo "input tensor bytes read: job $JOB_READ, separate runs $sep_read in all (input file $in_size bytes)"
     printf '%s\n' "${CHECKS[@]}"
 } | tee "$SCRATCH/results-jobs.md"
 if printf '%s\n' "${CHECKS[@]}" | grep -q DIFFER; then exit 1; fi

@@ -132,10 +132,24 @@ pub struct ConvertArgs {
     /// Input files, an `*.index.json`, or an HF repo directory.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
-    /// Output: `*.safetensors` for one file, otherwise a repo directory
-    /// (`model.safetensors`, or `model-0000i-of-0000n.safetensors` + index).
-    #[arg(short, long, value_name = "OUTPUT")]
+    /// Output: `*.safetensors` for one file, `*.gguf`, otherwise a repo directory
+    /// (`model.safetensors`, or `model-0000i-of-0000n.safetensors` + index). Repeatable: every
+    /// output is made from one read of the input, each with the options given here plus its
+    /// own after a colon (`-o m-Q8_0.gguf:quant=Q8_0`, `-o repo:shard_size=2GB,force`; keys
+    /// as in job files, see docs/jobs.md).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "OUTPUT[:KEY=VALUE,…]",
+        required = true
+    )]
+    pub outputs: Vec<PathBuf>,
+    /// The one output (set from `outputs` after parsing).
+    #[arg(skip)]
     pub output: PathBuf,
+    /// The command line (kept after parsing, for the outputs of a multi-output conversion).
+    #[arg(skip)]
+    pub argv: Vec<std::ffi::OsString>,
     /// Largest shard of a repo output, or split of a GGUF output: `500MB`, `5GB` (decimal),
     /// `5GiB` (binary) or bytes. Default 5GB for repos, unsplit for GGUF.
     #[arg(long, alias = "split-max-size", value_name = "SIZE", value_parser = parse_size)]

@@ -192,8 +192,9 @@ impl PlannedOutput {
 #[derive(Debug)]
 pub struct Job {
     pub file: PathBuf,
-    /// Where what each output was made from is recorded.
-    pub state: PathBuf,
+    /// Where what each output was made from is recorded (none for `convert` with several
+    /// `-o`).
+    pub state: Option<PathBuf>,
     pub outputs: Vec<PlannedOutput>,
 }
 
@@ -254,9 +255,10 @@ pub fn load(file: &Path) -> Result<Job, Error> {
             let path = base.join(out.path.get_ref());
             let argv = convert_argv(&base, &inputs, &path, &options).map_err(at)?;
             let cli = Cli::try_parse_from(&argv).map_err(|e| at(crate::usage_message(&e)))?;
-            let Command::Convert(args) = cli.command else {
+            let Command::Convert(mut args) = cli.command else {
                 return Err(at("not a conversion".into()));
             };
+            args.output = path.clone();
             outputs.push(PlannedOutput {
                 job: j + 1,
                 output: k + 1,
@@ -280,7 +282,7 @@ pub fn load(file: &Path) -> Result<Job, Error> {
     };
     Ok(Job {
         file: file.to_path_buf(),
-        state,
+        state: Some(state),
         outputs,
     })
 }
@@ -300,7 +302,7 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
 }
 
 /// Refuses two outputs (or their attestations, reports) at one path.
-fn refuse_shared_paths(file: &Path, outputs: &[PlannedOutput]) -> Result<(), Error> {
+pub(crate) fn refuse_shared_paths(file: &Path, outputs: &[PlannedOutput]) -> Result<(), Error> {
     let mut seen: std::collections::HashMap<PathBuf, usize> = Default::default();
     for o in outputs {
         let a = &o.args;

@@ -14,6 +14,7 @@ mod args;
 mod attest;
 mod imatrix;
 mod job;
+mod multi;
 mod output;
 mod progress;
 mod report;
@@ -238,6 +239,10 @@ fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Resul
         max_memory: cli.max_memory,
     };
     match cli.command {
+        Command::Convert(a) if multi::is_multi(&a) => {
+            let job = multi::job_of(&a)?;
+            run::run_job(&job, (a.dry_run, false), &global, json, progress, out)
+        }
         Command::Convert(a) => output::convert(&a, &global, json, progress, out),
         Command::Inspect(a) => output::inspect(&a, json, out),
         Command::Verify(a) => output::verify(&a, json, progress, out),

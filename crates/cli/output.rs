@@ -249,6 +249,8 @@ fn convert_json(
         "free_bytes": r.free_bytes,
         "threads": r.threads,
         "memory_bytes": r.memory_bytes,
+        "read_bytes": r.read_bytes,
+        "reads": r.reads.iter().map(|(p, n)| json!({"path": p.display().to_string(), "bytes": n})).collect::<Vec<_>>(),
         "seconds": secs,
     });
     writeln!(out, "{v}")?;

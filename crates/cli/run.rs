@@ -1,8 +1,9 @@
-//! `weightport run JOB.toml`: every output of a job file, in order, each its own verified
-//! transaction (a failed output does not undo the others), resumable.
+//! `weightport run JOB.toml` (and `convert` with several `-o`): every output of a job, each its
+//! own verified transaction (a failed output does not undo the others), resumable.
 //!
-//! Outputs of one `[[job]]` whose inputs are opened alike share one opened input (headers
-//! parsed once; each output then reads the tensor data it needs, see docs/design-notes.md).
+//! Outputs of one `[[job]]` whose inputs are opened alike are made from one read of the input
+//! (`pipeline::convert_many`: one executor pass for all of them, each input byte taken once;
+//! see docs/design-notes.md).
 //!
 //! Resuming: after an output is committed, the job's state file records what made it (its
 //! options, each input file's size and mtime, the weightport version) and what it is (every
@@ -20,7 +21,10 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use weightport_core::Error;
-use weightport_pipeline::{convert_input, input_request, open_inputs, ConvertReport, Progress};
+use weightport_pipeline::{
+    convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
+    OpenRequest, Progress,
+};
 
 use crate::args::RunArgs;
 use crate::job::{self, Job, PlannedOutput};
@@ -231,55 +235,52 @@ struct Done {
     outcome: Outcome,
     /// Why an output with a record was made again.
     redone: Option<String>,
+    /// Wall time of the conversion it was made in (shared by the outputs of one read).
     seconds: f64,
 }
 
-/// The input the previous output opened, kept for the next one when it asks for the same.
-#[derive(Default)]
-struct Opened {
-    key: String,
-    input: Option<weightport_pipeline::Input>,
-}
-
-impl Opened {
-    fn get(
-        &mut self,
-        inputs: &[PathBuf],
-        req: &weightport_pipeline::OpenRequest,
-    ) -> Result<&weightport_pipeline::Input, Error> {
-        let key = format!("{inputs:?} {req:?}");
-        if self.key != key || self.input.is_none() {
-            self.input = None;
-            self.input = Some(open_inputs(inputs, req)?);
-            self.key = key;
+impl Done {
+    fn new(outcome: Outcome, redone: Option<String>, seconds: f64) -> Done {
+        Done {
+            outcome,
+            redone,
+            seconds,
         }
-        Ok(self.input.as_ref().expect("opened above"))
     }
 }
 
 /// Everything one output needs from the run.
 struct Ctx<'a> {
     file: &'a Path,
-    run: &'a RunArgs,
+    dry_run: bool,
+    force: bool,
     global: &'a Global,
     json: bool,
-    progress: &'a dyn Progress,
 }
 
-/// Makes (or plans) output `o`, unless its record still holds.
-fn one(
+/// An output to make (or plan): its options, and why it is made again.
+struct Pending {
+    index: usize,
+    opts: ConvertOptions,
+    /// The opened input it reads: its paths and open request.
+    key: String,
+    request: OpenRequest,
+    redone: Option<String>,
+}
+
+/// Output `o` (number `index` of the job) to make, or (`Err`) what happened to it already: its
+/// record still holds, or its options are refused.
+fn pending(
+    index: usize,
     o: &PlannedOutput,
     cx: &Ctx,
-    state: &mut State,
-    state_path: &Path,
-    opened: &mut Opened,
-) -> Result<(Outcome, Option<String>), Error> {
+    state: &State,
+) -> Result<Pending, Box<(Outcome, Option<String>)>> {
     let key = o.args.output.display().to_string();
-    let mut now = expected_record(o);
     let redone = match state.outputs.get(&key) {
         None => None,
-        Some(rec) => match still_holds(rec, &now) {
-            Ok(()) => return Ok((Outcome::Skipped, None)),
+        Some(rec) => match still_holds(rec, &expected_record(o)) {
+            Ok(()) => return Err(Box::new((Outcome::Skipped, None))),
             Err(why) => Some(why),
         },
     };
@@ -287,23 +288,170 @@ fn one(
         threads: cx.global.threads.or(o.threads),
         max_memory: cx.global.max_memory.or(o.max_memory),
     };
-    let mut opts = convert_options(&o.args, &g, cx.json)?;
-    opts.dry_run = cx.run.dry_run;
+    let failed = |e| Box::new((Outcome::Failed(e), redone.clone()));
+    let mut opts = convert_options(&o.args, &g, cx.json).map_err(failed)?;
+    opts.dry_run |= cx.dry_run;
     // An output this job recorded is its own to replace.
-    opts.force |= cx.run.force || redone.is_some();
-    let req = input_request(&opts)?;
-    let input = opened.get(&opts.inputs, &req)?;
-    let report = convert_input(input, &opts, cx.progress)?;
-    if opts.dry_run {
-        return Ok((Outcome::Planned(Box::new(report)), redone));
+    opts.force |= cx.force || redone.is_some();
+    let request = input_request(&opts).map_err(failed)?;
+    Ok(Pending {
+        index,
+        key: group_key(o.job, &opts, &request),
+        opts,
+        request,
+        redone,
+    })
+}
+
+/// After output `o` was made: its attestation and report, and its record in the state.
+fn made(
+    o: &PlannedOutput,
+    cx: &Ctx,
+    report: ConvertReport,
+    state: &mut State,
+    state_path: Option<&Path>,
+) -> Result<Outcome, Error> {
+    if report.dry_run {
+        return Ok(Outcome::Planned(Box::new(report)));
     }
     let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
                          "convert": o.argv});
     crate::attest::write_outputs(&o.args, &report, Some(made_as))?;
+    let mut now = expected_record(o);
     (now.root, now.files) = digests(&report, &now)?;
-    state.outputs.insert(key, now);
-    state.save(state_path)?;
-    Ok((Outcome::Made(Box::new(report)), redone))
+    if let Some(path) = state_path {
+        state
+            .outputs
+            .insert(o.args.output.display().to_string(), now);
+        state.save(path)?;
+    }
+    Ok(Outcome::Made(Box::new(report)))
+}
+
+/// Outputs of one `[[job]]` that read one opened input: one read, fanned out to all of them.
+struct Group {
+    members: Vec<Pending>,
+}
+
+/// What one group's read took: the outputs it fed (indices in the job), bytes per input file.
+pub struct GroupRead {
+    outputs: Vec<usize>,
+    read_bytes: u64,
+    files: Vec<(PathBuf, u64)>,
+}
+
+/// Pending outputs grouped by the input they read, in the order of their first member.
+fn groups(pending: Vec<Pending>) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for p in pending {
+        match groups.iter_mut().find(|g| g.members[0].key == p.key) {
+            Some(g) => g.members.push(p),
+            None => groups.push(Group { members: vec![p] }),
+        }
+    }
+    groups
+}
+
+/// Per member of a group, its conversion's report or error; and what each read took.
+type Converted = (Results, Vec<GroupRead>);
+
+/// Per output, its conversion's report or error.
+type Results = Vec<Result<ConvertReport, Error>>;
+
+/// The key outputs share an input by: the job, the paths, the open request up to whether tied
+/// pickle tensors keep every name (`shared_copy`, which [`same_tensors`] settles).
+fn group_key(job: usize, opts: &ConvertOptions, req: &OpenRequest) -> String {
+    let mut r = req.clone();
+    r.read.shared_copy = false;
+    format!("{job} {:?} {r:?}", opts.inputs)
+}
+
+/// Two opens of one input that list the same tensors of the same files (no tied tensors,
+/// so `shared_copy` changed nothing): one read serves both.
+fn same_tensors(a: &Input, b: &Input) -> bool {
+    let (x, y) = (a.source.as_ref(), b.source.as_ref());
+    x.tensors() == y.tensors()
+        && x.files() == y.files()
+        && x.unconverted() == y.unconverted()
+        && (0..x.tensors().len()).all(|i| x.file_of(i) == y.file_of(i))
+}
+
+/// Opens a group's input (once per distinct request, once in all when the opens agree) and
+/// converts it into every member: one shared read for the members of one open.
+fn convert_group(g: &Group, progress: &dyn Progress) -> Result<Converted, Error> {
+    let n = g.members.len();
+    let mut opened: Vec<(bool, Result<Input, Error>)> = Vec::new();
+    let mut which = Vec::with_capacity(n);
+    for m in &g.members {
+        let sc = m.request.read.shared_copy;
+        let at = match opened.iter().position(|(s, _)| *s == sc) {
+            Some(i) => i,
+            None => {
+                opened.push((sc, open_inputs(&m.opts.inputs, &m.request)));
+                opened.len() - 1
+            }
+        };
+        which.push(at);
+    }
+    if let [(_, Ok(a)), (_, Ok(b))] = opened.as_slice() {
+        if same_tensors(a, b) {
+            which.iter_mut().for_each(|w| *w = 0);
+        }
+    }
+    let mut results: Vec<Option<Result<ConvertReport, Error>>> = (0..n).map(|_| None).collect();
+    let mut reads = Vec::new();
+    for (x, (_, input)) in opened.iter().enumerate() {
+        let members: Vec<usize> = (0..n).filter(|&i| which[i] == x).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let input = match input {
+            Ok(i) => i,
+            Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(e) => {
+                for &i in &members {
+                    results[i] = Some(Err(Error::Usage(e.to_string())));
+                }
+                continue;
+            }
+        };
+        let ms: Vec<&Pending> = members.iter().map(|&i| &g.members[i]).collect();
+        let (rs, read) = convert_members(input, &ms, progress)?;
+        reads.extend(read);
+        for (i, r) in members.into_iter().zip(rs) {
+            results[i] = Some(r);
+        }
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.expect("every member converted"));
+    Ok((results.collect(), reads))
+}
+
+/// Converts one opened input into `members` (one shared read when there are several).
+fn convert_members(
+    input: &Input,
+    members: &[&Pending],
+    progress: &dyn Progress,
+) -> Result<(Results, Option<GroupRead>), Error> {
+    let indices: Vec<usize> = members.iter().map(|m| m.index).collect();
+    if let [one] = members {
+        let r = convert_input(input, &one.opts, progress);
+        let read = r.as_ref().ok().filter(|r| !r.dry_run).map(|r| GroupRead {
+            outputs: indices,
+            read_bytes: r.read_bytes,
+            files: r.reads.clone(),
+        });
+        return Ok((vec![r], read));
+    }
+    let opts: Vec<ConvertOptions> = members.iter().map(|m| m.opts.clone()).collect();
+    let many = convert_many(input, &opts, progress)?;
+    let read = (!opts[0].dry_run).then(|| GroupRead {
+        outputs: indices,
+        read_bytes: many.read_bytes,
+        files: many.reads.clone(),
+    });
+    Ok((many.outputs, read))
 }
 
 /// `weightport run JOB.toml`.
@@ -314,41 +462,72 @@ pub fn run(
     progress: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let t0 = Instant::now();
     let job = job::load(&a.job)?;
-    let mut state = State::load(&job.state)?;
+    run_job(&job, (a.dry_run, a.force), global, json, progress, out)
+}
+
+/// Makes (or with `dry_run`, plans) every output of `job`; `force` replaces existing outputs.
+pub fn run_job(
+    job: &Job,
+    (dry_run, force): (bool, bool),
+    global: &Global,
+    json: bool,
+    progress: &dyn Progress,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let t0 = Instant::now();
+    let mut state = match &job.state {
+        Some(s) => State::load(s)?,
+        None => State::default(),
+    };
     let cx = Ctx {
         file: &job.file,
-        run: a,
+        dry_run,
+        force,
         global,
         json,
-        progress,
     };
-    let mut opened = Opened::default();
-    let mut done = Vec::new();
-    for o in &job.outputs {
+    let mut done: Vec<Option<Done>> = job.outputs.iter().map(|_| None).collect();
+    let mut todo = Vec::new();
+    for (i, o) in job.outputs.iter().enumerate() {
+        match pending(i, o, &cx, &state) {
+            Ok(p) => todo.push(p),
+            Err(b) => done[i] = Some(Done::new(b.0, b.1, 0.0)),
+        }
+    }
+    let mut reads = Vec::new();
+    for g in groups(todo) {
         let t = Instant::now();
-        let (outcome, redone) = match one(o, &cx, &mut state, &job.state, &mut opened) {
-            Ok(r) => r,
-            Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
-            Err(e) => (Outcome::Failed(e), None),
-        };
-        if let Outcome::Failed(e) = &outcome {
+        let (results, read) = convert_group(&g, progress)?;
+        reads.extend(read);
+        let secs = t.elapsed().as_secs_f64();
+        for (m, r) in g.members.into_iter().zip(results) {
+            let o = &job.outputs[m.index];
+            let state_path = job.state.as_deref();
+            let outcome = match r.and_then(|r| made(o, &cx, r, &mut state, state_path)) {
+                Ok(x) => x,
+                Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
+                Err(e) => Outcome::Failed(e),
+            };
+            done[m.index] = Some(Done::new(outcome, m.redone, secs));
+        }
+    }
+    let done: Vec<Done> = done
+        .into_iter()
+        .map(|d| d.expect("every output done"))
+        .collect();
+    for (o, d) in job.outputs.iter().zip(&done) {
+        if let Outcome::Failed(e) = &d.outcome {
             eprintln!("weightport: {}: {e}", o.label(&job.file));
         }
-        done.push(Done {
-            outcome,
-            redone,
-            seconds: t.elapsed().as_secs_f64(),
-        });
     }
     let secs = t0.elapsed().as_secs_f64();
     if json {
-        writeln!(out, "{}", run_json(&job, &done, a.dry_run, secs))?;
+        writeln!(out, "{}", run_json(job, &done, &reads, dry_run, secs))?;
     } else {
-        run_text(&job, &done, out)?;
+        run_text(job, &done, &reads, out)?;
     }
-    finish(&job, &done)
+    finish(job, &done)
 }
 
 /// How many outputs were made, skipped, planned and failed.
@@ -450,6 +629,7 @@ fn report_json(r: &ConvertReport) -> Value {
         "free_bytes": r.free_bytes,
         "threads": r.threads,
         "memory_bytes": r.memory_bytes,
+        "read_bytes": r.read_bytes,
     })
 }
 
@@ -470,14 +650,29 @@ fn disk(done: &[Done]) -> (u64, Option<u64>) {
     (needed, free)
 }
 
-fn run_json(job: &Job, done: &[Done], dry_run: bool, secs: f64) -> Value {
+/// The reads of a run in `--json`.
+fn reads_json(reads: &[GroupRead]) -> Value {
+    let files = |f: &[(PathBuf, u64)]| -> Vec<Value> {
+        f.iter()
+            .map(|(p, n)| json!({"path": p.display().to_string(), "bytes": n}))
+            .collect()
+    };
+    reads
+        .iter()
+        .map(
+            |g| json!({"outputs": g.outputs, "read_bytes": g.read_bytes, "files": files(&g.files)}),
+        )
+        .collect()
+}
+
+fn run_json(job: &Job, done: &[Done], reads: &[GroupRead], dry_run: bool, secs: f64) -> Value {
     let [made, skipped, planned, failed] = counts(done);
     let (needed, free) = disk(done);
     json!({
         "ok": failed == 0,
-        "command": "run",
-        "job_file": job.file.display().to_string(),
-        "state": job.state.display().to_string(),
+        "command": if job.state.is_some() { "run" } else { "convert" },
+        "job_file": job.state.as_ref().map(|_| job.file.display().to_string()),
+        "state": job.state.as_ref().map(|s| s.display().to_string()),
         "dry_run": dry_run,
         "made": made,
         "skipped": skipped,
@@ -486,12 +681,18 @@ fn run_json(job: &Job, done: &[Done], dry_run: bool, secs: f64) -> Value {
         "needed_bytes": needed,
         "free_bytes": free,
         "outputs": job.outputs.iter().zip(done).map(|(o, d)| output_json(o, d)).collect::<Vec<_>>(),
+        "reads": reads_json(reads),
         "seconds": secs,
     })
 }
 
 /// One line per output on stdout (failures are also on stderr, as they happen).
-fn run_text(job: &Job, done: &[Done], out: &mut impl Write) -> std::io::Result<()> {
+fn run_text(
+    job: &Job,
+    done: &[Done],
+    reads: &[GroupRead],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     for (o, d) in job.outputs.iter().zip(done) {
         let what = match &d.outcome {
             Outcome::Made(r) | Outcome::Planned(r) => result_text(r, d.seconds),
@@ -515,6 +716,19 @@ fn run_text(job: &Job, done: &[Done], out: &mut impl Write) -> std::io::Result<(
         let (needed, free) = disk(done);
         let free = free.map(human).unwrap_or_else(|| "unknown".into());
         writeln!(out, "disk needed {} in all; free {free}", human(needed))?;
+    }
+    for g in reads.iter().filter(|g| g.outputs.len() > 1) {
+        let names: Vec<String> = g
+            .outputs
+            .iter()
+            .map(|&i| p(&job.outputs[i].args.output))
+            .collect();
+        writeln!(
+            out,
+            "one read of {} for {}",
+            human(g.read_bytes),
+            weightport_core::sanitize(&names.join(", "))
+        )?;
     }
     Ok(())
 }

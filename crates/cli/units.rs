@@ -18,12 +18,20 @@ use crate::Failure;
 
 /// Keeps the command line of `plan` (after the program name) for the plan file.
 pub fn keep_argv(mut cli: Cli, argv: &[OsString]) -> Cli {
-    if let Command::Plan(a) = &mut cli.command {
-        a.argv = argv
-            .iter()
-            .skip(1)
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
+    match &mut cli.command {
+        Command::Plan(a) => {
+            a.argv = argv
+                .iter()
+                .skip(1)
+                .map(|s| s.to_string_lossy().into_owned())
+                .collect();
+            a.convert.output = a.convert.outputs[0].clone();
+        }
+        Command::Convert(a) => {
+            a.argv = argv.to_vec();
+            a.output = a.outputs[0].clone();
+        }
+        _ => {}
     }
     cli
 }
@@ -56,14 +64,18 @@ fn plan_options(plan: &UnitPlan, g: &Global) -> Result<ConvertOptions, Error> {
         )
     };
     let cli = Cli::try_parse_from(argv).map_err(|e| bad(e.kind().to_string()))?;
-    let Command::Plan(a) = cli.command else {
+    let Command::Plan(mut a) = cli.command else {
         return Err(bad("not a `plan` command line".into()));
     };
+    a.convert.output = plan.output.clone();
     options_of(&a.convert, plan.inputs.clone(), plan.output.clone(), g)
 }
 
 pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let c = &a.convert;
+    if c.outputs.len() > 1 {
+        return Err(Error::Usage("plan: one -o (a plan makes one output)".into()).into());
+    }
     if c.dry_run || c.attest.is_some() || c.report.is_some() {
         return Err(Error::Usage(
             "plan: --dry-run, --attest and --report apply to convert only".into(),

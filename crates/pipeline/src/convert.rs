@@ -5,16 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::registry::{
-    ExtraContent, OpenRequest, OutputFormat, OutputPlan, OutputRequest,
-};
-use weightport_core::{hash, Error, Format, Result, TensorInfo, TensorSource};
+use weightport_core::registry::{ExtraContent, OpenRequest, OutputPlan};
+use weightport_core::{hash, Error, Format, Result, StagedFile, TensorSink, TensorSource};
 
 use crate::attest::{self, Provenance};
-use crate::by_arch::{self, WithGenerated};
-use crate::exec::{run, worker_bytes, Progress};
+use crate::by_arch;
+use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads};
 use crate::input::{open_inputs, Input};
-use crate::plan::{build, output_metadata, DtypeChoice, OutTensor, TransformOptions};
+use crate::plan::{OutTensor, TransformOptions};
+use crate::planned::{self, ArchReport, Planned};
 use crate::quality::Quality;
 use crate::registry::output_for;
 use crate::txn::{self, Prepared};
@@ -185,6 +184,11 @@ pub struct ConvertReport {
     pub memory_bytes: u64,
     /// With [`ConvertOptions::provenance`]: inputs, outputs and per-tensor sources.
     pub provenance: Option<Provenance>,
+    /// Bytes of input tensor data taken from the input (shared by every output of a
+    /// [`convert_many`] run).
+    pub read_bytes: u64,
+    /// The same per input file.
+    pub reads: Vec<(PathBuf, u64)>,
 }
 
 /// Runs a conversion of `opts.inputs`.
@@ -231,7 +235,7 @@ pub fn convert_input(
 }
 
 /// Threads for this job: as asked (or one per core), reduced to fit the memory budget.
-fn threads_for(
+pub(crate) fn threads_for(
     source: &dyn TensorSource,
     outs: &[OutTensor],
     opts: &ConvertOptions,
@@ -263,90 +267,132 @@ pub fn convert_source(
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let by_arch = fmt.by_architecture;
-    let with_generated;
-    let mut rewrites = None;
-    let (source, outs, metadata, arch) = match by_arch::wanted(repo_dir, by_arch, &opts.transform) {
-        Some(dir) => {
-            let job = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
-            rewrites = job.rewrites;
-            with_generated = WithGenerated::new(source, job.generated, dir.join("config.json"));
-            let arch = (job.architecture, job.dropped, job.from);
-            (
-                &with_generated as &dyn TensorSource,
-                job.outs,
-                job.metadata,
-                Some(arch),
-            )
-        }
-        None => (
-            source,
-            build(source, &opts.transform, fmt.stores, fmt.cast_rule)?,
-            output_metadata(source, &opts.transform, by_arch),
-            None,
-        ),
-    };
-    let infos: Vec<TensorInfo> = outs.iter().map(|o| o.info.clone()).collect();
-    let req = OutputRequest {
-        target: &opts.output,
-        tensors: &infos,
-        metadata: &metadata,
-        shard_size: opts.shard_size,
-        companions_from: repo_dir,
-        source_format: rewrites.unwrap_or_else(|| source.format()),
-        float_dtype: float_dtype(&opts.transform, by_arch),
-    };
-    let plan = (fmt.plan)(&req)?;
-    let mut outs = outs;
-    for (i, shape) in &plan.reshaped {
-        outs[*i].info.shape = shape.clone();
+    let mut out = start(source, repo_dir, opts)?;
+    let (threads, memory) = threads_for(out.job.source(), &out.job.outs, opts)?;
+    out.report.threads = threads;
+    out.report.memory_bytes = memory;
+    if opts.dry_run {
+        return Ok(out.report);
     }
-    let (threads, memory) = threads_for(source, &outs, opts)?;
-    let prepared = txn::prepare(&plan, &opts.output, opts.force, opts.dry_run)?;
-    let mut report = report_of(source, fmt.name, &plan, &outs, &prepared, opts);
-    report.dropped = source.unconverted();
-    if let Some(arch) = arch {
+    let pool = pool_of(threads)?;
+    let reads = Reads::new(out.job.input_tensors);
+    let sink = out.open_sink(opts)?;
+    let hashes = pool.install(|| {
+        progress.start("write", out.report.data_bytes);
+        let h = run_counted(
+            out.job.source(),
+            &out.job.outs,
+            opts.chunk,
+            &reads,
+            progress,
+            |k, off, b| sink.write_at(k, off, b),
+        );
+        progress.finish();
+        h
+    })?;
+    out.report.read_bytes = reads.total();
+    out.report.reads = reads.by_file(source);
+    pool.install(|| out.finish(sink, &hashes, opts, progress))
+}
+
+/// An output planned and prepared (locked, checked), with its report so far: the plan and
+/// the verify-commit phases of a conversion around an executor run.
+pub(crate) struct Started<'s> {
+    pub(crate) job: Planned<'s>,
+    prepared: Option<Prepared>,
+    pub(crate) report: ConvertReport,
+    staged: Vec<StagedFile>,
+}
+
+/// Plans `opts.output` from `source` and prepares it (lock, refusals, disk space).
+pub(crate) fn start<'s>(
+    source: &'s dyn TensorSource,
+    repo_dir: Option<&'s Path>,
+    opts: &ConvertOptions,
+) -> Result<Started<'s>> {
+    let job = planned::plan(source, repo_dir, opts)?;
+    let prepared = txn::prepare(&job.plan, &opts.output, opts.force, opts.dry_run)?;
+    let mut report = report_of(
+        job.source(),
+        job.fmt.name,
+        &job.plan,
+        &job.outs,
+        &prepared,
+        opts,
+    );
+    report.dropped = job.source().unconverted();
+    if let Some(arch) = job.architecture.clone() {
         architecture_into(&mut report, arch);
     }
-    report.threads = threads;
-    report.memory_bytes = memory;
-    if opts.dry_run {
-        return Ok(report);
+    Ok(Started {
+        job,
+        prepared: Some(prepared),
+        report,
+        staged: Vec::new(),
+    })
+}
+
+impl Started<'_> {
+    /// The sink the executor writes this output's staged files through.
+    pub(crate) fn open_sink(&mut self, opts: &ConvertOptions) -> Result<Box<dyn TensorSink>> {
+        let req = self.job.request(opts);
+        let mut sink = (self.job.fmt.sink)(&req, &self.job.plan)?;
+        self.staged = sink.plan(&self.job.infos, &self.job.metadata)?.files;
+        Ok(sink)
     }
-    let written = Written {
-        source,
-        outs: &outs,
-        req: &req,
-        plan: &plan,
-        data_bytes: report.data_bytes,
-        threads,
-    };
-    let (committed, tensors) = write_and_commit(fmt, &written, prepared, opts, progress)?;
-    if let Some(tensors) = tensors {
-        report.provenance = Some(provenance_of(
-            &opts.inputs,
-            source,
-            repo_dir,
-            by_arch,
-            &plan,
-            &committed,
-            tensors,
-        ));
+
+    /// After the executor wrote `sink`'s files: verifies them when asked, commits them, and
+    /// completes the report (with `--attest`, each tensor's provenance).
+    pub(crate) fn finish(
+        mut self,
+        sink: Box<dyn TensorSink>,
+        hashes: &Hashes,
+        opts: &ConvertOptions,
+        progress: &dyn Progress,
+    ) -> Result<ConvertReport> {
+        let (job, data_bytes) = (&self.job, self.report.data_bytes);
+        let (source, outs) = (job.source(), &job.outs);
+        let read = match opts.provenance {
+            true => Some(attest::source_hashes(source, outs, hashes, opts.chunk)?),
+            false => None,
+        };
+        if opts.verify {
+            progress.start("verify", data_bytes);
+            for f in &self.staged {
+                verify_staged(f, outs, hashes, source, &opts.open, opts.chunk, progress)?;
+            }
+            progress.finish();
+        }
+        let finished = sink.finish()?;
+        let prepared = self.prepared.take().expect("finished once");
+        let committed = txn::commit(prepared, &job.plan, finished, opts.force)?;
+        if let Some(r) = read {
+            let tensors = attest::tensors_of(source, outs, hashes, &r);
+            let by_arch = job.fmt.by_architecture;
+            let inputs = &opts.inputs;
+            let p = provenance_of(
+                inputs,
+                source,
+                job.repo_dir,
+                by_arch,
+                &job.plan,
+                &committed,
+                tensors,
+            );
+            self.report.provenance = Some(p);
+        }
+        let mut report = self.report;
+        report.verified = opts.verify;
+        report.files = committed.files.into_iter().map(file_report).collect();
+        report.removed = committed.removed;
+        report.transforms = transforms_of(outs);
+        Ok(report)
     }
-    report.verified = opts.verify;
-    report.files = committed.files.into_iter().map(file_report).collect();
-    report.removed = committed.removed;
-    report.transforms = transforms_of(&outs);
-    Ok(report)
 }
 
 /// The architecture plan's part of the report: the architecture, the source tensors it drops
 /// and the source name of each output tensor.
-fn architecture_into(
-    report: &mut ConvertReport,
-    (architecture, dropped, from): (String, Vec<(String, String)>, Vec<Option<String>>),
-) {
+fn architecture_into(report: &mut ConvertReport, (architecture, dropped, from): ArchReport) {
     report.architecture = Some(architecture);
     report.dropped.extend(dropped);
     for (t, f) in report.plan.iter_mut().zip(from) {
@@ -362,55 +408,12 @@ fn file_report(w: weightport_core::WrittenFile) -> FileReport {
     }
 }
 
-/// What the write phase of [`convert_source`] writes: the planned outputs of `source`.
-struct Written<'a> {
-    source: &'a dyn TensorSource,
-    outs: &'a [OutTensor],
-    req: &'a OutputRequest<'a>,
-    plan: &'a OutputPlan,
-    data_bytes: u64,
-    threads: usize,
-}
-
-/// Writes the outputs into the sink's staged files on `opts`' worker threads, verifies them when
-/// asked, and commits them in place of `prepared`; with `--attest`, each tensor's provenance.
-fn write_and_commit(
-    fmt: &OutputFormat,
-    w: &Written,
-    prepared: Prepared,
-    opts: &ConvertOptions,
-    progress: &dyn Progress,
-) -> Result<(txn::Committed, Option<Vec<attest::TensorProvenance>>)> {
-    let (source, outs) = (w.source, w.outs);
-    let threads = w.threads;
-    let pool = rayon::ThreadPoolBuilder::new()
+/// A worker pool of `threads` threads.
+pub(crate) fn pool_of(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
-    pool.install(|| {
-        let mut sink = (fmt.sink)(w.req, w.plan)?;
-        let staged = sink.plan(w.req.tensors, w.req.metadata)?;
-        progress.start("write", w.data_bytes);
-        let hashes = run(source, outs, opts.chunk, progress, |k, off, b| {
-            sink.write_at(k, off, b)
-        })?;
-        progress.finish();
-        let read = match opts.provenance {
-            true => Some(attest::source_hashes(source, outs, &hashes, opts.chunk)?),
-            false => None,
-        };
-        if opts.verify {
-            progress.start("verify", w.data_bytes);
-            for f in &staged.files {
-                verify_staged(f, outs, &hashes, source, &opts.open, opts.chunk, progress)?;
-            }
-            progress.finish();
-        }
-        let finished = sink.finish()?;
-        let committed = txn::commit(prepared, w.plan, finished, opts.force)?;
-        let tensors = read.map(|r| attest::tensors_of(source, outs, &hashes, &r));
-        Ok((committed, tensors))
-    })
+        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))
 }
 
 /// Inputs and outputs of a committed conversion.
@@ -457,14 +460,6 @@ fn companions(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.is_file())
         .collect()
-}
-
-/// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.
-fn float_dtype(t: &TransformOptions, by_arch: bool) -> Option<weightport_core::DType> {
-    match t.dtype {
-        DtypeChoice::To(d) if !by_arch && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
-        _ => None,
-    }
 }
 
 fn transforms_of(outs: &[OutTensor]) -> Vec<TransformReport> {
@@ -542,5 +537,7 @@ fn report_of(
         threads: 0,
         memory_bytes: 0,
         provenance: None,
+        read_bytes: 0,
+        reads: Vec::new(),
     }
 }

@@ -16,6 +16,9 @@
 //! back, by one worker; parallelism comes from other tensors. Memory is therefore about
 //! `threads × (chunk + input staging)`, which [`worker_bytes`] computes for the budget.
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rayon::prelude::*;
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::{Access, ContentHash, Error, Result, TensorSource};
@@ -52,9 +55,75 @@ pub struct Hashes {
 
 /// Per-thread buffers.
 #[derive(Default)]
-struct Buffers {
+pub(crate) struct Buffers {
     out: Vec<u8>,
     inputs: Vec<Vec<u8>>,
+}
+
+/// Bytes of input tensor data taken from a source (mapped slices handed to a chunk, or
+/// `read_into` fills), per tensor of the opened input: what proves a shared read reads once.
+/// Tensors generated in memory (index past the input's) are not counted.
+pub struct Reads(Vec<AtomicU64>);
+
+impl Reads {
+    /// A counter for an input of `tensors` tensors.
+    pub fn new(tensors: usize) -> Reads {
+        Reads((0..tensors).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Counts `n` bytes of tensor `i`.
+    pub fn add(&self, i: usize, n: u64) {
+        if let Some(c) = self.0.get(i) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes taken in all.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Bytes taken per input file of `source` (the opened input), in the source's file order.
+    pub fn by_file(&self, source: &dyn TensorSource) -> Vec<(PathBuf, u64)> {
+        let mut v: Vec<(PathBuf, u64)> = source.files().into_iter().map(|f| (f, 0)).collect();
+        for (i, c) in self.0.iter().enumerate() {
+            let f = source.file_of(i);
+            let n = c.load(Ordering::Relaxed);
+            match v.iter_mut().find(|(p, _)| *p == f) {
+                Some(e) => e.1 += n,
+                None => v.push((f, n)),
+            }
+        }
+        v
+    }
+}
+
+/// What every chunk of one executor run shares.
+pub(crate) struct Ctx<'a> {
+    pub source: &'a dyn TensorSource,
+    pub base: u64,
+    pub progress: &'a dyn Progress,
+    pub reads: &'a Reads,
+    /// Every input range of the chunk in this input tensor lies in a window the scheduler
+    /// made resident, counts and releases ([`crate::shared_read`]): the chunk neither counts
+    /// nor releases them.
+    pub windowed: Option<usize>,
+}
+
+impl Ctx<'_> {
+    /// Counts `n` bytes of input tensor `i` taken by a chunk.
+    fn take(&self, i: usize, n: u64) {
+        if self.windowed != Some(i) {
+            self.reads.add(i, n);
+        }
+    }
+
+    /// Releases a range of input tensor `i` once a chunk used it.
+    fn release(&self, i: usize, start: u64, n: u64) {
+        if self.windowed != Some(i) {
+            self.source.release(i, start, n);
+        }
+    }
 }
 
 /// The leaf (chunk) size of an output tensor.
@@ -93,45 +162,97 @@ pub fn run<F>(
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
+    let reads = Reads::new(source.tensors().len());
+    run_counted(source, outs, base, &reads, progress, emit)
+}
+
+/// [`run`], counting the input bytes taken in `reads`.
+pub fn run_counted<F>(
+    source: &dyn TensorSource,
+    outs: &[OutTensor],
+    base: u64,
+    reads: &Reads,
+    progress: &dyn Progress,
+    emit: F,
+) -> Result<Hashes>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    let cx = Ctx {
+        source,
+        base,
+        progress,
+        reads,
+        windowed: None,
+    };
     // Work: (tensor, Some(chunk)) for random access, (tensor, None) for a whole sequential one.
     let mut work = Vec::new();
     for (k, o) in outs.iter().enumerate() {
-        let seq = o
-            .inputs
-            .iter()
-            .any(|&i| source.access(i) == Access::Sequential);
-        if seq {
+        if sequential(source, o) {
             work.push((k, None));
         } else {
             let n = hash::leaf_count(o.info.byte_len, leaf_of(o, base));
             work.extend((0..n).map(|c| (k, Some(c))));
         }
     }
-    let done: Vec<Vec<(u128, Option<u128>)>> = work
+    let done: Vec<Vec<Leaf>> = work
         .par_iter()
         .map_init(Buffers::default, |buf, &(k, c)| -> Result<_> {
-            let o = &outs[k];
-            let n = hash::leaf_count(o.info.byte_len, leaf_of(o, base));
-            let chunks: Vec<u64> = match c {
-                Some(c) => vec![c],
-                None => (0..n).collect(),
-            };
-            chunks
-                .into_iter()
-                .map(|c| chunk(source, o, k, c, base, buf, progress, &emit))
-                .collect()
+            chunks(&cx, outs, k, c, buf, &emit)
         })
         .collect::<Result<_>>()?;
     // Reassemble leaves per tensor in order.
-    let mut leaves: Vec<Vec<(u128, Option<u128>)>> = vec![Vec::new(); outs.len()];
+    let mut leaves: Vec<Vec<Leaf>> = vec![Vec::new(); outs.len()];
     for ((k, _), d) in work.iter().zip(done) {
         leaves[*k].extend(d);
     }
+    Ok(hashes_of(source, outs, &leaves))
+}
+
+/// A leaf's digest and, for lossless transforms, the digest of the input bytes it read.
+pub(crate) type Leaf = (u128, Option<u128>);
+
+/// Whether output tensor `o` reads a source only front to back.
+pub(crate) fn sequential(source: &dyn TensorSource, o: &OutTensor) -> bool {
+    o.inputs
+        .iter()
+        .any(|&i| source.access(i) == Access::Sequential)
+}
+
+/// Chunk `c` of output tensor `k`, or (`None`) all its chunks in order.
+pub(crate) fn chunks<F>(
+    cx: &Ctx,
+    outs: &[OutTensor],
+    k: usize,
+    c: Option<u64>,
+    buf: &mut Buffers,
+    emit: &F,
+) -> Result<Vec<Leaf>>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    let o = &outs[k];
+    let n = hash::leaf_count(o.info.byte_len, leaf_of(o, cx.base));
+    let all: Vec<u64> = match c {
+        Some(c) => vec![c],
+        None => (0..n).collect(),
+    };
+    all.into_iter()
+        .map(|c| chunk(cx, o, k, c, buf, emit))
+        .collect()
+}
+
+/// The hashes of `outs` from their leaves, in order.
+pub(crate) fn hashes_of(
+    source: &dyn TensorSource,
+    outs: &[OutTensor],
+    leaves: &[Vec<Leaf>],
+) -> Hashes {
     let mut h = Hashes {
         out: Vec::with_capacity(outs.len()),
         src: Vec::with_capacity(outs.len()),
     };
-    for (o, l) in outs.iter().zip(&leaves) {
+    for (o, l) in outs.iter().zip(leaves) {
         let t = &o.info;
         let out: Vec<u128> = l.iter().map(|x| x.0).collect();
         h.out.push(hash::root(t.dtype, &t.shape, t.byte_len, &out));
@@ -145,33 +266,32 @@ where
         };
         h.src.push(src);
     }
-    Ok(h)
+    h
+}
+
+/// The input ranges chunk `start..start + n` of `o` reads: `(input position, byte range)`.
+pub(crate) fn needs_of(o: &OutTensor, start: u64, n: u64) -> Vec<(usize, std::ops::Range<u64>)> {
+    match &o.op {
+        None => vec![(0, start..start + n)],
+        Some(op) => op.needs(start..start + n),
+    }
 }
 
 /// Processes chunk `c` of output tensor `k`: returns its leaf digest and, for lossless
 /// transforms, the digest of the input bytes it read.
-#[allow(clippy::too_many_arguments)]
-fn chunk<F>(
-    source: &dyn TensorSource,
-    o: &OutTensor,
-    k: usize,
-    c: u64,
-    base: u64,
-    buf: &mut Buffers,
-    progress: &dyn Progress,
-    emit: &F,
-) -> Result<(u128, Option<u128>)>
+fn chunk<F>(cx: &Ctx, o: &OutTensor, k: usize, c: u64, buf: &mut Buffers, emit: &F) -> Result<Leaf>
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
     if crate::cancel::requested() {
         return Err(Error::Interrupted);
     }
-    let leaf = leaf_of(o, base);
+    let source = cx.source;
+    let leaf = leaf_of(o, cx.base);
     let start = c * leaf;
     let n = (o.info.byte_len - start).min(leaf);
     let r = match &o.op {
-        None => identity(source, o.inputs[0], k, start, n, buf, emit)?,
+        None => identity(cx, o.inputs[0], k, start, n, buf, emit)?,
         Some(op)
             if op.concatenates()
                 && op
@@ -179,59 +299,79 @@ where
                     .iter()
                     .all(|(j, _)| source.bytes(o.inputs[*j]).is_some()) =>
         {
-            concatenate(source, o, op.as_ref(), k, start, n, emit)?
+            concatenate(cx, o, op.as_ref(), k, start, n, emit)?
         }
-        Some(op) => {
-            let needs = op.needs(start..start + n);
-            buf.inputs.resize_with(needs.len(), Vec::new);
-            for ((j, r), staged) in needs.iter().zip(buf.inputs.iter_mut()) {
-                let i = o.inputs[*j];
-                if source.bytes(i).is_none() {
-                    staged.resize((r.end - r.start) as usize, 0);
-                    source.read_into(i, r.start, staged)?;
-                }
-            }
-            let ins: Vec<&[u8]> = needs
-                .iter()
-                .zip(&buf.inputs)
-                .map(|((j, r), staged)| match source.bytes(o.inputs[*j]) {
-                    Some(all) => &all[r.start as usize..r.end as usize],
-                    None => staged.as_slice(),
-                })
-                .collect();
-            let mut src_h = LeafHasher::new();
-            if op.lossless() {
-                ins.iter().for_each(|s| src_h.update(s));
-            }
-            buf.out.resize(n as usize, 0);
-            op.apply(start..start + n, &ins, &mut buf.out)
-                .map_err(|e| locate(e, source, o))?;
-            for (j, r) in &needs {
-                source.release(o.inputs[*j], r.start, r.end - r.start);
-            }
-            emit(k, start, &buf.out)?;
-            (hash::leaf(&buf.out), op.lossless().then(|| src_h.finish()))
-        }
+        Some(op) => transformed(cx, o, op.as_ref(), k, start, n, buf, emit)?,
     };
-    progress.advance(n);
+    cx.progress.advance(n);
     Ok(r)
+}
+
+/// A chunk of a transform: its input ranges (zero-copy when mapped, else read into staging
+/// buffers), applied into the output buffer, hashed and written.
+#[allow(clippy::too_many_arguments)]
+fn transformed<F>(
+    cx: &Ctx,
+    o: &OutTensor,
+    op: &dyn Transform,
+    k: usize,
+    start: u64,
+    n: u64,
+    buf: &mut Buffers,
+    emit: &F,
+) -> Result<Leaf>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+{
+    let source = cx.source;
+    let needs = op.needs(start..start + n);
+    buf.inputs.resize_with(needs.len(), Vec::new);
+    for ((j, r), staged) in needs.iter().zip(buf.inputs.iter_mut()) {
+        let i = o.inputs[*j];
+        cx.take(i, r.end - r.start);
+        if source.bytes(i).is_none() {
+            staged.resize((r.end - r.start) as usize, 0);
+            source.read_into(i, r.start, staged)?;
+        }
+    }
+    let ins: Vec<&[u8]> = needs
+        .iter()
+        .zip(&buf.inputs)
+        .map(|((j, r), staged)| match source.bytes(o.inputs[*j]) {
+            Some(all) => &all[r.start as usize..r.end as usize],
+            None => staged.as_slice(),
+        })
+        .collect();
+    let mut src_h = LeafHasher::new();
+    if op.lossless() {
+        ins.iter().for_each(|s| src_h.update(s));
+    }
+    buf.out.resize(n as usize, 0);
+    op.apply(start..start + n, &ins, &mut buf.out)
+        .map_err(|e| locate(e, source, o))?;
+    for (j, r) in &needs {
+        cx.release(o.inputs[*j], r.start, r.end - r.start);
+    }
+    emit(k, start, &buf.out)?;
+    Ok((hash::leaf(&buf.out), op.lossless().then(|| src_h.finish())))
 }
 
 /// A concatenating transform ([`Transform::concatenates`]) over mapped inputs: each input slice
 /// is hashed and written where it lands, in cache-sized pieces, as [`identity`] does, so the
 /// bytes are not first copied into an output buffer.
 fn concatenate<F>(
-    source: &dyn TensorSource,
+    cx: &Ctx,
     o: &OutTensor,
     op: &dyn Transform,
     k: usize,
     start: u64,
     n: u64,
     emit: &F,
-) -> Result<(u128, Option<u128>)>
+) -> Result<Leaf>
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
+    let source = cx.source;
     let mut h = LeafHasher::new();
     let mut off = start;
     for (j, r) in op.needs(start..start + n) {
@@ -239,13 +379,14 @@ where
         let all = source
             .bytes(i)
             .ok_or_else(|| Error::Internal("a concatenated input is not mapped".into()))?;
+        cx.take(i, r.end - r.start);
         source.will_need(i, r.start, r.end - r.start);
         for piece in all[r.start as usize..r.end as usize].chunks(PIECE) {
             h.update(piece);
             emit(k, off, piece)?;
             off += piece.len() as u64;
         }
-        source.release(i, r.start, r.end - r.start);
+        cx.release(i, r.start, r.end - r.start);
     }
     if off != start + n {
         return Err(Error::Internal(format!(
@@ -257,17 +398,19 @@ where
 }
 
 fn identity<F>(
-    source: &dyn TensorSource,
+    cx: &Ctx,
     i: usize,
     k: usize,
     start: u64,
     n: u64,
     buf: &mut Buffers,
     emit: &F,
-) -> Result<(u128, Option<u128>)>
+) -> Result<Leaf>
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
+    let source = cx.source;
+    cx.take(i, n);
     match source.bytes(i) {
         Some(all) => {
             // Hash and write in cache-sized pieces so each byte is pulled from memory once.
@@ -280,13 +423,13 @@ where
                 emit(k, off, piece)?;
                 off += piece.len() as u64;
             }
-            source.release(i, start, n);
+            cx.release(i, start, n);
             Ok((h.finish(), None))
         }
         None => {
             buf.out.resize(n as usize, 0);
             source.read_into(i, start, &mut buf.out)?;
-            source.release(i, start, n);
+            cx.release(i, start, n);
             emit(k, start, &buf.out)?;
             Ok((hash::leaf(&buf.out), None))
         }

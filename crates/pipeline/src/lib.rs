@@ -12,6 +12,8 @@
 //!                  operations, map back and compare with the source)
 //!        ─commit→ fsync, journal, ordered renames (weights, index, companions), stale removal
 //! ```
+//! Many outputs of one input ([`convert_many`]) are planned and prepared each, executed in one
+//! pass that reads each input range once ([`shared_read`]), then verified and committed each.
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
@@ -24,12 +26,15 @@ pub mod convert;
 pub mod exec;
 pub mod importance;
 pub mod input;
+pub mod many;
 pub use weightport_arch::mix;
 pub mod plan;
+pub mod planned;
 pub mod quality;
 pub mod quantize;
 pub mod registry;
 pub mod scan;
+pub mod shared_read;
 pub mod transform;
 pub mod txn;
 pub mod units;
@@ -41,5 +46,6 @@ pub use convert::{
 };
 pub use exec::{hash_source, NoProgress, Progress};
 pub use input::{open_input, open_inputs, Input};
+pub use many::{convert_many, ManyReport};
 pub use weightport_core::registry::OpenRequest;
 pub use weightport_core::MultiSource;

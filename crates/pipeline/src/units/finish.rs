@@ -144,7 +144,7 @@ impl<'p> Parts<'p> {
                 .map(|a| a.expect("every tensor in a unit"))
                 .collect(),
             metadata: Metadata::default(),
-            format: job.source.format(),
+            format: job.source().format(),
         })
     }
 }

@@ -110,7 +110,7 @@ fn identity(path: &Path) -> Result<Value> {
 /// Every file the job's output depends on: weights, copied companions, the repo's top-level
 /// files (config, tokenizer, index), deduplicated and sorted.
 fn input_files(job: &Job) -> Vec<PathBuf> {
-    let mut v = job.source.files();
+    let mut v = job.source().files();
     for e in &job.plan.extras {
         if let ExtraContent::CopyOf(p) = &e.content {
             v.push(p.clone());
@@ -214,8 +214,8 @@ fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
         for (j, r) in needs {
             let i = o.inputs[j];
             v.push(json!({
-                "file": job.source.file_of(i).display().to_string(),
-                "tensor": job.source.tensors()[i].name,
+                "file": job.source().file_of(i).display().to_string(),
+                "tensor": job.source().tensors()[i].name,
                 "range": [r.start, r.end],
             }));
         }

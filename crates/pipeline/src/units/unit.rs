@@ -156,7 +156,7 @@ fn threads_for(job: &Job, outs: &[OutTensor], opts: &ConvertOptions) -> Result<u
         )));
     }
     let budget = opts.max_memory.unwrap_or_else(default_max_memory);
-    let worker = worker_bytes(job.source, outs, opts.chunk).max(1);
+    let worker = worker_bytes(job.source(), outs, opts.chunk).max(1);
     if worker > budget {
         return Err(Error::Usage(format!(
             "--max-memory {budget}: one worker needs {worker} bytes for this unit"
@@ -192,7 +192,7 @@ fn write_part(
         .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
     progress.start("write", total);
     let hashes = pool.install(|| {
-        run(job.source, &outs, opts.chunk, progress, |k, off, b| {
+        run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
             file.write_all_at(b, offsets[k] + off)
                 .map_err(|e| Error::io(temp.path(), "write", e))
         })
