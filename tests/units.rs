@@ -103,7 +103,11 @@ struct Job {
 
 impl Job {
     fn new(input: &Path, out: &str, args: &[&str]) -> Job {
-        let dir = tempfile::tempdir().unwrap();
+        Job::new_in(&std::env::temp_dir(), input, out, args)
+    }
+    /// A job whose plan, outputs and staging are under `base`.
+    fn new_in(base: &Path, input: &Path, out: &str, args: &[&str]) -> Job {
+        let dir = tempfile::tempdir_in(base).unwrap();
         for d in ["u", "c"] {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
@@ -283,7 +287,7 @@ fn names_in(dir: &Path) -> Vec<String> {
 
 /// Waits until unit `i` has a temp part in the staging dir.
 fn wait_for_temp_part(staging: &Path, i: usize) {
-    let prefix = format!(".unit-{i:05}.part.");
+    let prefix = format!(".unit-{i:05}.");
     let t0 = Instant::now();
     while !names_in(staging).iter().any(|n| n.starts_with(&prefix)) {
         assert!(
@@ -312,7 +316,7 @@ fn a_unit_killed_mid_way_is_redone_by_its_rerun() {
         "{left:?}"
     );
     assert!(
-        left.iter().any(|n| n.starts_with(".unit-00000.part.")),
+        left.iter().any(|n| n.starts_with(".unit-00000.")),
         "the dead run's temp part: {left:?}"
     );
     // finish refuses, naming unit 0 (and 1, never run), changing nothing visible.
@@ -398,15 +402,16 @@ fn finish_detects_a_part_altered_on_disk() {
     let job = reshard_job();
     assert_eq!(job.plan(3), 3);
     job.all_units_in_parallel(3);
-    let part = job.staging().join("unit-00001.part");
+    // Unit 1 wrote one whole shard: its last byte is the last tensor's.
+    let part = job.staging().join("unit-00001.0.part");
     let mut bytes = std::fs::read(&part).unwrap();
-    bytes[100] ^= 1;
+    *bytes.last_mut().unwrap() ^= 1;
     std::fs::write(&part, bytes).unwrap();
     let f = job.finish();
     assert_eq!(f.status.code(), Some(1));
     let err = String::from_utf8_lossy(&f.stderr);
     assert!(
-        err.contains("unit-00001.part") && err.contains("changed after the unit recorded it"),
+        err.contains("unit-00001.0.part") && err.contains("changed after the unit recorded it"),
         "{err}"
     );
     assert!(!job.units_out().exists(), "the target is untouched");
@@ -586,4 +591,450 @@ fn unit_counts_out_of_range_are_usage_errors_and_unit_size_splits_by_bytes() {
     a.extend(base);
     a.extend(["--units", "2"]);
     assert_eq!(wp(&a).status.code(), Some(2));
+}
+
+/// `(file name, tensor name) → absolute offset` of every tensor in the output files of a
+/// plan file, as the plan says.
+fn planned_offsets(plan: &Path) -> BTreeMap<(String, String), u64> {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(plan).unwrap()).unwrap();
+    let files = doc["files"].as_array().unwrap();
+    doc["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &files[t["file"].as_u64().unwrap() as usize];
+            let name = Path::new(f["path"].as_str().unwrap()).file_name().unwrap();
+            (
+                (
+                    name.to_string_lossy().into_owned(),
+                    t["name"].as_str().unwrap().to_string(),
+                ),
+                t["offset"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The offsets in a safetensors file, from its header as the format's spec defines it
+/// (8-byte little-endian length, JSON, data): 8 + length + `data_offsets[0]`.
+fn safetensors_offsets(path: &Path) -> BTreeMap<String, u64> {
+    let b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap());
+    let h: serde_json::Value = serde_json::from_slice(&b[8..8 + n as usize]).unwrap();
+    h.as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| (k.clone(), 8 + n + v["data_offsets"][0].as_u64().unwrap()))
+        .collect()
+}
+
+/// The offsets in a GGUF file as gguf-py reads them (`None` without a Python that has gguf).
+fn gguf_offsets(path: &Path) -> Option<BTreeMap<String, u64>> {
+    let py = std::env::var("WEIGHTPORT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let code = "import sys, json\nfrom gguf import GGUFReader\nr = GGUFReader(sys.argv[1])\n\
+                print(json.dumps({t.name: int(t.data_offset) for t in r.tensors}))";
+    let o = Command::new(&py)
+        .args(["-c", code])
+        .arg(path)
+        .output()
+        .ok()?;
+    if !o.status.success() {
+        eprintln!(
+            "SKIPPED gguf-py check of {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        return None;
+    }
+    serde_json::from_slice(&o.stdout).ok()
+}
+
+/// The plan file's per-tensor offsets are the ones in the one-process `convert` output, read
+/// back by independent readers (the safetensors header by its spec, GGUF by gguf-py).
+#[test]
+fn plan_file_offsets_are_those_of_the_convert_output() {
+    let llama = fixtures().join("good/arch/llama");
+    let cases: [(&Path, &str, &[&str]); 3] = [
+        (
+            &fixtures().join("good/hf_repo_sharded"),
+            "repo",
+            &["--shard-size", "12KB"],
+        ),
+        (&llama, "model.gguf", &["--quant", "Q4_K_M"]),
+        (
+            &llama,
+            "model.gguf",
+            &["--dtype", "f16", "--split-max-size", "60KB"],
+        ),
+    ];
+    for (input, out, args) in cases {
+        let job = Job::new(input, out, args);
+        job.plan(3);
+        let planned = planned_offsets(&job.plan_path());
+        let c = job.dir.path().join("c");
+        let mut a: Vec<&str> = vec!["convert"];
+        a.extend(job.args.iter().map(String::as_str));
+        let target = c.join(out);
+        a.extend(["-o", target.to_str().unwrap()]);
+        ok(&wp(&a), "convert");
+        let dir = if target.is_dir() {
+            target.clone()
+        } else {
+            c.clone()
+        };
+        let mut got = BTreeMap::new();
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let offs = if name.ends_with(".safetensors") {
+                safetensors_offsets(&e.path())
+            } else if name.ends_with(".gguf") {
+                match gguf_offsets(&e.path()) {
+                    Some(o) => o,
+                    None => return,
+                }
+            } else {
+                continue;
+            };
+            got.extend(offs.into_iter().map(|(t, o)| ((name.clone(), t), o)));
+        }
+        assert!(!got.is_empty());
+        assert_eq!(planned, got, "{out} {args:?}");
+    }
+}
+
+/// A tmpfs of `size` mounted under a new temp dir, unmounted when dropped (root only: `None`
+/// with a printed reason otherwise).
+struct Tmpfs {
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let tmp = tempfile::tempdir().unwrap();
+        let mnt = tmp.path().join("small");
+        std::fs::create_dir(&mnt).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mnt)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+            return None;
+        }
+        Some(Tmpfs { _dir: tmp, mnt })
+    }
+    fn free(&self) -> u64 {
+        let o = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.lines().nth(1).unwrap().trim().parse().unwrap()
+    }
+    /// Fills the disk to `left` free bytes.
+    fn fill_to(&self, left: u64) -> PathBuf {
+        let p = self.mnt.join("ballast");
+        let n = self.free().saturating_sub(left);
+        std::fs::write(&p, vec![1u8; n as usize]).unwrap();
+        p
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
+fn staged_names(job: &Job) -> Vec<String> {
+    names_in(&job.staging())
+        .into_iter()
+        .filter(|n| !n.ends_with(".failed.json"))
+        .collect()
+}
+
+#[test]
+fn disk_full_during_a_unit_leaves_nothing_and_the_rerun_succeeds() {
+    let Some(disk) = Tmpfs::mount("1m") else {
+        return;
+    };
+    let job = Job::new_in(
+        &disk.mnt,
+        &fixtures().join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "12KB"],
+    );
+    assert_eq!(job.plan(3), 3);
+    ok(&job.unit(1), "unit 1");
+    let before = staged_names(&job);
+    let ballast = disk.fill_to(4096);
+    let o = job.unit(0);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("No space left") && err.contains(".wp-units"),
+        "{err}"
+    );
+    assert_eq!(
+        staged_names(&job),
+        before,
+        "no part, temp or record of unit 0 is left"
+    );
+    assert!(!job.units_out().exists());
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1), "unit 0 is named");
+    let err = String::from_utf8_lossy(&f.stderr);
+    // Its failure record is written when the full disk has room for it.
+    assert!(
+        err.contains("failed: 0 (") || err.contains("killed): 0;"),
+        "{err}"
+    );
+    std::fs::remove_file(ballast).unwrap();
+    ok(&job.unit(0), "unit 0 after space is freed");
+    ok(&job.unit(2), "unit 2");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn disk_full_during_finish_changes_nothing_and_the_rerun_succeeds() {
+    let Some(disk) = Tmpfs::mount("2m") else {
+        return;
+    };
+    // One GGUF file from two units: finish writes the header into unit 0's part and appends
+    // unit 1's.
+    let job = Job::new_in(
+        &disk.mnt,
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    assert_eq!(job.plan(2), 2);
+    job.all_units_in_parallel(2);
+    let sizes = |job: &Job| -> Vec<(String, u64)> {
+        staged_names(job)
+            .into_iter()
+            .map(|n| {
+                (
+                    n.clone(),
+                    std::fs::metadata(job.staging().join(&n)).unwrap().len(),
+                )
+            })
+            .collect()
+    };
+    let before = sizes(&job);
+    let ballast = disk.fill_to(8192);
+    let f = job.finish();
+    assert_eq!(
+        f.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&f.stderr)
+    );
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(
+        err.contains("free") || err.contains("No space left"),
+        "{err}"
+    );
+    assert_eq!(
+        names_in(&job.dir.path().join("u")),
+        [format!(".{}.wp-units", job.out)],
+        "nothing visible"
+    );
+    assert_eq!(sizes(&job), before, "the parts are as the units left them");
+    std::fs::remove_file(ballast).unwrap();
+    ok(&job.finish(), "finish after space is freed");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn finish_refuses_a_symlinked_output_or_staging_dir() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    );
+    assert_eq!(job.plan(2), 2);
+    // The staging dir a symlink to elsewhere: units and finish refuse, nothing written there.
+    let elsewhere = job.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, job.staging()).unwrap();
+    let o = job.unit(0);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("staging directory is a symlink"));
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(2));
+    assert!(
+        names_in(&elsewhere).is_empty(),
+        "nothing written through the symlink"
+    );
+    std::fs::remove_file(job.staging()).unwrap();
+    job.all_units_in_parallel(2);
+    // The output path a symlink (made after planning): refused, its target untouched.
+    let victim = job.dir.path().join("victim.gguf");
+    std::fs::write(&victim, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, job.units_out()).unwrap();
+    let f = job.finish();
+    assert_eq!(
+        f.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&f.stderr)
+    );
+    assert!(String::from_utf8_lossy(&f.stderr).contains("already exists"));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(job
+        .units_out()
+        .symlink_metadata()
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    std::fs::remove_file(job.units_out()).unwrap();
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn an_edited_plan_file_is_refused_by_units_and_finish() {
+    let job = reshard_job();
+    assert_eq!(job.plan(2), 2);
+    ok(&job.unit(0), "unit 0");
+    let text = std::fs::read(job.plan_path()).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    // A well-formed edit: unit 1's output moved elsewhere.
+    let moved = job.dir.path().join("moved");
+    doc["output"] = moved.to_str().unwrap().into();
+    std::fs::write(job.plan_path(), serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    for o in [job.unit(1), job.finish()] {
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("job.plan.json") && err.contains("edited after"),
+            "{err}"
+        );
+    }
+    assert!(!moved.exists() && !job.units_out().exists());
+    // Reformatting alone is not an edit; the original content runs.
+    let doc: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    std::fs::write(job.plan_path(), doc.to_string()).unwrap();
+    ok(&job.unit(1), "unit 1");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn bad_unit_indices_are_usage_errors_naming_their_source() {
+    let job = reshard_job();
+    assert_eq!(job.plan(2), 2);
+    let plan = job.plan_path();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weightport"));
+        c.arg("unit").arg(&plan).args(args);
+        c.env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("JOB_COMPLETION_INDEX");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    for bad in ["2", "-1", "abc", "1.0", "18446744073709551616"] {
+        let o = run(&["--index", bad], &[]);
+        assert_eq!(o.status.code(), Some(2), "--index {bad}");
+    }
+    let o = run(&["--index", "2"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unit index 2 (--index 2)") && err.contains("units 0 to 1"),
+        "{err}"
+    );
+    for bad in [
+        "-1",
+        "+1",
+        "",
+        " ",
+        "x1",
+        "1.0",
+        "0x1",
+        "99999999999999999999999",
+    ] {
+        let o = run(&[], &[("SLURM_ARRAY_TASK_ID", bad)]);
+        assert_eq!(o.status.code(), Some(2), "SLURM_ARRAY_TASK_ID={bad:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("$SLURM_ARRAY_TASK_ID is `") && err.contains("not a unit index"),
+            "{err}"
+        );
+    }
+    let o = run(&[], &[("JOB_COMPLETION_INDEX", "7")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unit index 7 ($JOB_COMPLETION_INDEX=7)"));
+    // Garbage in the environment does not matter when --index is given.
+    let o = run(&["--index", "1"], &[("SLURM_ARRAY_TASK_ID", "junk")]);
+    ok(&o, "--index over a bad $SLURM_ARRAY_TASK_ID");
+    assert!(
+        !job.staging().join("unit-00000.done.json").exists(),
+        "no unit ran but 1"
+    );
+}
+
+fn gguf_q4_job() -> Job {
+    Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    )
+}
+
+/// One GGUF file from two units: a `finish` killed while appending left unit 0's part longer
+/// and with a header; the rerun cuts it back and builds the same file.
+#[test]
+fn a_finish_interrupted_mid_append_is_redone_by_its_rerun() {
+    let job = gguf_q4_job();
+    assert_eq!(job.plan(2), 2);
+    job.all_units_in_parallel(2);
+    let first = job.staging().join("unit-00000.0.part");
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[..4].copy_from_slice(b"GGUF");
+    bytes.extend(std::iter::repeat_n(0x5a, 5000));
+    std::fs::write(&first, bytes).unwrap();
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+/// The part appended to another is checked too, and the failed finish leaves the first part
+/// as the unit wrote it (its length), so the rerun after redoing the altered unit works.
+#[test]
+fn finish_detects_an_altered_appended_part_and_recovers() {
+    let job = gguf_q4_job();
+    assert_eq!(job.plan(2), 2);
+    job.all_units_in_parallel(2);
+    let first = job.staging().join("unit-00000.0.part");
+    let len = std::fs::metadata(&first).unwrap().len();
+    let second = job.staging().join("unit-00001.0.part");
+    let mut bytes = std::fs::read(&second).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&second, bytes).unwrap();
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(
+        err.contains("unit-00001.0.part") && err.contains("changed after the unit recorded it"),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
+    assert_eq!(std::fs::metadata(&first).unwrap().len(), len);
+    std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
+    ok(&job.unit(1), "unit 1 again");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
 }

@@ -142,18 +142,25 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
     Ok(())
 }
 
-/// The unit index: `--index`, else `SLURM_ARRAY_TASK_ID`, else `JOB_COMPLETION_INDEX`.
-fn unit_index(a: &UnitArgs) -> Result<usize, Error> {
+/// The unit index and where it came from: `--index`, else `SLURM_ARRAY_TASK_ID`, else
+/// `JOB_COMPLETION_INDEX` (a decimal integer from 0; anything else is a usage error).
+fn unit_index(a: &UnitArgs) -> Result<(usize, String), Error> {
     if let Some(i) = a.index {
-        return Ok(i);
+        return Ok((i, format!("--index {i}")));
     }
     for var in ["SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"] {
-        if let Ok(v) = std::env::var(var) {
-            return v
-                .trim()
-                .parse()
-                .map_err(|_| Error::Usage(format!("${var} is `{v}`, not a unit index")));
-        }
+        let Some(v) = std::env::var_os(var) else {
+            continue;
+        };
+        let v = v.to_string_lossy();
+        let t = v.trim();
+        return match t.parse::<usize>() {
+            Ok(i) if t.bytes().all(|b| b.is_ascii_digit()) => Ok((i, format!("${var}={t}"))),
+            _ => Err(Error::Usage(format!(
+                "${var} is `{}`, not a unit index (a whole number from 0)",
+                weightport_core::sanitize(&v)
+            ))),
+        };
     }
     Err(Error::Usage(
         "unit: give --index I (or set SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)".into(),
@@ -167,8 +174,16 @@ pub fn unit(
     progress: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let index = unit_index(a)?;
+    let (index, from) = unit_index(a)?;
     let plan = units::read_plan(&a.plan)?;
+    if index >= plan.units.len() {
+        return Err(Error::Usage(format!(
+            "unit index {index} ({from}): {} has units 0 to {}",
+            p(&a.plan),
+            plan.units.len() - 1
+        ))
+        .into());
+    }
     let opts = plan_options(&plan, g)?;
     let t0 = Instant::now();
     let r = units::run_unit(&plan, &opts, index, progress)?;
@@ -181,21 +196,23 @@ pub fn unit(
     if json {
         let doc = json!({
             "ok": true, "command": "unit", "index": r.index, "units": r.units, "outcome": outcome,
-            "part": r.part.display().to_string(), "bytes": r.bytes, "tensors": r.tensors,
-            "sha256": r.sha256, "threads": r.threads, "seconds": secs,
+            "parts": r.parts.iter().map(|(f, b, sha)| json!({"path": f.display().to_string(), "bytes": b, "sha256": sha})).collect::<Vec<_>>(),
+            "bytes": r.bytes, "tensors": r.tensors, "threads": r.threads, "seconds": secs,
         });
         writeln!(out, "{doc}")?;
         return Ok(());
     }
     writeln!(
         out,
-        "unit {} of {}: {outcome}, {} tensors, {} in {secs:.2} s (verified)\n  {}",
+        "unit {} of {}: {outcome}, {} tensors, {} in {secs:.2} s (verified)",
         r.index,
         r.units,
         r.tensors,
         human(r.bytes),
-        p(&r.part)
     )?;
+    for (f, _, _) in &r.parts {
+        writeln!(out, "  {}", p(f))?;
+    }
     Ok(())
 }
 

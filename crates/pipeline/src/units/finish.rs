@@ -1,18 +1,18 @@
 //! `weightport finish PLAN`: the output assembled from the units' parts and committed.
 
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use weightport_core::{
-    ContentHash, Error, Format, Location, Metadata, Result, TensorInfo, TensorSource,
-};
+use weightport_core::staging::TempFile;
+use weightport_core::{ContentHash, Error, FinishedFile, Location, Result, StagedFile};
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
-use super::unit::{failed_path, part_path, read_record};
+use super::unit::{check_staging, failed_path, part_path, read_record};
 use crate::convert::{ConvertOptions, FileReport};
-use crate::exec::{identity_plan, run, Progress};
+use crate::exec::{Hashes, Progress};
 use crate::txn;
 use crate::verify::verify_staged;
 
@@ -37,6 +37,7 @@ pub struct FinishReport {
 
 /// The unit records, or an error naming every unit missing or failed.
 fn records(plan: &UnitPlan) -> Result<Vec<Value>> {
+    check_staging(plan)?;
     if !plan.staging.is_dir() {
         return Err(Error::Verify {
             at: Location::file(&plan.staging),
@@ -89,18 +90,6 @@ fn records(plan: &UnitPlan) -> Result<Vec<Value>> {
     })
 }
 
-/// Units' parts as a source: output tensor `k` is the bytes its unit wrote for it.
-struct Parts<'p> {
-    plan: &'p UnitPlan,
-    files: Vec<std::fs::File>,
-    paths: Vec<PathBuf>,
-    tensors: Vec<TensorInfo>,
-    /// Per output tensor: (unit, offset in its part, content hash recorded).
-    at: Vec<(usize, u64, ContentHash)>,
-    metadata: Metadata,
-    format: Format,
-}
-
 fn bad_record(plan: &UnitPlan, u: usize, what: &str) -> Error {
     Error::Verify {
         at: Location::file(super::unit::record_path(plan, u)),
@@ -108,96 +97,9 @@ fn bad_record(plan: &UnitPlan, u: usize, what: &str) -> Error {
     }
 }
 
-impl<'p> Parts<'p> {
-    fn open(plan: &'p UnitPlan, job: &Job, records: &[Value]) -> Result<Parts<'p>> {
-        let mut at = vec![None; job.outs.len()];
-        let (mut files, mut paths) = (Vec::new(), Vec::new());
-        for (u, r) in records.iter().enumerate() {
-            let ts = r["tensors"]
-                .as_array()
-                .ok_or_else(|| bad_record(plan, u, "lists no tensors"))?;
-            if ts.len() != plan.units[u].len() {
-                return Err(bad_record(plan, u, "lists other tensors than the plan's"));
-            }
-            for (t, &k) in ts.iter().zip(&plan.units[u]) {
-                let hash = t["hash"]
-                    .as_str()
-                    .and_then(|h| u128::from_str_radix(h, 16).ok());
-                match (t["index"].as_u64(), t["offset"].as_u64(), hash) {
-                    (Some(i), Some(off), Some(h)) if i as usize == k => {
-                        at[k] = Some((u, off, ContentHash(h)))
-                    }
-                    _ => return Err(bad_record(plan, u, "lists other tensors than the plan's")),
-                }
-            }
-            let p = part_path(plan, u);
-            files.push(std::fs::File::open(&p).map_err(|e| Error::io(&p, "open part", e))?);
-            paths.push(p);
-        }
-        Ok(Parts {
-            plan,
-            files,
-            paths,
-            tensors: job.outs.iter().map(|o| o.info.clone()).collect(),
-            at: at
-                .into_iter()
-                .map(|a| a.expect("every tensor in a unit"))
-                .collect(),
-            metadata: Metadata::default(),
-            format: job.source().format(),
-        })
-    }
-}
-
-impl TensorSource for Parts<'_> {
-    fn format(&self) -> Format {
-        self.format
-    }
-    fn metadata(&self) -> &Metadata {
-        &self.metadata
-    }
-    fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
-    }
-    fn files(&self) -> Vec<PathBuf> {
-        self.paths.clone()
-    }
-    fn file_of(&self, index: usize) -> PathBuf {
-        self.paths[self.at[index].0].clone()
-    }
-    fn bytes(&self, _index: usize) -> Option<&[u8]> {
-        None
-    }
-    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let (u, base, _) = self.at[index];
-        self.files[u]
-            .read_exact_at(dst, base + offset)
-            .map_err(|e| Error::io(&self.paths[u], "read part", e))
-    }
-}
-
-/// Each part's size against its record (its content is re-hashed, tensor by tensor, while the
-/// output is assembled from it).
-fn check_parts(plan: &UnitPlan, records: &[Value]) -> Result<()> {
-    for (u, r) in records.iter().enumerate() {
-        let p = part_path(plan, u);
-        let size = std::fs::metadata(&p)
-            .map_err(|e| Error::io(&p, "stat part", e))?
-            .len();
-        if Some(size) != r["bytes"].as_u64() {
-            return Err(altered(
-                plan,
-                u,
-                format!("is {size} bytes, recorded {}", r["bytes"]),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn altered(plan: &UnitPlan, u: usize, what: String) -> Error {
+fn altered(plan: &UnitPlan, u: usize, part: &Path, what: String) -> Error {
     Error::Verify {
-        at: Location::file(part_path(plan, u)),
+        at: Location::file(part),
         reason: format!(
             "unit {u}'s part changed after the unit recorded it ({what}); delete {} and rerun \
              the unit; nothing was written",
@@ -206,8 +108,61 @@ fn altered(plan: &UnitPlan, u: usize, what: String) -> Error {
     }
 }
 
-/// Checks every unit's record and part, writes the output from the parts with the format's
-/// sink, verifies it, and commits it with `convert`'s transaction; then removes the staging
+/// The content hash of every output tensor, as the units recorded them (checked against the
+/// plan: the same tensors, in the same parts).
+fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Hashes> {
+    let mut out = vec![None; plan.at.len()];
+    for (u, r) in records.iter().enumerate() {
+        let ts = r["tensors"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let parts = r["parts"].as_array().map_or(0, Vec::len);
+        if ts.len() != plan.units[u].len() || parts != plan.segments[u].len() {
+            return Err(bad_record(
+                plan,
+                u,
+                "lists other tensors or parts than the plan's",
+            ));
+        }
+        for (t, &k) in ts.iter().zip(&plan.units[u]) {
+            let hash = t["hash"]
+                .as_str()
+                .and_then(|h| u128::from_str_radix(h, 16).ok());
+            match (t["index"].as_u64(), hash) {
+                (Some(i), Some(h)) if i as usize == k => out[k] = Some(ContentHash(h)),
+                _ => return Err(bad_record(plan, u, "lists other tensors than the plan's")),
+            }
+        }
+    }
+    let out = out.into_iter().collect::<Option<Vec<_>>>();
+    let out = out.ok_or_else(|| Error::Internal("a tensor in no unit record".into()))?;
+    Ok(Hashes {
+        src: vec![None; out.len()],
+        out,
+    })
+}
+
+/// Each part's size against the plan. The part a file is assembled into may be longer (a
+/// finish killed while appending): it is cut back before assembly.
+fn check_parts(plan: &UnitPlan) -> Result<()> {
+    for (u, segs) in plan.segments.iter().enumerate() {
+        for (j, s) in segs.iter().enumerate() {
+            let p = part_path(plan, u, j);
+            let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, "stat part", e))?;
+            let want = s.end - s.start;
+            if !m.is_file() || m.len() < want || (m.len() > want && s.start != 0) {
+                let what = format!("is {} bytes, recorded {want}", m.len());
+                return Err(altered(plan, u, &p, what));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks every unit's record and part, assembles each output file in the staging directory
+/// (a file one unit wrote whole is its part; others are the first part with the rest
+/// appended), verifies it, and commits with `convert`'s transaction; then removes the staging
 /// directory. `opts` is the plan's command as convert options.
 pub fn finish(
     plan: &UnitPlan,
@@ -224,10 +179,11 @@ pub fn finish(
         .build()
         .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
     let report = with_planned_job(plan, opts, |job| {
-        check_parts(plan, &records)?;
-        let parts = Parts::open(plan, job, &records)?;
+        let hashes = recorded_hashes(plan, &records)?;
+        check_parts(plan)?;
         let prepared = txn::prepare(&job.plan, &opts.output, opts.force, false)?;
-        let committed = pool.install(|| assemble(job, &parts, prepared, opts, progress))?;
+        let files = pool.install(|| assemble(plan, job, &hashes, opts, progress))?;
+        let committed = txn::commit(prepared, &job.plan, files, opts.force)?;
         Ok(FinishReport {
             files: committed
                 .files
@@ -243,7 +199,7 @@ pub fn finish(
             units: plan.units.len(),
             tensors: job.outs.len(),
             data_bytes: job.outs.iter().map(|o| o.info.byte_len).sum(),
-            verified: opts.verify,
+            verified: true,
         })
     })?;
     std::fs::remove_dir_all(&plan.staging)
@@ -251,41 +207,207 @@ pub fn finish(
     Ok(report)
 }
 
+/// Every output file built from the parts and verified (the format's sink lays the files out
+/// as `convert` does: their headers are copied from it), then linked beside its target as the
+/// temp file the transaction publishes.
 fn assemble(
+    plan: &UnitPlan,
     job: &Job,
-    parts: &Parts,
-    prepared: txn::Prepared,
+    hashes: &Hashes,
     opts: &ConvertOptions,
     progress: &dyn Progress,
-) -> Result<txn::Committed> {
-    let outs = identity_plan(parts);
+) -> Result<Vec<FinishedFile>> {
     let req = job.request(opts);
     let mut sink = (job.fmt.sink)(&req, &job.plan)?;
     let staged = sink.plan(&job.infos, &job.metadata)?;
-    let total = outs.iter().map(|o| o.info.byte_len).sum();
-    progress.start("assemble", total);
-    let hashes = run(parts, &outs, opts.chunk, progress, |k, off, b| {
-        sink.write_at(k, off, b)
-    })?;
+    let total = job.outs.iter().map(|o| o.info.byte_len).sum();
+    progress.start("verify", total);
+    if plan.files.len() != job.plan.files.len() {
+        return Err(Error::Internal("the plan's files are not the job's".into()));
+    }
+    let mut built = Vec::with_capacity(plan.files.len());
+    for (f, pf) in plan.files.iter().enumerate() {
+        let st = staged.files.iter().find(|s| s.path == pf.path);
+        let one = st
+            .ok_or_else(|| Error::Internal(format!("the sink did not stage {}", pf.path.display())))
+            .and_then(|st| {
+                let header = read_header(&st.temp, plan.files[f].data_start)?;
+                let first = build_file(plan, f, &header)?;
+                let check = StagedFile {
+                    temp: first.clone(),
+                    ..st.clone()
+                };
+                verify_staged(
+                    &check,
+                    &job.outs,
+                    hashes,
+                    job.source(),
+                    &opts.open,
+                    opts.chunk,
+                    progress,
+                )
+                .map_err(|e| blame(plan, f, e))?;
+                Ok((first, check))
+            });
+        match one {
+            Ok(b) => built.push(b),
+            Err(e) => {
+                (0..=f).for_each(|g| cut_back(plan, g));
+                return Err(e);
+            }
+        }
+    }
     progress.finish();
-    for (k, h) in hashes.out.iter().enumerate() {
-        let (u, _, want) = parts.at[k];
-        if *h != want {
-            let name = weightport_core::sanitize(&outs[k].info.name);
+    drop(sink);
+    built
+        .iter()
+        .map(|(first, st)| link_beside(first, st))
+        .collect()
+}
+
+fn read_header(temp: &Path, len: u64) -> Result<Vec<u8>> {
+    let f = std::fs::File::open(temp).map_err(|e| Error::io(temp, "open", e))?;
+    let mut h = vec![0u8; len as usize];
+    f.read_exact_at(&mut h, 0)
+        .map_err(|e| Error::io(temp, "read header", e))?;
+    Ok(h)
+}
+
+/// A verification failure of file `f` as the unit whose part holds the tensor.
+fn blame(plan: &UnitPlan, f: usize, e: Error) -> Error {
+    let Error::Verify { at, reason } = &e else {
+        return e;
+    };
+    let names = &plan.tensor_names;
+    let hit = at
+        .tensor
+        .as_ref()
+        .and_then(|t| (0..plan.at.len()).find(|&k| plan.at[k].0 == f && names.get(k) == Some(t)));
+    let Some(k) = hit else {
+        return e;
+    };
+    let Some(u) = plan.units.iter().position(|ts| ts.contains(&k)) else {
+        return e;
+    };
+    let off = plan.at[k].1;
+    let j = plan.segments[u]
+        .iter()
+        .position(|s| s.file == f && s.start <= off && off <= s.end)
+        .unwrap_or(0);
+    let name = weightport_core::sanitize(&names[k]);
+    altered(
+        plan,
+        u,
+        &part_path(plan, u, j),
+        format!("tensor `{name}`: {reason}"),
+    )
+}
+
+/// Output file `f` built in the staging directory from its parts, in file order: the first
+/// (from byte 0) gets the header over its zeros and the others appended (`copy_file_range`:
+/// in the kernel, or a clone of the extents where the filesystem can). One part: nothing is
+/// copied. Returns the first part's path, now the whole file (fsynced).
+fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
+    let segs = plan.segments_of_file(f);
+    let &(u0, j0, s0) = segs
+        .first()
+        .ok_or_else(|| Error::Internal(format!("no part of output file {f}")))?;
+    let first = part_path(plan, u0, j0);
+    let out = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&first)
+        .map_err(|e| Error::io(&first, "open part", e))?;
+    let m = out
+        .metadata()
+        .map_err(|e| Error::io(&first, "stat part", e))?;
+    if m.nlink() > 1 {
+        return Err(Error::Verify {
+            at: Location::file(&first),
+            reason: "the part has another link (an output file published by a finish that was \
+                     stopped before removing the staging directory?); check the output, then \
+                     remove the staging directory"
+                .into(),
+        });
+    }
+    let io = |what: &'static str| {
+        let p = first.clone();
+        move |e| Error::io(&p, what, e)
+    };
+    out.set_len(s0.end).map_err(io("truncate"))?;
+    let r = append(plan, &out, header, &segs);
+    if r.is_err() {
+        let _ = out.set_len(s0.end);
+    }
+    r?;
+    out.sync_all().map_err(io("fsync"))?;
+    Ok(first)
+}
+
+/// Cuts the first part of output file `f` back to the length its unit wrote (best effort: the
+/// next `finish` does it again), so a failed `finish` leaves the parts as the units left them
+/// but for the header's bytes.
+fn cut_back(plan: &UnitPlan, f: usize) {
+    let Some(&(u, j, s)) = plan.segments_of_file(f).first() else {
+        return;
+    };
+    let first = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(part_path(plan, u, j));
+    if let Ok(file) = first {
+        if file.metadata().is_ok_and(|m| m.nlink() == 1) {
+            let _ = file.set_len(s.end);
+        }
+    }
+}
+
+fn append(
+    plan: &UnitPlan,
+    out: &std::fs::File,
+    header: &[u8],
+    segs: &[(usize, usize, super::planfile::Segment)],
+) -> Result<()> {
+    let (u0, j0, s0) = segs[0];
+    let first = part_path(plan, u0, j0);
+    out.write_all_at(header, 0)
+        .map_err(|e| Error::io(&first, "write header", e))?;
+    let mut w = out;
+    w.seek(SeekFrom::Start(s0.end))
+        .map_err(|e| Error::io(&first, "seek", e))?;
+    for &(u, j, s) in &segs[1..] {
+        let p = part_path(plan, u, j);
+        let mut r = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&p)
+            .map_err(|e| Error::io(&p, "open part", e))?;
+        let n = std::io::copy(&mut r, &mut w).map_err(|e| Error::io(&first, "append part", e))?;
+        if n != s.end - s.start {
             return Err(altered(
-                parts.plan,
+                plan,
                 u,
-                format!("tensor `{name}` reads as {h}, the unit wrote {want}"),
+                &p,
+                format!("is {n} bytes, recorded {}", s.end - s.start),
             ));
         }
     }
-    if opts.verify {
-        progress.start("verify", total);
-        for f in &staged.files {
-            verify_staged(f, &outs, &hashes, parts, &opts.open, opts.chunk, progress)?;
-        }
-        progress.finish();
+    Ok(())
+}
+
+/// Links (else moves) a built file to a temp name beside its target: the transaction renames it
+/// into place. A commit that fails removes the link and leaves the part where it was.
+fn link_beside(built: &Path, st: &StagedFile) -> Result<FinishedFile> {
+    let t = TempFile::beside(&st.path)?;
+    std::fs::remove_file(t.path()).map_err(|e| Error::io(t.path(), "replace temp file", e))?;
+    if std::fs::hard_link(built, t.path()).is_err() {
+        std::fs::rename(built, t.path())
+            .map_err(|e| Error::io(t.path(), "move built file to", e))?;
     }
-    let finished = sink.finish()?;
-    txn::commit(prepared, &job.plan, finished, opts.force)
+    Ok(FinishedFile {
+        temp: t,
+        size: st.size,
+        tensors: st.tensors.len(),
+    })
 }

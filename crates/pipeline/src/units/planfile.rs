@@ -1,20 +1,21 @@
 //! The plan file: what `weightport plan` writes and `unit`/`finish` read.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weightport_core::registry::ExtraContent;
+use weightport_core::registry::{ExtraContent, OutputRequest};
 use weightport_core::staging::TempFile;
-use weightport_core::{shown, Error, Location, Result};
+use weightport_core::{shown, Error, Format, Location, ReadOptions, Result, TensorSource};
 
 use super::job::{with_job, Job};
 use crate::convert::ConvertOptions;
 
 /// Version of the plan file (`weightport_plan`).
-pub const PLAN_VERSION: u64 = 1;
+pub const PLAN_VERSION: u64 = 2;
 /// Input files up to this size are hashed whole; larger ones by their first [`HEAD`] bytes.
 const WHOLE: u64 = 16 << 20;
 const HEAD: u64 = 1 << 20;
@@ -62,8 +63,58 @@ pub struct UnitPlan {
     pub staging: PathBuf,
     pub(crate) fingerprint: String,
     pub(crate) identities: Vec<Value>,
-    /// Per unit, the output tensors (indices in output order) it writes, in part order.
+    /// Per unit, the output tensors (indices in output order) it writes.
     pub units: Vec<Vec<usize>>,
+    /// sha256 of the plan document (without this field): what unit records must name.
+    pub(crate) plan_sha256: String,
+    /// Output weights files, in plan order.
+    pub(crate) files: Vec<PlanFile>,
+    /// Per output tensor: (file, absolute offset of its data in that file).
+    pub(crate) at: Vec<(usize, u64)>,
+    /// Per output tensor: its length in bytes.
+    pub(crate) bytes: Vec<u64>,
+    /// Per output tensor: its name.
+    pub(crate) tensor_names: Vec<String>,
+    /// Per unit: the byte ranges of output files it writes, each staged as one part file.
+    pub(crate) segments: Vec<Vec<Segment>>,
+}
+
+/// An output weights file of a plan.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// Exact size.
+    pub size: u64,
+    /// Bytes before its first tensor's data (header, alignment padding).
+    pub data_start: u64,
+}
+
+/// A unit's share of one output file: its bytes `[start, end)`. The segments of a file
+/// partition it; the first (from 0) leaves the header's room as zeros, `finish` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// Index into the plan's files.
+    pub file: usize,
+    /// First byte, in the output file.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+impl UnitPlan {
+    /// The segments of output file `f` in file order, as (unit, index in the unit, segment).
+    pub(crate) fn segments_of_file(&self, f: usize) -> Vec<(usize, usize, Segment)> {
+        let mut v: Vec<(usize, usize, Segment)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .flat_map(|(u, segs)| segs.iter().enumerate().map(move |(j, s)| (u, j, *s)))
+            .filter(|(_, _, s)| s.file == f)
+            .collect();
+        v.sort_by_key(|(_, _, s)| (s.start, s.end));
+        v
+    }
 }
 
 /// The staging directory of `output`: `.NAME.wp-units` beside it.
@@ -158,25 +209,169 @@ pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
 }
 
 /// Atoms units are made of: whole output files when there are at least `n` of them, else
-/// single tensors, in file order.
-fn atoms(job: &Job, n: usize) -> Vec<Vec<usize>> {
+/// single tensors, in file order and by offset within a file (so a unit's tensors in a file
+/// are one byte range of it).
+fn atoms(job: &Job, lay: &Layout, n: usize) -> Vec<Vec<usize>> {
     if job.plan.files.len() >= n && job.plan.files.len() > 1 {
         return job.plan.files.iter().map(|f| f.tensors.clone()).collect();
     }
-    let mut order: Vec<usize> = job
-        .plan
-        .files
-        .iter()
-        .flat_map(|f| f.tensors.clone())
-        .collect();
+    let mut order: Vec<usize> = Vec::with_capacity(job.outs.len());
+    for f in &job.plan.files {
+        let mut ts = f.tensors.clone();
+        ts.sort_by_key(|&k| lay.at[k].1);
+        order.extend(ts);
+    }
     if order.is_empty() {
         order = (0..job.outs.len()).collect();
     }
     order.into_iter().map(|k| vec![k]).collect()
 }
 
+/// Where `convert` puts each output tensor: per tensor (file, absolute offset), per file the
+/// offset of its data section.
+pub(crate) struct Layout {
+    pub at: Vec<(usize, u64)>,
+    pub data_start: Vec<u64>,
+}
+
+/// A directory of this process's, removed with what is in it when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch_dir() -> Result<Scratch> {
+    let base = std::env::temp_dir();
+    for n in 0..1000u32 {
+        let p = base.join(format!(".wp-layout.{}.{n}", std::process::id()));
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(Scratch(p)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(&base, "create a scratch directory in", e)),
+        }
+    }
+    Err(Error::Internal(format!(
+        "no free scratch directory name in {}",
+        base.display()
+    )))
+}
+
+/// Data start and each tensor's absolute offset (by name) in a file the sink staged, read back
+/// with the format's reader.
+fn offsets_in(
+    path: &Path,
+    format: Format,
+    read: &ReadOptions,
+) -> Result<(u64, HashMap<String, u64>)> {
+    fn named(src: &dyn TensorSource, off: impl Fn(usize) -> u64) -> HashMap<String, u64> {
+        src.tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), off(i)))
+            .collect()
+    }
+    match format {
+        Format::Gguf => {
+            let g = weightport_gguf::GgufFile::open(path, read)?;
+            Ok((g.data_start(), named(&g, |i| g.tensor_offset(i))))
+        }
+        Format::Safetensors => {
+            let s = weightport_safetensors::SafetensorsFile::open(path)?;
+            Ok((s.data_start(), named(&s, |i| s.tensor_offset(i))))
+        }
+        other => Err(Error::Usage(format!(
+            "plan: {} output cannot be split into units",
+            other.name()
+        ))),
+    }
+}
+
+/// The layout `convert` gives the output, from the format's own sink: it lays the files out in
+/// a scratch directory (sparse temp files, removed after), and the offsets are read back from
+/// their headers with the format's reader.
+pub(crate) fn layout(job: &Job, opts: &ConvertOptions) -> Result<Layout> {
+    let scratch = scratch_dir()?;
+    let moved = |p: &Path| scratch.0.join(p.file_name().unwrap_or_default());
+    let mut plan = job.plan.clone();
+    for f in &mut plan.files {
+        f.path = moved(&f.path);
+    }
+    let target = moved(&opts.output);
+    let req = OutputRequest {
+        target: &target,
+        ..job.request(opts)
+    };
+    let mut sink = (job.fmt.sink)(&req, &plan)?;
+    let staged = sink.plan(&job.infos, &job.metadata)?;
+    let mut at = vec![None; job.outs.len()];
+    let mut data_start = Vec::with_capacity(plan.files.len());
+    for (f, pf) in plan.files.iter().enumerate() {
+        let st = staged.files.iter().find(|s| s.path == pf.path);
+        let st = st.ok_or_else(|| {
+            Error::Internal(format!("the sink did not stage {}", pf.path.display()))
+        })?;
+        let (start, offsets) = offsets_in(&st.temp, st.format, &opts.open.read)?;
+        for &k in &pf.tensors {
+            let name = &job.outs[k].info.name;
+            let off = offsets.get(name).ok_or_else(|| {
+                Error::Internal(format!(
+                    "tensor `{}` is not in the laid-out {}",
+                    weightport_core::sanitize(name),
+                    pf.path.display()
+                ))
+            })?;
+            at[k] = Some((f, *off));
+        }
+        data_start.push(start);
+    }
+    drop(sink);
+    let at = at.into_iter().collect::<Option<Vec<_>>>();
+    let at = at.ok_or_else(|| Error::Internal("an output tensor is in no output file".into()))?;
+    Ok(Layout { at, data_start })
+}
+
+/// Each unit's segments: per file, its tensors by offset, a new segment wherever the unit
+/// changes; the first segment starts at 0 (the header), each ends where the next starts.
+fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> {
+    let mut unit_of = vec![0usize; job.outs.len()];
+    for (u, ts) in units.iter().enumerate() {
+        ts.iter().for_each(|&k| unit_of[k] = u);
+    }
+    let mut out = vec![Vec::new(); units.len()];
+    for (f, pf) in job.plan.files.iter().enumerate() {
+        let mut ts = pf.tensors.clone();
+        ts.sort_by_key(|&k| lay.at[k].1);
+        let mut cur: Option<(usize, u64)> = None;
+        for &k in &ts {
+            let (u, off) = (unit_of[k], lay.at[k].1);
+            match cur {
+                Some((cu, _)) if cu == u => {}
+                Some((cu, start)) => {
+                    out[cu].push(Segment {
+                        file: f,
+                        start,
+                        end: off,
+                    });
+                    cur = Some((u, off));
+                }
+                None => cur = Some((u, 0)),
+            }
+        }
+        let (u, start) = cur.unwrap_or((0, 0));
+        out[u].push(Segment {
+            file: f,
+            start,
+            end: pf.size,
+        });
+    }
+    out
+}
+
 /// Splits the job into `n` contiguous, non-empty groups of atoms balanced by cost.
-fn split(job: &Job, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
+fn split(job: &Job, lay: &Layout, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
     let total: u64 = (0..job.outs.len()).map(|k| job.cost(k)).sum::<u64>().max(1);
     let n = match how {
         UnitSplit::Count(n) => n,
@@ -188,7 +383,7 @@ fn split(job: &Job, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
             job.outs.len()
         )));
     }
-    let atoms = atoms(job, n);
+    let atoms = atoms(job, lay, n);
     let (mut units, mut cum) = (vec![Vec::new()], 0u64);
     for (i, a) in atoms.iter().enumerate() {
         cum += a.iter().map(|&k| job.cost(k)).sum::<u64>();
@@ -202,7 +397,9 @@ fn split(job: &Job, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
     Ok(units)
 }
 
-/// What unit `tensors` reads: per output tensor, the input file, tensor and byte range.
+/// What unit `tensors` reads: per output tensor, the input file, tensor and byte ranges (the
+/// ranges an operation needs, sorted and merged where they touch: a permutation of rows reads
+/// a whole tensor as one range, not one per row).
 fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
     let mut v = Vec::new();
     for &k in tensors {
@@ -211,23 +408,41 @@ fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
             None => vec![(0, 0..o.info.byte_len)],
             Some(op) => op.needs(0..o.info.byte_len),
         };
+        let mut by_input: Vec<(usize, Vec<std::ops::Range<u64>>)> = Vec::new();
         for (j, r) in needs {
+            match by_input.iter_mut().find(|(i, _)| *i == j) {
+                Some((_, rs)) => rs.push(r),
+                None => by_input.push((j, vec![r])),
+            }
+        }
+        for (j, mut rs) in by_input {
+            rs.sort_by_key(|r| (r.start, r.end));
+            let mut merged: Vec<std::ops::Range<u64>> = Vec::with_capacity(rs.len());
+            for r in rs {
+                match merged.last_mut() {
+                    Some(m) if r.start <= m.end => m.end = m.end.max(r.end),
+                    _ => merged.push(r),
+                }
+            }
             let i = o.inputs[j];
-            v.push(json!({
-                "file": job.source().file_of(i).display().to_string(),
-                "tensor": job.source().tensors()[i].name,
-                "range": [r.start, r.end],
-            }));
+            for r in merged {
+                v.push(json!({
+                    "file": job.source().file_of(i).display().to_string(),
+                    "tensor": job.source().tensors()[i].name,
+                    "range": [r.start, r.end],
+                }));
+            }
         }
     }
     v
 }
 
-fn unit_docs(job: &Job, units: &[Vec<usize>]) -> Vec<Value> {
+fn unit_docs(job: &Job, units: &[Vec<usize>], segs: &[Vec<Segment>]) -> Vec<Value> {
     units
         .iter()
+        .zip(segs)
         .enumerate()
-        .map(|(u, ts)| {
+        .map(|(u, (ts, segs))| {
             let bytes: u64 = ts.iter().map(|&k| job.outs[k].info.byte_len).sum();
             let whole: Vec<String> = job
                 .plan
@@ -242,6 +457,7 @@ fn unit_docs(job: &Job, units: &[Vec<usize>]) -> Vec<Value> {
                 "part_bytes": bytes,
                 "cost_bytes": ts.iter().map(|&k| job.cost(k)).sum::<u64>(),
                 "whole_files": whole,
+                "segments": segs.iter().map(|s| json!({"file": s.file, "start": s.start, "end": s.end})).collect::<Vec<_>>(),
                 "reads": reads(job, ts),
             })
         })
@@ -252,15 +468,17 @@ fn plan_doc(
     job: &Job,
     opts: &ConvertOptions,
     command: &[String],
+    lay: &Layout,
     units: &[Vec<usize>],
 ) -> Result<Value> {
     let files: Vec<Value> = job
         .plan
         .files
         .iter()
-        .map(
-            |f| json!({"path": f.path.display().to_string(), "size": f.size, "tensors": f.tensors}),
-        )
+        .zip(&lay.data_start)
+        .map(|(f, start)| {
+            json!({"path": f.path.display().to_string(), "size": f.size, "data_start": start, "tensors": f.tensors})
+        })
         .collect();
     let extras: Vec<Value> = job
         .plan
@@ -276,10 +494,12 @@ fn plan_doc(
         .outs
         .iter()
         .zip(&unit_of)
-        .map(|(o, u)| {
+        .zip(&lay.at)
+        .map(|((o, u), (f, off))| {
             json!({
                 "name": o.info.name, "dtype": o.info.dtype.to_string(), "shape": o.info.shape,
                 "bytes": o.info.byte_len, "op": o.op.as_ref().map(|op| op.describe()), "unit": u,
+                "file": f, "offset": off,
             })
         })
         .collect();
@@ -287,7 +507,7 @@ fn plan_doc(
         .iter()
         .map(|p| identity(p))
         .collect::<Result<Vec<_>>>()?;
-    Ok(json!({
+    let mut doc = json!({
         "weightport_plan": PLAN_VERSION,
         "command": command,
         "inputs": opts.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
@@ -299,8 +519,20 @@ fn plan_doc(
         "files": files,
         "extras": extras,
         "tensors": tensors,
-        "units": unit_docs(job, units),
-    }))
+        "units": unit_docs(job, units, &segments(job, lay, units)),
+    });
+    let sha = doc_sha256(&doc);
+    doc["plan_sha256"] = sha.into();
+    Ok(doc)
+}
+
+/// sha256 (hex) of a plan document without its `plan_sha256` field, as compact JSON.
+fn doc_sha256(doc: &Value) -> String {
+    let mut d = doc.clone();
+    if let Some(m) = d.as_object_mut() {
+        m.remove("plan_sha256");
+    }
+    format!("{:x}", Sha256::digest(d.to_string().as_bytes()))
 }
 
 /// Plans the conversion `opts` (inputs and output absolute) split into units and writes the
@@ -321,8 +553,9 @@ pub fn plan_units(
     let (doc, report) = with_job(opts, |job| {
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
         crate::txn::prepare(&job.plan, &opts.output, opts.force, true)?;
-        let units = split(job, how)?;
-        let doc = plan_doc(job, opts, command, &units)?;
+        let lay = layout(job, opts)?;
+        let units = split(job, &lay, how)?;
+        let doc = plan_doc(job, opts, command, &lay, &units)?;
         let report = PlannedUnits {
             plan: plan_path.to_path_buf(),
             output: opts.output.clone(),
@@ -421,6 +654,136 @@ fn units_of(doc: &Value, path: &Path) -> Result<Vec<Vec<usize>>> {
     Ok(out)
 }
 
+fn uint(v: &Value, path: &Path, field: &str) -> Result<u64> {
+    v.as_u64()
+        .ok_or_else(|| field_error(path, field, "expected a non-negative integer"))
+}
+
+/// The plan's output files.
+fn files_of(doc: &Value, path: &Path) -> Result<Vec<PlanFile>> {
+    let files = doc["files"]
+        .as_array()
+        .ok_or_else(|| field_error(path, "files", "expected an array"))?;
+    let mut out = Vec::with_capacity(files.len());
+    for (f, file) in files.iter().enumerate() {
+        let field = |n: &str| format!("files[{f}].{n}");
+        let p = file["path"].as_str();
+        let p = p.ok_or_else(|| field_error(path, &field("path"), "expected a string"))?;
+        let size = uint(&file["size"], path, &field("size"))?;
+        let data_start = uint(&file["data_start"], path, &field("data_start"))?;
+        if data_start > size {
+            return Err(field_error(
+                path,
+                &field("data_start"),
+                "past the file's end",
+            ));
+        }
+        out.push(PlanFile {
+            path: PathBuf::from(p),
+            size,
+            data_start,
+        });
+    }
+    Ok(out)
+}
+
+/// Per tensor (file, offset), length and name.
+type TensorLayout = (Vec<(usize, u64)>, Vec<u64>, Vec<String>);
+
+fn tensors_of(doc: &Value, path: &Path, files: &[PlanFile]) -> Result<TensorLayout> {
+    let ts = doc["tensors"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let (mut at, mut bytes, mut names) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, t) in ts.iter().enumerate() {
+        let field = |n: &str| format!("tensors[{k}].{n}");
+        let f = uint(&t["file"], path, &field("file"))? as usize;
+        let off = uint(&t["offset"], path, &field("offset"))?;
+        let len = uint(&t["bytes"], path, &field("bytes"))?;
+        let inside = files.get(f).is_some_and(|pf| {
+            off >= pf.data_start && off.checked_add(len).is_some_and(|e| e <= pf.size)
+        });
+        if !inside {
+            return Err(field_error(
+                path,
+                &field("offset"),
+                "not inside its file's data section",
+            ));
+        }
+        let name = t["name"].as_str();
+        let name = name.ok_or_else(|| field_error(path, &field("name"), "expected a string"))?;
+        at.push((f, off));
+        bytes.push(len);
+        names.push(name.to_string());
+    }
+    Ok((at, bytes, names))
+}
+
+/// Per unit its segments, checked: the segments of each file partition it, and every tensor of
+/// a unit lies in one of that unit's segments.
+fn segments_of(doc: &Value, path: &Path, p: &UnitPlan) -> Result<Vec<Vec<Segment>>> {
+    let mut out = Vec::with_capacity(p.units.len());
+    for u in 0..p.units.len() {
+        let field = format!("units[{u}].segments");
+        let segs = doc["units"][u]["segments"].as_array();
+        let segs = segs.ok_or_else(|| field_error(path, &field, "expected an array"))?;
+        let mut v = Vec::with_capacity(segs.len());
+        for s in segs {
+            let seg = Segment {
+                file: uint(&s["file"], path, &field)? as usize,
+                start: uint(&s["start"], path, &field)?,
+                end: uint(&s["end"], path, &field)?,
+            };
+            if seg.file >= p.files.len() || seg.start > seg.end {
+                return Err(field_error(
+                    path,
+                    &field,
+                    "a segment outside the plan's files",
+                ));
+            }
+            v.push(seg);
+        }
+        out.push(v);
+    }
+    let mut whole = UnitPlan {
+        segments: out,
+        ..p.clone()
+    };
+    for f in 0..p.files.len() {
+        let mut pos = 0;
+        for (_, _, s) in whole.segments_of_file(f) {
+            if s.start != pos {
+                let what =
+                    format!("the segments of files[{f}] do not cover it once (at byte {pos})");
+                return Err(field_error(path, "units", &what));
+            }
+            pos = s.end;
+        }
+        if pos != p.files[f].size {
+            return Err(field_error(
+                path,
+                "units",
+                &format!("the segments of files[{f}] end at byte {pos}"),
+            ));
+        }
+    }
+    for (u, ts) in p.units.iter().enumerate() {
+        for &k in ts {
+            let (f, off) = p.at[k];
+            let end = off + p.bytes[k];
+            if !whole.segments[u]
+                .iter()
+                .any(|s| s.file == f && s.start <= off && end <= s.end)
+            {
+                let what = format!("tensor {k} is in none of the unit's segments");
+                return Err(field_error(path, &format!("units[{u}].segments"), &what));
+            }
+        }
+    }
+    Ok(std::mem::take(&mut whole.segments))
+}
+
 /// Reads and checks a plan file.
 pub fn read_plan(path: &Path) -> Result<UnitPlan> {
     let text = std::fs::read(path).map_err(|e| Error::io(path, "read plan file", e))?;
@@ -459,7 +822,9 @@ pub fn read_plan(path: &Path) -> Result<UnitPlan> {
                 "expected an array of {path, size, mtime_ns, sha256}",
             )
         })?;
-    Ok(UnitPlan {
+    let files = files_of(&doc, path)?;
+    let (at, bytes, tensor_names) = tensors_of(&doc, path, &files)?;
+    let mut plan = UnitPlan {
         path: path.to_path_buf(),
         command: strings(&doc, path, "command")?,
         inputs: strings(&doc, path, "inputs")?
@@ -471,7 +836,27 @@ pub fn read_plan(path: &Path) -> Result<UnitPlan> {
         fingerprint: string(&doc, path, "fingerprint")?,
         identities,
         units: units_of(&doc, path)?,
-    })
+        plan_sha256: string(&doc, path, "plan_sha256")?,
+        files,
+        at,
+        bytes,
+        tensor_names,
+        segments: Vec::new(),
+    };
+    plan.segments = segments_of(&doc, path, &plan)?;
+    let sha = doc_sha256(&doc);
+    if sha != plan.plan_sha256 {
+        return Err(Error::Verify {
+            at: Location::file(path),
+            reason: format!(
+                "the plan file was edited after `weightport plan` wrote it (its content hashes \
+                 to {sha}, `plan_sha256` says {}); units and finish run only the plan as \
+                 written: make a new plan",
+                plan.plan_sha256
+            ),
+        });
+    }
+    Ok(plan)
 }
 
 /// Rebuilds the job of `plan` (`opts` made from its command) and checks it is the planned one.

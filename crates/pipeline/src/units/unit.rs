@@ -1,7 +1,6 @@
 //! `weightport unit PLAN --index I`: one unit's part, written, verified and recorded.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -37,20 +36,19 @@ pub struct UnitReport {
     pub units: usize,
     /// What happened.
     pub outcome: UnitOutcome,
-    /// The part file.
-    pub part: PathBuf,
-    /// Its size.
+    /// The part files (one per output file range the unit writes): path, size, sha256 (hex).
+    pub parts: Vec<(PathBuf, u64, String)>,
+    /// Their total size.
     pub bytes: u64,
-    /// Output tensors in it.
+    /// Output tensors in them.
     pub tensors: usize,
-    /// Its sha256 (hex).
-    pub sha256: String,
     /// Worker threads used (0 when nothing was done).
     pub threads: usize,
 }
 
-pub(crate) fn part_path(plan: &UnitPlan, i: usize) -> PathBuf {
-    plan.staging.join(format!("unit-{i:05}.part"))
+/// Part `j` of unit `i`: the unit's `j`th segment of an output file.
+pub(crate) fn part_path(plan: &UnitPlan, i: usize, j: usize) -> PathBuf {
+    plan.staging.join(format!("unit-{i:05}.{j}.part"))
 }
 
 pub(crate) fn record_path(plan: &UnitPlan, i: usize) -> PathBuf {
@@ -65,8 +63,22 @@ pub(crate) fn failed_path(plan: &UnitPlan, i: usize) -> PathBuf {
 pub(crate) fn read_record(plan: &UnitPlan, i: usize) -> Option<Value> {
     let doc: Value = serde_json::from_slice(&std::fs::read(record_path(plan, i)).ok()?).ok()?;
     (doc["fingerprint"].as_str() == Some(plan.fingerprint.as_str())
+        && doc["plan_sha256"].as_str() == Some(plan.plan_sha256.as_str())
         && doc["index"].as_u64() == Some(i as u64))
     .then_some(doc)
+}
+
+/// Refuses a staging directory that is not a plain directory (a symlink could send the parts,
+/// and then the output, anywhere).
+pub(crate) fn check_staging(plan: &UnitPlan) -> Result<()> {
+    match std::fs::symlink_metadata(&plan.staging) {
+        Ok(m) if !m.is_dir() => Err(Error::Usage(format!(
+            "{}: the staging directory is a symlink or not a directory; remove it (units \
+             recreate it beside the output)",
+            plan.staging.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Removes temp files of processes that no longer run from the staging directory.
@@ -91,16 +103,18 @@ pub fn run_unit(
     let n = plan.units.len();
     let Some(tensors) = plan.units.get(index) else {
         return Err(Error::Usage(format!(
-            "--index {index}: {} has units 0 to {}",
+            "unit index {index}: {} has units 0 to {}",
             plan.path.display(),
             n - 1
         )));
     };
+    check_staging(plan)?;
     if let Some(r) = read_record(plan, index) {
         return Ok(report_of(plan, index, &r, UnitOutcome::AlreadyDone, 0));
     }
     std::fs::create_dir_all(&plan.staging)
         .map_err(|e| Error::io(&plan.staging, "create staging directory", e))?;
+    check_staging(plan)?;
     clean_stale(&plan.staging);
     if let Ok(b) = std::fs::read(record_path(plan, index)) {
         match read_record(plan, index) {
@@ -134,14 +148,19 @@ fn report_of(
     outcome: UnitOutcome,
     threads: usize,
 ) -> UnitReport {
+    let parts = r["parts"].as_array().into_iter().flatten().enumerate();
     UnitReport {
         index: i,
         units: plan.units.len(),
         outcome,
-        part: part_path(plan, i),
+        parts: parts
+            .map(|(j, p)| {
+                let sha = p["sha256"].as_str().unwrap_or_default().to_string();
+                (part_path(plan, i, j), p["bytes"].as_u64().unwrap_or(0), sha)
+            })
+            .collect(),
         bytes: r["bytes"].as_u64().unwrap_or(0),
         tensors: r["tensors"].as_array().map_or(0, |a| a.len()),
-        sha256: r["sha256"].as_str().unwrap_or_default().to_string(),
         threads,
     }
 }
@@ -165,6 +184,25 @@ fn threads_for(job: &Job, outs: &[OutTensor], opts: &ConvertOptions) -> Result<u
     Ok(asked.min((budget / worker) as usize).max(1))
 }
 
+/// Where each of the unit's tensors goes: (its part, offset in the part).
+fn places(plan: &UnitPlan, index: usize, tensors: &[usize]) -> Result<Vec<(usize, u64)>> {
+    let segs = &plan.segments[index];
+    tensors
+        .iter()
+        .map(|&k| {
+            let (f, off) = plan.at[k];
+            let end = off + plan.bytes[k];
+            let j = segs
+                .iter()
+                .position(|s| s.file == f && s.start <= off && end <= s.end)
+                .ok_or_else(|| {
+                    Error::Internal(format!("tensor {k} is in no part of unit {index}"))
+                })?;
+            Ok((j, off - segs[j].start))
+        })
+        .collect()
+}
+
 fn write_part(
     plan: &UnitPlan,
     job: &Job,
@@ -174,52 +212,106 @@ fn write_part(
     progress: &dyn Progress,
 ) -> Result<UnitReport> {
     let outs: Vec<OutTensor> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
-    let mut offsets = Vec::with_capacity(outs.len());
-    let mut total = 0u64;
-    for o in &outs {
-        offsets.push(total);
-        total += o.info.byte_len;
+    if let Some((k, o)) = tensors
+        .iter()
+        .zip(&outs)
+        .find(|(&k, o)| o.info.byte_len != plan.bytes[k])
+    {
+        return Err(Error::Internal(format!(
+            "tensor {k} is {} bytes, the plan says {}",
+            o.info.byte_len, plan.bytes[*k]
+        )));
     }
+    let place = places(plan, index, tensors)?;
+    let segs = &plan.segments[index];
     let threads = threads_for(job, &outs, opts)?;
-    let part = part_path(plan, index);
-    let temp = TempFile::beside(&part)?;
-    let file = temp.open()?;
-    file.set_len(total)
-        .map_err(|e| Error::io(temp.path(), "size", e))?;
+    let temps = segs
+        .iter()
+        .enumerate()
+        .map(|(j, s)| {
+            let t = TempFile::beside(&part_path(plan, index, j))?;
+            t.open()?
+                .set_len(s.end - s.start)
+                .map_err(|e| Error::io(t.path(), "size", e))?;
+            Ok(t)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
+    let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
     progress.start("write", total);
     let hashes = pool.install(|| {
         run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
-            file.write_all_at(b, offsets[k] + off)
-                .map_err(|e| Error::io(temp.path(), "write", e))
+            let (j, base) = place[k];
+            temps[j].write_at(b, base + off)
         })
     })?;
     progress.finish();
-    file.sync_all()
-        .map_err(|e| Error::io(temp.path(), "fsync", e))?;
-    drop(file);
     progress.start("verify", total);
-    let sha256 = verify_part(temp.path(), &part, &outs, &hashes.out, opts.chunk, progress)?;
+    let parts = check_parts(
+        plan,
+        index,
+        &temps,
+        &place,
+        &outs,
+        &hashes.out,
+        opts,
+        progress,
+    )?;
     progress.finish();
     let record = json!({
-        "weightport_unit": 1,
+        "weightport_unit": 2,
         "index": index,
         "fingerprint": plan.fingerprint,
-        "part": part.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "bytes": total,
-        "sha256": sha256,
-        "tensors": tensors.iter().zip(&offsets).zip(&hashes.out).zip(&outs).map(|(((k, off), h), o)| {
-            json!({"index": k, "name": o.info.name, "offset": off, "bytes": o.info.byte_len, "hash": h.to_string()})
+        "plan_sha256": plan.plan_sha256,
+        "bytes": segs.iter().map(|s| s.end - s.start).sum::<u64>(),
+        "parts": parts,
+        "tensors": tensors.iter().zip(&hashes.out).zip(&outs).map(|((k, h), o)| {
+            json!({"index": k, "name": o.info.name, "bytes": o.info.byte_len, "hash": h.to_string()})
         }).collect::<Vec<_>>(),
     });
-    temp.publish(true)?;
+    for t in temps {
+        t.publish(true)?;
+    }
     let outcome = publish_record(plan, index, &record)?;
     let _ = std::fs::remove_file(failed_path(plan, index));
     sync_dir(&plan.staging)?;
     Ok(report_of(plan, index, &record, outcome, threads))
+}
+
+/// fsyncs each temp part, re-reads it and checks its tensors' content hashes; returns what the
+/// record says of each part.
+#[allow(clippy::too_many_arguments)]
+fn check_parts(
+    plan: &UnitPlan,
+    index: usize,
+    temps: &[TempFile],
+    place: &[(usize, u64)],
+    outs: &[OutTensor],
+    hashes: &[ContentHash],
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<Value>> {
+    let segs = &plan.segments[index];
+    let mut parts = Vec::with_capacity(temps.len());
+    for (j, t) in temps.iter().enumerate() {
+        t.sync()?;
+        let mut mine: Vec<usize> = (0..outs.len()).filter(|&i| place[i].0 == j).collect();
+        mine.sort_by_key(|&i| place[i].1);
+        let items: Vec<(u64, &OutTensor, ContentHash)> = mine
+            .iter()
+            .map(|&i| (place[i].1, &outs[i], hashes[i]))
+            .collect();
+        let len = segs[j].end - segs[j].start;
+        let shown = part_path(plan, index, j);
+        let sha = verify_part(t.path(), &shown, len, &items, opts.chunk, progress)?;
+        parts.push(
+            json!({"file": segs[j].file, "start": segs[j].start, "bytes": len, "sha256": sha}),
+        );
+    }
+    Ok(parts)
 }
 
 /// Publishes the completion record without replacing one another process published first.
@@ -237,13 +329,23 @@ fn publish_record(plan: &UnitPlan, index: usize, record: &Value) -> Result<UnitO
     }
 }
 
-/// Re-reads the part front to back: every tensor's content hash must be the one computed while
-/// writing it. Returns the part's sha256.
-pub(crate) fn verify_part(
+/// Reads `n` bytes of `f` into `buf`, adding them to `sha`.
+fn take(f: &mut impl Read, path: &Path, sha: &mut Sha256, buf: &mut Vec<u8>, n: u64) -> Result<()> {
+    buf.resize(n as usize, 0);
+    f.read_exact(buf)
+        .map_err(|e| Error::io(path, "read back", e))?;
+    sha.update(&buf[..]);
+    Ok(())
+}
+
+/// Re-reads a part front to back (`len` bytes; `items` its tensors by offset, with the content
+/// hash computed while writing each): every tensor must hash the same. Returns the part's
+/// sha256.
+fn verify_part(
     path: &Path,
     shown_as: &Path,
-    outs: &[OutTensor],
-    expected: &[ContentHash],
+    len: u64,
+    items: &[(u64, &OutTensor, ContentHash)],
     base: u64,
     progress: &dyn Progress,
 ) -> Result<String> {
@@ -253,32 +355,44 @@ pub(crate) fn verify_part(
     );
     let mut sha = Sha256::new();
     let mut buf = Vec::new();
-    for (o, want) in outs.iter().zip(expected) {
-        let leaf = leaf_of(o, base);
+    let mut pos = 0u64;
+    let gap = |f: &mut std::io::BufReader<std::fs::File>,
+               sha: &mut Sha256,
+               buf: &mut Vec<u8>,
+               mut n: u64| {
+        while n > 0 {
+            let m = n.min(1 << 20);
+            take(f, path, sha, buf, m)?;
+            n -= m;
+        }
+        Ok::<(), Error>(())
+    };
+    for &(off, o, want) in items {
+        gap(&mut f, &mut sha, &mut buf, off - pos)?;
+        let leaf = leaf_of(o, base).max(1);
         let mut leaves = Vec::new();
         let mut left = o.info.byte_len;
-        while left > 0 || leaves.is_empty() {
-            let n = left.min(leaf) as usize;
-            buf.resize(n, 0);
-            f.read_exact(&mut buf)
-                .map_err(|e| Error::io(path, "read back", e))?;
-            sha.update(&buf);
+        loop {
+            let n = left.min(leaf);
+            take(&mut f, path, &mut sha, &mut buf, n)?;
             let mut h = LeafHasher::new();
             h.update(&buf);
             leaves.push(h.finish());
-            progress.advance(n as u64);
-            left -= n as u64;
-            if n == 0 {
+            progress.advance(n);
+            left -= n;
+            if left == 0 {
                 break;
             }
         }
         let got = hash::root(o.info.dtype, &o.info.shape, o.info.byte_len, &leaves);
-        if got != *want {
+        if got != want {
             return Err(Error::Verify {
                 at: Location::file(shown_as).tensor(o.info.name.clone()),
                 reason: format!("read back as {got}, written as {want}"),
             });
         }
+        pos = off + o.info.byte_len;
     }
+    gap(&mut f, &mut sha, &mut buf, len - pos)?;
     Ok(format!("{:x}", sha.finalize()))
 }
