@@ -179,7 +179,7 @@ JOB_WALL=$M_WALL JOB_RSS=$M_RSS
 # read_bytes of --json: the input tensor bytes the job's reads took (sum over its reads).
 read_of() { "$PYTHON" -c 'import json,sys
 d=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
-print(sum(r["read_bytes"] for r in d["reads"]) if "reads" in d else d["read_bytes"])' "$1"; }
+print(d["read_bytes"] if "read_bytes" in d else sum(r["read_bytes"] for r in d["reads"]))' "$1"; }
 JOB_READ=$(read_of "$LOGS/job_(3_outputs).log")
 
 # 2. Three separate runs.
