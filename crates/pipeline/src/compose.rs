@@ -594,6 +594,10 @@ impl Transform for Chain {
     fn quality(&self) -> Option<crate::quality::Quality> {
         self.second.quality().or_else(|| self.first.quality())
     }
+
+    fn cost_ns(&self) -> f64 {
+        self.first.cost_ns() + self.second.cost_ns()
+    }
 }
 
 #[cfg(test)]

@@ -373,6 +373,9 @@ impl Transform for Measured {
     fn quality(&self) -> Option<Quality> {
         self.acc.lock().ok()?.quality()
     }
+    fn cost_ns(&self) -> f64 {
+        self.inner.cost_ns()
+    }
 }
 
 /// `src` (F64/F32/F16/BF16) widened to f32 into `out`; the widening is exact, so the rule only

@@ -235,6 +235,10 @@ impl Transform for Quantize {
     fn describe(&self) -> String {
         format!("{}→{}", self.from, self.to)
     }
+    fn cost_ns(&self) -> f64 {
+        let weighted = self.rows.as_ref().is_some_and(|r| r.weights.is_some());
+        weightport_quant::quantize_ns_per_value(self.to, weighted)
+    }
     fn unit(&self) -> u64 {
         let (be, bb) = block(self.to);
         match &self.rows {
@@ -392,6 +396,9 @@ impl Requantize {
 impl Transform for Requantize {
     fn describe(&self) -> String {
         format!("{}→{} (requantized)", self.from, self.to)
+    }
+    fn cost_ns(&self) -> f64 {
+        weightport_quant::quantize_ns_per_value(self.to, false)
     }
     fn unit(&self) -> u64 {
         self.elems / block(self.to).0 * block(self.to).1

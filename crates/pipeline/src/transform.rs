@@ -42,4 +42,10 @@ pub trait Transform: Send + Sync {
     fn quality(&self) -> Option<crate::quality::Quality> {
         None
     }
+    /// Single-thread CPU nanoseconds per output value the kernel costs beyond moving the bytes
+    /// (a quantizer's search; [`weightport_quant::quantize_ns_per_value`]): what `plan --units`
+    /// balances units by. 0 for casts and copies.
+    fn cost_ns(&self) -> f64 {
+        0.0
+    }
 }

@@ -45,6 +45,7 @@ macro_rules! multiversion {
 
 pub mod blocks;
 pub mod cast;
+mod cost;
 mod grids;
 mod iq1_quant;
 mod iq2_quant;
@@ -62,6 +63,7 @@ mod weighted_search;
 mod kquants_weighted;
 mod legacy_weighted;
 
+pub use cost::quantize_ns_per_value;
 pub use weighted::{requires_imatrix, uses_imatrix};
 
 pub use weightport_core::DType;

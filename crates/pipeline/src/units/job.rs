@@ -9,6 +9,11 @@ use weightport_core::{Error, Result};
 use crate::convert::ConvertOptions;
 use crate::input::open_inputs;
 
+/// CPU nanoseconds per byte read plus written of a conversion without a kernel (mapping,
+/// hashing, writing durably, verifying): 9 CPU-s for the 2.4 GiB bench release copied into a
+/// repo (2 × 2.55 GB moved) on the 2-core dev VM, rounded.
+pub const IO_NS_PER_BYTE: f64 = 2.0;
+
 /// A planned job: convert's own plan ([`crate::planned::plan`]).
 pub type Job<'s> = crate::planned::Planned<'s>;
 
@@ -25,6 +30,16 @@ impl Job<'_> {
                 .sum(),
         };
         read + o.info.byte_len
+    }
+
+    /// Estimated single-thread CPU nanoseconds unit work on output tensor `k` takes: its
+    /// bytes moved ([`Job::cost`]) at [`IO_NS_PER_BYTE`] plus its kernel's time per value
+    /// ([`crate::Transform::cost_ns`]). Units are balanced by it: a Q4_K value costs about
+    /// 1.4× a Q6_K one, though Q6_K writes more bytes.
+    pub fn work(&self, k: usize) -> f64 {
+        let o = &self.outs[k];
+        let kernel = o.op.as_ref().map_or(0.0, |op| op.cost_ns());
+        self.cost(k) as f64 * IO_NS_PER_BYTE + o.info.numel() as f64 * kernel
     }
 
     /// sha256 (hex) of everything that decides the output bytes: files, sizes, tensors per

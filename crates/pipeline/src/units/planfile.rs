@@ -370,7 +370,9 @@ fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> 
     out
 }
 
-/// Splits the job into `n` contiguous, non-empty groups of atoms balanced by cost.
+/// Splits the job into `n` contiguous, non-empty groups of atoms (`n` from `--units`, or from
+/// `--unit-size` over the bytes moved), the slowest group as fast as a contiguous cut allows by
+/// the estimated CPU time ([`Job::work`]).
 fn split(job: &Job, lay: &Layout, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
     let total: u64 = (0..job.outs.len()).map(|k| job.cost(k)).sum::<u64>().max(1);
     let n = match how {
@@ -384,17 +386,60 @@ fn split(job: &Job, lay: &Layout, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
         )));
     }
     let atoms = atoms(job, lay, n);
-    let (mut units, mut cum) = (vec![Vec::new()], 0u64);
-    for (i, a) in atoms.iter().enumerate() {
-        cum += a.iter().map(|&k| job.cost(k)).sum::<u64>();
-        units.last_mut().expect("a unit").extend(a);
-        let (done, left) = (units.len(), atoms.len() - i - 1);
-        let due = cum as u128 * n as u128 >= total as u128 * done as u128;
-        if done < n && (due || left == n - done) {
-            units.push(Vec::new());
+    let work: Vec<f64> = atoms
+        .iter()
+        .map(|a| a.iter().map(|&k| job.work(k)).sum())
+        .collect();
+    let most = least_max(&work, n);
+    Ok(pack(&atoms, &work, n, most))
+}
+
+/// The least `m` such that `work`, cut into at most `n` contiguous groups, has no group over
+/// `m` (bisection on the greedy packing; to a relative 1e-9).
+fn least_max(work: &[f64], n: usize) -> f64 {
+    let groups = |m: f64| {
+        let (mut g, mut cur) = (1, 0.0);
+        for &w in work {
+            if cur > 0.0 && cur + w > m {
+                (g, cur) = (g + 1, 0.0);
+            }
+            cur += w;
+        }
+        g
+    };
+    let mut lo = work.iter().copied().fold(0.0, f64::max);
+    let mut hi = work.iter().sum::<f64>().max(lo);
+    if groups(lo) <= n {
+        return lo;
+    }
+    while hi - lo > hi * 1e-9 {
+        let mid = (lo + hi) / 2.0;
+        if groups(mid) <= n {
+            hi = mid;
+        } else {
+            lo = mid;
         }
     }
-    Ok(units)
+    hi
+}
+
+/// `atoms` in order into exactly `n` non-empty contiguous units (`n` ≤ atoms), none over
+/// `most` of work: a new unit starts when the atom would take the current one over `most`, or
+/// when the atoms left are just enough for one per unit still to start.
+fn pack(atoms: &[Vec<usize>], work: &[f64], n: usize, most: f64) -> Vec<Vec<usize>> {
+    let (mut units, mut cur) = (vec![Vec::new()], 0.0);
+    for (i, (a, &w)) in atoms.iter().zip(work).enumerate() {
+        let open = units.last().is_some_and(|u: &Vec<usize>| !u.is_empty())
+            && units.len() < n
+            && (cur + w > most || atoms.len() - i == n - units.len());
+        if open {
+            units.push(Vec::new());
+            cur = 0.0;
+        }
+        cur += w;
+        units.last_mut().expect("a unit").extend(a);
+    }
+    units
 }
 
 /// What unit `tensors` reads: per output tensor, the input file, tensor and byte ranges (the
@@ -877,4 +922,44 @@ pub(crate) fn with_planned_job<R>(
         }
         f(job)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{least_max, pack};
+
+    fn split(work: &[f64], n: usize) -> Vec<Vec<usize>> {
+        let atoms: Vec<Vec<usize>> = (0..work.len()).map(|k| vec![k]).collect();
+        pack(&atoms, work, n, least_max(work, n))
+    }
+
+    #[test]
+    fn the_slowest_unit_is_as_fast_as_a_contiguous_cut_allows() {
+        // Cut where the running total first reaches half, [1, 1, 1, 10, 1] gives 13 | 1; the
+        // least max cut gives 3 | 11.
+        assert_eq!(
+            split(&[1.0, 1.0, 1.0, 10.0, 1.0], 2),
+            [vec![0, 1, 2], vec![3, 4]]
+        );
+        assert_eq!(
+            split(&[3.0, 3.0, 3.0, 3.0, 3.0], 2),
+            [vec![0, 1, 2], vec![3, 4]]
+        );
+        assert_eq!(
+            split(&[1.0, 8.0, 1.0, 1.0, 4.0], 2),
+            [vec![0, 1], vec![2, 3, 4]]
+        );
+        // One atom sets the max: the rest packs up to it, the last unit gets what is left.
+        assert_eq!(
+            split(&[5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 3),
+            [vec![0], vec![1, 2, 3, 4], vec![5]]
+        );
+    }
+
+    #[test]
+    fn every_unit_gets_an_atom_even_when_some_cost_nothing() {
+        assert_eq!(split(&[0.0, 0.0, 9.0], 3), [vec![0], vec![1], vec![2]]);
+        assert_eq!(split(&[9.0, 0.0, 0.0], 3), [vec![0], vec![1], vec![2]]);
+        assert_eq!(split(&[4.0, 4.0], 1), [vec![0, 1]]);
+    }
 }
