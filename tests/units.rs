@@ -99,6 +99,8 @@ struct Job {
     dir: tempfile::TempDir,
     out: String,
     args: Vec<String>,
+    /// `plan --in-place`: units write into one shared staging file per output file.
+    in_place: bool,
 }
 
 impl Job {
@@ -117,7 +119,13 @@ impl Job {
             dir,
             out: out.into(),
             args: all,
+            in_place: false,
         }
+    }
+    /// The same job planned with `--in-place`.
+    fn in_place(mut self) -> Job {
+        self.in_place = true;
+        self
     }
     fn plan_path(&self) -> PathBuf {
         self.dir.path().join("job.plan.json")
@@ -134,6 +142,9 @@ impl Job {
         a.extend(self.args.iter().map(String::as_str));
         a.extend(["-o", out.to_str().unwrap(), "--units", &n]);
         a.extend(["--plan", plan.to_str().unwrap()]);
+        if self.in_place {
+            a.push("--in-place");
+        }
         let o = wp(&a);
         ok(&o, "plan");
         let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -1033,6 +1044,121 @@ fn finish_detects_an_altered_appended_part_and_recovers() {
     );
     assert!(!job.units_out().exists(), "the target is untouched");
     assert_eq!(std::fs::metadata(&first).unwrap().len(), len);
+    std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
+    ok(&job.unit(1), "unit 1 again");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+// `plan --in-place`: the same outputs, with units writing into one shared staging file per
+// output file and `finish` publishing it without appending anything.
+
+#[test]
+fn in_place_units_equal_convert_for_one_file_shards_and_splits() {
+    let llama = fixtures().join("good/arch/llama");
+    let jobs = [
+        (Job::new(&llama, "model.gguf", &["--quant", "Q4_K_M"]), 5),
+        (
+            Job::new(
+                &llama,
+                "model.gguf",
+                &["--dtype", "f16", "--split-max-size", "60KB"],
+            ),
+            3,
+        ),
+        (reshard_job(), 3),
+        (
+            Job::new(&fixtures().join("good/pickle/bin_repo"), "repo", &[]),
+            4,
+        ),
+    ];
+    for (job, n) in jobs {
+        let job = job.in_place();
+        run_all_and_compare(&job, n);
+    }
+}
+
+/// The shared staging files of a job's staging dir.
+fn shared_files(job: &Job) -> Vec<PathBuf> {
+    names_in(&job.staging())
+        .into_iter()
+        .filter(|n| n.starts_with("file-") && n.ends_with(".data"))
+        .map(|n| job.staging().join(n))
+        .collect()
+}
+
+#[test]
+fn in_place_a_unit_killed_mid_way_is_redone_and_a_double_run_is_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]).in_place();
+    assert_eq!(job.plan(2), 2);
+    let mut k = spawn_unit(&job.plan_path(), 0, job.dir.path());
+    let t0 = Instant::now();
+    while shared_files(&job).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "unit 0 never started"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    k.kill().unwrap(); // SIGKILL
+    assert_eq!(
+        k.wait().unwrap().signal(),
+        Some(9),
+        "killed mid-way, not finished"
+    );
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    assert!(err.contains("missing") && err.contains("0, 1"), "{err}");
+    assert!(!job.units_out().exists());
+    // Unit 0 rerun, twice at once, while unit 1 writes the same file.
+    let kids = [0, 0, 1].map(|i| (i, spawn_unit(&job.plan_path(), i, job.dir.path())));
+    let mut done = 0;
+    for (i, k) in kids {
+        let o = k.wait_with_output().unwrap();
+        ok(&o, &format!("unit {i}"));
+        done += usize::from(String::from_utf8_lossy(&o.stdout).contains(": done,"));
+    }
+    assert_eq!(done, 2, "one record per unit");
+    assert_eq!(shared_files(&job).len(), 1, "one shared file, no parts");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn in_place_finish_detects_bytes_altered_in_a_units_range() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    )
+    .in_place();
+    assert_eq!(job.plan(3), 3);
+    job.all_units_in_parallel(3);
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(job.plan_path()).unwrap()).unwrap();
+    let t = plan["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["unit"] == 1 && t["bytes"].as_u64() > Some(0))
+        .expect("a tensor of unit 1");
+    let shared = &shared_files(&job)[0];
+    let mut bytes = std::fs::read(shared).unwrap();
+    bytes[t["offset"].as_u64().unwrap() as usize] ^= 1;
+    std::fs::write(shared, bytes).unwrap();
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&f.stderr);
+    let name = shared.file_name().unwrap().to_string_lossy();
+    assert!(
+        err.contains("unit 1's part changed") && err.contains(name.as_ref()),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
     std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
     ok(&job.unit(1), "unit 1 again");
     ok(&job.finish(), "finish");

@@ -79,6 +79,12 @@ pub struct PlanArgs {
     /// Split the conversion into units of about SIZE bytes read + written each.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub unit_size: Option<u64>,
+    /// Units write straight into one staging file per output file, at their offsets, and
+    /// finish publishes it: no part is copied or appended. Needs a filesystem where machines
+    /// may write disjoint ranges of one file (local, NFS, Lustre, GPFS, CephFS); not an
+    /// object-store mount, nor runners that share no filesystem (see docs/units.md).
+    #[arg(long)]
+    pub in_place: bool,
     /// The plan file to write (default: OUTPUT.plan.json beside the output).
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,

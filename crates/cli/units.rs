@@ -104,7 +104,7 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
         Some(f) => absolute(f)?,
         None => PathBuf::from(format!("{}.plan.json", output.display())),
     };
-    let r = units::plan_units(&opts, how, &a.argv, &plan_path)?;
+    let r = units::plan_units(&opts, how, a.in_place, &a.argv, &plan_path)?;
     if json {
         let doc = json!({
             "ok": true,
@@ -112,6 +112,7 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
             "plan": r.plan.display().to_string(),
             "output": r.output.display().to_string(),
             "staging": r.staging.display().to_string(),
+            "in_place": a.in_place,
             "tensors": r.tensors,
             "input_files": r.input_files,
             "files": r.files.iter().map(|(f, s)| json!({"path": f.display().to_string(), "size": s})).collect::<Vec<_>>(),

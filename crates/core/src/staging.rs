@@ -215,7 +215,7 @@ impl TempFile {
 
 /// Starts write-back of `[offset, offset+len)` of `f` without waiting; a hint (errors surface
 /// at the fsync).
-fn start_writeback(f: &File, offset: u64, len: u64) {
+pub fn start_writeback(f: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
     let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
         return;

@@ -10,6 +10,7 @@ use weightport_core::{ContentHash, Error, FinishedFile, Location, Result, Staged
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
+use super::shared::shared_path;
 use super::unit::{check_staging, failed_path, part_path, read_record};
 use crate::convert::{ConvertOptions, FileReport};
 use crate::exec::{Hashes, Progress};
@@ -118,7 +119,12 @@ fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Hashes> {
             .map(Vec::as_slice)
             .unwrap_or_default();
         let parts = r["parts"].as_array().map_or(0, Vec::len);
-        if ts.len() != plan.units[u].len() || parts != plan.segments[u].len() {
+        let planned = if plan.in_place {
+            0
+        } else {
+            plan.segments[u].len()
+        };
+        if ts.len() != plan.units[u].len() || parts != planned {
             return Err(bad_record(
                 plan,
                 u,
@@ -146,6 +152,9 @@ fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Hashes> {
 /// Each part's size against the plan. The part a file is assembled into may be longer (a
 /// finish killed while appending): it is cut back before assembly.
 fn check_parts(plan: &UnitPlan) -> Result<()> {
+    if plan.in_place {
+        return check_shared(plan);
+    }
     for (u, segs) in plan.segments.iter().enumerate() {
         for (j, s) in segs.iter().enumerate() {
             let p = part_path(plan, u, j);
@@ -155,6 +164,25 @@ fn check_parts(plan: &UnitPlan) -> Result<()> {
                 let what = format!("is {} bytes, recorded {want}", m.len());
                 return Err(altered(plan, u, &p, what));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `in_place`: each output file's shared staging file, a plain file of exactly its size.
+fn check_shared(plan: &UnitPlan) -> Result<()> {
+    for (f, pf) in plan.files.iter().enumerate() {
+        let p = shared_path(plan, f);
+        let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, "stat", e))?;
+        if !m.is_file() || m.len() != pf.size {
+            return Err(Error::Verify {
+                at: Location::file(&p),
+                reason: format!(
+                    "the shared staging file is {} bytes (or not a plain file), planned {}",
+                    m.len(),
+                    pf.size
+                ),
+            });
         }
     }
     Ok(())
@@ -313,6 +341,9 @@ fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
         .first()
         .ok_or_else(|| Error::Internal(format!("no part of output file {f}")))?;
     let first = part_path(plan, u0, j0);
+    if plan.in_place {
+        return header_into_shared(&first, header);
+    }
     let out = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -345,10 +376,37 @@ fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
     Ok(first)
 }
 
+/// `in_place`: the header written into the shared staging file `path` (every unit wrote its
+/// tensors there), fsynced; nothing appended.
+fn header_into_shared(path: &Path, header: &[u8]) -> Result<PathBuf> {
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, "open shared staging file", e))?;
+    let m = out.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    if m.nlink() > 1 {
+        return Err(Error::Verify {
+            at: Location::file(path),
+            reason: "the staging file has another link (an output file published by a finish \
+                     that was stopped before removing the staging directory?); check the \
+                     output, then remove the staging directory"
+                .into(),
+        });
+    }
+    out.write_all_at(header, 0)
+        .map_err(|e| Error::io(path, "write header", e))?;
+    out.sync_all().map_err(|e| Error::io(path, "fsync", e))?;
+    Ok(path.to_path_buf())
+}
+
 /// Cuts the first part of output file `f` back to the length its unit wrote (best effort: the
 /// next `finish` does it again), so a failed `finish` leaves the parts as the units left them
 /// but for the header's bytes.
 fn cut_back(plan: &UnitPlan, f: usize) {
+    if plan.in_place {
+        return; // nothing was appended
+    }
     let Some(&(u, j, s)) = plan.segments_of_file(f).first() else {
         return;
     };

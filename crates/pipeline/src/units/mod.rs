@@ -20,6 +20,7 @@
 mod finish;
 mod job;
 mod planfile;
+mod shared;
 mod unit;
 
 pub use finish::{finish, FinishReport};

@@ -75,8 +75,12 @@ pub struct UnitPlan {
     pub(crate) bytes: Vec<u64>,
     /// Per output tensor: its name.
     pub(crate) tensor_names: Vec<String>,
-    /// Per unit: the byte ranges of output files it writes, each staged as one part file.
+    /// Per unit: the byte ranges of output files it writes, each staged as one part file
+    /// (or, `in_place`, written into the output file's one shared staging file).
     pub(crate) segments: Vec<Vec<Segment>>,
+    /// `plan --in-place`: units write their tensors straight into one staging file per output
+    /// file, at their offsets in it, and `finish` publishes that file (no parts to append).
+    pub in_place: bool,
 }
 
 /// An output weights file of a plan.
@@ -373,7 +377,7 @@ fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> 
 /// Splits the job into `n` contiguous, non-empty groups of atoms (`n` from `--units`, or from
 /// `--unit-size` over the bytes moved), the slowest group as fast as a contiguous cut allows by
 /// the estimated CPU time ([`Job::work`]).
-fn split(job: &Job, lay: &Layout, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
+fn split(job: &Job, lay: &Layout, how: UnitSplit, in_place: bool) -> Result<Vec<Vec<usize>>> {
     let total: u64 = (0..job.outs.len()).map(|k| job.cost(k)).sum::<u64>().max(1);
     let n = match how {
         UnitSplit::Count(n) => n,
@@ -390,8 +394,41 @@ fn split(job: &Job, lay: &Layout, how: UnitSplit) -> Result<Vec<Vec<usize>>> {
         .iter()
         .map(|a| a.iter().map(|&k| job.work(k)).sum())
         .collect();
+    if in_place {
+        return Ok(deal(&atoms, &work, n));
+    }
     let most = least_max(&work, n);
     Ok(pack(&atoms, &work, n, most))
+}
+
+/// `plan --in-place`: a unit's tensors need not be one byte range, so the atoms are dealt
+/// out, the costliest first, each to the unit with the least work so far (LPT); each unit's
+/// tensors then in file order.
+fn deal(atoms: &[Vec<usize>], work: &[f64], n: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..atoms.len()).collect();
+    order.sort_by(|&a, &b| work[b].total_cmp(&work[a]).then(a.cmp(&b)));
+    let mut load = vec![0.0f64; n];
+    let mut mine: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for a in order {
+        let u = (0..n)
+            .min_by(|&x, &y| {
+                let empty = |u: usize| !mine[u].is_empty();
+                (empty(x), load[x])
+                    .partial_cmp(&(empty(y), load[y]))
+                    .expect("finite work")
+            })
+            .expect("n > 0");
+        load[u] += work[a];
+        mine[u].push(a);
+    }
+    mine.into_iter()
+        .map(|mut m| {
+            m.sort_unstable();
+            m.into_iter()
+                .flat_map(|a| atoms[a].iter().copied())
+                .collect()
+        })
+        .collect()
 }
 
 /// The least `m` such that `work`, cut into at most `n` contiguous groups, has no group over
@@ -586,6 +623,7 @@ fn doc_sha256(doc: &Value) -> String {
 pub fn plan_units(
     opts: &ConvertOptions,
     how: UnitSplit,
+    in_place: bool,
     command: &[String],
     plan_path: &Path,
 ) -> Result<PlannedUnits> {
@@ -599,8 +637,12 @@ pub fn plan_units(
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
         crate::txn::prepare(&job.plan, &opts.output, opts.force, true)?;
         let lay = layout(job, opts)?;
-        let units = split(job, &lay, how)?;
-        let doc = plan_doc(job, opts, command, &lay, &units)?;
+        let units = split(job, &lay, how, in_place)?;
+        let mut doc = plan_doc(job, opts, command, &lay, &units)?;
+        if in_place {
+            doc["in_place"] = true.into();
+            doc["plan_sha256"] = doc_sha256(&doc).into();
+        }
         let report = PlannedUnits {
             plan: plan_path.to_path_buf(),
             output: opts.output.clone(),
@@ -829,6 +871,15 @@ fn segments_of(doc: &Value, path: &Path, p: &UnitPlan) -> Result<Vec<Vec<Segment
     Ok(std::mem::take(&mut whole.segments))
 }
 
+/// `in_place` of a plan document: absent (plans of earlier weightports) is false.
+fn in_place_of(doc: &Value, path: &Path) -> Result<bool> {
+    match &doc["in_place"] {
+        Value::Null => Ok(false),
+        Value::Bool(b) => Ok(*b),
+        _ => Err(field_error(path, "in_place", "expected true or false")),
+    }
+}
+
 /// Reads and checks a plan file.
 pub fn read_plan(path: &Path) -> Result<UnitPlan> {
     let text = std::fs::read(path).map_err(|e| Error::io(path, "read plan file", e))?;
@@ -887,6 +938,7 @@ pub fn read_plan(path: &Path) -> Result<UnitPlan> {
         bytes,
         tensor_names,
         segments: Vec::new(),
+        in_place: in_place_of(&doc, path)?,
     };
     plan.segments = segments_of(&doc, path, &plan)?;
     let sha = doc_sha256(&doc);

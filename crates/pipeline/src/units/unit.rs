@@ -46,9 +46,13 @@ pub struct UnitReport {
     pub threads: usize,
 }
 
-/// Part `j` of unit `i`: the unit's `j`th segment of an output file.
+/// Part `j` of unit `i`: the unit's `j`th segment of an output file (`in_place`: the shared
+/// staging file of that output file).
 pub(crate) fn part_path(plan: &UnitPlan, i: usize, j: usize) -> PathBuf {
-    plan.staging.join(format!("unit-{i:05}.{j}.part"))
+    match plan.segments.get(i).and_then(|s| s.get(j)) {
+        Some(s) if plan.in_place => super::shared::shared_path(plan, s.file),
+        _ => plan.staging.join(format!("unit-{i:05}.{j}.part")),
+    }
 }
 
 pub(crate) fn record_path(plan: &UnitPlan, i: usize) -> PathBuf {
@@ -127,8 +131,9 @@ pub fn run_unit(
             None => {}
         }
     }
-    let r = with_planned_job(plan, opts, |job| {
-        write_part(plan, job, opts, index, tensors, progress)
+    let r = with_planned_job(plan, opts, |job| match plan.in_place {
+        true => write_in_place(plan, job, opts, index, tensors, progress),
+        false => write_part(plan, job, opts, index, tensors, progress),
     });
     match &r {
         Err(Error::Interrupted) | Ok(_) => {}
@@ -203,14 +208,8 @@ fn places(plan: &UnitPlan, index: usize, tensors: &[usize]) -> Result<Vec<(usize
         .collect()
 }
 
-fn write_part(
-    plan: &UnitPlan,
-    job: &Job,
-    opts: &ConvertOptions,
-    index: usize,
-    tensors: &[usize],
-    progress: &dyn Progress,
-) -> Result<UnitReport> {
+/// The unit's output tensors, each checked against the plan's length.
+fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<OutTensor>> {
     let outs: Vec<OutTensor> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
     if let Some((k, o)) = tensors
         .iter()
@@ -222,6 +221,92 @@ fn write_part(
             o.info.byte_len, plan.bytes[*k]
         )));
     }
+    Ok(outs)
+}
+
+fn pool_of(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))
+}
+
+/// The completion record of unit `index`: its parts (none `in_place`), its tensors' hashes.
+fn record_of(
+    plan: &UnitPlan,
+    index: usize,
+    tensors: &[usize],
+    outs: &[OutTensor],
+    hashes: &[ContentHash],
+    parts: Vec<Value>,
+) -> Value {
+    json!({
+        "weightport_unit": 2,
+        "index": index,
+        "fingerprint": plan.fingerprint,
+        "plan_sha256": plan.plan_sha256,
+        "in_place": plan.in_place,
+        "bytes": plan.segments[index].iter().map(|s| s.end - s.start).sum::<u64>(),
+        "parts": parts,
+        "tensors": tensors.iter().zip(hashes).zip(outs).map(|((k, h), o)| {
+            json!({"index": k, "name": o.info.name, "bytes": o.info.byte_len, "hash": h.to_string()})
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// Records a written and verified unit (see [`publish_record`]).
+fn complete(plan: &UnitPlan, index: usize, record: &Value, threads: usize) -> Result<UnitReport> {
+    let outcome = publish_record(plan, index, record)?;
+    let _ = std::fs::remove_file(failed_path(plan, index));
+    sync_dir(&plan.staging)?;
+    Ok(report_of(plan, index, record, outcome, threads))
+}
+
+/// `plan --in-place`: the unit's tensors written at their offsets into the shared staging
+/// files ([`super::shared`]), fsynced, read back and checked, then recorded.
+fn write_in_place(
+    plan: &UnitPlan,
+    job: &Job,
+    opts: &ConvertOptions,
+    index: usize,
+    tensors: &[usize],
+    progress: &dyn Progress,
+) -> Result<UnitReport> {
+    let outs = unit_outs(plan, job, tensors)?;
+    let at: Vec<(usize, u64)> = tensors.iter().map(|&k| plan.at[k]).collect();
+    let mut files: Vec<usize> = at.iter().map(|&(f, _)| f).collect();
+    files.sort_unstable();
+    files.dedup();
+    let shared = super::shared::SharedFiles::open(plan, &files)?;
+    let threads = threads_for(job, &outs, opts)?;
+    let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
+    progress.start("write", total);
+    let hashes = pool_of(threads)?.install(|| {
+        run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
+            shared.write_at(at[k].0, at[k].1 + off, b)
+        })
+    })?;
+    progress.finish();
+    shared.sync()?;
+    progress.start("verify", total);
+    let items: Vec<_> = (0..outs.len())
+        .map(|i| (at[i].0, at[i].1, &outs[i], hashes.out[i]))
+        .collect();
+    shared.verify(&items, opts.chunk, progress)?;
+    progress.finish();
+    let record = record_of(plan, index, tensors, &outs, &hashes.out, Vec::new());
+    complete(plan, index, &record, threads)
+}
+
+fn write_part(
+    plan: &UnitPlan,
+    job: &Job,
+    opts: &ConvertOptions,
+    index: usize,
+    tensors: &[usize],
+    progress: &dyn Progress,
+) -> Result<UnitReport> {
+    let outs = unit_outs(plan, job, tensors)?;
     let place = places(plan, index, tensors)?;
     let segs = &plan.segments[index];
     let threads = threads_for(job, &outs, opts)?;
@@ -236,13 +321,9 @@ fn write_part(
             Ok(t)
         })
         .collect::<Result<Vec<_>>>()?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
     progress.start("write", total);
-    let hashes = pool.install(|| {
+    let hashes = pool_of(threads)?.install(|| {
         run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
             let (j, base) = place[k];
             temps[j].write_at(b, base + off)
@@ -261,24 +342,11 @@ fn write_part(
         progress,
     )?;
     progress.finish();
-    let record = json!({
-        "weightport_unit": 2,
-        "index": index,
-        "fingerprint": plan.fingerprint,
-        "plan_sha256": plan.plan_sha256,
-        "bytes": segs.iter().map(|s| s.end - s.start).sum::<u64>(),
-        "parts": parts,
-        "tensors": tensors.iter().zip(&hashes.out).zip(&outs).map(|((k, h), o)| {
-            json!({"index": k, "name": o.info.name, "bytes": o.info.byte_len, "hash": h.to_string()})
-        }).collect::<Vec<_>>(),
-    });
+    let record = record_of(plan, index, tensors, &outs, &hashes.out, parts);
     for t in temps {
         t.publish(true)?;
     }
-    let outcome = publish_record(plan, index, &record)?;
-    let _ = std::fs::remove_file(failed_path(plan, index));
-    sync_dir(&plan.staging)?;
-    Ok(report_of(plan, index, &record, outcome, threads))
+    complete(plan, index, &record, threads)
 }
 
 /// fsyncs each temp part, re-reads it and checks its tensors' content hashes; returns what the
