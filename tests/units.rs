@@ -1164,3 +1164,61 @@ fn in_place_finish_detects_bytes_altered_in_a_units_range() {
     ok(&job.finish(), "finish");
     job.assert_identical_to_convert();
 }
+
+#[test]
+fn in_place_disk_full_during_a_unit_then_the_rerun_succeeds() {
+    let Some(disk) = Tmpfs::mount("1m") else {
+        return;
+    };
+    let job = Job::new_in(
+        &disk.mnt,
+        &fixtures().join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "12KB"],
+    )
+    .in_place();
+    assert_eq!(job.plan(3), 3);
+    ok(&job.unit(1), "unit 1");
+    let ballast = disk.fill_to(4096);
+    let o = job.unit(0);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("No space left") && err.contains(".wp-units"),
+        "{err}"
+    );
+    assert!(!job.units_out().exists());
+    assert_eq!(job.finish().status.code(), Some(1), "unit 0 is not done");
+    std::fs::remove_file(ballast).unwrap();
+    ok(&job.unit(0), "unit 0 after space is freed");
+    ok(&job.unit(2), "unit 2");
+    ok(&job.finish(), "finish");
+    job.assert_identical_to_convert();
+}
+
+#[test]
+fn in_place_a_symlink_at_the_shared_file_is_refused() {
+    let job = Job::new(
+        &fixtures().join("good/arch/llama"),
+        "model.gguf",
+        &["--quant", "Q4_K_M"],
+    )
+    .in_place();
+    assert_eq!(job.plan(2), 2);
+    ok(&job.unit(0), "unit 0");
+    let shared = shared_files(&job).remove(0);
+    std::fs::remove_file(&shared).unwrap();
+    let victim = job.dir.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, &shared).unwrap();
+    let o = job.unit(1);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"keep me",
+        "nothing written through it"
+    );
+    let f = job.finish();
+    assert_eq!(f.status.code(), Some(1));
+    assert!(!job.units_out().exists());
+}
