@@ -68,25 +68,49 @@ pub struct Quality {
 /// The gaps between the extreme values of `y` and the next distinct ones inside:
 /// `(hi − next below hi, next above lo − lo)`, infinite when `y` holds one value.
 fn end_gaps(y: &[f32], lo: f32, hi: f32) -> (f32, f32) {
-    let (mut below, mut above) = (f32::NEG_INFINITY, f32::INFINITY);
-    for &v in y {
-        if v < hi && v > below {
-            below = v;
-        }
-        if v > lo && v < above {
-            above = v;
-        }
+    let (mut below, mut above) = ([f32::NEG_INFINITY; LANES], [f32::INFINITY; LANES]);
+    let mut step = |i: usize, v: f32| {
+        below[i] = if (v < hi) & (v > below[i]) {
+            v
+        } else {
+            below[i]
+        };
+        above[i] = if (v > lo) & (v < above[i]) {
+            v
+        } else {
+            above[i]
+        };
+    };
+    let c = y.chunks_exact(LANES);
+    let r = c.remainder();
+    for v in c {
+        v.iter().enumerate().for_each(|(i, &a)| step(i, a));
     }
-    (hi - below, above - lo)
+    r.iter().enumerate().for_each(|(i, &v)| step(i, v));
+    (hi - fold(&below, f32::max), fold(&above, f32::min) - lo)
 }
 
 /// Values of `x` beyond `[lo, hi]` by more than half the gap at that end (see the module
 /// documentation).
 fn clipped_in(x: &[f32], y: &[f32], lo: f32, hi: f32) -> u64 {
     let (top, bottom) = end_gaps(y, lo, hi);
-    x.iter()
-        .filter(|&&a| a - hi > top / 2.0 || lo - a > bottom / 2.0)
-        .count() as u64
+    beyond(x, lo, hi, top, bottom)
+}
+
+/// Values of `x` above `hi` by more than `top / 2` or below `lo` by more than `bottom / 2`.
+fn beyond(x: &[f32], lo: f32, hi: f32, top: f32, bottom: f32) -> u64 {
+    let (half_top, half_bottom) = (top / 2.0, bottom / 2.0);
+    let mut n = [0u32; LANES];
+    let mut step = |i: usize, a: f32| {
+        n[i] += u32::from((a - hi > half_top) | (lo - a > half_bottom));
+    };
+    let c = x.chunks_exact(LANES);
+    let r = c.remainder();
+    for v in c {
+        v.iter().enumerate().for_each(|(i, &a)| step(i, a));
+    }
+    r.iter().enumerate().for_each(|(i, &a)| step(i, a));
+    n.iter().map(|&k| u64::from(k)).sum()
 }
 
 /// Lane count of the vectorised pass.
@@ -98,21 +122,11 @@ struct Lanes {
     sq: [f32; LANES],
     sx: [f32; LANES],
     max: [f32; LANES],
-    x_lo: [f32; LANES],
-    x_hi: [f32; LANES],
-    y_lo: [f32; LANES],
-    y_hi: [f32; LANES],
 }
 
 impl Lanes {
     fn of(x: &[f32], y: &[f32]) -> Lanes {
-        let mut l = Lanes {
-            x_lo: [f32::INFINITY; LANES],
-            y_lo: [f32::INFINITY; LANES],
-            x_hi: [f32::NEG_INFINITY; LANES],
-            y_hi: [f32::NEG_INFINITY; LANES],
-            ..Lanes::default()
-        };
+        let mut l = Lanes::default();
         let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
         let (rx, ry) = (cx.remainder(), cy.remainder());
         for (a, b) in cx.zip(cy) {
@@ -133,11 +147,35 @@ impl Lanes {
         self.sx[i] += a * a;
         let ad = d.abs();
         self.max[i] = if ad > self.max[i] { ad } else { self.max[i] };
-        self.x_lo[i] = if a < self.x_lo[i] { a } else { self.x_lo[i] };
-        self.x_hi[i] = if a > self.x_hi[i] { a } else { self.x_hi[i] };
-        self.y_lo[i] = if b < self.y_lo[i] { b } else { self.y_lo[i] };
-        self.y_hi[i] = if b > self.y_hi[i] { b } else { self.y_hi[i] };
     }
+}
+
+/// The ranges of one block: `(min x, max x, min y, max y)`, in `LANES` lanes.
+fn ranges(x: &[f32], y: &[f32]) -> (f32, f32, f32, f32) {
+    let (mut x_lo, mut y_lo) = ([f32::INFINITY; LANES], [f32::INFINITY; LANES]);
+    let (mut x_hi, mut y_hi) = ([f32::NEG_INFINITY; LANES], [f32::NEG_INFINITY; LANES]);
+    let mut step = |i: usize, a: f32, b: f32| {
+        x_lo[i] = if a < x_lo[i] { a } else { x_lo[i] };
+        x_hi[i] = if a > x_hi[i] { a } else { x_hi[i] };
+        y_lo[i] = if b < y_lo[i] { b } else { y_lo[i] };
+        y_hi[i] = if b > y_hi[i] { b } else { y_hi[i] };
+    };
+    let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let (rx, ry) = (cx.remainder(), cy.remainder());
+    for (a, b) in cx.zip(cy) {
+        for i in 0..LANES {
+            step(i, a[i], b[i]);
+        }
+    }
+    for (i, (&a, &b)) in rx.iter().zip(ry).enumerate() {
+        step(i, a, b);
+    }
+    (
+        fold(&x_lo, f32::min),
+        fold(&x_hi, f32::max),
+        fold(&y_lo, f32::min),
+        fold(&y_hi, f32::max),
+    )
 }
 
 fn fold(v: &[f32; LANES], f: fn(f32, f32) -> f32) -> f32 {
@@ -149,27 +187,37 @@ impl Accum {
     /// (1 for elementwise casts).
     pub fn add(&mut self, x: &[f32], y: &[f32], block: usize) {
         self.detailed = true;
-        let group = if block > 1 { block } else { 256 };
-        for (xb, yb) in x.chunks(group).zip(y.chunks(group)) {
-            if !self.add_finite(xb, yb, block > 1) {
-                self.add_exact(xb, yb, block > 1);
+        // Sums in groups of whole blocks, at least 256 values: the lanes' f32 partial sums are
+        // flushed to f64 once per group.
+        let group = block.max(1) * 256usize.div_ceil(block.max(1));
+        for (xg, yg) in x.chunks(group).zip(y.chunks(group)) {
+            if !self.add_finite(xg, yg, block) {
+                for (xb, yb) in xg.chunks(block.max(1)).zip(yg.chunks(block.max(1))) {
+                    self.add_exact(xb, yb, block > 1);
+                }
             }
         }
         self.n += x.len() as u64;
     }
 
     /// The common case, vectorised: every value finite (false, adding nothing, otherwise).
-    fn add_finite(&mut self, x: &[f32], y: &[f32], blocked: bool) -> bool {
+    fn add_finite(&mut self, x: &[f32], y: &[f32], block: usize) -> bool {
         let l = Lanes::of(x, y);
         let sq: f64 = l.sq.iter().map(|&v| f64::from(v)).sum();
         let sx: f64 = l.sx.iter().map(|&v| f64::from(v)).sum();
         if !(sq.is_finite() && sx.is_finite()) {
             return false;
         }
-        if blocked {
-            let (lo, hi) = (fold(&l.y_lo, f32::min), fold(&l.y_hi, f32::max));
-            if fold(&l.x_hi, f32::max) > hi || fold(&l.x_lo, f32::min) < lo {
-                self.clipped += clipped_in(x, y, lo, hi);
+        if block > 1 {
+            for (xb, yb) in x.chunks(block).zip(y.chunks(block)) {
+                let (x_lo, x_hi, lo, hi) = ranges(xb, yb);
+                if x_hi > hi || x_lo < lo {
+                    // Only when the farthest value is beyond half the end gap can any be.
+                    let (top, bottom) = end_gaps(yb, lo, hi);
+                    if x_hi - hi > top / 2.0 || lo - x_lo > bottom / 2.0 {
+                        self.clipped += beyond(xb, lo, hi, top, bottom);
+                    }
+                }
             }
         }
         self.sum_sq_err += sq;
