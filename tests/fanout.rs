@@ -7,6 +7,7 @@
 //! shared read runs) does not undo the others and is named.
 
 mod common;
+use common::arch::reference;
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
@@ -47,17 +48,6 @@ fn json_of(o: &std::process::Output) -> Value {
             String::from_utf8_lossy(&o.stderr)
         )
     })
-}
-
-fn reference(quant: &str) -> String {
-    let v: Value = serde_json::from_slice(
-        &std::fs::read(fixtures().join("expected/arch/files.json")).unwrap(),
-    )
-    .unwrap();
-    v["llama"]["quantized"][quant]["sha256"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// An output: its name, its options after `-o PATH:`, the same as separate convert flags.
