@@ -7,6 +7,7 @@
 //! shared read runs) does not undo the others and is named.
 
 mod common;
+use common::arch::reference;
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
@@ -47,17 +48,6 @@ fn json_of(o: &std::process::Output) -> Value {
             String::from_utf8_lossy(&o.stderr)
         )
     })
-}
-
-fn reference(quant: &str) -> String {
-    let v: Value = serde_json::from_slice(
-        &std::fs::read(fixtures().join("expected/arch/files.json")).unwrap(),
-    )
-    .unwrap();
-    v["llama"]["quantized"][quant]["sha256"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// An output: its name, its options after `-o PATH:`, the same as separate convert flags.
@@ -487,94 +477,126 @@ fn temps(dir: &Path) -> Vec<String> {
     v
 }
 
-/// SIGKILL and SIGTERM at random points of a three-output conversion from one read, 3 times
-/// each: every output there is complete (verifies), none is partial; a SIGTERM leaves no temp
-/// file; the next run (forced) makes all three, equal to separate runs, and leaves nothing.
-#[test]
-fn kills_during_the_shared_read_never_leave_partial_outputs() {
-    use std::process::{Command, Stdio};
-    let t = tempfile::tempdir().unwrap();
-    let input = big_input(t.path());
-    let i = input.to_str().unwrap();
-    let sep = t.path().join("sep");
+/// The outputs of the kill test: a sharded repo, an F32 safetensors file and a GGUF.
+const KILLED: [&str; 3] = ["repo", "f32.safetensors", "m.gguf"];
+
+/// Makes the kill test's outputs from `input` by separate runs, into `sep`.
+fn separate_kill_outputs(input: &str, sep: &Path) {
     for (name, flags) in [
         ("repo", &["--shard-size", "2MB"][..]),
         ("f32.safetensors", &["--dtype", "f32"][..]),
         ("m.gguf", &[][..]),
     ] {
         let out = sep.join(name);
-        let mut a = vec!["convert", i, "-o", out.to_str().unwrap()];
+        let mut a = vec!["convert", input, "-o", out.to_str().unwrap()];
         a.extend(flags);
         assert!(wp(&a).status.success());
     }
+}
+
+/// The `-o` specs of the kill test's outputs in `d`, with `force` (`""` or `",force"`).
+fn kill_specs(d: &Path, force: &str) -> [String; 3] {
+    [
+        format!("{}:shard_size=2MB{force}", d.join("repo").display()),
+        format!("{}:dtype=f32{force}", d.join("f32.safetensors").display()),
+        format!(
+            "{}:{}",
+            d.join("m.gguf").display(),
+            force.trim_start_matches(',')
+        ),
+    ]
+}
+
+/// The next value of the xorshift64 sequence `seed`.
+fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Starts the conversion from `input` into the kill test's outputs in `d`, sends it `sig`
+/// after `micros` µs and waits for it.
+fn convert_then_signal(input: &str, d: &Path, sig: i32, micros: u64) {
+    use std::process::{Command, Stdio};
+    let s = kill_specs(d, "");
+    let args = ["convert", input, "-o", &s[0], "-o", &s[1], "-o", &s[2]];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_micros(micros));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    child.wait().unwrap();
+}
+
+/// Every output in `d` whose (first) file is there verifies, unless a commit was left for the
+/// next run to finish; `what` names the round in failures.
+fn assert_present_outputs_verify(d: &Path, what: &str) {
+    let commit_left = temps(d).iter().any(|n| n.starts_with(".weightport-commit"));
+    for name in KILLED {
+        let out = d.join(name);
+        let whole = if name == "repo" {
+            out.join("model-00001-of-00006.safetensors")
+        } else {
+            out.clone()
+        };
+        if whole.exists() && !commit_left {
+            let v = wp(&["verify", out.to_str().unwrap()]);
+            assert!(
+                v.status.success(),
+                "{what} {name}: {}",
+                String::from_utf8_lossy(&v.stdout)
+            );
+        }
+    }
+}
+
+/// The forced rerun into `d` succeeds, leaves no temp file and makes the files of the separate
+/// runs in `sep`; `what` names the round in failures.
+fn assert_rerun_equals_separate(input: &str, d: &Path, sep: &Path, what: &str) {
+    let s = kill_specs(d, ",force");
+    let o = wp(&["convert", input, "-o", &s[0], "-o", &s[1], "-o", &s[2]]);
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(temps(d).is_empty(), "{what}: {:?}", temps(d));
+    for name in KILLED {
+        assert_eq!(
+            digests(&d.join(name)),
+            digests(&sep.join(name)),
+            "{what} {name}"
+        );
+    }
+}
+
+/// SIGKILL and SIGTERM at random points of a three-output conversion from one read, 3 times
+/// each: every output there is complete (verifies), none is partial; a SIGTERM leaves no temp
+/// file; the next run (forced) makes all three, equal to separate runs, and leaves nothing.
+#[test]
+fn kills_during_the_shared_read_never_leave_partial_outputs() {
+    let t = tempfile::tempdir().unwrap();
+    let input = big_input(t.path());
+    let i = input.to_str().unwrap();
+    let sep = t.path().join("sep");
+    separate_kill_outputs(i, &sep);
     let mut seed = 0x9E3779B97F4A7C15u64;
     for (sig, signame) in [(libc::SIGKILL, "KILL"), (libc::SIGTERM, "TERM")] {
         for round in 0..3 {
+            let what = format!("{signame} {round}");
             let d = t.path().join(format!("{signame}-{round}"));
             std::fs::create_dir(&d).unwrap();
-            let specs = |force: &str| {
-                [
-                    format!("{}:shard_size=2MB{force}", d.join("repo").display()),
-                    format!("{}:dtype=f32{force}", d.join("f32.safetensors").display()),
-                    format!(
-                        "{}:{}",
-                        d.join("m.gguf").display(),
-                        force.trim_start_matches(',')
-                    ),
-                ]
-            };
-            let s = specs("");
-            let args = ["convert", i, "-o", &s[0], "-o", &s[1], "-o", &s[2]];
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let mut child = Command::new(env!("CARGO_BIN_EXE_weightport"))
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(std::time::Duration::from_micros(seed % 800_000));
-            // SAFETY: signalling our own child process.
-            unsafe { libc::kill(child.id() as i32, sig) };
-            child.wait().unwrap();
-            let commit_left = temps(&d)
-                .iter()
-                .any(|n| n.starts_with(".weightport-commit"));
-            for name in ["repo", "f32.safetensors", "m.gguf"] {
-                let out = d.join(name);
-                let whole = if name == "repo" {
-                    out.join("model-00001-of-00006.safetensors")
-                } else {
-                    out.clone()
-                };
-                if whole.exists() && !commit_left {
-                    let v = wp(&["verify", out.to_str().unwrap()]);
-                    assert!(
-                        v.status.success(),
-                        "{signame} {round} {name}: {}",
-                        String::from_utf8_lossy(&v.stdout)
-                    );
-                }
-            }
+            convert_then_signal(i, &d, sig, xorshift(&mut seed) % 800_000);
+            assert_present_outputs_verify(&d, &what);
             if sig == libc::SIGTERM {
                 assert!(temps(&d).is_empty(), "TERM {round}: {:?}", temps(&d));
             }
-            let s = specs(",force");
-            let o = wp(&["convert", i, "-o", &s[0], "-o", &s[1], "-o", &s[2]]);
-            assert!(
-                o.status.success(),
-                "{signame} {round}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            assert!(temps(&d).is_empty(), "{signame} {round}: {:?}", temps(&d));
-            for name in ["repo", "f32.safetensors", "m.gguf"] {
-                assert_eq!(
-                    digests(&d.join(name)),
-                    digests(&sep.join(name)),
-                    "{signame} {round} {name}"
-                );
-            }
+            assert_rerun_equals_separate(i, &d, &sep, &what);
         }
     }
 }

@@ -6,6 +6,7 @@
 //! a bad job file is refused with the key and line.
 
 mod common;
+use common::arch::reference;
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
@@ -16,17 +17,6 @@ use sha2::{Digest, Sha256};
 
 fn sha(p: &Path) -> String {
     format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
-
-fn reference(quant: &str) -> String {
-    let v: Value = serde_json::from_slice(
-        &std::fs::read(fixtures().join("expected/arch/files.json")).unwrap(),
-    )
-    .unwrap();
-    v["llama"]["quantized"][quant]["sha256"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 fn llama() -> String {

@@ -150,6 +150,15 @@ impl Job {
         let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         doc["units"].as_array().unwrap().len()
     }
+    /// `plan ... --units n`, which must plan `n` units.
+    fn plan_exactly(&self, n: usize) {
+        assert_eq!(self.plan(n), n);
+    }
+    /// Plans `n` units and runs them all at once.
+    fn plan_and_run_units(&self, n: usize) {
+        self.plan_exactly(n);
+        self.all_units_in_parallel(n);
+    }
     fn unit(&self, i: usize) -> Output {
         spawn_unit(&self.plan_path(), i, self.dir.path())
             .wait_with_output()
@@ -174,6 +183,16 @@ impl Job {
             .join("u")
             .join(format!(".{}.wp-units", self.out))
     }
+    /// Deletes unit `i`'s record and reruns it from scratch.
+    fn redo_unit(&self, i: usize) {
+        std::fs::remove_file(self.staging().join(format!("unit-{i:05}.done.json"))).unwrap();
+        ok(&self.unit(i), &format!("unit {i} again"));
+    }
+    /// `finish` succeeds and the output is the one-process convert's.
+    fn finish_and_compare(&self) {
+        ok(&self.finish(), "finish");
+        self.assert_identical_to_convert();
+    }
     /// The one-process convert of the same command, then the two outputs compared.
     fn assert_identical_to_convert(&self) {
         let out = self.dir.path().join("c").join(&self.out);
@@ -191,22 +210,55 @@ impl Job {
     }
 }
 
+/// The exit code of `o` is `code`; its stderr.
+fn failed(o: &Output, code: i32) -> String {
+    assert_eq!(o.status.code(), Some(code));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Flips the low bit of the last byte of file `p`.
+fn flip_last_byte(p: &Path) {
+    let mut bytes = std::fs::read(p).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// The tiny Llama release.
+fn llama() -> PathBuf {
+    fixtures().join("good/arch/llama")
+}
+
+/// The sharded repo resharded at 12 KB, a job under `base`.
+fn reshard_job_in(base: &Path) -> Job {
+    Job::new_in(
+        base,
+        &fixtures().join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "12KB"],
+    )
+}
+
+fn reshard_job() -> Job {
+    reshard_job_in(&std::env::temp_dir())
+}
+
+/// The Llama release to one Q4_K_M GGUF file, a job under `base`.
+fn gguf_q4_job_in(base: &Path) -> Job {
+    Job::new_in(base, &llama(), "model.gguf", &["--quant", "Q4_K_M"])
+}
+
+fn gguf_q4_job() -> Job {
+    gguf_q4_job_in(&std::env::temp_dir())
+}
+
 fn run_all_and_compare(job: &Job, n: usize) {
-    let planned = job.plan(n);
-    assert_eq!(planned, n);
-    job.all_units_in_parallel(n);
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.plan_and_run_units(n);
+    job.finish_and_compare();
 }
 
 #[test]
 fn reshard_by_output_shards_equals_convert() {
-    let job = Job::new(
-        &fixtures().join("good/hf_repo_sharded"),
-        "repo",
-        &["--shard-size", "12KB"],
-    );
-    run_all_and_compare(&job, 3);
+    run_all_and_compare(&reshard_job(), 3);
 }
 
 #[test]
@@ -217,18 +269,13 @@ fn bin_repo_to_safetensors_repo_equals_convert() {
 
 #[test]
 fn hf_release_to_gguf_q4_k_m_single_file_equals_convert() {
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    );
-    run_all_and_compare(&job, 5);
+    run_all_and_compare(&gguf_q4_job(), 5);
 }
 
 #[test]
 fn hf_release_to_gguf_f16_split_equals_convert() {
     let job = Job::new(
-        &fixtures().join("good/arch/llama"),
+        &llama(),
         "model.gguf",
         &["--dtype", "f16", "--split-max-size", "60KB"],
     );
@@ -237,12 +284,8 @@ fn hf_release_to_gguf_f16_split_equals_convert() {
 
 #[test]
 fn sixteen_units_over_two_cores_each_with_its_own_tmpdir() {
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    );
-    assert_eq!(job.plan(16), 16);
+    let job = gguf_q4_job();
+    job.plan_exactly(16);
     // 16 processes at once, one thread each, on whatever cores there are (2 on the dev box).
     job.all_units_in_parallel(16);
     let tmps = std::fs::read_dir(job.dir.path())
@@ -251,8 +294,7 @@ fn sixteen_units_over_two_cores_each_with_its_own_tmpdir() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("tmp-"))
         .count();
     assert_eq!(tmps, 16, "every unit had its own TMPDIR");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 /// A 64 MiB F32 safetensors file of two 2048×4096 tensors (pseudo-random values), written
@@ -314,7 +356,7 @@ fn a_unit_killed_mid_way_is_redone_by_its_rerun() {
     let dir = tempfile::tempdir().unwrap();
     let input = big_input(dir.path());
     let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     let mut k = spawn_unit(&job.plan_path(), 0, job.dir.path());
     wait_for_temp_part(&job.staging(), 0);
     std::thread::sleep(Duration::from_millis(50));
@@ -331,9 +373,7 @@ fn a_unit_killed_mid_way_is_redone_by_its_rerun() {
         "the dead run's temp part: {left:?}"
     );
     // finish refuses, naming unit 0 (and 1, never run), changing nothing visible.
-    let f = job.finish();
-    assert_eq!(f.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&f.stderr);
+    let err = failed(&job.finish(), 1);
     assert!(err.contains("missing") && err.contains("0, 1"), "{err}");
     assert!(!job.units_out().exists());
     ok(&job.unit(0), "rerun of unit 0");
@@ -343,8 +383,7 @@ fn a_unit_killed_mid_way_is_redone_by_its_rerun() {
         !left.iter().any(|n| n.ends_with(".wp-tmp")),
         "the dead run's temp part is removed: {left:?}"
     );
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
@@ -352,7 +391,7 @@ fn one_unit_run_twice_concurrently() {
     let dir = tempfile::tempdir().unwrap();
     let input = big_input(dir.path());
     let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     let a = spawn_unit(&job.plan_path(), 1, job.dir.path());
     let b = spawn_unit(&job.plan_path(), 1, job.dir.path());
     let mut outcomes = Vec::new();
@@ -370,28 +409,17 @@ fn one_unit_run_twice_concurrently() {
     ok(&again, "third run");
     assert!(String::from_utf8_lossy(&again.stdout).contains("already-done"));
     ok(&job.unit(0), "unit 0");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
-}
-
-fn reshard_job() -> Job {
-    Job::new(
-        &fixtures().join("good/hf_repo_sharded"),
-        "repo",
-        &["--shard-size", "12KB"],
-    )
+    job.finish_and_compare();
 }
 
 #[test]
 fn finish_with_a_missing_unit_names_it_and_changes_nothing() {
     let job = reshard_job();
-    assert_eq!(job.plan(3), 3);
+    job.plan_exactly(3);
     ok(&job.unit(0), "unit 0");
     ok(&job.unit(2), "unit 2");
     let before = names_in(&job.staging());
-    let f = job.finish();
-    assert_eq!(f.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&f.stderr);
+    let err = failed(&job.finish(), 1);
     assert!(
         err.contains("1 of 3 units are not finished")
             && err.contains("missing (not run, running, or killed): 1;"),
@@ -404,33 +432,25 @@ fn finish_with_a_missing_unit_names_it_and_changes_nothing() {
         "the staging area is untouched"
     );
     ok(&job.unit(1), "unit 1");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
 fn finish_detects_a_part_altered_on_disk() {
     let job = reshard_job();
-    assert_eq!(job.plan(3), 3);
-    job.all_units_in_parallel(3);
+    job.plan_and_run_units(3);
     // Unit 1 wrote one whole shard: its last byte is the last tensor's.
     let part = job.staging().join("unit-00001.0.part");
-    let mut bytes = std::fs::read(&part).unwrap();
-    *bytes.last_mut().unwrap() ^= 1;
-    std::fs::write(&part, bytes).unwrap();
-    let f = job.finish();
-    assert_eq!(f.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&f.stderr);
+    flip_last_byte(&part);
+    let err = failed(&job.finish(), 1);
     assert!(
         err.contains("unit-00001.0.part") && err.contains("changed after the unit recorded it"),
         "{err}"
     );
     assert!(!job.units_out().exists(), "the target is untouched");
     // Deleting the record reruns the unit from scratch.
-    std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
-    ok(&job.unit(1), "unit 1 again");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.redo_unit(1);
+    job.finish_and_compare();
 }
 
 #[test]
@@ -442,11 +462,9 @@ fn an_input_changed_after_planning_is_refused_by_name() {
         std::fs::write(repo.join(name), bytes).unwrap();
     }
     let job = Job::new(&repo, "out", &["--shard-size", "12KB"]);
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     std::fs::write(repo.join("config.json"), b"{}\n").unwrap();
-    let o = job.unit(0);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failed(&job.unit(0), 1);
     assert!(
         err.contains("config.json") && err.contains("changed since the plan"),
         "{err}"
@@ -465,9 +483,7 @@ fn a_bad_plan_file_names_the_field() {
         serde_json::from_slice(&std::fs::read(job.plan_path()).unwrap()).unwrap();
     doc["units"][1]["tensors"] = serde_json::json!([0]);
     std::fs::write(job.plan_path(), doc.to_string()).unwrap();
-    let o = job.unit(0);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failed(&job.unit(0), 1);
     assert!(
         err.contains("job.plan.json") && err.contains("`units[1].tensors`"),
         "{err}"
@@ -485,7 +501,7 @@ fn a_bad_plan_file_names_the_field() {
 #[test]
 fn the_index_comes_from_slurm_or_kubernetes() {
     let job = reshard_job();
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     for (var, i) in [("SLURM_ARRAY_TASK_ID", "0"), ("JOB_COMPLETION_INDEX", "1")] {
         let o = Command::new(env!("CARGO_BIN_EXE_weightport"))
             .args(["unit", job.plan_path().to_str().unwrap()])
@@ -496,8 +512,7 @@ fn the_index_comes_from_slurm_or_kubernetes() {
         ok(&o, var);
         assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("unit {i} of 2: done")));
     }
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
@@ -507,17 +522,13 @@ fn plan_file_and_json_documents_match_their_schemas() {
     };
     let schema =
         |n: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{n}.schema.json"));
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    );
+    let job = gguf_q4_job();
     let out = job.units_out();
     let plan = job.plan_path();
     let o = wp(&[
         "--json",
         "plan",
-        fixtures().join("good/arch/llama").to_str().unwrap(),
+        llama().to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
         "--quant",
@@ -666,7 +677,7 @@ fn gguf_offsets(path: &Path) -> Option<BTreeMap<String, u64>> {
 /// back by independent readers (the safetensors header by its spec, GGUF by gguf-py).
 #[test]
 fn plan_file_offsets_are_those_of_the_convert_output() {
-    let llama = fixtures().join("good/arch/llama");
+    let llama = llama();
     let cases: [(&Path, &str, &[&str]); 3] = [
         (
             &fixtures().join("good/hf_repo_sharded"),
@@ -774,13 +785,8 @@ fn disk_full_during_a_unit_leaves_nothing_and_the_rerun_succeeds() {
     let Some(disk) = Tmpfs::mount("1m") else {
         return;
     };
-    let job = Job::new_in(
-        &disk.mnt,
-        &fixtures().join("good/hf_repo_sharded"),
-        "repo",
-        &["--shard-size", "12KB"],
-    );
-    assert_eq!(job.plan(3), 3);
+    let job = reshard_job_in(&disk.mnt);
+    job.plan_exactly(3);
     ok(&job.unit(1), "unit 1");
     let before = staged_names(&job);
     let ballast = disk.fill_to(4096);
@@ -813,8 +819,7 @@ fn disk_full_during_a_unit_leaves_nothing_and_the_rerun_succeeds() {
     std::fs::remove_file(ballast).unwrap();
     ok(&job.unit(0), "unit 0 after space is freed");
     ok(&job.unit(2), "unit 2");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
@@ -824,14 +829,8 @@ fn disk_full_during_finish_changes_nothing_and_the_rerun_succeeds() {
     };
     // One GGUF file from two units: finish writes the header into unit 0's part and appends
     // unit 1's.
-    let job = Job::new_in(
-        &disk.mnt,
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    );
-    assert_eq!(job.plan(2), 2);
-    job.all_units_in_parallel(2);
+    let job = gguf_q4_job_in(&disk.mnt);
+    job.plan_and_run_units(2);
     let sizes = |job: &Job| -> Vec<(String, u64)> {
         staged_names(job)
             .into_iter()
@@ -870,12 +869,8 @@ fn disk_full_during_finish_changes_nothing_and_the_rerun_succeeds() {
 
 #[test]
 fn finish_refuses_a_symlinked_output_or_staging_dir() {
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    );
-    assert_eq!(job.plan(2), 2);
+    let job = gguf_q4_job();
+    job.plan_exactly(2);
     // The staging dir a symlink to elsewhere: units and finish refuse, nothing written there.
     let elsewhere = job.dir.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
@@ -911,14 +906,13 @@ fn finish_refuses_a_symlinked_output_or_staging_dir() {
         .file_type()
         .is_symlink());
     std::fs::remove_file(job.units_out()).unwrap();
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
 fn an_edited_plan_file_is_refused_by_units_and_finish() {
     let job = reshard_job();
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     ok(&job.unit(0), "unit 0");
     let text = std::fs::read(job.plan_path()).unwrap();
     let mut doc: serde_json::Value = serde_json::from_slice(&text).unwrap();
@@ -927,8 +921,7 @@ fn an_edited_plan_file_is_refused_by_units_and_finish() {
     doc["output"] = moved.to_str().unwrap().into();
     std::fs::write(job.plan_path(), serde_json::to_string_pretty(&doc).unwrap()).unwrap();
     for o in [job.unit(1), job.finish()] {
-        assert_eq!(o.status.code(), Some(1));
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = failed(&o, 1);
         assert!(
             err.contains("job.plan.json") && err.contains("edited after"),
             "{err}"
@@ -939,14 +932,13 @@ fn an_edited_plan_file_is_refused_by_units_and_finish() {
     let doc: serde_json::Value = serde_json::from_slice(&text).unwrap();
     std::fs::write(job.plan_path(), doc.to_string()).unwrap();
     ok(&job.unit(1), "unit 1");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 #[test]
 fn bad_unit_indices_are_usage_errors_naming_their_source() {
     let job = reshard_job();
-    assert_eq!(job.plan(2), 2);
+    job.plan_exactly(2);
     let plan = job.plan_path();
     let run = |args: &[&str], env: &[(&str, &str)]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_weightport"));
@@ -998,28 +990,18 @@ fn bad_unit_indices_are_usage_errors_naming_their_source() {
     );
 }
 
-fn gguf_q4_job() -> Job {
-    Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    )
-}
-
 /// One GGUF file from two units: a `finish` killed while appending left unit 0's part longer
 /// and with a header; the rerun cuts it back and builds the same file.
 #[test]
 fn a_finish_interrupted_mid_append_is_redone_by_its_rerun() {
     let job = gguf_q4_job();
-    assert_eq!(job.plan(2), 2);
-    job.all_units_in_parallel(2);
+    job.plan_and_run_units(2);
     let first = job.staging().join("unit-00000.0.part");
     let mut bytes = std::fs::read(&first).unwrap();
     bytes[..4].copy_from_slice(b"GGUF");
     bytes.extend(std::iter::repeat_n(0x5a, 5000));
     std::fs::write(&first, bytes).unwrap();
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.finish_and_compare();
 }
 
 /// The part appended to another is checked too, and the failed finish leaves the first part
@@ -1027,27 +1009,20 @@ fn a_finish_interrupted_mid_append_is_redone_by_its_rerun() {
 #[test]
 fn finish_detects_an_altered_appended_part_and_recovers() {
     let job = gguf_q4_job();
-    assert_eq!(job.plan(2), 2);
-    job.all_units_in_parallel(2);
+    job.plan_and_run_units(2);
     let first = job.staging().join("unit-00000.0.part");
     let len = std::fs::metadata(&first).unwrap().len();
     let second = job.staging().join("unit-00001.0.part");
-    let mut bytes = std::fs::read(&second).unwrap();
-    *bytes.last_mut().unwrap() ^= 1;
-    std::fs::write(&second, bytes).unwrap();
-    let f = job.finish();
-    assert_eq!(f.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&f.stderr);
+    flip_last_byte(&second);
+    let err = failed(&job.finish(), 1);
     assert!(
         err.contains("unit-00001.0.part") && err.contains("changed after the unit recorded it"),
         "{err}"
     );
     assert!(!job.units_out().exists(), "the target is untouched");
     assert_eq!(std::fs::metadata(&first).unwrap().len(), len);
-    std::fs::remove_file(job.staging().join("unit-00001.done.json")).unwrap();
-    ok(&job.unit(1), "unit 1 again");
-    ok(&job.finish(), "finish");
-    job.assert_identical_to_convert();
+    job.redo_unit(1);
+    job.finish_and_compare();
 }
 
 // `plan --in-place`: the same outputs, with units writing into one shared staging file per

@@ -351,12 +351,39 @@ fn convert_argv(
     o: &Options,
 ) -> Result<Vec<std::ffi::OsString>, String> {
     let mut v: Vec<std::ffi::OsString> = vec!["weightport".into(), "convert".into()];
-    let mut flag = |name: &str, value: Option<String>| {
+    for (name, value) in option_flags(base, output, o) {
         v.push(format!("--{name}").into());
         if let Some(x) = value {
             v.push(x.into());
         }
-    };
+    }
+    if inputs.is_empty() {
+        return Err("`input` names no file".into());
+    }
+    v.extend(inputs.iter().map(|p| p.as_os_str().to_os_string()));
+    v.push("-o".into());
+    v.push(output.as_os_str().to_os_string());
+    Ok(v)
+}
+
+/// A flag of the command line (without its `--`) and its value, if it takes one.
+type Flag = (&'static str, Option<String>);
+
+/// The flags the options `o` set, in the command line's order.
+fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
+    let mut flags = text_flags(o);
+    flags.extend(switch_flags(o));
+    if let Some(m) = &o.imatrix {
+        flags.push(("imatrix", Some(base.join(m).to_string_lossy().into_owned())));
+    }
+    flags.extend(list_flags(o));
+    flags.extend(number_flags(o));
+    flags.extend(toggle_flags(base, output, o));
+    flags
+}
+
+/// The options with a text value.
+fn text_flags(o: &Options) -> Vec<Flag> {
     let strings = [
         ("to", &o.to),
         ("from", &o.from),
@@ -372,11 +399,14 @@ fn convert_argv(
         ("shared", &o.shared),
         ("void2-as", &o.void2_as),
     ];
-    for (name, value) in strings {
-        if let Some(x) = value {
-            flag(name, Some(x.clone()));
-        }
-    }
+    strings
+        .into_iter()
+        .filter_map(|(name, value)| value.as_ref().map(|x| (name, Some(x.clone()))))
+        .collect()
+}
+
+/// The switches set to true (`verify = false` as `--no-verify`).
+fn switch_flags(o: &Options) -> Vec<Flag> {
     let bools = [
         ("allow-lossy", o.allow_lossy),
         ("pure", o.pure),
@@ -387,46 +417,51 @@ fn convert_argv(
         ("force", o.force),
         ("no-verify", o.verify.map(|v| !v)),
     ];
-    for (name, on) in bools {
-        if on == Some(true) {
-            flag(name, None);
-        }
-    }
-    if let Some(m) = &o.imatrix {
-        flag("imatrix", Some(base.join(m).to_string_lossy().into_owned()));
-    }
+    bools
+        .into_iter()
+        .filter(|&(_, on)| on == Some(true))
+        .map(|(name, _)| (name, None))
+        .collect()
+}
+
+/// The options given as lists: one flag per value.
+fn list_flags(o: &Options) -> Vec<Flag> {
     let lists = [
         ("rename", &o.rename),
         ("tensor-type", &o.tensor_type),
         ("include-weights", &o.include_weights),
         ("exclude-weights", &o.exclude_weights),
     ];
-    for (name, list) in lists {
-        for x in list.iter().flatten() {
-            flag(name, Some(x.clone()));
-        }
-    }
+    lists
+        .into_iter()
+        .flat_map(|(name, list)| list.iter().flatten().map(move |x| (name, Some(x.clone()))))
+        .collect()
+}
+
+/// The sizes and the thread count.
+fn number_flags(o: &Options) -> Vec<Flag> {
+    let mut flags = Vec::new();
     for (name, size) in [("shard-size", &o.shard_size), ("max-memory", &o.max_memory)] {
         if let Some(s) = size {
-            flag(name, Some(s.arg()));
+            flags.push((name, Some(s.arg())));
         }
     }
     if let Some(n) = o.threads {
-        flag("threads", Some(n.to_string()));
+        flags.push(("threads", Some(n.to_string())));
     }
+    flags
+}
+
+/// `--attest` and `--report`, with the paths their toggles stand for.
+fn toggle_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
+    let mut flags = Vec::new();
     if let Some(p) = toggle_path(base, output, &o.attest, ".intoto.json") {
-        flag("attest", Some(p.display().to_string()));
+        flags.push(("attest", Some(p.display().to_string())));
     }
     if let Some(p) = toggle_path(base, output, &o.report, ".html") {
-        flag("report", Some(p.display().to_string()));
+        flags.push(("report", Some(p.display().to_string())));
     }
-    if inputs.is_empty() {
-        return Err("`input` names no file".into());
-    }
-    v.extend(inputs.iter().map(|p| p.as_os_str().to_os_string()));
-    v.push("-o".into());
-    v.push(output.as_os_str().to_os_string());
-    Ok(v)
+    flags
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use weightport_core::{sanitize, Error, MetaValue};
+use weightport_core::{sanitize, Error, MetaValue, TensorInfo};
 use weightport_pipeline::convert::ConvertOptions;
 use weightport_pipeline::importance;
 use weightport_pipeline::mix::Ftype;
@@ -14,7 +14,7 @@ use weightport_pipeline::mix::Importance;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
 use weightport_pipeline::{
-    convert as run_convert, open_inputs, ConvertReport, OpenRequest, Progress,
+    convert as run_convert, open_inputs, ConvertReport, Input, OpenRequest, Progress,
 };
 
 use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
@@ -501,39 +501,56 @@ pub fn meta_json(v: &MetaValue) -> Value {
 
 pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let input = open_inputs(std::slice::from_ref(&a.input), &open_request(&a.read))?;
-    let src = input.source;
-    let tensors = src.tensors();
-    let data: u64 = tensors.iter().map(|t| t.byte_len).sum();
-    let files = src.files();
     if json {
-        let ts: Vec<Value> = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                json!({"name": t.name, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.byte_len,
-                       "file": src.file_of(i).display().to_string()})
-            })
-            .collect();
-        let meta: serde_json::Map<String, Value> = src
-            .metadata()
-            .iter()
-            .map(|(k, v)| (k.to_string(), meta_json(v)))
-            .collect();
-        let v = json!({
-            "ok": true,
-            "command": "inspect",
-            "format": src.format().name(),
-            "files": paths(&files),
-            "chosen": input.chosen.as_ref().map(|p| p.display().to_string()),
-            "notes": input.notes,
-            "metadata": meta,
-            "tensor_count": tensors.len(),
-            "data_bytes": data,
-            "tensors": ts,
-        });
-        writeln!(out, "{v}")?;
-        return Ok(());
+        writeln!(out, "{}", inspect_json(&input))?;
+    } else {
+        inspect_text(&input, out)?;
     }
+    Ok(())
+}
+
+/// The bytes of tensor data in `tensors`.
+fn data_bytes(tensors: &[TensorInfo]) -> u64 {
+    tensors.iter().map(|t| t.byte_len).sum()
+}
+
+/// `inspect --json`'s document.
+fn inspect_json(input: &Input) -> Value {
+    let src = &input.source;
+    let tensors = src.tensors();
+    let ts: Vec<Value> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            json!({"name": t.name, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.byte_len,
+                   "file": src.file_of(i).display().to_string()})
+        })
+        .collect();
+    let meta: serde_json::Map<String, Value> = src
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.to_string(), meta_json(v)))
+        .collect();
+    json!({
+        "ok": true,
+        "command": "inspect",
+        "format": src.format().name(),
+        "files": paths(&src.files()),
+        "chosen": input.chosen.as_ref().map(|p| p.display().to_string()),
+        "notes": input.notes,
+        "metadata": meta,
+        "tensor_count": tensors.len(),
+        "data_bytes": data_bytes(tensors),
+        "tensors": ts,
+    })
+}
+
+/// `inspect`'s text: the format, files, sizes and metadata, then the tensor table.
+fn inspect_text(input: &Input, out: &mut impl Write) -> std::io::Result<()> {
+    let src = &input.source;
+    let tensors = src.tensors();
+    let data = data_bytes(tensors);
+    let files = src.files();
     writeln!(out, "format    {}", src.format())?;
     if let Some(c) = &input.chosen {
         writeln!(out, "read      {}", p(c))?;
@@ -555,30 +572,37 @@ pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), 
             sanitize(&meta_text(v))
         )?;
     }
-    if !tensors.is_empty() {
-        let w = tensors
-            .iter()
-            .map(|t| sanitize(&t.name).chars().count())
-            .max()
-            .unwrap_or(4)
-            .clamp(4, 60);
-        writeln!(out)?;
+    tensor_table(tensors, out)
+}
+
+/// `inspect`'s table of tensors (name, dtype, shape, bytes), after a blank line; nothing
+/// without tensors.
+fn tensor_table(tensors: &[TensorInfo], out: &mut impl Write) -> std::io::Result<()> {
+    if tensors.is_empty() {
+        return Ok(());
+    }
+    let w = tensors
+        .iter()
+        .map(|t| sanitize(&t.name).chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 60);
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<w$}  {:<11} {:<20} {:>12}",
+        "NAME", "DTYPE", "SHAPE", "BYTES"
+    )?;
+    for t in tensors {
+        let shape = format!("{:?}", t.shape);
         writeln!(
             out,
             "{:<w$}  {:<11} {:<20} {:>12}",
-            "NAME", "DTYPE", "SHAPE", "BYTES"
+            sanitize(&t.name),
+            t.dtype.name(),
+            shape,
+            t.byte_len
         )?;
-        for t in tensors {
-            let shape = format!("{:?}", t.shape);
-            writeln!(
-                out,
-                "{:<w$}  {:<11} {:<20} {:>12}",
-                sanitize(&t.name),
-                t.dtype.name(),
-                shape,
-                t.byte_len
-            )?;
-        }
     }
     Ok(())
 }

@@ -15,6 +15,14 @@ pub fn expected(file: &str) -> Value {
         .unwrap()
 }
 
+/// The sha256 the reference recorded for the tiny Llama release quantized to `quant`.
+pub fn reference(quant: &str) -> String {
+    expected("files.json")["llama"]["quantized"][quant]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// A tiny release of fixtures/good/arch.
 pub fn release(name: &str) -> PathBuf {
     fixtures().join("good/arch").join(name)

@@ -11,7 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use weightport_arch::{ArchPlan, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor};
+use weightport_arch::split::BlockMap;
+use weightport_arch::{
+    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor,
+};
 use weightport_core::{
     sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
 };
@@ -104,82 +107,27 @@ pub fn build(
     opts: &TransformOptions,
     limits: &Limits,
 ) -> Result<ArchJob> {
-    if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
-        return Err(Error::Usage(
-            "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
-             (its architecture decides names and types; pass --arch NAME to keep names)"
-                .into(),
-        ));
-    }
+    refuse_name_options(opts)?;
     let tensors = source_tensors(source);
     let plan = arch_plan(source, &tensors, dir, opts, limits)?;
-    let mut metadata = Metadata::new();
-    for (k, v) in &plan.kv {
-        metadata.insert(k.clone(), v.clone());
-    }
+    let mut metadata = plan_metadata(&plan);
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
-    let before: Vec<(&str, DType)> = plan
-        .tensors
-        .iter()
-        .map(|t| (t.name.as_str(), t.dtype))
-        .collect();
-    mix::check_requantize(dir, &before, &finals)?;
-    if let Some(q) = &opts.quant {
-        let planned = order.iter().map(|&i| {
-            let t = &plan.tensors[i];
-            (t.name.as_str(), t.shape.as_slice(), t.dtype, finals[i])
-        });
-        crate::importance::check_plan(q, planned).map_err(|e| in_release(e, dir))?;
-        mix::quantized_metadata(&mut metadata, q);
-    }
+    check_types(&plan, dir, &order, &finals, opts, &mut metadata)?;
     let mut outs = Vec::with_capacity(order.len());
     let mut from = Vec::with_capacity(order.len());
     for i in order {
         let t = &plan.tensors[i];
-        let input = inputs[i][0];
-        let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
-        let op = op_of(t, src, finals[i], opts)
-            .map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
-        let to = finals[i];
-        outs.push(OutTensor {
-            info: TensorInfo {
-                name: t.name.clone(),
-                dtype: to,
-                byte_len: to
-                    .byte_len(&t.shape)
-                    .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?,
-                shape: t.shape.clone(),
-            },
-            inputs: inputs[i].clone(),
-            op,
-            note: notes[i].take(),
-        });
-        from.push(match &t.origin {
-            Origin::Hf { name, .. } => Some(name.clone()),
-            Origin::Generated(_) => None,
-            Origin::Rows { name, rows, .. } => {
-                Some(format!("{name} rows {}..{}", rows.start, rows.end))
-            }
-            Origin::Blocks { parts, .. } => Some(format!(
-                "blocks of {}",
-                parts
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            )),
-            Origin::View { name, view, .. } => Some(format!(
-                "{name} view {:?} from element {}",
-                view.dims, view.offset
-            )),
-            Origin::Stack { sources } => Some(format!(
-                "{} stacked: {} … {}",
-                sources.len(),
-                sources[0].0,
-                sources[sources.len() - 1].0
-            )),
-        });
+        outs.push(out_tensor(
+            t,
+            &inputs[i],
+            finals[i],
+            notes[i].take(),
+            source,
+            &tensors,
+            opts,
+        )?);
+        from.push(origin_text(&t.origin));
     }
     Ok(ArchJob {
         generated,
@@ -194,6 +142,112 @@ pub fn build(
         from,
         rewrites: opts.quant.as_ref().map(|_| mix::QUANTIZE_REWRITES),
     })
+}
+
+/// Refuses the options that choose names or types, which the architecture decides.
+fn refuse_name_options(opts: &TransformOptions) -> Result<()> {
+    if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
+        return Err(Error::Usage(
+            "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
+             (its architecture decides names and types; pass --arch NAME to keep names)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The plan's KVs as the output's metadata, in the plan's order.
+fn plan_metadata(plan: &ArchPlan) -> Metadata {
+    let mut metadata = Metadata::new();
+    for (k, v) in &plan.kv {
+        metadata.insert(k.clone(), v.clone());
+    }
+    metadata
+}
+
+/// Checks the final types (a requantization of the release's own types, and with `--quant`
+/// the importance data the mix needs) and, with `--quant`, adds its KVs to `metadata`.
+fn check_types(
+    plan: &ArchPlan,
+    dir: &Path,
+    order: &[usize],
+    finals: &[DType],
+    opts: &TransformOptions,
+    metadata: &mut Metadata,
+) -> Result<()> {
+    let before: Vec<(&str, DType)> = plan
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    mix::check_requantize(dir, &before, finals)?;
+    if let Some(q) = &opts.quant {
+        let planned = order.iter().map(|&i| {
+            let t = &plan.tensors[i];
+            (t.name.as_str(), t.shape.as_slice(), t.dtype, finals[i])
+        });
+        crate::importance::check_plan(q, planned).map_err(|e| in_release(e, dir))?;
+        mix::quantized_metadata(metadata, q);
+    }
+    Ok(())
+}
+
+/// The output tensor for planned tensor `t` read from source tensors `inputs`, written as `to`.
+fn out_tensor(
+    t: &PlannedTensor,
+    inputs: &[usize],
+    to: DType,
+    note: Option<String>,
+    source: &dyn TensorSource,
+    tensors: &[SourceTensor],
+    opts: &TransformOptions,
+) -> Result<OutTensor> {
+    let input = inputs[0];
+    let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
+    let op =
+        op_of(t, src, to, opts).map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
+    Ok(OutTensor {
+        info: TensorInfo {
+            name: t.name.clone(),
+            dtype: to,
+            byte_len: to
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?,
+            shape: t.shape.clone(),
+        },
+        inputs: inputs.to_vec(),
+        op,
+        note,
+    })
+}
+
+/// The HF tensor(s) an origin names, as the job shows them (`None`: generated).
+fn origin_text(origin: &Origin) -> Option<String> {
+    match origin {
+        Origin::Hf { name, .. } => Some(name.clone()),
+        Origin::Generated(_) => None,
+        Origin::Rows { name, rows, .. } => {
+            Some(format!("{name} rows {}..{}", rows.start, rows.end))
+        }
+        Origin::Blocks { parts, .. } => Some(format!(
+            "blocks of {}",
+            parts
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        )),
+        Origin::View { name, view, .. } => Some(format!(
+            "{name} view {:?} from element {}",
+            view.dims, view.offset
+        )),
+        Origin::Stack { sources } => Some(format!(
+            "{} stacked: {} … {}",
+            sources.len(),
+            sources[0].0,
+            sources[sources.len() - 1].0
+        )),
+    }
 }
 
 /// The architecture plan, with the reference's tensor order for the source's format (a
@@ -293,7 +347,29 @@ fn op_of(
     to: DType,
     opts: &TransformOptions,
 ) -> Result<Option<Arc<dyn Transform>>> {
-    let stack = match &t.origin {
+    if let Origin::Blocks { parts, map } = &t.origin {
+        return blocks_op(t, parts, *map, to, opts);
+    }
+    let layout = layout_op(t, src)?;
+    let permute = permute_op(t, src)?;
+    let (plus_one, mid) = plus_one_op(t, src)?;
+    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
+    let converter = Stage {
+        rule: naming::CONVERT_CASTS,
+        validates: false,
+    };
+    let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
+    let quant = quantize_op(t, to, opts)?;
+    Ok(Chain::of(
+        Chain::of(Chain::of(Chain::of(layout, permute), plus_one), cast),
+        quant,
+    ))
+}
+
+/// The stack of `t`'s parts, the rows it keeps of its source or the view it gathers of it;
+/// `None` for a tensor read whole (an HF or generated one).
+fn layout_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>> {
+    Ok(match &t.origin {
         Origin::Stack { sources } => {
             let part = src
                 .byte_len(&t.shape[1..])
@@ -313,62 +389,67 @@ fn op_of(
             view.dims.clone(),
             src.granule(),
         )) as Arc<dyn Transform>),
-        Origin::Blocks { parts, map } => {
-            let map = *map;
-            let gathers = parts
-                .iter()
-                .map(|p| Gather::new(p.view.offset, p.view.dims.clone(), 1))
-                .collect();
-            let widths = parts.iter().map(|p| p.width).collect();
-            let op = Interleave::new(gathers, widths, Arc::new(move |b: &mut [u8]| map.apply(b)));
-            // The parts already hold the output type's bytes: nothing is cast.
-            let quantizer = Stage {
-                rule: mix::QUANTIZE_CASTS,
-                validates: true,
-            };
-            let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
-            return Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant));
-        }
         _ => None,
+    })
+}
+
+/// The interleave of `t`'s block parts, then the quantization to `to`.
+fn blocks_op(
+    t: &PlannedTensor,
+    parts: &[BlockPart],
+    map: BlockMap,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    let gathers = parts
+        .iter()
+        .map(|p| Gather::new(p.view.offset, p.view.dims.clone(), 1))
+        .collect();
+    let widths = parts.iter().map(|p| p.width).collect();
+    let op = Interleave::new(gathers, widths, Arc::new(move |b: &mut [u8]| map.apply(b)));
+    // The parts already hold the output type's bytes: nothing is cast.
+    let quant = quantize_op(t, to, opts)?;
+    Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant))
+}
+
+/// The q/k row permutation of `t` stored as `src`, when the plan asks for one.
+fn permute_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>> {
+    let Some(p) = &t.permute else {
+        return Ok(None);
     };
-    let permute = match &t.permute {
-        Some(p) => {
-            let rows = t.shape.first().copied().unwrap_or(1).max(1);
-            let bytes = src
-                .byte_len(&t.shape)
-                .map_err(|e| Error::Internal(e.to_string()))?;
-            let order = p
-                .rows(rows as usize)
-                .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
-            Some(
-                Arc::new(PermuteRows::new(order, bytes / rows, src.granule()))
-                    as Arc<dyn Transform>,
-            )
-        }
-        None => None,
-    };
-    let (plus_one, mid) = if t.plus_one {
-        let p = PlusOne::new(src)?;
-        let mid = p.out;
-        (Some(Arc::new(p) as Arc<dyn Transform>), mid)
-    } else {
-        (None, src)
-    };
-    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
-    let converter = Stage {
-        rule: naming::CONVERT_CASTS,
-        validates: false,
-    };
+    let rows = t.shape.first().copied().unwrap_or(1).max(1);
+    let bytes = src
+        .byte_len(&t.shape)
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let order = p
+        .rows(rows as usize)
+        .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
+    Ok(Some(
+        Arc::new(PermuteRows::new(order, bytes / rows, src.granule())) as Arc<dyn Transform>,
+    ))
+}
+
+/// `1 + w` when the plan asks for it, and the type its result is stored as (`src` without).
+fn plus_one_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
+    if !t.plus_one {
+        return Ok((None, src));
+    }
+    let p = PlusOne::new(src)?;
+    let mid = p.out;
+    Ok((Some(Arc::new(p) as Arc<dyn Transform>), mid))
+}
+
+/// llama-quantize's conversion of `t` from its planned type to `to` (with its NaN bits).
+fn quantize_op(
+    t: &PlannedTensor,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
     let quantizer = Stage {
         rule: mix::QUANTIZE_CASTS,
         validates: true,
     };
-    let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
-    let quant = op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)?;
-    Ok(Chain::of(
-        Chain::of(Chain::of(Chain::of(stack, permute), plus_one), cast),
-        quant,
-    ))
+    op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)
 }
 
 /// A refusal of the plan, located in the release directory.

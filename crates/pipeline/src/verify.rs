@@ -42,18 +42,56 @@ pub fn verify_staged(
     progress: &dyn Progress,
 ) -> Result<()> {
     let shown = &file.path;
+    let reopened = reopen(file, req)?;
+    let check = match_planned(file, outs, reopened.as_ref())?;
+    check_hashes(
+        reopened.as_ref(),
+        &check,
+        outs,
+        hashes,
+        shown,
+        base,
+        progress,
+    )?;
+    verify_lossless(
+        reopened.as_ref(),
+        &check,
+        outs,
+        hashes,
+        source,
+        base,
+        progress,
+    )
+    .map_err(|e| match e {
+        Error::Verify { reason, at } => fail(shown, at.tensor.as_deref(), reason),
+        other => other,
+    })
+}
+
+/// Reopens the staged file alone (its format told by its own bytes) with the reader users get.
+fn reopen(file: &StagedFile, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
     let mut plain = OpenRequest {
         from: None,
         ..req.clone()
     };
     plain.read.one_part = true;
-    let reopened = open_file(&file.temp, &plain).map_err(|e| {
+    open_file(&file.temp, &plain).map_err(|e| {
         fail(
-            shown,
+            &file.path,
             None,
             format!("the written file does not reopen: {e}"),
         )
-    })?;
+    })
+}
+
+/// Pairs each tensor planned for the file (its index in `outs`) with its index in the reopened
+/// file, refusing a count, name, type, shape or length other than planned.
+fn match_planned(
+    file: &StagedFile,
+    outs: &[OutTensor],
+    reopened: &dyn TensorSource,
+) -> Result<Vec<(usize, usize)>> {
+    let shown = &file.path;
     let got: HashMap<&str, usize> = reopened
         .tensors()
         .iter()
@@ -94,9 +132,23 @@ pub fn verify_staged(
         }
         check.push((p, i));
     }
-    let all = identity_plan(reopened.as_ref());
+    Ok(check)
+}
+
+/// Rehashes each checked tensor of the reopened file and compares with the hash of what the
+/// executor wrote.
+fn check_hashes(
+    reopened: &dyn TensorSource,
+    check: &[(usize, usize)],
+    outs: &[OutTensor],
+    hashes: &Hashes,
+    shown: &std::path::Path,
+    base: u64,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let all = identity_plan(reopened);
     let plan: Vec<OutTensor> = check.iter().map(|&(_, i)| all[i].clone()).collect();
-    let got = run(reopened.as_ref(), &plan, base, progress, |_, _, _| Ok(()))?;
+    let got = run(reopened, &plan, base, progress, |_, _, _| Ok(()))?;
     for (k, &(p, _)) in check.iter().enumerate() {
         if got.out[k] != hashes.out[p] {
             return Err(fail(
@@ -109,19 +161,7 @@ pub fn verify_staged(
             ));
         }
     }
-    verify_lossless(
-        reopened.as_ref(),
-        &check,
-        outs,
-        hashes,
-        source,
-        base,
-        progress,
-    )
-    .map_err(|e| match e {
-        Error::Verify { reason, at } => fail(shown, at.tensor.as_deref(), reason),
-        other => other,
-    })
+    Ok(())
 }
 
 /// Maps each losslessly transformed tensor back through its inverse and compares with the
