@@ -7,24 +7,19 @@
 //! shared read runs) does not undo the others and is named.
 
 mod common;
-use common::arch::reference;
+use common::arch::{reference, sha_file};
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use weightport_pipeline::plan::DtypeChoice;
 use weightport_pipeline::{convert_many, input_request, open_inputs, ConvertOptions, NoProgress};
-
-fn sha(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
 
 /// Every file under `dir` (one level) with its sha256, sorted by name; a file: itself.
 fn digests(p: &Path) -> Vec<(String, String)> {
     if p.is_file() {
-        return vec![(String::new(), sha(p))];
+        return vec![(String::new(), sha_file(p))];
     }
     let mut v: Vec<(String, String)> = std::fs::read_dir(p)
         .unwrap()
@@ -32,7 +27,7 @@ fn digests(p: &Path) -> Vec<(String, String)> {
         .map(|f| {
             (
                 f.file_name().unwrap().to_string_lossy().into_owned(),
-                sha(&f),
+                sha_file(&f),
             )
         })
         .collect();
@@ -190,8 +185,11 @@ fn llama_release_into_repo_q8_0_and_q4_k_m_from_one_read() {
         let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json/run.schema.json");
         common::validate_json(&py, &schema, v.to_string().as_bytes(), "convert with 3 -o");
     }
-    assert_eq!(sha(&t.path().join("m-Q8_0.gguf")), reference("Q8_0"));
-    assert_eq!(sha(&t.path().join("m-Q4_K_M.gguf")), reference("Q4_K_M"));
+    assert_eq!(sha_file(&t.path().join("m-Q8_0.gguf")), reference("Q8_0"));
+    assert_eq!(
+        sha_file(&t.path().join("m-Q4_K_M.gguf")),
+        reference("Q4_K_M")
+    );
 }
 
 #[test]
@@ -304,7 +302,7 @@ fn refused_outputs_do_not_undo_the_others() {
         std::fs::read(t.path().join("taken.safetensors")).unwrap(),
         b"not ours"
     );
-    assert_eq!(sha(&t.path().join("c.gguf")), sha(&gguf));
+    assert_eq!(sha_file(&t.path().join("c.gguf")), sha_file(&gguf));
     let one = t.path().join("one.safetensors");
     let o = wp(&[
         "convert",
@@ -313,7 +311,7 @@ fn refused_outputs_do_not_undo_the_others() {
         one.to_str().unwrap(),
     ]);
     assert!(o.status.success());
-    assert_eq!(sha(&t.path().join("a.safetensors")), sha(&one));
+    assert_eq!(sha_file(&t.path().join("a.safetensors")), sha_file(&one));
 }
 
 /// An output failing while the shared read runs (F16 of NaN is refused, as llama-quantize

@@ -11,6 +11,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
+use common::arch::sha_file;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -20,10 +21,6 @@ const IMATRIX_DAT: &str = "fixtures/good/imatrix/imatrix.dat";
 fn reference() -> Value {
     let p = common::fixtures().join("expected/imatrix/reference.json");
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
-fn sha(path: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(path).unwrap()))
 }
 
 /// Runs weightport from the repository root, so relative paths are the ones
@@ -153,7 +150,7 @@ fn release(dir: &Path, r: &Value) -> (std::path::PathBuf, std::path::PathBuf) {
     ]);
     ok(&o, "HF → F16 GGUF");
     assert_eq!(
-        sha(&f16),
+        sha_file(&f16),
         r["f16_gguf_sha256"].as_str().unwrap(),
         "the F16 GGUF differs from convert_hf_to_gguf.py's, which llama-quantize read"
     );
@@ -173,7 +170,7 @@ fn quantize_equals(input: &Path, out: &Path, ty: &str, extra: &[&str], want: &st
     args.extend_from_slice(extra);
     ok(&wp(&args), &format!("{what} {ty}"));
     assert_eq!(
-        sha(out),
+        sha_file(out),
         want,
         "{what} {ty}: differs from llama-quantize --imatrix"
     );
@@ -227,7 +224,7 @@ fn without_an_imatrix_the_low_bit_types_are_refused_as_llama_quantize_refuses_th
         if want["exit"] == 0 {
             ok(&res, ty);
             assert_eq!(
-                sha(&out),
+                sha_file(&out),
                 want["sha256"].as_str().unwrap(),
                 "{ty} without imatrix"
             );
@@ -484,7 +481,7 @@ fn the_attestation_records_the_imatrix() {
     let st: Value = serde_json::from_slice(&std::fs::read(&att).unwrap()).unwrap();
     let opts = &st["predicate"]["recipe"]["options"];
     assert_eq!(opts["imatrix"]["path"], IMATRIX_DAT);
-    let want = sha(&Path::new(env!("CARGO_MANIFEST_DIR")).join(IMATRIX_DAT));
+    let want = sha_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join(IMATRIX_DAT));
     assert_eq!(opts["imatrix"]["sha256"], want.as_str());
     assert_eq!(opts["exclude_weights"], serde_json::json!(["ffn"]));
 }
@@ -622,6 +619,6 @@ fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
             dry_run: false,
         });
         run(&o, &weightport_pipeline::NoProgress).unwrap();
-        assert_eq!(sha(&out), want, "{ty} in 1000-byte chunks");
+        assert_eq!(sha_file(&out), want, "{ty} in 1000-byte chunks");
     }
 }

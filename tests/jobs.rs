@@ -6,18 +6,13 @@
 //! a bad job file is refused with the key and line.
 
 mod common;
-use common::arch::reference;
+use common::arch::{reference, sha_file};
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-fn sha(p: &Path) -> String {
-    format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
-}
 
 fn llama() -> String {
     fixtures().join("good/arch/llama").display().to_string()
@@ -112,12 +107,12 @@ fn a_job_makes_the_reference_bytes_and_the_bytes_of_separate_runs() {
     let out = t.path().join("out");
     // The reference chain's bytes.
     assert_eq!(
-        sha(&out.join("m-Q8_0.gguf")),
+        sha_file(&out.join("m-Q8_0.gguf")),
         reference("Q8_0"),
         "Q8_0 vs llama-quantize"
     );
     assert_eq!(
-        sha(&out.join("m-Q4_K_M.gguf")),
+        sha_file(&out.join("m-Q4_K_M.gguf")),
         reference("Q4_K_M"),
         "Q4_K_M vs llama-quantize"
     );
@@ -143,8 +138,8 @@ fn a_job_makes_the_reference_bytes_and_the_bytes_of_separate_runs() {
     assert_eq!(tree(&repo), tree(&sep.join("repo")));
     for f in tree(&repo) {
         assert_eq!(
-            sha(&repo.join(&f)),
-            sha(&sep.join("repo").join(&f)),
+            sha_file(&repo.join(&f)),
+            sha_file(&sep.join("repo").join(&f)),
             "repo/{f}"
         );
     }
@@ -182,7 +177,7 @@ fn a_rerun_skips_what_verifies_and_makes_again_what_does_not() {
     assert_eq!(statuses(&v), ["skipped", "made", "made"]);
     let why = v["outputs"][1]["redone_because"].as_str().unwrap();
     assert!(why.contains("m-Q8_0.gguf changed"), "{why}");
-    assert_eq!(sha(&q8), reference("Q8_0"));
+    assert_eq!(sha_file(&q8), reference("Q8_0"));
     assert!(out.join("m-Q4_K_M.intoto.json").is_file());
     // Changed options make it again too.
     let edited = RELEASE_JOB.replace("quant = \"Q8_0\"", "quant = \"Q8_0\"\npure = true");
@@ -226,7 +221,7 @@ fn a_failed_output_does_not_undo_the_others() {
     assert!(stderr.contains("2 made, 0 skipped, 1 failed"), "{stderr}");
     assert!(!t.path().join("b.gguf").exists());
     // The outputs made are what convert makes: the GGUF copied byte for byte, the F32 values.
-    assert_eq!(sha(&t.path().join("c.gguf")), sha(&gguf));
+    assert_eq!(sha_file(&t.path().join("c.gguf")), sha_file(&gguf));
     let o = wp(&[
         "verify",
         t.path().join("a.safetensors").to_str().unwrap(),
@@ -255,7 +250,7 @@ fn an_output_made_by_someone_else_is_refused_unless_forced() {
     )
     .unwrap();
     assert_eq!(
-        sha(&t.path().join("m.gguf")),
+        sha_file(&t.path().join("m.gguf")),
         want["llama"]["outtypes"]["q8_0"]["sha256"]
             .as_str()
             .unwrap(),

@@ -11,14 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-use common::fixtures;
-
-fn wp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weightport"))
-        .args(args)
-        .output()
-        .expect("run weightport")
-}
+use common::{fixtures, wp};
 
 fn ok(o: &Output, what: &str) {
     assert!(
