@@ -137,6 +137,15 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
+/// The sha256 (hex) of each of `paths`, several files at once on `threads` worker threads (one
+/// per CPU when `None`): each file is read front to back by one thread.
+pub fn sha256_files(paths: &[PathBuf], threads: Option<usize>) -> Result<Vec<String>> {
+    let n = threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, crate::convert::MAX_THREADS);
+    crate::convert::pool_of(n)?.install(|| paths.par_iter().map(|p| sha256_file(p)).collect())
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
