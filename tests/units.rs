@@ -1098,12 +1098,7 @@ fn in_place_a_unit_killed_mid_way_is_redone_and_a_double_run_is_harmless() {
 
 #[test]
 fn in_place_finish_detects_bytes_altered_in_a_units_range() {
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    )
-    .in_place();
+    let job = gguf_q4_job().in_place();
     assert_eq!(job.plan(3), 3);
     job.all_units_in_parallel(3);
     let plan: serde_json::Value =
@@ -1138,13 +1133,7 @@ fn in_place_disk_full_during_a_unit_then_the_rerun_succeeds() {
     let Some(disk) = Tmpfs::mount("1m") else {
         return;
     };
-    let job = Job::new_in(
-        &disk.mnt,
-        &fixtures().join("good/hf_repo_sharded"),
-        "repo",
-        &["--shard-size", "12KB"],
-    )
-    .in_place();
+    let job = reshard_job_in(&disk.mnt).in_place();
     assert_eq!(job.plan(3), 3);
     ok(&job.unit(1), "unit 1");
     let ballast = disk.fill_to(4096);
@@ -1166,12 +1155,7 @@ fn in_place_disk_full_during_a_unit_then_the_rerun_succeeds() {
 
 #[test]
 fn in_place_a_symlink_at_the_shared_file_is_refused() {
-    let job = Job::new(
-        &fixtures().join("good/arch/llama"),
-        "model.gguf",
-        &["--quant", "Q4_K_M"],
-    )
-    .in_place();
+    let job = gguf_q4_job().in_place();
     assert_eq!(job.plan(2), 2);
     ok(&job.unit(0), "unit 0");
     let shared = shared_files(&job).remove(0);

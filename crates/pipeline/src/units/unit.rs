@@ -12,7 +12,7 @@ use weightport_core::{ContentHash, Error, Location, Result};
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
 use crate::convert::{default_max_memory, ConvertOptions, MAX_THREADS};
-use crate::exec::{leaf_of, run, worker_bytes, Progress};
+use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
 use crate::plan::OutTensor;
 
 /// What running a unit did.
@@ -131,9 +131,19 @@ pub fn run_unit(
             None => {}
         }
     }
-    let r = with_planned_job(plan, opts, |job| match plan.in_place {
-        true => write_in_place(plan, job, opts, index, tensors, progress),
-        false => write_part(plan, job, opts, index, tensors, progress),
+    let r = with_planned_job(plan, opts, |job| {
+        let u = UnitRun {
+            plan,
+            job,
+            opts,
+            index,
+            tensors,
+            progress,
+        };
+        match plan.in_place {
+            true => write_in_place(&u),
+            false => write_part(&u),
+        }
     });
     match &r {
         Err(Error::Interrupted) | Ok(_) => {}
@@ -208,6 +218,17 @@ fn places(plan: &UnitPlan, index: usize, tensors: &[usize]) -> Result<Vec<(usize
         .collect()
 }
 
+/// What running one unit works with.
+#[derive(Clone, Copy)]
+struct UnitRun<'a> {
+    plan: &'a UnitPlan,
+    job: &'a Job<'a>,
+    opts: &'a ConvertOptions,
+    index: usize,
+    tensors: &'a [usize],
+    progress: &'a dyn Progress,
+}
+
 /// The unit's output tensors, each checked against the plan's length.
 fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<OutTensor>> {
     let outs: Vec<OutTensor> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
@@ -262,59 +283,61 @@ fn complete(plan: &UnitPlan, index: usize, record: &Value, threads: usize) -> Re
     Ok(report_of(plan, index, record, outcome, threads))
 }
 
+/// The unit's tensors `outs` computed on `threads` workers, each chunk handed to `emit`.
+fn compute<F>(
+    job: &Job,
+    outs: &[OutTensor],
+    (opts, threads): (&ConvertOptions, usize),
+    progress: &dyn Progress,
+    emit: F,
+) -> Result<Hashes>
+where
+    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync + Send,
+{
+    progress.start("write", outs.iter().map(|o| o.info.byte_len).sum());
+    let hashes =
+        pool_of(threads)?.install(|| run(job.source(), outs, opts.chunk, progress, emit))?;
+    progress.finish();
+    Ok(hashes)
+}
+
 /// `plan --in-place`: the unit's tensors written at their offsets into the shared staging
 /// files ([`super::shared`]), fsynced, read back and checked, then recorded.
-fn write_in_place(
-    plan: &UnitPlan,
-    job: &Job,
-    opts: &ConvertOptions,
-    index: usize,
-    tensors: &[usize],
-    progress: &dyn Progress,
-) -> Result<UnitReport> {
-    let outs = unit_outs(plan, job, tensors)?;
-    let at: Vec<(usize, u64)> = tensors.iter().map(|&k| plan.at[k]).collect();
+fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
+    let outs = unit_outs(u.plan, u.job, u.tensors)?;
+    let at: Vec<(usize, u64)> = u.tensors.iter().map(|&k| u.plan.at[k]).collect();
     let mut files: Vec<usize> = at.iter().map(|&(f, _)| f).collect();
     files.sort_unstable();
     files.dedup();
-    let shared = super::shared::SharedFiles::open(plan, &files)?;
-    let threads = threads_for(job, &outs, opts)?;
+    let shared = super::shared::SharedFiles::open(u.plan, &files)?;
+    let threads = threads_for(u.job, &outs, u.opts)?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    progress.start("write", total);
-    let hashes = pool_of(threads)?.install(|| {
-        run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
-            shared.write_at(at[k].0, at[k].1 + off, b)
-        })
+    let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
+        shared.write_at(at[k].0, at[k].1 + off, b)
     })?;
-    progress.finish();
     shared.sync()?;
-    progress.start("verify", total);
+    u.progress.start("verify", total);
     let items: Vec<_> = (0..outs.len())
         .map(|i| (at[i].0, at[i].1, &outs[i], hashes.out[i]))
         .collect();
-    shared.verify(&items, opts.chunk, progress)?;
-    progress.finish();
-    let record = record_of(plan, index, tensors, &outs, &hashes.out, Vec::new());
-    complete(plan, index, &record, threads)
+    shared.verify(&items, u.opts.chunk, u.progress)?;
+    u.progress.finish();
+    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, Vec::new());
+    complete(u.plan, u.index, &record, threads)
 }
 
-fn write_part(
-    plan: &UnitPlan,
-    job: &Job,
-    opts: &ConvertOptions,
-    index: usize,
-    tensors: &[usize],
-    progress: &dyn Progress,
-) -> Result<UnitReport> {
-    let outs = unit_outs(plan, job, tensors)?;
-    let place = places(plan, index, tensors)?;
-    let segs = &plan.segments[index];
-    let threads = threads_for(job, &outs, opts)?;
+/// The unit's tensors written into one temp part per segment, verified, renamed into place and
+/// recorded.
+fn write_part(u: &UnitRun) -> Result<UnitReport> {
+    let outs = unit_outs(u.plan, u.job, u.tensors)?;
+    let place = places(u.plan, u.index, u.tensors)?;
+    let segs = &u.plan.segments[u.index];
+    let threads = threads_for(u.job, &outs, u.opts)?;
     let temps = segs
         .iter()
         .enumerate()
         .map(|(j, s)| {
-            let t = TempFile::beside(&part_path(plan, index, j))?;
+            let t = TempFile::beside(&part_path(u.plan, u.index, j))?;
             t.open()?
                 .set_len(s.end - s.start)
                 .map_err(|e| Error::io(t.path(), "size", e))?;
@@ -322,31 +345,27 @@ fn write_part(
         })
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    progress.start("write", total);
-    let hashes = pool_of(threads)?.install(|| {
-        run(job.source(), &outs, opts.chunk, progress, |k, off, b| {
-            let (j, base) = place[k];
-            temps[j].write_at(b, base + off)
-        })
+    let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
+        let (j, base) = place[k];
+        temps[j].write_at(b, base + off)
     })?;
-    progress.finish();
-    progress.start("verify", total);
+    u.progress.start("verify", total);
     let parts = check_parts(
-        plan,
-        index,
+        u.plan,
+        u.index,
         &temps,
         &place,
         &outs,
         &hashes.out,
-        opts,
-        progress,
+        u.opts,
+        u.progress,
     )?;
-    progress.finish();
-    let record = record_of(plan, index, tensors, &outs, &hashes.out, parts);
+    u.progress.finish();
+    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, parts);
     for t in temps {
         t.publish(true)?;
     }
-    complete(plan, index, &record, threads)
+    complete(u.plan, u.index, &record, threads)
 }
 
 /// fsyncs each temp part, re-reads it and checks its tensors' content hashes; returns what the
