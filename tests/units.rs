@@ -513,17 +513,26 @@ fn plan_file_and_json_documents_match_their_schemas() {
     let Some(py) = common::python_with_jsonschema() else {
         return;
     };
+    for in_place in [false, true] {
+        schema_check(&py, in_place);
+    }
+}
+
+/// `plan` (with `--in-place` or not), `unit`, `finish` and a failing `finish`, each `--json`
+/// document and the plan file checked against its schema.
+fn schema_check(py: &str, in_place: bool) {
     let schema =
         |n: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/json/{n}.schema.json"));
     let job = gguf_q4_job();
-    let out = job.units_out();
-    let plan = job.plan_path();
-    let o = wp(&[
+    let (out, plan, src) = (job.units_out(), job.plan_path(), llama());
+    let mut args = vec![
         "--json",
         "plan",
-        llama().to_str().unwrap(),
+        src.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
+    ];
+    args.extend([
         "--quant",
         "Q4_K_M",
         "--units",
@@ -531,10 +540,16 @@ fn plan_file_and_json_documents_match_their_schemas() {
         "--plan",
         plan.to_str().unwrap(),
     ]);
+    if in_place {
+        args.push("--in-place");
+    }
+    let o = wp(&args);
     ok(&o, "plan");
-    common::validate_json(&py, &schema("plan"), &o.stdout, "plan --json");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["in_place"], in_place);
+    common::validate_json(py, &schema("plan"), &o.stdout, "plan --json");
     common::validate_json(
-        &py,
+        py,
         &schema("plan-file"),
         &std::fs::read(&plan).unwrap(),
         "plan file",
@@ -548,11 +563,11 @@ fn plan_file_and_json_documents_match_their_schemas() {
             &i.to_string(),
         ]);
         ok(&o, "unit");
-        common::validate_json(&py, &schema("unit"), &o.stdout, "unit --json");
+        common::validate_json(py, &schema("unit"), &o.stdout, "unit --json");
     }
     let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
     ok(&o, "finish");
-    common::validate_json(&py, &schema("finish"), &o.stdout, "finish --json");
+    common::validate_json(py, &schema("finish"), &o.stdout, "finish --json");
     let o = wp(&["--json", "finish", plan.to_str().unwrap()]);
     assert_eq!(
         o.status.code(),
@@ -560,7 +575,7 @@ fn plan_file_and_json_documents_match_their_schemas() {
         "the plan's staging is gone; the output exists"
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("no unit of"));
-    common::validate_json(&py, &schema("error"), &o.stdout, "finish error --json");
+    common::validate_json(py, &schema("error"), &o.stdout, "finish error --json");
 }
 
 #[test]
