@@ -46,6 +46,31 @@ pub(crate) fn sum_sq(x: &[f32]) -> f32 {
 /// Magnitudes of 8 values and their sign bits. With `even_parity` (IQ2_XXS, IQ2_XS, which
 /// store 7 sign bits) an odd number of negatives is made even by keeping the sign of the
 /// value with the smallest `w·x²` as is, i.e. folding it to `-|x|`.
+/// A sub-block's values folded 8 at a time ([`fold_signs`]) into magnitudes `xval` and sign
+/// bits `signs` (7 bits each with `even_parity`), and the largest magnitude (ggml's running
+/// max, in index order).
+#[inline(always)]
+fn fold_sub_block(
+    xb: &[f32],
+    weight: &[f32],
+    xval: &mut [f32],
+    signs: &mut [u8],
+    even_parity: bool,
+) -> f32 {
+    for (k, s) in signs.iter_mut().enumerate() {
+        let g = 8 * k..8 * k + 8;
+        let bits = fold_signs(
+            &xb[g.clone()],
+            &weight[g.clone()],
+            &mut xval[g],
+            even_parity,
+        );
+        *s = if even_parity { bits & 127 } else { bits };
+    }
+    let n = xb.len();
+    xval[1..n].iter().fold(xval[0], |m, &v| cmax(m, v))
+}
+
 #[inline(always)]
 fn fold_signs(xb: &[f32], w: &[f32], xval: &mut [f32], even_parity: bool) -> u8 {
     let mut s = 0u8;
@@ -212,14 +237,7 @@ fn iq2_xxs_block(t: &GridTables, xbl: &[f32], qwb: &[f32], y: &mut BlockIq2Xxs) 
             &mut waux,
         );
         let mut signs = [0u8; 4];
-        for k in 0..4 {
-            let g = 8 * k..8 * k + 8;
-            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], true) & 127;
-        }
-        let mut max = xval[0];
-        for i in 1..32 {
-            max = cmax(max, xval[i]);
-        }
+        let max = fold_sub_block(xb, &weight, &mut xval, &mut signs, true);
         if max < GROUP_MAX_EPS {
             continue;
         }
@@ -334,14 +352,7 @@ fn iq2_xs_block(
             &mut waux,
         );
         let mut signs = [0u8; 2];
-        for k in 0..2 {
-            let g = 8 * k..8 * k + 8;
-            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], true) & 127;
-        }
-        let mut max = xval[0];
-        for i in 1..16 {
-            max = cmax(max, xval[i]);
-        }
+        let max = fold_sub_block(xb, &weight, &mut xval, &mut signs, true);
         if max < GROUP_MAX_EPS {
             continue;
         }
@@ -413,14 +424,7 @@ fn iq2_s_block(
             }
         }
         let mut signs = [0u8; 2];
-        for k in 0..2 {
-            let g = 8 * k..8 * k + 8;
-            signs[k] = fold_signs(&xb[g.clone()], &weight[g.clone()], &mut xval[g], false);
-        }
-        let mut max = xval[0];
-        for i in 1..16 {
-            max = cmax(max, xval[i]);
-        }
+        let max = fold_sub_block(xb, &weight, &mut xval, &mut signs, false);
         if max < GROUP_MAX_EPS_IQ2_S {
             continue;
         }
