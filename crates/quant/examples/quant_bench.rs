@@ -14,23 +14,11 @@
 //! cargo run --release -p weightport-quant --example quant_bench -- iq3 TYPE N_PER_ROW MiB 0|1
 //! ```
 
-use std::time::Instant;
 use weightport_quant::{quantize_rows, DType};
 
-/// CPU time of this thread in seconds (Linux /proc/thread-self/schedstat); wall time elsewhere.
-fn cpu_secs() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(s.split_whitespace().next()?.parse::<f64>().ok()? / 1e9)
-}
-
-fn timed(f: impl FnOnce()) -> f64 {
-    let (t, c) = (Instant::now(), cpu_secs());
-    f();
-    match (c, cpu_secs()) {
-        (Some(a), Some(b)) => b - a,
-        _ => t.elapsed().as_secs_f64(),
-    }
-}
+#[path = "support/timing.rs"]
+mod timing;
+use timing::timed;
 
 fn f32s(path: &std::path::Path) -> Vec<f32> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

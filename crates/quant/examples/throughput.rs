@@ -2,23 +2,9 @@
 //!
 //! `cargo run --release --example throughput [TYPE ...]` (default: a representative set).
 
-use std::time::Instant;
-
-/// CPU time of this thread in seconds (Linux /proc/thread-self/schedstat), so that other
-/// processes on a loaded machine do not distort the figure; wall time elsewhere.
-fn cpu_secs() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(s.split_whitespace().next()?.parse::<f64>().ok()? / 1e9)
-}
-
-fn timed(f: impl FnOnce()) -> f64 {
-    let (t, c) = (Instant::now(), cpu_secs());
-    f();
-    match (c, cpu_secs()) {
-        (Some(a), Some(b)) => b - a,
-        _ => t.elapsed().as_secs_f64(),
-    }
-}
+#[path = "support/timing.rs"]
+mod timing;
+use timing::timed;
 use weightport_quant::{can_dequantize, can_quantize, dequantize, quantize, DType};
 
 fn main() {
