@@ -329,6 +329,66 @@ pub struct Table {
     pub central_start: u64,
 }
 
+/// How a loader finds an entry by name: the ZIP readers that load weights do not agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// torch's reader (miniz, `mz_zip_reader_locate_file` with no flags): ASCII letters are
+    /// compared without case, over names of equal length, by a binary search of the central
+    /// directory sorted that way; of names that differ only in case, which one is found depends
+    /// on the sort, so more than one is [`Lookup::Ambiguous`].
+    AsciiCaseless,
+    /// Python's `zipfile` (numpy's `.npz`, pandas): exact names; of equal names the last entry
+    /// in the central directory wins.
+    ExactLastWins,
+}
+
+impl NameRule {
+    /// Whether the loader takes an entry named `entry` for `wanted`.
+    pub fn matches(self, entry: &str, wanted: &str) -> bool {
+        match self {
+            NameRule::AsciiCaseless => entry.as_bytes().eq_ignore_ascii_case(wanted.as_bytes()),
+            NameRule::ExactLastWins => entry == wanted,
+        }
+    }
+
+    /// The item of `items` (in central-directory order) the loader reads for `wanted`: under
+    /// [`NameRule::AsciiCaseless`] the first match (names that differ only in case are an
+    /// anomaly, [`Table::case_twins`], that a reader following this rule refuses), under
+    /// [`NameRule::ExactLastWins`] the last.
+    pub fn find<'a, T>(
+        self,
+        items: &'a [T],
+        name_of: impl Fn(&T) -> &str,
+        wanted: &str,
+    ) -> Option<&'a T> {
+        let hit = |e: &&T| self.matches(name_of(e), wanted);
+        match self {
+            NameRule::AsciiCaseless => items.iter().find(hit),
+            NameRule::ExactLastWins => items.iter().rev().find(hit),
+        }
+    }
+}
+
+impl Table {
+    /// The first pair of entries whose names differ only in ASCII letter case (exact
+    /// duplicates are an anomaly of their own): under [`NameRule::AsciiCaseless`] a lookup of
+    /// either name may return the other.
+    pub fn case_twins(&self) -> Option<(&Entry, &Entry)> {
+        let mut seen: std::collections::HashMap<Vec<u8>, &Entry> = std::collections::HashMap::new();
+        for e in &self.entries {
+            let folded = e.name.as_bytes().to_ascii_lowercase();
+            match seen.get(&folded) {
+                Some(first) if first.name != e.name => return Some((first, e)),
+                Some(_) => {}
+                None => {
+                    seen.insert(folded, e);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// Why the archive could not be read at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TableError {

@@ -76,7 +76,12 @@ pub fn probe_npz(path: &Path, head: &[u8]) -> bool {
     };
     let mut npy = false;
     for name in ar.file_names_raw() {
-        if name == b"data.pkl" || name.ends_with(b"/data.pkl") {
+        let pkl = b"data.pkl";
+        let tail = &name[name.len().saturating_sub(pkl.len())..];
+        // torch finds `data.pkl` ignoring letter case.
+        if tail.eq_ignore_ascii_case(pkl)
+            && (name.len() == pkl.len() || name[name.len() - pkl.len() - 1] == b'/')
+        {
             return false;
         }
         npy |= name.ends_with(b".npy");
@@ -88,6 +93,16 @@ impl NpzSource {
     /// Validates an `.npz` held in memory; `label` names it in messages.
     pub fn from_bytes(label: &Path, bytes: Vec<u8>, opts: &ReadOptions) -> Result<NpzSource> {
         NpzSource::build(label.to_path_buf(), Backing::Owned(bytes), opts)
+    }
+
+    /// Validates an `.npz` already mapped (a member `scan` unpacked); `label` names it in
+    /// messages.
+    pub fn from_map(
+        label: &Path,
+        map: std::sync::Arc<memmap2::Mmap>,
+        opts: &ReadOptions,
+    ) -> Result<NpzSource> {
+        NpzSource::build(label.to_path_buf(), Backing::Map(map), opts)
     }
 
     /// Sets the size of the buffer used to skip and scatter inflated bytes (default 256 KiB;

@@ -100,6 +100,9 @@ pub fn layout(path: &Path, map: &[u8], limits: &weightport_core::Limits) -> Resu
         entries: table.entries.iter().map(zip_entry).collect(),
         ..ZipLayout::default()
     };
+    if let Some((a, b)) = table.case_twins() {
+        out.anomalies.push(case_twins(a, b));
+    }
     let Some(first) = out.entries.first() else {
         return Err(malformed(0, "empty ZIP archive".into()));
     };
@@ -148,6 +151,20 @@ fn anomaly(a: &archive::Anomaly) -> Anomaly {
     }
 }
 
+/// Two entries torch cannot tell apart: its reader looks names up ignoring letter case.
+fn case_twins(a: &archive::Entry, b: &archive::Entry) -> Anomaly {
+    Anomaly {
+        offset: b.central_start,
+        refused: true,
+        what: format!(
+            "entries `{}` and `{}` differ only in letter case: torch's ZIP reader (miniz) looks \
+             names up ignoring case, so which of them it loads depends on its sort order",
+            weightport_core::sanitize(&a.name),
+            weightport_core::sanitize(&b.name)
+        ),
+    }
+}
+
 fn zip_entry(e: &archive::Entry) -> ZipEntry {
     ZipEntry {
         name: e.name.clone(),
@@ -182,7 +199,9 @@ fn check_prefix(out: &mut ZipLayout) {
             });
             continue;
         };
-        match rest {
+        // torch finds records ignoring case (`ZipLayout::get`), so they are told by the
+        // folded name.
+        match rest.to_ascii_lowercase().as_str() {
             "data.pkl"
             | ".format_version"
             | ".storage_alignment"
@@ -195,7 +214,7 @@ fn check_prefix(out: &mut ZipLayout) {
             r if r
                 .strip_prefix("data/")
                 .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())) => {}
-            r => out.extra.push(weightport_core::sanitize(r)),
+            _ => out.extra.push(weightport_core::sanitize(rest)),
         }
     }
     if torchscript {
@@ -208,10 +227,11 @@ fn check_prefix(out: &mut ZipLayout) {
 }
 
 impl ZipLayout {
-    /// The entry `<prefix>/<rest>`.
+    /// The entry `<prefix>/<rest>` as torch finds it: letter case ignored
+    /// ([`archive::NameRule::AsciiCaseless`]).
     pub fn get(&self, rest: &str) -> Option<&ZipEntry> {
         let full = format!("{}/{rest}", self.prefix);
-        self.entries.iter().find(|e| e.name == full)
+        archive::NameRule::AsciiCaseless.find(&self.entries, |e| &e.name, &full)
     }
 }
 
@@ -350,34 +370,40 @@ pub(crate) fn parse(
     })
 }
 
-/// Opens a torch ZIP checkpoint.
-pub fn open(path: &Path, opts: &ReadOptions, limits: &VmLimits) -> Result<Checkpoint> {
-    let map = map_file(path)?;
+fn storage_record(e: &ZipEntry) -> Record {
+    let data = if e.method == 0 {
+        RecordData::Stored {
+            start: e.data_start,
+        }
+    } else {
+        RecordData::Deflated {
+            start: e.data_start,
+            csize: e.csize,
+            crc: (e.crc != 0).then_some(e.crc),
+        }
+    };
+    Record {
+        name: e.name.clone(),
+        data,
+        len: e.usize,
+    }
+}
+
+/// Opens a torch ZIP checkpoint mapped in `map`; `path` names it in messages.
+pub fn open(
+    path: &Path,
+    opts: &ReadOptions,
+    limits: &VmLimits,
+    map: Arc<Mmap>,
+) -> Result<Checkpoint> {
     let zp = parse(path, &map, opts, limits)?;
     let parsed = zp.parsed.expect("strict parse");
     let sel = crate::source::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
+    // Each storage's record as torch finds it: `data/<key>` looked up ignoring case.
     let mut keyed = HashMap::new();
-    for e in &zp.layout.entries {
-        if let Some(k) = e.name.strip_prefix(&format!("{}/data/", zp.layout.prefix)) {
-            let data = if e.method == 0 {
-                RecordData::Stored {
-                    start: e.data_start,
-                }
-            } else {
-                RecordData::Deflated {
-                    start: e.data_start,
-                    csize: e.csize,
-                    crc: (e.crc != 0).then_some(e.crc),
-                }
-            };
-            keyed.insert(
-                k.to_string(),
-                Record {
-                    name: e.name.clone(),
-                    data,
-                    len: e.usize,
-                },
-            );
+    for s in &parsed.storages {
+        if let Some(e) = zp.layout.get(&format!("data/{}", s.key)) {
+            keyed.insert(s.key.clone(), storage_record(e));
         }
     }
     Checkpoint::build(

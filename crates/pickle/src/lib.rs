@@ -43,7 +43,8 @@ pub fn probe(path: &Path, head: &[u8]) -> bool {
     probe_legacy(path, head) || probe_zip(path, head)
 }
 
-/// A torch ZIP: a ZIP whose central directory holds `<prefix>/data.pkl` (told from `.npz`,
+/// A torch ZIP: a ZIP whose central directory holds `<prefix>/data.pkl`, in any letter case
+/// (told from `.npz`,
 /// whose entries are `*.npy`).
 pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
     if !head.starts_with(b"PK\x03\x04") {
@@ -60,9 +61,16 @@ pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
     };
     let found = ar.file_names().any(|n| {
         n.ok()
-            .is_some_and(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
+            .is_some_and(|n| is_data_pkl(&n) && n.matches('/').count() == 1)
     });
     found
+}
+
+/// Whether a ZIP entry name is `<prefix>/data.pkl` as torch looks it up: letter case ignored
+/// (`DATA.PKL` is loaded too).
+pub fn is_data_pkl(name: &str) -> bool {
+    let n = name.as_bytes();
+    n.len() > 9 && n[n.len() - 9..].eq_ignore_ascii_case(b"/data.pkl")
 }
 
 /// Whether a ZIP archive holds any pickle entry (`*.pkl`: torch checkpoints, TorchScript);
@@ -70,7 +78,9 @@ pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
 pub fn zip_has_pickle(path: &Path) -> Option<bool> {
     let file = std::fs::File::open(path).ok()?;
     let ar = zip::ZipArchive::new(std::io::BufReader::new(file)).ok()?;
-    let found = ar.file_names_raw().any(|n| n.ends_with(b".pkl"));
+    let found = ar
+        .file_names_raw()
+        .any(|n| n.len() >= 4 && n[n.len() - 4..].eq_ignore_ascii_case(b".pkl"));
     Some(found)
 }
 
@@ -118,11 +128,19 @@ pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn TensorSource>> {
 
 /// Opens a PyTorch checkpoint, keeping the concrete type (for [`Checkpoint::report`]).
 pub fn open_checkpoint(path: &Path, opts: &ReadOptions) -> Result<Checkpoint> {
+    open_checkpoint_mapped(path, container::map_file(path)?, opts)
+}
+
+/// [`open_checkpoint`] of a file already mapped (a member the scan unpacked); `path` names it in
+/// messages.
+pub fn open_checkpoint_mapped(
+    path: &Path,
+    map: std::sync::Arc<memmap2::Mmap>,
+    opts: &ReadOptions,
+) -> Result<Checkpoint> {
     let limits = vm_limits(opts);
-    let map = container::map_file(path)?;
     if map.starts_with(b"PK\x03\x04") {
-        drop(map);
-        return container::open(path, opts, &limits);
+        return container::open(path, opts, &limits, map);
     }
     if legacy::starts_with_magic(&map) || matches!(map.first(), Some(0x80 | b'c' | b'(')) {
         return legacy::open(path, opts, &limits, map);

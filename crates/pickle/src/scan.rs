@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use memmap2::Mmap;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 use weightport_core::{Format, MetaValue, ReadOptions, Result};
@@ -92,6 +93,27 @@ pub struct ScanRecord {
     pub referenced: Option<bool>,
 }
 
+/// A pickle the scan read whole (its interpreter and static walk ran over these bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedPickle {
+    /// The ZIP entry it is (`None`: the file itself).
+    pub entry: Option<String>,
+    /// Its length in bytes (inflated).
+    pub size: u64,
+    /// SHA-256 of those bytes.
+    pub sha256: [u8; 32],
+    /// True for the pickle the loader unpickles: `torch.load` takes `<prefix>/data.pkl` of a
+    /// torch ZIP, looked up ignoring letter case, or the whole file of a legacy checkpoint.
+    pub loaded: bool,
+}
+
+impl AuditedPickle {
+    /// The SHA-256 in lowercase hexadecimal.
+    pub fn sha256_hex(&self) -> String {
+        self.sha256.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// The audit of one file.
 #[derive(Debug, Clone)]
 pub struct ScanReport {
@@ -115,6 +137,8 @@ pub struct ScanReport {
     pub tensors: usize,
     /// The strict reader's error, if it refuses the file.
     pub error: Option<String>,
+    /// Every pickle read whole, in file order.
+    pub pickles: Vec<AuditedPickle>,
 }
 
 /// The pickletools name of an opcode.
@@ -200,6 +224,7 @@ struct Acc {
     calls: u64,
     /// Offsets the interpreter reported on: the walk's hazards there are the same constructs.
     vm_offsets: HashSet<u64>,
+    pickles: Vec<AuditedPickle>,
 }
 
 fn finding(offset: Option<u64>, what: String, unsafe_: bool, rule: &'static str) -> ScanFinding {
@@ -229,6 +254,7 @@ impl Acc {
             storages: HashSet::new(),
             calls: 0,
             vm_offsets: HashSet::new(),
+            pickles: Vec::new(),
         }
     }
 
@@ -372,11 +398,15 @@ impl Acc {
             );
             self.push(finding(None, what, false, rules::NOTE));
         }
-        // Every data.pkl-like entry is scanned (a duplicate or second prefix may hide one).
-        for e in layout.entries.iter().filter(|e| e.name.ends_with(".pkl")) {
+        // Every `.pkl` entry is scanned, in any letter case (a second prefix, or a name torch
+        // finds ignoring case, may hide one); the one torch loads is marked.
+        let loaded = layout.get("data.pkl").map(|e| e.header_start);
+        for e in layout.entries.iter().filter(|e| is_pkl_name(&e.name)) {
             match container::entry_bytes(path, map, e, limits.max_pickle_bytes, "pickle size") {
                 Ok(data) => {
                     let base = if e.method == 0 { e.data_start } else { 0 };
+                    let is_loaded = loaded == Some(e.header_start);
+                    self.audited(Some(e.name.clone()), &data, is_loaded);
                     self.pickles(&data, base, PidStyle::Zip, limits, 16);
                 }
                 Err(err) => {
@@ -386,6 +416,15 @@ impl Acc {
             }
         }
         self.records(&layout)
+    }
+
+    fn audited(&mut self, entry: Option<String>, data: &[u8], loaded: bool) {
+        self.pickles.push(AuditedPickle {
+            entry,
+            size: data.len() as u64,
+            sha256: Sha256::digest(data).into(),
+            loaded,
+        });
     }
 
     fn records(&mut self, layout: &container::ZipLayout) -> Vec<ScanRecord> {
@@ -416,8 +455,13 @@ impl Acc {
 
 /// Audits `path`. I/O errors are returned; everything about the content is in the report.
 pub fn scan(path: &Path) -> Result<ScanReport> {
+    Ok(scan_mapped(path, container::map_file(path)?))
+}
+
+/// Audits the file mapped in `map` (a file, or a member the directory scan unpacked); `path`
+/// names it in the report and messages.
+pub fn scan_mapped(path: &Path, map: Arc<Mmap>) -> ScanReport {
     let limits = VmLimits::default();
-    let map = container::map_file(path)?;
     let mut acc = Acc::new();
     let mut records = Vec::new();
     let mut format = None;
@@ -426,6 +470,7 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
         records = acc.zip(path, &map, &limits);
     } else if legacy::starts_with_magic(&map) {
         format = Some(Format::PytorchLegacy);
+        acc.audited(None, &map, true);
         acc.pickles(&map, 0, PidStyle::Legacy, &limits, 5);
     } else if container::is_tar(&map) {
         let what = "legacy tar-format checkpoint (torch <= 0.1.9): refused".to_string();
@@ -433,9 +478,9 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
     } else {
         let what = "not a PyTorch checkpoint; scanned as a raw pickle".to_string();
         acc.push(finding(Some(0), what, true, rules::NOT_VERIFIED));
+        acc.audited(None, &map, true);
         acc.pickles(&map, 0, PidStyle::Zip, &limits, 16);
     }
-    drop(map);
     let mut report = ScanReport {
         path: path.to_path_buf(),
         format,
@@ -447,15 +492,22 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
         entries: Vec::new(),
         tensors: 0,
         error: None,
+        pickles: acc.pickles,
     };
-    strict_read(&mut report);
+    strict_read(&mut report, map);
     if let Some(note) = weights_only_note(&report) {
         report
             .findings
             .push(finding(None, note, false, rules::NOTE));
     }
     report.settle();
-    Ok(report)
+    report
+}
+
+/// Whether a ZIP entry is named like a pickle (`*.pkl`, in any letter case).
+fn is_pkl_name(name: &str) -> bool {
+    let n = name.as_bytes();
+    n.len() >= 4 && n[n.len() - 4..].eq_ignore_ascii_case(b".pkl")
 }
 
 /// Why `torch.load(weights_only=True)` would refuse a file this scan finds data-only: globals
@@ -499,8 +551,8 @@ fn weights_only_note(r: &ScanReport) -> Option<String> {
 /// What the strict reader makes of the file. A refusal of what weightport does not convert
 /// (a quantized tensor, a top-level list) is a note: the pickle was read whole by both the
 /// interpreter and the walk. Any other failure means nothing vouches for the file.
-fn strict_read(report: &mut ScanReport) {
-    match crate::open_checkpoint(&report.path, &ReadOptions::default()) {
+fn strict_read(report: &mut ScanReport, map: Arc<Mmap>) {
+    match crate::open_checkpoint_mapped(&report.path, map, &ReadOptions::default()) {
         Ok(c) => {
             report.entries = c.report().entries.clone();
             report.tensors = weightport_core::TensorSource::tensors(&c).len();
@@ -533,6 +585,7 @@ impl ScanReport {
             entries: Vec::new(),
             tensors: 0,
             error: None,
+            pickles: Vec::new(),
         };
         r.settle();
         r
