@@ -53,6 +53,7 @@ fn report_json(r: &ScanReport) -> Value {
         "entries": r.entries.iter().map(|(k, v)| (k.clone(), meta_json(v))).collect::<serde_json::Map<_, _>>(),
         "tensors": r.tensors,
         "error": r.error,
+        "pickles": r.pickles.iter().map(|x| json!({"entry": x.entry, "size": x.size, "sha256": x.sha256_hex(), "loaded": x.loaded})).collect::<Vec<_>>(),
     })
 }
 

@@ -46,6 +46,17 @@ pub struct Limits {
     /// Importance matrices: most values of one entry (`n_per_row × n_expert`: 7168 × 256 for
     /// the largest MoE models, 1.8 M; the cap is 2^28, 1 GiB of f32).
     pub max_imatrix_values: u64,
+    /// `scan`: bytes unpacked from compressed streams and archive members inside one scanned
+    /// file, all layers together (each layer is spooled to an unlinked temp file, not held in
+    /// memory). A `.tar.gz` of a release is several GB; 16 GiB bounds what a bomb costs.
+    pub max_unpacked_bytes: u64,
+    /// `scan`: the largest ratio of unpacked to packed bytes of one stream, checked past its
+    /// first 64 MiB. gzip cannot pass 1032:1; xz of zeros reaches about 7000:1; 10,000:1
+    /// leaves only bombs (bzip2 and zstd reach millions to one on runs).
+    pub max_unpack_ratio: u64,
+    /// `scan`: streams and archives nested inside one another (a `.tar.gz` holding a
+    /// `.pkl.gz` is three layers).
+    pub max_unpack_depth: usize,
     /// The pickle interpreter's caps.
     pub pickle: PickleLimits,
 }
@@ -72,6 +83,9 @@ impl Default for Limits {
             max_imatrix_entries: 1 << 20,
             max_imatrix_name: 4096,
             max_imatrix_values: 1 << 28,
+            max_unpacked_bytes: 16 << 30,
+            max_unpack_ratio: 10_000,
+            max_unpack_depth: 8,
             pickle: PickleLimits::default(),
         }
     }

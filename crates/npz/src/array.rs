@@ -36,7 +36,7 @@ pub const DEFAULT_SCRATCH: usize = 256 << 10;
 
 /// The bytes a reader reads from: a read-only map of the file, or bytes handed over in memory.
 pub(crate) enum Backing {
-    Map(Mmap),
+    Map(std::sync::Arc<Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -54,7 +54,7 @@ impl Backing {
             return Ok(Backing::Owned(Vec::new()));
         }
         let map = weightport_core::mapped::map(file, path)?;
-        Ok(Backing::Map(map))
+        Ok(Backing::Map(std::sync::Arc::new(map)))
     }
 }
 

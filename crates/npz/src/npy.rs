@@ -119,6 +119,17 @@ impl NpySource {
         )
     }
 
+    /// Validates one `.npy` already mapped (a member `scan` unpacked); `label` names it as in
+    /// [`NpySource::from_bytes`].
+    pub fn from_map(
+        label: &Path,
+        map: std::sync::Arc<memmap2::Mmap>,
+        opts: &ReadOptions,
+    ) -> Result<NpySource> {
+        let name = tensor_name(label)?;
+        NpySource::build(vec![(label.to_path_buf(), name, Backing::Map(map))], opts)
+    }
+
     fn build(parts: Vec<(PathBuf, String, Backing)>, opts: &ReadOptions) -> Result<NpySource> {
         let mut files = Vec::with_capacity(parts.len());
         let mut backings = Vec::with_capacity(parts.len());

@@ -10,11 +10,17 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::{Format, ReadOptions, Result, Sniffed};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use weightport_core::{Limits, Result};
 use weightport_pickle::scan::{rules, ScanFinding};
-pub use weightport_pickle::scan::{ScanReport, Verdict};
+pub use weightport_pickle::scan::{AuditedPickle, ScanReport, Verdict};
 
 use crate::registry::head_of;
+
+mod content;
+mod unpack;
 
 /// Deepest directory nesting walked.
 const MAX_DEPTH: usize = 32;
@@ -59,16 +65,6 @@ impl ScanOutcome {
     }
 }
 
-/// What a file is, for the scan.
-enum Kind {
-    /// Audit as a pickle-bearing checkpoint.
-    Pickle,
-    /// Audit as NumPy.
-    Numpy,
-    /// Holds no code (the reason says what it is).
-    NoCode(String),
-}
-
 fn skipped(path: &Path, reason: impl Into<String>, unverified: bool) -> Skipped {
     Skipped {
         path: path.to_path_buf(),
@@ -76,122 +72,6 @@ fn skipped(path: &Path, reason: impl Into<String>, unverified: bool) -> Skipped 
         unverified,
     }
 }
-
-/// Sniffs `path` by content.
-fn classify(path: &Path, head: &[u8]) -> Kind {
-    match weightport_core::sniff(head) {
-        Sniffed::Zip | Sniffed::Format(Format::PytorchZip) | Sniffed::Format(Format::Npz) => {
-            if weightport_npz::probe_npz(path, head) {
-                Kind::Numpy
-            } else if weightport_pickle::zip_has_pickle(path) == Some(false) {
-                Kind::NoCode("a ZIP archive with no pickle in it".into())
-            } else {
-                Kind::Pickle
-            }
-        }
-        Sniffed::Format(Format::Npy) => Kind::Numpy,
-        Sniffed::Format(Format::PytorchLegacy) => Kind::Pickle,
-        Sniffed::Format(f) => Kind::NoCode(format!("{f}: holds no code")),
-        Sniffed::LfsPointer => Kind::NoCode("a Git LFS pointer (the weights are not here)".into()),
-        Sniffed::Html => Kind::NoCode("an HTML page".into()),
-        Sniffed::Empty => Kind::NoCode("empty".into()),
-        // A pickle can open with a byte that also opens these formats: walk it to be sure.
-        l @ Sniffed::Lookalike(_) if !looks_like_pickle(path) => {
-            Kind::NoCode(l.describe().trim_start_matches("is ").to_string())
-        }
-        Sniffed::Lookalike(_) => Kind::Pickle,
-        Sniffed::Unknown if weightport_pickle::probe(path, head) || looks_like_pickle(path) => {
-            Kind::Pickle
-        }
-        Sniffed::Unknown => Kind::NoCode("not a pickle (text or another format)".into()),
-    }
-}
-
-/// How much of a file of unknown content is walked to tell a text pickle from other bytes: a
-/// pickle names its first global or call long before this.
-const SNIFF_WALK_BYTES: u64 = 64 << 20;
-
-/// A protocol 0/1 pickle (no `PROTO` header) is told from text by walking its start.
-fn looks_like_pickle(path: &Path) -> bool {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    let read =
-        std::fs::File::open(path).and_then(|f| f.take(SNIFF_WALK_BYTES).read_to_end(&mut bytes));
-    if read.is_err() {
-        return true; // unreadable here: let the audit report it
-    }
-    weightport_pickle::walk::walk(&bytes, 1 << 28).looks_like_pickle()
-}
-
-/// Audits one file by its kind.
-fn audit(path: &Path, kind: &Kind) -> Result<ScanReport> {
-    match kind {
-        Kind::Pickle => weightport_pickle::scan(path),
-        Kind::Numpy => Ok(audit_numpy(path)),
-        Kind::NoCode(what) => Ok(ScanReport::single(
-            path,
-            None,
-            ScanFinding {
-                offset: None,
-                what: what.clone(),
-                unsafe_: false,
-                rule: rules::NOTE,
-            },
-        )),
-    }
-}
-
-/// `.npy`/`.npz`: the reader that `convert` uses decides; an object array (a pickle) is
-/// unsafe, as `convert` refuses it, and so is anything else it cannot read.
-fn audit_numpy(path: &Path) -> ScanReport {
-    let head = head_of(path).unwrap_or_default();
-    let npz = !head.starts_with(b"\x93NUMPY");
-    let opened = if npz {
-        weightport_npz::open_npz(path, &ReadOptions::default()).map(|s| s.tensors().len())
-    } else {
-        weightport_npz::open_npy(path, &ReadOptions::default()).map(|s| s.tensors().len())
-    };
-    let format = Some(if npz { Format::Npz } else { Format::Npy });
-    match opened {
-        Ok(n) => {
-            let what = format!("NumPy arrays of numeric dtypes only ({n}): no pickle");
-            let mut r = ScanReport::single(path, format, note(what));
-            r.tensors = n;
-            r
-        }
-        Err(e) => {
-            let object = e.to_string().contains("object array");
-            let rule = if object {
-                rules::OBJECT_ARRAY
-            } else {
-                rules::NOT_VERIFIED
-            };
-            let mut r = ScanReport::single(
-                path,
-                format,
-                ScanFinding {
-                    offset: e.location().and_then(|l| l.offset),
-                    what: e.to_string(),
-                    unsafe_: true,
-                    rule,
-                },
-            );
-            r.error = Some(e.to_string());
-            r
-        }
-    }
-}
-
-fn note(what: String) -> ScanFinding {
-    ScanFinding {
-        offset: None,
-        what,
-        unsafe_: false,
-        rule: rules::NOTE,
-    }
-}
-
-use weightport_core::TensorSource;
 
 /// The walk over a directory tree.
 struct Walker {
@@ -303,26 +183,44 @@ impl Walker {
                 self.out.skipped.push(skipped(p, why, false));
                 continue;
             }
-            match scan_one(p) {
-                Ok(Ok(report)) => self.out.reports.push(report),
-                Ok(Err(skip)) => self.out.skipped.push(skip),
-                Err(e) => self.out.skipped.push(skipped(p, e.to_string(), true)),
+            if let Err(e) = scan_one(p, &mut self.out) {
+                self.out.skipped.push(skipped(p, e.to_string(), true));
             }
         }
     }
 }
 
-/// One file: its report, or why it was skipped.
-fn scan_one(p: &Path) -> Result<std::result::Result<ScanReport, Skipped>> {
-    let head = match head_of(p) {
-        Ok(h) => h,
-        Err(weightport_core::Error::Usage(m)) => return Ok(Err(skipped(p, m, false))),
+/// Maps one regular file (a file that cannot be read is returned as the error).
+fn map_file(p: &Path) -> Result<Option<Arc<Mmap>>> {
+    let head = head_of(p)?;
+    if head.is_empty() {
+        return Ok(None);
+    }
+    let (file, _) = weightport_core::mapped::open_input(p, "")?;
+    Ok(Some(Arc::new(weightport_core::mapped::map(&file, p)?)))
+}
+
+/// Audits the file `p` by its content into `out`, unpacking what wraps it.
+fn scan_one(p: &Path, out: &mut ScanOutcome) -> Result<()> {
+    let map = match map_file(p) {
+        Ok(m) => m,
+        Err(weightport_core::Error::Usage(m)) => {
+            out.skipped.push(skipped(p, m, false));
+            return Ok(());
+        }
         Err(e) => return Err(e),
     };
-    match classify(p, &head) {
-        Kind::NoCode(what) => Ok(Err(skipped(p, what, false))),
-        kind => audit(p, &kind).map(Ok),
-    }
+    let limits = Limits::default();
+    let mut auditor = content::Auditor {
+        out,
+        budget: unpack::Budget::new(&limits),
+        limits,
+    };
+    auditor.audit(content::Blob {
+        shown: p.to_path_buf(),
+        map,
+    });
+    Ok(())
 }
 
 /// Scans `path`: a file (audited whatever it is; a file with no code gets a report that says
@@ -330,12 +228,10 @@ fn scan_one(p: &Path) -> Result<std::result::Result<ScanReport, Skipped>> {
 pub fn scan(path: &Path) -> Result<ScanOutcome> {
     let meta = std::fs::metadata(path).map_err(|e| weightport_core::Error::io(path, "open", e))?;
     if !meta.is_dir() {
-        let head = head_of(path)?;
-        let kind = classify(path, &head);
-        return Ok(ScanOutcome {
-            reports: vec![audit(path, &kind)?],
-            skipped: Vec::new(),
-        });
+        head_of(path)?;
+        let mut out = ScanOutcome::default();
+        scan_one(path, &mut out)?;
+        return Ok(single_file(out));
     }
     let root = path
         .canonicalize()
@@ -348,4 +244,19 @@ pub fn scan(path: &Path) -> Result<ScanOutcome> {
     w.dir(path, 0);
     w.audit_all();
     Ok(w.out)
+}
+
+/// A file named on its own gets a report even when it holds no code: the note says what it is.
+fn single_file(mut out: ScanOutcome) -> ScanOutcome {
+    if out.reports.is_empty() && out.skipped.len() == 1 && !out.skipped[0].unverified {
+        let s = out.skipped.remove(0);
+        let f = ScanFinding {
+            offset: None,
+            what: s.reason,
+            unsafe_: false,
+            rule: rules::NOTE,
+        };
+        out.reports.push(ScanReport::single(&s.path, None, f));
+    }
+    out
 }
