@@ -493,3 +493,278 @@ fn fifos_devices_loops_and_huge_files_do_not_hang_the_scan() {
     assert_eq!(v["unverified"], 1, "{v}");
     assert_eq!(v["skipped"].as_array().unwrap().len(), 4, "{v}");
 }
+
+/// The entries of a real torch.save file, by name.
+fn torch_entries(path: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    (0..z.len())
+        .map(|i| {
+            let mut f = z.by_index(i).unwrap();
+            let mut b = Vec::new();
+            f.read_to_end(&mut b).unwrap();
+            (f.name().unwrap().to_string(), b)
+        })
+        .collect()
+}
+
+/// One archive of the differential property: the real checkpoint's entries, names re-cased at
+/// random (prefix and leaf), an os.system pickle added under a `data.pkl` of any case, entries
+/// shuffled, duplicated or deflated.
+fn case_archive(
+    next: &mut impl FnMut() -> u64,
+    good: &[(String, Vec<u8>)],
+    evil: &[u8],
+) -> Vec<u8> {
+    use weightport_miniz_oracle::craft::Entry;
+    let recase = |s: &str, bits: u64| -> String {
+        s.chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if bits >> (i % 64) & 1 == 1 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect()
+    };
+    let mut entries: Vec<Entry> = Vec::new();
+    for (name, data) in good {
+        let r = next();
+        let (prefix, leaf) = name.split_once('/').unwrap();
+        let name = match r % 16 {
+            0 => recase(name, next()),
+            1..=4 => format!("{prefix}/{}", recase(leaf, next())),
+            _ => name.clone(),
+        };
+        entries.push(Entry {
+            name: name.into_bytes(),
+            data: data.clone(),
+            deflate: r.is_multiple_of(3),
+        });
+    }
+    for _ in 0..next() % 3 {
+        let r = next();
+        let leaf = recase("data.pkl", next() & next());
+        let prefix = if r.is_multiple_of(5) {
+            recase("archive", next())
+        } else {
+            "archive".into()
+        };
+        let at = (next() as usize) % (entries.len() + 1);
+        let e = Entry {
+            name: format!("{prefix}/{leaf}").into_bytes(),
+            data: evil.to_vec(),
+            deflate: r.is_multiple_of(2),
+        };
+        entries.insert(at, e);
+    }
+    if next().is_multiple_of(4) {
+        let i = (next() as usize) % entries.len();
+        let dup = Entry {
+            name: entries[i].name.clone(),
+            data: evil.to_vec(),
+            deflate: false,
+        };
+        entries.push(dup);
+    }
+    weightport_miniz_oracle::craft::zip(&entries)
+}
+
+/// The differential property of issue 28: the bytes torch's own ZIP reader (miniz, built from
+/// source, driven as `PyTorchStreamReader` drives it) would unpickle are exactly the bytes the
+/// scan audited as the loaded pickle whenever the scan passes a file. Archives re-case the
+/// names of a real torch.save file and add an os.system pickle under `data.pkl` in any case.
+#[test]
+fn a_passing_scan_audited_the_bytes_torch_unpickles() {
+    use sha2::{Digest, Sha256};
+    let good = torch_entries(&fixtures().join("good/pickle/archive_prefix.pt"));
+    let evil = torch_entries(&fixtures().join("hostile/pickle/02_rce_global_posix_system.pt"))
+        .into_iter()
+        .find(|(n, _)| n.ends_with("data.pkl"))
+        .unwrap()
+        .1;
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut passed, mut torch_runs_evil) = (0, 0);
+    for case in 0..600 {
+        let bytes = case_archive(&mut next, &good, &evil);
+        let path = dir.path().join(format!("case{case}.pt"));
+        std::fs::write(&path, &bytes).unwrap();
+        let torch = weightport_miniz_oracle::torch_data_pkl(&bytes);
+        let outcome = weightport_pipeline::scan::scan(&path).unwrap();
+        if torch.as_deref() == Ok(&evil[..]) {
+            torch_runs_evil += 1;
+            assert!(
+                !outcome.passed(),
+                "case {case}: torch runs the payload, the scan passed"
+            );
+        }
+        if !outcome.passed() {
+            continue;
+        }
+        passed += 1;
+        let torch = torch.unwrap_or_else(|e| panic!("case {case}: passed, torch reads: {e}"));
+        let want: [u8; 32] = Sha256::digest(&torch).into();
+        let loaded: Vec<_> = outcome
+            .reports
+            .iter()
+            .flat_map(|r| &r.pickles)
+            .filter(|p| p.loaded)
+            .collect();
+        assert!(
+            loaded.len() == 1 && loaded[0].sha256 == want,
+            "case {case}: the scan passed having audited {loaded:?}, torch unpickles other bytes"
+        );
+    }
+    // Both sides of the property were reached.
+    assert!(
+        passed > 50 && torch_runs_evil > 50,
+        "passed {passed}, evil {torch_runs_evil}"
+    );
+}
+
+fn manifest(dir: &str) -> Vec<Value> {
+    let dir = fixtures().join(dir);
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("MANIFEST.json")).unwrap()).unwrap();
+    m.as_array().unwrap().clone()
+}
+
+/// Issue 28: pickles a real loader unpickles through a re-cased ZIP name (torch), a
+/// compressed stream (joblib, pandas, zstandard) or an archive (tar, a ZIP member of any name):
+/// the generator proved each payload runs under that loader; every one scans unsafe, with the
+/// os.system call listed, and no report of the file passes.
+#[test]
+fn every_file_a_loader_unpickles_through_a_wrapper_or_a_recased_name_is_unsafe() {
+    let entries = manifest("hostile/scan_loaders");
+    assert!(entries.len() >= 19);
+    for e in entries {
+        let name = e["name"].as_str().unwrap();
+        let ran = e["loader_runs_payload"].as_bool().unwrap();
+        // The one file whose payload this torch does not load is ambiguous to other sorts.
+        assert_eq!(ran, name != "zip_case_twin_not_loaded", "{name}: {e}");
+        let path = fixtures()
+            .join("hostile/scan_loaders")
+            .join(e["file"].as_str().unwrap());
+        let (code, v) = scan_json(&path);
+        assert_eq!(code, 3, "{name}: {v}");
+        assert_eq!(v["unsafe"].as_u64(), Some(1), "{name}: {v}");
+        let g: Vec<String> = v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(globals)
+            .collect();
+        assert!(
+            g.iter().any(|g| g == "posix.system" || g == "os.system"),
+            "{name}: the payload is not listed: {v}"
+        );
+    }
+}
+
+/// `convert` reads a torch ZIP's entries as torch does: the re-cased pickle is the one it
+/// interprets (and refuses), and names that differ only in case are refused as ambiguous.
+#[test]
+fn convert_reads_recased_entries_as_torch_does_and_refuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for e in manifest("hostile/scan_loaders") {
+        let file = e["file"].as_str().unwrap();
+        if !file.ends_with(".pt") {
+            continue;
+        }
+        let out = dir.path().join(format!("{file}.safetensors"));
+        let path = fixtures().join("hostile/scan_loaders").join(file);
+        let o = wp(&[
+            "convert",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{file}: {err}");
+        assert!(
+            err.contains("posix.system") || err.contains("differ only in letter case"),
+            "{file}: {err}"
+        );
+        assert!(!out.exists(), "{file}");
+    }
+    // A checkpoint whose storage records are upper case is what torch.load reads.
+    let good = fixtures().join("good/scan_loaders/storage_records_upper_case.pt");
+    let out = dir.path().join("upper.safetensors");
+    let o = wp(&[
+        "convert",
+        good.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = fixtures().join("expected/scan_loaders/storage_records_upper_case.safetensors");
+    let o = wp(&[
+        "verify",
+        out.to_str().unwrap(),
+        "--against",
+        expected.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// A layer the scan cannot read to its end (a bomb past the ratio cap, nesting past the depth
+/// cap, an archive format it does not read, a truncated stream) fails the scan, with the rule
+/// that says why.
+#[test]
+fn what_the_scan_cannot_unpack_fails_closed() {
+    for e in manifest("hostile/scan_unreadable") {
+        let file = e["file"].as_str().unwrap();
+        let (code, v) = scan_json(&fixtures().join("hostile/scan_unreadable").join(file));
+        assert_eq!(code, 3, "{file}: {v}");
+        let rules: Vec<&str> = v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f["findings"].as_array().unwrap())
+            .filter(|f| f["unsafe"] == true)
+            .map(|f| f["rule"].as_str().unwrap())
+            .collect();
+        assert!(
+            rules.contains(&e["rule"].as_str().unwrap()),
+            "{file}: {rules:?}"
+        );
+    }
+}
+
+/// Wrapped files that hold no code (a release tarball of safetensors, config and a torch state
+/// dict; a gzipped torch.save file; upper-case storage records) scan safe, every member
+/// accounted for.
+#[test]
+fn wrapped_files_without_code_scan_safe() {
+    for e in manifest("good/scan_loaders") {
+        let file = e["file"].as_str().unwrap();
+        let (code, v) = scan_json(&fixtures().join("good/scan_loaders").join(file));
+        assert_eq!(code, 0, "{file}: {v}");
+        assert_eq!(v["unverified"].as_u64(), Some(0), "{file}: {v}");
+    }
+    let (_, v) = scan_json(&fixtures().join("good/scan_loaders/release.tar.gz"));
+    let paths: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(v["skipped"].as_array().unwrap())
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for member in ["model.safetensors", "config.json", "pytorch_model.bin"] {
+        assert!(
+            paths
+                .iter()
+                .any(|p| p.ends_with(&format!("!release/{member}"))),
+            "{paths:?}"
+        );
+    }
+}
