@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use weightport_core::Error;
 use weightport_pipeline::attest;
+use weightport_pipeline::side::{self, SideFile};
 use weightport_pipeline::ConvertReport;
 
 use crate::args::{ConvertArgs, VerifyArgs};
@@ -74,9 +75,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
 }
 
-/// Writes what `--attest` and `--report` asked for, after a committed conversion; `job` (the
-/// job file's output it was made as) goes into the recipe.
-pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport, job: Option<Value>) -> Result<(), Error> {
+/// The side files `a` asks for (`--attest`, `--report`), which the conversion checks with its
+/// output before writing anything.
+pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
+    let attest = a.attest.as_deref().map(|p| SideFile::new("--attest", p));
+    let report = a.report.as_deref().map(|p| SideFile::new("--report", p));
+    attest.into_iter().chain(report).collect()
+}
+
+/// Writes what `--attest` and `--report` asked for, after a committed conversion (atomically,
+/// replacing an existing file only if `force`); `job` (the job file's output it was made as)
+/// goes into the recipe.
+pub fn write_outputs(
+    a: &ConvertArgs,
+    r: &ConvertReport,
+    job: Option<Value>,
+    force: bool,
+) -> Result<(), Error> {
+    if r.dry_run {
+        return Ok(());
+    }
     if let (Some(path), Some(prov)) = (&a.attest, &r.provenance) {
         let mut recipe = recipe(a);
         if let Some(j) = job {
@@ -86,10 +104,11 @@ pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport, job: Option<Value>) -> 
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');
-        write_atomic(path, &text)?;
+        side::write(&SideFile::new("--attest", path), &text, force)?;
     }
     if let Some(path) = &a.report {
-        write_atomic(path, crate::report::html(r).as_bytes())?;
+        let html = crate::report::html(r);
+        side::write(&SideFile::new("--report", path), html.as_bytes(), force)?;
     }
     Ok(())
 }

@@ -331,20 +331,22 @@ fn pending(
     })
 }
 
-/// After output `o` was made: its attestation and report, and its record in the state.
+/// After output `o` was made: its attestation and report (replacing files there only if
+/// `force`: the output's own, which its conversion checked), and its record in the state.
 fn made(
     o: &PlannedOutput,
     cx: &Ctx,
     report: ConvertReport,
     (state, state_path): (&mut State, Option<&Path>),
     known: &BTreeMap<PathBuf, String>,
+    force: bool,
 ) -> Result<Outcome, Error> {
     if report.dry_run {
         return Ok(Outcome::Planned(Box::new(report)));
     }
     let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
                          "convert": o.argv});
-    crate::attest::write_outputs(&o.args, &report, Some(made_as))?;
+    crate::attest::write_outputs(&o.args, &report, Some(made_as), force)?;
     if let Some(path) = state_path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
@@ -536,7 +538,7 @@ pub fn run_job(
         for (m, r) in g.members.into_iter().zip(results) {
             let o = &job.outputs[m.index];
             let st = (&mut state, job.state.as_deref());
-            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known)) {
+            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known, m.opts.force)) {
                 Ok(x) => x,
                 Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
                 Err(e) => Outcome::Failed(e),

@@ -1,0 +1,339 @@
+//! Side files (issue 28, items 3, 4, 9 and part of 10): what `--attest`, `--report`, a job's
+//! `attest`/`report`, `plan --plan` and a unit's failure record write never replaces an input,
+//! an output or another side file, nor an existing file without `--force`; it is written
+//! through a fresh temp file and a rename; every refusal comes before anything is written.
+//! `-o PATH:KEYS` is read as the job file reads its keys; a job is checked whole before any of
+//! it runs. Every case is an attack made through the command line, as a user would make it;
+//! the reference is the bytes of the files before the command (the fixtures as committed).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::arch::sha_file;
+use common::{fixtures, wp};
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The exit code is `code`; stderr.
+fn code(o: &Output, code: i32) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{e}");
+    e
+}
+
+/// The names in `dir` (hidden ones too), sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A copy of the single-file repo's weights in `dir` (a safetensors file written by
+/// safetensors-py, fixtures/gen).
+fn input_in(dir: &Path) -> PathBuf {
+    let p = dir.join("in.safetensors");
+    std::fs::copy(fixtures().join("good/hf_repo_single/model.safetensors"), &p).unwrap();
+    p
+}
+
+/// `--attest`/`--report` onto the input weights: with and without `--force`, through a
+/// symlink, and a hard link. Before: exit 0, the input replaced by the statement. Now: exit 2
+/// naming the flag and the path; the input is the fixture's bytes; no output, no temp file.
+#[test]
+fn a_side_file_onto_the_input_is_refused_and_the_input_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let want = sha_file(&fixtures().join("good/hf_repo_single/model.safetensors"));
+    let link = t.path().join("link.json");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let hard = t.path().join("hard.json");
+    std::fs::hard_link(&input, &hard).unwrap();
+    let out = t.path().join("out.gguf");
+    let cases: [(&str, &Path, &[&str]); 6] = [
+        ("--attest", &input, &[]),
+        ("--attest", &input, &["--force"]),
+        ("--report", &input, &["--force"]),
+        ("--attest", &link, &["--force"]),
+        ("--report", &hard, &["--force"]),
+        ("--attest", &input, &["--force", "--no-verify"]),
+    ];
+    for (flag, side, extra) in cases {
+        let mut a = vec!["convert", s(&input), "-o", s(&out), flag, s(side)];
+        a.extend(extra);
+        let e = code(&wp(&a), 2);
+        assert!(e.contains(flag) && e.contains(s(side)), "{flag} {e}");
+        assert_eq!(
+            sha_file(&input),
+            want,
+            "{flag} {side:?} {extra:?}: input changed"
+        );
+        assert!(!out.exists(), "{flag} {extra:?}: an output was committed");
+        assert_eq!(
+            names(t.path()),
+            ["hard.json", "in.safetensors", "link.json"],
+            "{flag} {extra:?}"
+        );
+    }
+    // A repo input: its weights and its companions are inputs too.
+    let out = t.path().join("out.safetensors");
+    let repo = t.path().join("repo");
+    common::arch::copy_tree(&fixtures().join("good/hf_repo_sharded"), &repo);
+    for name in ["model-00002-of-00003.safetensors", "config.json"] {
+        let victim = repo.join(name);
+        let before = sha_file(&victim);
+        let e = code(
+            &wp(&[
+                "convert",
+                s(&repo),
+                "-o",
+                s(&out),
+                "--attest",
+                s(&victim),
+                "--force",
+            ]),
+            2,
+        );
+        assert!(e.contains("--attest") && e.contains(name), "{e}");
+        assert_eq!(sha_file(&victim), before, "{name}");
+        assert!(!out.exists());
+    }
+}
+
+/// A side file onto the output it describes, onto a file of an output repo, or two side files
+/// at one path: refused before the output is committed (the output is not there afterwards).
+#[test]
+fn a_side_file_onto_an_output_or_another_side_file_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let gguf = t.path().join("out.gguf");
+    let repo = t.path().join("r");
+    let cases: Vec<(Vec<String>, &str, &Path)> = vec![
+        (
+            vec![
+                "-o".into(),
+                s(&gguf).into(),
+                "--report".into(),
+                s(&gguf).into(),
+            ],
+            "--report",
+            &gguf,
+        ),
+        (
+            vec![
+                "-o".into(),
+                s(&gguf).into(),
+                "--attest".into(),
+                s(&gguf).into(),
+                "--force".into(),
+            ],
+            "--attest",
+            &gguf,
+        ),
+        (
+            vec![
+                "-o".into(),
+                s(&repo).into(),
+                "--attest".into(),
+                s(&repo.join("model.safetensors")).into(),
+                "--force".into(),
+            ],
+            "--attest",
+            &repo,
+        ),
+        (
+            vec![
+                "-o".into(),
+                s(&gguf).into(),
+                "--attest".into(),
+                s(&t.path().join("same.json")).into(),
+                "--report".into(),
+                s(&t.path().join("same.json")).into(),
+            ],
+            "same.json",
+            &gguf,
+        ),
+    ];
+    for (args, want, out) in cases {
+        let mut a = vec!["convert", s(&input)];
+        a.extend(args.iter().map(String::as_str));
+        let e = code(&wp(&a), 2);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert!(!out.exists(), "{args:?}: an output was committed");
+        assert!(!t.path().join("same.json").exists());
+    }
+    // The statement may lie inside the repo it describes, under a name of its own.
+    let inside = repo.join("provenance.intoto.json");
+    let o = wp(&["convert", s(&input), "-o", s(&repo), "--attest", s(&inside)]);
+    code(&o, 0);
+    let o = wp(&["verify", "--attestation", s(&inside), s(&repo)]);
+    code(&o, 0);
+}
+
+/// An existing file at a side file's path is refused without `--force` (nothing written, the
+/// file as it was) and replaced with it.
+#[test]
+fn an_existing_side_file_needs_force() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let out = t.path().join("out.gguf");
+    for flag in ["--attest", "--report"] {
+        let side = t.path().join("mine.txt");
+        std::fs::write(&side, b"mine").unwrap();
+        let e = code(
+            &wp(&["convert", s(&input), "-o", s(&out), flag, s(&side)]),
+            2,
+        );
+        assert!(
+            e.contains(flag) && e.contains("mine.txt") && e.contains("--force"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&side).unwrap(), b"mine");
+        assert!(!out.exists(), "{flag}: an output was committed");
+        let o = wp(&[
+            "convert",
+            s(&input),
+            "-o",
+            s(&out),
+            flag,
+            s(&side),
+            "--force",
+        ]);
+        code(&o, 0);
+        assert_ne!(std::fs::read(&side).unwrap(), b"mine");
+        std::fs::remove_file(&out).unwrap();
+    }
+}
+
+/// A symlink planted where the old writer put its temp file (`.NAME.wp-tmp`, a fixed name
+/// written with `open(O_CREAT|O_TRUNC)`, which follows it): the file it points to is not
+/// written, and the side file is a regular file of its own.
+#[test]
+fn side_files_are_written_through_a_fresh_temp_file() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let victim = t.path().join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    let att = t.path().join("a.json");
+    let rep = t.path().join("r.html");
+    for side in [&att, &rep] {
+        let name = side.file_name().unwrap().to_str().unwrap();
+        let planted = t.path().join(format!(".{name}.wp-tmp"));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    }
+    let o = wp(&[
+        "convert",
+        s(&input),
+        "-o",
+        s(&t.path().join("out.gguf")),
+        "--attest",
+        s(&att),
+        "--report",
+        s(&rep),
+    ]);
+    code(&o, 0);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    for side in [&att, &rep] {
+        let m = std::fs::symlink_metadata(side).unwrap();
+        assert!(m.file_type().is_file(), "{side:?} is not a regular file");
+    }
+    let st: serde_json::Value = serde_json::from_slice(&std::fs::read(&att).unwrap()).unwrap();
+    assert_eq!(st["_type"], "https://in-toto.io/Statement/v1");
+    assert!(std::fs::read_to_string(&rep)
+        .unwrap()
+        .starts_with("<!DOCTYPE html>"));
+}
+
+/// In a job, an existing side file without `force` refuses its output before it is made, as
+/// an existing output is refused; the other outputs are made.
+#[test]
+fn a_job_output_with_an_existing_side_file_is_refused_alone() {
+    let t = tempfile::tempdir().unwrap();
+    input_in(t.path());
+    std::fs::write(t.path().join("taken.html"), b"mine").unwrap();
+    let job = t.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"a.safetensors\"\n\
+         [[job.output]]\npath = \"b.gguf\"\nreport = \"taken.html\"\n",
+    )
+    .unwrap();
+    let e = code(&wp(&["run", s(&job)]), 2);
+    assert!(e.contains("taken.html") && e.contains("--force"), "{e}");
+    assert_eq!(std::fs::read(t.path().join("taken.html")).unwrap(), b"mine");
+    assert!(t.path().join("a.safetensors").is_file());
+    assert!(!t.path().join("b.gguf").exists());
+}
+
+/// `plan --plan FILE --force` onto the input: refused, the input kept.
+#[test]
+fn a_plan_file_onto_the_input_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let want = sha_file(&input);
+    let e = code(
+        &wp(&[
+            "plan",
+            s(&input),
+            "-o",
+            s(&t.path().join("out.gguf")),
+            "--units",
+            "2",
+            "--plan",
+            s(&input),
+            "--force",
+        ]),
+        2,
+    );
+    assert!(e.contains("--plan") && e.contains("in.safetensors"), "{e}");
+    assert_eq!(sha_file(&input), want);
+}
+
+/// A unit that fails records why in the staging directory: a symlink planted there under the
+/// record's name is replaced, the file it points to not written.
+#[test]
+fn a_failed_unit_record_does_not_write_through_a_planted_symlink() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    common::arch::copy_tree(&fixtures().join("good/hf_repo_sharded"), &repo);
+    let out = t.path().join("out");
+    let plan = t.path().join("job.plan.json");
+    let o = wp(&[
+        "plan",
+        s(&repo),
+        "-o",
+        s(&out),
+        "--shard-size",
+        "12KB",
+        "--units",
+        "2",
+        "--plan",
+        s(&plan),
+    ]);
+    code(&o, 0);
+    let staging = t.path().join(".out.wp-units");
+    std::fs::create_dir_all(&staging).unwrap();
+    let victim = t.path().join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    let record = staging.join("unit-00000.failed.json");
+    std::os::unix::fs::symlink(&victim, &record).unwrap();
+    // An input changed after planning: the unit fails and records it.
+    std::fs::write(repo.join("config.json"), b"{}\n").unwrap();
+    let e = code(&wp(&["unit", s(&plan), "--index", "0"]), 1);
+    assert!(e.contains("changed since the plan"), "{e}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let m = std::fs::symlink_metadata(&record).unwrap();
+    assert!(m.file_type().is_file(), "the record is a file of its own");
+    let f = wp(&["finish", s(&plan)]);
+    assert!(stderr(&f).contains("failed: 0 ("), "{}", stderr(&f));
+}
