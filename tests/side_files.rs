@@ -18,6 +18,15 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Runs weightport in `dir` (so that a relative path the command makes up stays there).
+fn wp_in(dir: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run weightport")
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -273,6 +282,149 @@ fn a_job_output_with_an_existing_side_file_is_refused_alone() {
     assert_eq!(std::fs::read(t.path().join("taken.html")).unwrap(), b"mine");
     assert!(t.path().join("a.safetensors").is_file());
     assert!(!t.path().join("b.gguf").exists());
+}
+
+/// `-o PATH:KEYS` reads `attest`/`report` as the job file does: `true` is a file beside the
+/// output, a bare key is `true`, a path is a path. Before: a file named `true`, and
+/// `q.gguf:quant=Q8_0,report` a safetensors repo named after the whole string.
+#[test]
+fn output_keys_attest_and_report_are_read_as_the_job_file_reads_them() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let a = t.path().join("a.safetensors");
+    let q = t.path().join("q.gguf");
+    let o = wp_in(
+        t.path(),
+        &[
+            "convert",
+            s(&input),
+            "-o",
+            &format!("{}:attest=true", a.display()),
+            "-o",
+            &format!("{}:quant=Q8_0,report", q.display()),
+        ],
+    );
+    code(&o, 0);
+    assert_eq!(
+        names(t.path()),
+        [
+            "a.safetensors",
+            "a.safetensors.intoto.json",
+            "in.safetensors",
+            "q.gguf",
+            "q.gguf.html"
+        ]
+    );
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("a.safetensors.intoto.json")).unwrap())
+            .unwrap();
+    assert_eq!(st["subject"][0]["name"], "a.safetensors");
+    // A path that is a path: a file named as given.
+    let b = t.path().join("b.safetensors");
+    let o = wp_in(
+        t.path(),
+        &[
+            "convert",
+            s(&input),
+            "-o",
+            &format!(
+                "{}:attest={},report=false",
+                b.display(),
+                t.path().join("true").display()
+            ),
+            "-o",
+            s(&t.path().join("c.safetensors")),
+        ],
+    );
+    code(&o, 0);
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("true")).unwrap()).unwrap();
+    assert_eq!(st["subject"][0]["name"], "b.safetensors");
+}
+
+/// `plan` makes one output and takes its options as flags: `-o m.gguf:quant=Q8_0` is
+/// refused, not planned as a safetensors repo named after the whole string (as before).
+#[test]
+fn plan_refuses_output_keys() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let spec = format!("{}:quant=Q8_0", t.path().join("m.gguf").display());
+    let e = code(&wp(&["plan", s(&input), "-o", &spec, "--units", "2"]), 2);
+    assert!(
+        e.contains("m.gguf:quant=Q8_0") && e.contains("--quant"),
+        "{e}"
+    );
+    assert_eq!(names(t.path()), ["in.safetensors"]);
+}
+
+/// Options after the colon that are ambiguous or wrong are refused naming the key, and nothing
+/// is written: an unknown key next to a known one, a key without its value, a switch with a
+/// value other than true/false, a key given twice, a value where none is taken.
+#[test]
+fn output_keys_that_are_ambiguous_are_refused_naming_the_key() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let o = |spec: &str| {
+        let p = format!("{}/{spec}", t.path().display());
+        wp_in(
+            t.path(),
+            &[
+                "convert",
+                s(&input),
+                "-o",
+                &p,
+                "-o",
+                s(&t.path().join("z.gguf")),
+            ],
+        )
+    };
+    for (spec, key) in [
+        ("a.gguf:quant=Q8_0,quantt=Q4_0", "quantt"),
+        ("a.gguf:quant", "quant"),
+        ("a.gguf:pure=maybe,quant=Q8_0", "pure"),
+        ("a.gguf:quant=Q8_0,quant=Q4_0", "quant"),
+        ("a.gguf:attest=", "attest"),
+        ("a.gguf:threads=lots", "threads"),
+    ] {
+        let e = code(&o(spec), 2);
+        assert!(e.contains(&format!("`{key}`")), "{spec}: {e}");
+        assert_eq!(names(t.path()), ["in.safetensors"], "{spec}");
+    }
+}
+
+/// `-o x.safetensors:pure`: before, "the following required arguments were not provided:"
+/// and nothing after it; now the missing option is named.
+#[test]
+fn a_missing_required_option_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let spec = format!("{}:pure", t.path().join("x.safetensors").display());
+    let e = code(&wp(&["convert", s(&input), "-o", &spec]), 2);
+    assert!(e.contains("quant"), "{e}");
+    let o = wp(&["--json", "convert", s(&input), "-o", &spec]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("quant"), "{m}");
+    // The plain command line, and a job file, name it too.
+    let o = wp(&[
+        "--json",
+        "convert",
+        s(&input),
+        "-o",
+        "x.safetensors",
+        "--pure",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("--quant"), "{m}");
+    let job = t.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"x.gguf\"\npure = true\n",
+    )
+    .unwrap();
+    let e = code(&wp(&["run", s(&job)]), 2);
+    assert!(e.contains("job.toml:4") && e.contains("quant"), "{e}");
 }
 
 /// `plan --plan FILE --force` onto the input: refused, the input kept.

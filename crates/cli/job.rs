@@ -63,12 +63,56 @@ pub enum OneOrMany {
     Many(Vec<String>),
 }
 
+/// What a key's value is, for reading `-o PATH:KEY=VALUE` as the job file reads the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `true`/`false`; a bare key is `true`.
+    Switch,
+    /// `true`/`false` or a path; a bare key is `true`.
+    Toggle,
+    /// A whole number.
+    Count,
+    /// A byte count, or text as on the command line (`5GB`).
+    Size,
+    /// Text.
+    Text,
+    /// A list of texts: the key once per item.
+    List,
+}
+
+/// The [`Kind`] of each option type.
+trait OptionKind {
+    const KIND: Kind;
+}
+impl OptionKind for bool {
+    const KIND: Kind = Kind::Switch;
+}
+impl OptionKind for Toggle {
+    const KIND: Kind = Kind::Toggle;
+}
+impl OptionKind for usize {
+    const KIND: Kind = Kind::Count;
+}
+impl OptionKind for Size {
+    const KIND: Kind = Kind::Size;
+}
+impl OptionKind for String {
+    const KIND: Kind = Kind::Text;
+}
+impl OptionKind for Vec<String> {
+    const KIND: Kind = Kind::List;
+}
+
 /// Declares the option fields once and the structs that carry them (`[defaults]`, `[[job]]`,
-/// `[[job.output]]`), each refusing unknown keys.
+/// `[[job.output]]`), each refusing unknown keys, and the keys with their kinds.
 macro_rules! with_options {
     ($($(#[$m:meta])* $field:ident: $ty:ty,)*) => {
+        /// Every option key of an output and what its value is (aliases not included).
+        pub const OPTION_KEYS: &[(&str, Kind)] =
+            &[$((stringify!($field), <$ty as OptionKind>::KIND),)*];
+
         /// Every option an output can have (all unset by default).
-        #[derive(Deserialize, Serialize, Debug, Clone, Default)]
+        #[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
         #[serde(deny_unknown_fields)]
         pub struct Options { $($(#[$m])* pub $field: Option<$ty>,)* }
 
@@ -254,7 +298,7 @@ pub fn load(file: &Path) -> Result<Job, Error> {
             let inputs = resolve_inputs(&base, entry.input.get_ref());
             let path = base.join(out.path.get_ref());
             let argv = convert_argv(&base, &inputs, &path, &options).map_err(at)?;
-            let cli = Cli::try_parse_from(&argv).map_err(|e| at(crate::usage_message(&e)))?;
+            let cli = Cli::try_parse_from(&argv).map_err(|e| at(option_error(&e)))?;
             let Command::Convert(mut args) = cli.command else {
                 return Err(at("not a conversion".into()));
             };
@@ -285,6 +329,24 @@ pub fn load(file: &Path) -> Result<Job, Error> {
         state: Some(state),
         outputs,
     })
+}
+
+/// What clap's refusal of an output's options means in keys: a missing option is named by
+/// its key (`missing \`quant\`, which the options given need`), anything else as clap says.
+pub(crate) fn option_error(e: &clap::Error) -> String {
+    match crate::missing_arguments(e) {
+        Some(args) => {
+            let keys: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let flag = a.split_whitespace().next().unwrap_or(a);
+                    format!("`{}`", flag.trim_start_matches('-').replace('-', "_"))
+                })
+                .collect();
+            format!("missing {}, which the options given need", keys.join(", "))
+        }
+        None => crate::usage_message(e),
+    }
 }
 
 /// `attest` and `report` in `[defaults]` can only be switched on: one path for every output
@@ -367,10 +429,10 @@ fn convert_argv(
 }
 
 /// A flag of the command line (without its `--`) and its value, if it takes one.
-type Flag = (&'static str, Option<String>);
+pub(crate) type Flag = (&'static str, Option<String>);
 
 /// The flags the options `o` set, in the command line's order.
-fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
+pub(crate) fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
     let mut flags = text_flags(o);
     flags.extend(switch_flags(o));
     if let Some(m) = &o.imatrix {
