@@ -263,6 +263,48 @@ fn side_files_are_written_through_a_fresh_temp_file() {
         .starts_with("<!DOCTYPE html>"));
 }
 
+/// A job whose later output's statement is an earlier job's input, the job file or the job's
+/// state file (with `force`): refused before anything runs; nothing made, nothing replaced.
+#[test]
+fn a_job_side_file_onto_an_input_the_job_file_or_the_state_is_refused_whole() {
+    for (victim, what) in [
+        ("in.safetensors", "input"),
+        ("job.toml", "job file"),
+        ("state.json", "state"),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        let input = input_in(t.path());
+        let job = t.path().join("job.toml");
+        std::fs::write(
+            t.path().join("state.json"),
+            b"{\"version\":1,\"outputs\":{}}\n",
+        )
+        .unwrap();
+        let text = format!(
+            "state = \"state.json\"\n\
+             [[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"a.safetensors\"\n\
+             [[job]]\ninput = \"in.safetensors\"\ndtype = \"f32\"\n\
+             [[job.output]]\npath = \"b.safetensors\"\nforce = true\nattest = \"{victim}\"\n"
+        );
+        std::fs::write(&job, &text).unwrap();
+        let before: Vec<(String, String)> = names(t.path())
+            .into_iter()
+            .map(|n| (n.clone(), sha_file(&t.path().join(&n))))
+            .collect();
+        let e = code(&wp(&["run", s(&job)]), 2);
+        assert!(e.contains("attest") && e.contains(victim), "{what}: {e}");
+        let after: Vec<(String, String)> = names(t.path())
+            .into_iter()
+            .map(|n| (n.clone(), sha_file(&t.path().join(&n))))
+            .collect();
+        assert_eq!(after, before, "{what}: something was written");
+        assert_eq!(
+            sha_file(&input),
+            sha_file(&fixtures().join("good/hf_repo_single/model.safetensors"))
+        );
+    }
+}
+
 /// In a job, an existing side file without `force` refuses its output before it is made, as
 /// an existing output is refused; the other outputs are made.
 #[test]
@@ -425,6 +467,66 @@ fn a_missing_required_option_is_named() {
     .unwrap();
     let e = code(&wp(&["run", s(&job)]), 2);
     assert!(e.contains("job.toml:4") && e.contains("quant"), "{e}");
+}
+
+/// A later output's bad value (`threads = 999`, a bad regex) refuses the whole job before the
+/// first output is made. Before: the first output was committed, then the second failed.
+#[test]
+fn a_later_outputs_bad_value_refuses_the_job_before_anything_runs() {
+    for (key, value) in [
+        ("threads", "999"),
+        ("threads", "0"),
+        ("tensor_type", "[\"(=Q8_0\"]"),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        input_in(t.path());
+        let job = t.path().join("job.toml");
+        std::fs::write(
+            &job,
+            format!(
+                "[[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"a.safetensors\"\n\
+                 [[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"b.gguf\"\n\
+                 quant = \"Q8_0\"\n{key} = {value}\n"
+            ),
+        )
+        .unwrap();
+        let e = code(&wp(&["run", s(&job)]), 2);
+        assert!(e.contains("job.toml:8"), "{key}: {e}");
+        assert_eq!(names(t.path()), ["in.safetensors", "job.toml"], "{key}");
+    }
+}
+
+/// Nested outputs (one inside another's directory, directly or through a symlinked
+/// directory; a GGUF split part beside its set's name): refused before anything runs. Before:
+/// the first committed, the second failed with "appeared … (another process?)".
+#[test]
+fn nested_outputs_are_refused_before_anything_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let d = |n: &str| t.path().join(n).display().to_string();
+    std::fs::create_dir(t.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(t.path().join("real"), t.path().join("link")).unwrap();
+    let cases: [(String, String); 4] = [
+        (d("out/r"), d("out/r/model.safetensors")),
+        (d("out/r/model.safetensors"), d("out/r")),
+        (d("real/r"), d("link/r/model.safetensors")),
+        (
+            format!("{}:shard_size=20KB", d("m.gguf")),
+            d("m-00001-of-00003.gguf"),
+        ),
+    ];
+    for (a, b) in cases {
+        let o = wp(&["convert", s(&input), "-o", &a, "-o", &b]);
+        let e = code(&o, 2);
+        let said = ["lies inside", "contains", "part of"];
+        assert!(said.iter().any(|w| e.contains(w)), "{a} {b}: {e}");
+        assert_eq!(
+            names(t.path()),
+            ["in.safetensors", "link", "real"],
+            "{a} {b}"
+        );
+        assert_eq!(names(&t.path().join("real")), Vec::<String>::new());
+    }
 }
 
 /// `plan --plan FILE --force` onto the input: refused, the input kept.

@@ -318,17 +318,18 @@ pub fn load(file: &Path) -> Result<Job, Error> {
             });
         }
     }
-    refuse_shared_paths(file, &outputs)?;
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
     let state = match &parsed.state {
         Some(s) => base.join(s),
         None => base.join(format!(".{}.state.json", name.unwrap_or_default())),
     };
-    Ok(Job {
+    let job = Job {
         file: file.to_path_buf(),
         state: Some(state),
         outputs,
-    })
+    };
+    crate::overlaps::refuse(&job)?;
+    Ok(job)
 }
 
 /// What clap's refusal of an output's options means in keys: a missing option is named by
@@ -358,28 +359,6 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
                 "{}: [defaults] {key}: true or false (a path is given per output)",
                 crate::output::p(file)
             )));
-        }
-    }
-    Ok(())
-}
-
-/// Refuses two outputs (or their attestations, reports) at one path.
-pub(crate) fn refuse_shared_paths(file: &Path, outputs: &[PlannedOutput]) -> Result<(), Error> {
-    let mut seen: std::collections::HashMap<PathBuf, usize> = Default::default();
-    for o in outputs {
-        let a = &o.args;
-        for p in [Some(&a.output), a.attest.as_ref(), a.report.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(line) = seen.insert(p.clone(), o.line) {
-                return Err(Error::Usage(format!(
-                    "{}:{}: {} is also written by the output of line {line}",
-                    crate::output::p(file),
-                    o.line,
-                    crate::output::p(p)
-                )));
-            }
         }
     }
     Ok(())

@@ -16,6 +16,7 @@ mod imatrix;
 mod job;
 mod multi;
 mod output;
+mod overlaps;
 mod progress;
 mod report;
 mod run;

@@ -175,7 +175,7 @@ pub fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
         state: None,
         outputs,
     };
-    crate::job::refuse_shared_paths(&job.file, &job.outputs)?;
+    crate::overlaps::refuse(&job)?;
     Ok(job)
 }
 

@@ -296,11 +296,35 @@ struct Pending {
     redone: Option<String>,
 }
 
-/// Output `o` (number `index` of the job) to make, or (`Err`) what happened to it already: its
-/// record still holds, or its options are refused.
+/// The pipeline's options of every output of `job`, or the first refused (labelled with its
+/// output): the whole job is checked before any of it runs.
+fn job_options(job: &Job, cx: &Ctx) -> Result<Vec<ConvertOptions>, Error> {
+    let max = weightport_pipeline::convert::MAX_THREADS;
+    let mut all = Vec::with_capacity(job.outputs.len());
+    for o in &job.outputs {
+        let label = |e: Error| match e {
+            Error::Usage(m) => Error::Usage(format!("{}: {m}", o.label(&job.file))),
+            e => e,
+        };
+        let g = Global {
+            threads: cx.global.threads.or(o.threads),
+            max_memory: cx.global.max_memory.or(o.max_memory),
+        };
+        if let Some(n) = g.threads.filter(|&n| n == 0 || n > max) {
+            let e = format!("threads = {n}: must be between 1 and {max}");
+            return Err(label(Error::Usage(e)));
+        }
+        all.push(convert_options(&o.args, &g, cx.json).map_err(label)?);
+    }
+    Ok(all)
+}
+
+/// Output `o` (number `index` of the job, its options `opts`) to make, or (`Err`) what
+/// happened to it already: its record still holds, or its input is refused.
 fn pending(
     index: usize,
     o: &PlannedOutput,
+    mut opts: ConvertOptions,
     cx: &Ctx,
     state: &State,
 ) -> Result<Pending, Box<(Outcome, Option<String>)>> {
@@ -312,12 +336,7 @@ fn pending(
             Err(why) => Some(why),
         },
     };
-    let g = Global {
-        threads: cx.global.threads.or(o.threads),
-        max_memory: cx.global.max_memory.or(o.max_memory),
-    };
     let failed = |e| Box::new((Outcome::Failed(e), redone.clone()));
-    let mut opts = convert_options(&o.args, &g, cx.json).map_err(failed)?;
     opts.dry_run |= cx.dry_run;
     // An output this job recorded is its own to replace.
     opts.force |= cx.force || redone.is_some();
@@ -517,10 +536,11 @@ pub fn run_job(
         global,
         json,
     };
+    let opts = job_options(job, &cx)?;
     let mut done: Vec<Option<Done>> = job.outputs.iter().map(|_| None).collect();
     let mut todo = Vec::new();
-    for (i, o) in job.outputs.iter().enumerate() {
-        match pending(i, o, &cx, &state) {
+    for ((i, o), opts) in job.outputs.iter().enumerate().zip(opts) {
+        match pending(i, o, opts, &cx, &state) {
             Ok(p) => todo.push(p),
             Err(b) => done[i] = Some(Done::new(b.0, b.1, 0.0)),
         }
