@@ -94,6 +94,29 @@ fn a_side_file_onto_the_input_is_refused_and_the_input_kept() {
             "{flag} {extra:?}"
         );
     }
+    // The importance matrix is an input too.
+    let imatrix = t.path().join("imatrix.gguf");
+    std::fs::copy(fixtures().join("good/imatrix/imatrix.gguf"), &imatrix).unwrap();
+    let want_m = sha_file(&imatrix);
+    let e = code(
+        &wp(&[
+            "convert",
+            s(&input),
+            "-o",
+            s(&out),
+            "--quant",
+            "Q8_0",
+            "--imatrix",
+            s(&imatrix),
+            "--attest",
+            s(&imatrix),
+            "--force",
+        ]),
+        2,
+    );
+    assert!(e.contains("--attest") && e.contains("is an input"), "{e}");
+    assert_eq!(sha_file(&imatrix), want_m);
+    assert!(!out.exists());
     // A repo input: its weights and its companions are inputs too.
     let out = t.path().join("out.safetensors");
     let repo = t.path().join("repo");
@@ -156,6 +179,16 @@ fn a_side_file_onto_an_output_or_another_side_file_is_refused() {
                 "--attest".into(),
                 s(&repo.join("model.safetensors")).into(),
                 "--force".into(),
+            ],
+            "--attest",
+            &repo,
+        ),
+        (
+            vec![
+                "-o".into(),
+                s(&repo).into(),
+                "--attest".into(),
+                s(&repo.join("model.safetensors.index.json")).into(),
             ],
             "--attest",
             &repo,

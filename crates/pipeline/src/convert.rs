@@ -361,7 +361,30 @@ pub(crate) fn check_side_files(
     let plan = &job.plan;
     let mut outputs: Vec<PathBuf> = plan.files.iter().map(|f| f.path.clone()).collect();
     outputs.extend(plan.extras.iter().map(|e| e.path.clone()));
-    side::check(sides, &inputs, &outputs, opts.force)
+    side::check(sides, &inputs, &outputs, opts.force)?;
+    refuse_own_names(plan, sides)
+}
+
+/// Refuses a side file inside an output repo under a name of the repo's format (a shard, an
+/// index): a reader would take it for the repo's, and `--force` removes it as stale.
+fn refuse_own_names(plan: &OutputPlan, sides: &[SideFile]) -> Result<()> {
+    if !plan.is_repo {
+        return Ok(());
+    }
+    let dir = side::resolved(&plan.dir);
+    for s in sides {
+        let name = s.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let inside = s.path.parent().map(side::resolved) == Some(dir.clone());
+        if inside && name.is_some_and(|n| (plan.is_own_file)(&n)) {
+            return Err(Error::Usage(format!(
+                "{}: is named as a file of the output repo {} (a reader would take it for \
+                 one); name another file",
+                s.label(),
+                weightport_core::shown(&plan.dir)
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Started<'_> {
