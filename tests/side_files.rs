@@ -222,6 +222,50 @@ fn a_side_file_onto_an_output_or_another_side_file_is_refused() {
     code(&o, 0);
 }
 
+/// A path that cannot be a side file (a FIFO, even with `--force`: the old writer renamed over
+/// whatever was there, a device node too; a path ending in `/`; a directory; a file taken for
+/// a directory; a directory that takes no file): refused before the output is committed.
+/// Before: exit 0 with the FIFO replaced, or exit 1 after the output was committed.
+#[test]
+fn a_path_that_cannot_be_a_side_file_is_refused_before_the_output() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    let out = t.path().join("out.gguf");
+    let fifo = t.path().join("fifo");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let sub = t.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let cases: [(String, &str); 5] = [
+        (s(&fifo).into(), "not a regular file"),
+        (
+            format!("{}/", t.path().join("nodir").display()),
+            "names a directory",
+        ),
+        (s(&sub).into(), "is a directory"),
+        (s(&input.join("x.json")).into(), "is not a directory"),
+        ("/proc/self/x.json".into(), "cannot be written"),
+    ];
+    for (side, want) in cases {
+        let o = wp(&[
+            "convert",
+            s(&input),
+            "-o",
+            s(&out),
+            "--attest",
+            &side,
+            "--force",
+        ]);
+        let e = code(&o, 2);
+        assert!(e.contains("--attest") && e.contains(want), "{side}: {e}");
+        assert!(!out.exists(), "{side}: an output was committed");
+    }
+    let m = std::fs::symlink_metadata(&fifo).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()));
+    assert_eq!(names(t.path()), ["fifo", "in.safetensors", "sub"]);
+}
+
 /// An existing file at a side file's path is refused without `--force` (nothing written, the
 /// file as it was) and replaced with it.
 #[test]

@@ -72,14 +72,26 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// How a side file may be written: replacing an existing file (`force`), and whether to
+/// create (and remove) a temp file beside it now, to learn that the directory takes one
+/// (`probe`; not in a dry run, which writes nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
+    /// `--force`.
+    pub force: bool,
+    /// Try a temp file beside it.
+    pub probe: bool,
+}
+
 /// Refuses what a side file may not be. `inputs`: every file the conversion reads (and the
 /// inputs as given); `outputs`: every file the output consists of. A side file that exists is
-/// replaced only with `force`, and never when it is an input.
+/// replaced only with `force`, only when it is a regular file (or a symlink, which the rename
+/// replaces, not what it points to), and never when it is an input.
 pub fn check(
     sides: &[SideFile],
     inputs: &[PathBuf],
     outputs: &[PathBuf],
-    force: bool,
+    mode: Mode,
 ) -> Result<()> {
     let outs: Vec<(PathBuf, &PathBuf)> = outputs.iter().map(|p| (resolved(p), p)).collect();
     let ids: Vec<(u64, u64)> = inputs.iter().filter_map(|p| identity(p)).collect();
@@ -99,15 +111,19 @@ pub fn check(
             };
             return Err(side.refused(format!("{what} {}; name another file", shown(given))));
         }
-        check_existing(side, &ids, force)?;
+        check_existing(side, &ids, mode)?;
         seen.push((at, side));
     }
     Ok(())
 }
 
 /// The refusals that depend on what is at a side file's path now.
-fn check_existing(side: &SideFile, inputs: &[(u64, u64)], force: bool) -> Result<()> {
+fn check_existing(side: &SideFile, inputs: &[(u64, u64)], mode: Mode) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
     let path = &side.path;
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(side.refused("names a directory; name a file"));
+    }
     if let Ok(m) = std::fs::metadata(path) {
         if m.is_dir() {
             return Err(side.refused("is a directory"));
@@ -117,8 +133,14 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], force: bool) -> Result
                 side.refused("is an input of this conversion; a side file never replaces an input")
             );
         }
+        if !m.is_file() {
+            return Err(side.refused(
+                "is not a regular file (a device, a pipe or a socket); a side file only \
+                 replaces a regular file",
+            ));
+        }
     }
-    if !force && std::fs::symlink_metadata(path).is_ok() {
+    if !mode.force && std::fs::symlink_metadata(path).is_ok() {
         return Err(side.refused("already exists; pass --force to replace it"));
     }
     let mut dir = path.parent();
@@ -128,6 +150,14 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], force: bool) -> Result
             Ok(_) => return Err(side.refused(format!("{} is not a directory", shown(d)))),
             Err(_) => dir = d.parent(),
         }
+    }
+    // The directory it goes into exists (or is the output's, made later): a temp file there now
+    // says it can be written before the output is committed, not after.
+    let parent_exists = dir == path.parent();
+    if mode.probe && parent_exists {
+        TempFile::beside(path)
+            .map(drop)
+            .map_err(|e| side.refused(format!("cannot be written: {e}")))?;
     }
     Ok(())
 }
@@ -167,6 +197,15 @@ mod tests {
         assert!(a.starts_with(real.canonicalize().unwrap()));
     }
 
+    const FORCE: Mode = Mode {
+        force: true,
+        probe: true,
+    };
+    const KEEP: Mode = Mode {
+        force: false,
+        probe: true,
+    };
+
     #[test]
     fn a_side_file_is_refused_where_an_input_or_the_output_is() {
         let d = tempfile::tempdir().unwrap();
@@ -174,18 +213,26 @@ mod tests {
         std::fs::write(&input, b"x").unwrap();
         let side = |p: &Path| vec![SideFile::new("--attest", p)];
         let out = vec![d.path().join("r/model.safetensors")];
-        let e = check(&side(&input), std::slice::from_ref(&input), &out, true).unwrap_err();
+        let e = check(&side(&input), std::slice::from_ref(&input), &out, FORCE).unwrap_err();
         assert!(e.to_string().contains("is an input"), "{e}");
-        let e = check(&side(&out[0]), &[], &out, true).unwrap_err();
+        let e = check(&side(&out[0]), &[], &out, FORCE).unwrap_err();
         assert!(e.to_string().contains("is a file of the output"), "{e}");
-        let e = check(&side(&d.path().join("r")), &[], &out, true).unwrap_err();
+        let e = check(&side(&d.path().join("r")), &[], &out, FORCE).unwrap_err();
         assert!(
             e.to_string().contains("is a directory of the output file"),
             "{e}"
         );
-        let e = check(&side(&input), &[], &out, false).unwrap_err();
+        let e = check(&side(&input), &[], &out, KEEP).unwrap_err();
         assert!(e.to_string().contains("--force"), "{e}");
-        check(&side(&input), &[], &out, true).unwrap();
-        check(&side(&d.path().join("r/own.json")), &[input], &out, false).unwrap();
+        check(&side(&input), &[], &out, FORCE).unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = check(&side(&fifo), &[], &out, FORCE).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = check(&side(&d.path().join("sub/")), &[], &out, FORCE).unwrap_err();
+        assert!(e.to_string().contains("names a directory"), "{e}");
+        check(&side(&d.path().join("r/own.json")), &[input], &out, KEEP).unwrap();
     }
 }
