@@ -317,6 +317,10 @@ fn side_files_are_written_through_a_fresh_temp_file() {
         let planted = t.path().join(format!(".{name}.wp-tmp"));
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
     }
+    // The temp file of a run killed while it wrote the statement (pid 2147483646 never runs
+    // here): removed by the next run that writes it.
+    let killed = t.path().join(".a.json.2147483646.abcdef.wp-tmp");
+    std::fs::write(&killed, b"{\"half").unwrap();
     let o = wp(&[
         "convert",
         s(&input),
@@ -329,6 +333,7 @@ fn side_files_are_written_through_a_fresh_temp_file() {
     ]);
     code(&o, 0);
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!killed.exists(), "the killed run's temp file is left");
     for side in [&att, &rep] {
         let m = std::fs::symlink_metadata(side).unwrap();
         assert!(m.file_type().is_file(), "{side:?} is not a regular file");
@@ -667,4 +672,61 @@ fn a_failed_unit_record_does_not_write_through_a_planted_symlink() {
     assert!(m.file_type().is_file(), "the record is a file of its own");
     let f = wp(&["finish", s(&plan)]);
     assert!(stderr(&f).contains("failed: 0 ("), "{}", stderr(&f));
+}
+
+/// Two runs writing one statement at once, 10 times: one of them writes it (a whole statement
+/// of its own output), the other is refused (exit 2), before its output is committed or, when
+/// both checked before either wrote, at the rename, which never replaces.
+#[test]
+fn two_runs_on_one_statement_never_replace_or_mix_it() {
+    let t = tempfile::tempdir().unwrap();
+    let input = input_in(t.path());
+    for round in 0..10 {
+        let att = t.path().join(format!("a{round}.json"));
+        let kids: Vec<_> = ["x", "y"]
+            .iter()
+            .map(|n| {
+                let out = t.path().join(format!("{n}{round}.gguf"));
+                std::process::Command::new(env!("CARGO_BIN_EXE_weightport"))
+                    .args(["convert", s(&input), "-o", s(&out), "--attest", s(&att)])
+                    .stderr(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<Output> = kids
+            .into_iter()
+            .map(|k| k.wait_with_output().unwrap())
+            .collect();
+        let codes: Vec<i32> = outs.iter().map(|o| o.status.code().unwrap()).collect();
+        let mut sorted = codes.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            [0, 2],
+            "round {round}: {:?}",
+            outs.iter().map(stderr).collect::<Vec<_>>()
+        );
+        let winner = ["x", "y"][codes.iter().position(|&c| c == 0).unwrap()];
+        let st: serde_json::Value = serde_json::from_slice(&std::fs::read(&att).unwrap()).unwrap();
+        assert_eq!(st["subject"][0]["name"], format!("{winner}{round}.gguf"));
+        let loser = outs.iter().find(|o| o.status.code() == Some(2)).unwrap();
+        let e = stderr(loser);
+        assert!(
+            e.contains("--attest") && e.contains(&format!("a{round}.json")),
+            "{e}"
+        );
+        let other = if winner == "x" { "y" } else { "x" };
+        let lost = t.path().join(format!("{other}{round}.gguf"));
+        assert!(
+            !lost.exists(),
+            "round {round}: the refused run's output was committed"
+        );
+    }
+    let temps: Vec<String> = names(t.path())
+        .into_iter()
+        .filter(|n| n.ends_with(".wp-tmp") || n.ends_with(".wp-lock"))
+        .collect();
+    assert!(temps.is_empty(), "{temps:?}");
 }

@@ -6,10 +6,11 @@ use std::io::Write;
 use std::path::Path;
 
 use serde_json::{json, Value};
+use weightport_core::staging::OutputLock;
 use weightport_core::Error;
 use weightport_pipeline::attest;
 use weightport_pipeline::side::{self, SideFile};
-use weightport_pipeline::ConvertReport;
+use weightport_pipeline::{ConvertOptions, ConvertReport};
 
 use crate::args::{ConvertArgs, VerifyArgs};
 use crate::output::p;
@@ -81,6 +82,20 @@ pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
     let attest = a.attest.as_deref().map(|p| SideFile::new("--attest", p));
     let report = a.report.as_deref().map(|p| SideFile::new("--report", p));
     attest.into_iter().chain(report).collect()
+}
+
+/// The locks of the side files of a conversion (none in a dry run): taken before the
+/// conversion checks them and held until they are written, so two runs writing one file do
+/// not both commit their outputs and then race at the rename.
+pub fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> {
+    if opts.dry_run {
+        return Ok(Vec::new());
+    }
+    let mut locks = Vec::new();
+    for s in &opts.side_files {
+        locks.extend(side::lock(s)?);
+    }
+    Ok(locks)
 }
 
 /// Writes what `--attest` and `--report` asked for, after a committed conversion (atomically,

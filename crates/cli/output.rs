@@ -193,6 +193,7 @@ pub fn convert(
 ) -> Result<(), Failure> {
     let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
+    let _locks = crate::attest::lock_side_files(&opts)?;
     let r = run_convert(&opts, progress)?;
     crate::attest::write_outputs(a, &r, None, opts.force)?;
     let secs = t0.elapsed().as_secs_f64();

@@ -545,6 +545,7 @@ pub fn run_job(
             Err(b) => done[i] = Some(Done::new(b.0, b.1, 0.0)),
         }
     }
+    let (todo, _locks) = lock_side_files(todo, &mut done);
     let mut reads = Vec::new();
     for g in groups(todo) {
         let t = Instant::now();
@@ -582,6 +583,26 @@ pub fn run_job(
         run_text(job, &done, &reads, out)?;
     }
     finish(job, &done)
+}
+
+/// The pending outputs whose side files could be locked, and the locks (held until the run
+/// ends); an output whose side file another run is writing is failed now, before any runs.
+fn lock_side_files(
+    todo: Vec<Pending>,
+    done: &mut [Option<Done>],
+) -> (Vec<Pending>, Vec<weightport_core::staging::OutputLock>) {
+    let mut locks = Vec::new();
+    let mut kept = Vec::with_capacity(todo.len());
+    for p in todo {
+        match crate::attest::lock_side_files(&p.opts) {
+            Ok(l) => {
+                locks.extend(l);
+                kept.push(p);
+            }
+            Err(e) => done[p.index] = Some(Done::new(Outcome::Failed(e), p.redone, 0.0)),
+        }
+    }
+    (kept, locks)
 }
 
 /// How many outputs were made, skipped, planned and failed.

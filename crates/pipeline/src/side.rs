@@ -10,7 +10,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use weightport_core::staging::{sync_dir, TempFile};
+use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock, TempFile};
 use weightport_core::{shown, Error, Result};
 
 /// A file a command writes beside its outputs, with the option that named it (`--attest`).
@@ -162,6 +162,31 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], mode: Mode) -> Result<
     Ok(())
 }
 
+/// Takes the lock of `side` (`.NAME.wp-lock` beside it, as an output file's), so that another
+/// weightport run writing the same file is refused when it checks it, before its output is
+/// committed, rather than at the rename after. `None` when its directory does not exist yet
+/// (one its output makes: that output's own lock covers it). Hold it until the file is written.
+pub fn lock(side: &SideFile) -> Result<Option<OutputLock>> {
+    let dir = match side.path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = side.path.file_name() else {
+        return Ok(None);
+    };
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let path = dir.join(format!(".{}.wp-lock", name.to_string_lossy()));
+    match OutputLock::acquire(&path, &side.path) {
+        Ok(l) => Ok(Some(l)),
+        Err(Error::Usage(_)) => Err(side.refused(
+            "another weightport run is writing this file; wait for it or name another file",
+        )),
+        Err(e) => Err(side.refused(format!("cannot be written: {e}"))),
+    }
+}
+
 /// Writes `bytes` as `side`: a fresh temp file beside it, fsynced, renamed into place
 /// (replacing a file there only if `replace`), the directory fsynced. A missing directory is
 /// created (an output's directory that did not exist when the side file was checked).
@@ -171,6 +196,7 @@ pub fn write(side: &SideFile, bytes: &[u8], replace: bool) -> Result<()> {
         _ => Path::new("."),
     };
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    remove_stale_temps(dir, &side.path);
     let t = TempFile::beside(&side.path)?;
     t.write_at(bytes, 0)?;
     t.sync()?;
@@ -179,6 +205,24 @@ pub fn write(side: &SideFile, bytes: &[u8], replace: bool) -> Result<()> {
         e => e,
     })?;
     sync_dir(dir)
+}
+
+/// Removes temp files of `path` left in `dir` by runs that were killed while writing it
+/// (`.NAME.PID.RANDOM.wp-tmp` of a process that no longer runs).
+fn remove_stale_temps(dir: &Path, path: &Path) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mine = format!(".{name}.");
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&mine) && stale_temp_owner(&n).is_some() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 #[cfg(test)]
