@@ -730,3 +730,38 @@ fn two_runs_on_one_statement_never_replace_or_mix_it() {
         .collect();
     assert!(temps.is_empty(), "{temps:?}");
 }
+
+/// A rerun replaces the statement its record names (this job wrote it), and not another file
+/// when the job now names another path: that one is someone's, refused without `force`.
+/// Before: the changed path made the output "made again" with `--force` for all of it, and the
+/// other file was replaced.
+#[test]
+fn a_rerun_replaces_only_the_side_files_its_record_names() {
+    let t = tempfile::tempdir().unwrap();
+    input_in(t.path());
+    let job = t.path().join("job.toml");
+    let text = |att: &str| {
+        format!(
+            "[[job]]\ninput = \"in.safetensors\"\n[[job.output]]\npath = \"a.gguf\"\n\
+             attest = \"{att}\"\n"
+        )
+    };
+    std::fs::write(&job, text("a.json")).unwrap();
+    code(&wp(&["run", s(&job)]), 0);
+    // The output changed: made again, its own statement replaced.
+    std::fs::write(t.path().join("a.gguf"), b"changed").unwrap();
+    let o = wp(&["run", s(&job)]);
+    code(&o, 0);
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("a.json")).unwrap()).unwrap();
+    assert_eq!(st["subject"][0]["name"], "a.gguf");
+    // The statement's path changed to someone's file.
+    std::fs::write(t.path().join("theirs.json"), b"theirs").unwrap();
+    std::fs::write(&job, text("theirs.json")).unwrap();
+    let e = code(&wp(&["run", s(&job)]), 2);
+    assert!(e.contains("theirs.json") && e.contains("--force"), "{e}");
+    assert_eq!(
+        std::fs::read(t.path().join("theirs.json")).unwrap(),
+        b"theirs"
+    );
+}

@@ -79,8 +79,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 /// The side files `a` asks for (`--attest`, `--report`), which the conversion checks with its
 /// output before writing anything.
 pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
-    let attest = a.attest.as_deref().map(|p| SideFile::new("--attest", p));
-    let report = a.report.as_deref().map(|p| SideFile::new("--report", p));
+    let side = |flag, p| SideFile::new(flag, p).replacing(a.force);
+    let attest = a.attest.as_deref().map(|p| side("--attest", p));
+    let report = a.report.as_deref().map(|p| side("--report", p));
     attest.into_iter().chain(report).collect()
 }
 
@@ -98,19 +99,20 @@ pub fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> 
     Ok(locks)
 }
 
-/// Writes what `--attest` and `--report` asked for, after a committed conversion (atomically,
-/// replacing an existing file only if `force`); `job` (the job file's output it was made as)
-/// goes into the recipe.
+/// Writes what `--attest` and `--report` asked for (`sides`, as the conversion checked them),
+/// after a committed conversion, atomically; `job` (the job file's output it was made as) goes
+/// into the recipe.
 pub fn write_outputs(
     a: &ConvertArgs,
     r: &ConvertReport,
     job: Option<Value>,
-    force: bool,
+    sides: &[SideFile],
 ) -> Result<(), Error> {
     if r.dry_run {
         return Ok(());
     }
-    if let (Some(path), Some(prov)) = (&a.attest, &r.provenance) {
+    let side = |flag: &str| sides.iter().find(|s| s.flag == flag);
+    if let (Some(path), Some(prov)) = (side("--attest"), &r.provenance) {
         let mut recipe = recipe(a);
         if let Some(j) = job {
             recipe["job"] = j;
@@ -119,11 +121,10 @@ pub fn write_outputs(
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');
-        side::write(&SideFile::new("--attest", path), &text, force)?;
+        side::write(path, &text)?;
     }
-    if let Some(path) = &a.report {
-        let html = crate::report::html(r);
-        side::write(&SideFile::new("--report", path), html.as_bytes(), force)?;
+    if let Some(path) = side("--report") {
+        side::write(path, crate::report::html(r).as_bytes())?;
     }
     Ok(())
 }

@@ -195,7 +195,7 @@ pub fn convert(
     let t0 = Instant::now();
     let _locks = crate::attest::lock_side_files(&opts)?;
     let r = run_convert(&opts, progress)?;
-    crate::attest::write_outputs(a, &r, None, opts.force)?;
+    crate::attest::write_outputs(a, &r, None, &opts.side_files)?;
     let secs = t0.elapsed().as_secs_f64();
     let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
     if json {

@@ -21,6 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use weightport_core::Error;
+use weightport_pipeline::side::SideFile;
 use weightport_pipeline::{
     convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress,
@@ -338,8 +339,15 @@ fn pending(
     };
     let failed = |e| Box::new((Outcome::Failed(e), redone.clone()));
     opts.dry_run |= cx.dry_run;
-    // An output this job recorded is its own to replace.
+    // An output this job recorded is its own to replace, and so are the statement and report
+    // its record names (not others, when their paths changed).
     opts.force |= cx.force || redone.is_some();
+    let rec = state.outputs.get(&key);
+    for s in &mut opts.side_files {
+        let recorded =
+            rec.is_some_and(|r| [&r.attestation, &r.report].contains(&&Some(s.path.clone())));
+        s.replace |= cx.force || recorded;
+    }
     let request = input_request(&opts).map_err(failed)?;
     Ok(Pending {
         index,
@@ -350,22 +358,22 @@ fn pending(
     })
 }
 
-/// After output `o` was made: its attestation and report (replacing files there only if
-/// `force`: the output's own, which its conversion checked), and its record in the state.
+/// After output `o` was made: its attestation and report (`sides`, as its conversion checked
+/// them), and its record in the state.
 fn made(
     o: &PlannedOutput,
     cx: &Ctx,
     report: ConvertReport,
     (state, state_path): (&mut State, Option<&Path>),
     known: &BTreeMap<PathBuf, String>,
-    force: bool,
+    sides: &[SideFile],
 ) -> Result<Outcome, Error> {
     if report.dry_run {
         return Ok(Outcome::Planned(Box::new(report)));
     }
     let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
                          "convert": o.argv});
-    crate::attest::write_outputs(&o.args, &report, Some(made_as), force)?;
+    crate::attest::write_outputs(&o.args, &report, Some(made_as), sides)?;
     if let Some(path) = state_path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
@@ -559,7 +567,7 @@ pub fn run_job(
         for (m, r) in g.members.into_iter().zip(results) {
             let o = &job.outputs[m.index];
             let st = (&mut state, job.state.as_deref());
-            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known, m.opts.force)) {
+            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known, &m.opts.side_files)) {
                 Ok(x) => x,
                 Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
                 Err(e) => Outcome::Failed(e),

@@ -361,11 +361,7 @@ pub(crate) fn check_side_files(
     let plan = &job.plan;
     let mut outputs: Vec<PathBuf> = plan.files.iter().map(|f| f.path.clone()).collect();
     outputs.extend(plan.extras.iter().map(|e| e.path.clone()));
-    let mode = side::Mode {
-        force: opts.force,
-        probe: !opts.dry_run,
-    };
-    side::check(sides, &inputs, &outputs, mode)?;
+    side::check(sides, &inputs, &outputs, !opts.dry_run)?;
     refuse_own_names(plan, sides)
 }
 

@@ -20,15 +20,25 @@ pub struct SideFile {
     pub flag: String,
     /// Where it goes.
     pub path: PathBuf,
+    /// An existing file there may be replaced: `--force`, or a job's record says this job
+    /// wrote it.
+    pub replace: bool,
 }
 
 impl SideFile {
-    /// A side file named by `flag`.
+    /// A side file named by `flag`, replacing nothing.
     pub fn new(flag: &str, path: &Path) -> SideFile {
         SideFile {
             flag: flag.to_string(),
             path: path.to_path_buf(),
+            replace: false,
         }
+    }
+
+    /// The same, replacing an existing file if `yes`.
+    pub fn replacing(mut self, yes: bool) -> SideFile {
+        self.replace = yes;
+        self
     }
 
     /// `--attest PATH`, for messages.
@@ -72,26 +82,17 @@ fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// How a side file may be written: replacing an existing file (`force`), and whether to
-/// create (and remove) a temp file beside it now, to learn that the directory takes one
-/// (`probe`; not in a dry run, which writes nothing).
-#[derive(Debug, Clone, Copy)]
-pub struct Mode {
-    /// `--force`.
-    pub force: bool,
-    /// Try a temp file beside it.
-    pub probe: bool,
-}
-
 /// Refuses what a side file may not be. `inputs`: every file the conversion reads (and the
 /// inputs as given); `outputs`: every file the output consists of. A side file that exists is
-/// replaced only with `force`, only when it is a regular file (or a symlink, which the rename
-/// replaces, not what it points to), and never when it is an input.
+/// replaced only when it may be (`replace`), only when it is a regular file (or a symlink,
+/// which the rename replaces, not what it points to), and never when it is an input. With
+/// `probe` (not in a dry run, which writes nothing), a temp file is created and removed beside
+/// each, to learn now that its directory takes one.
 pub fn check(
     sides: &[SideFile],
     inputs: &[PathBuf],
     outputs: &[PathBuf],
-    mode: Mode,
+    probe: bool,
 ) -> Result<()> {
     let outs: Vec<(PathBuf, &PathBuf)> = outputs.iter().map(|p| (resolved(p), p)).collect();
     let ids: Vec<(u64, u64)> = inputs.iter().filter_map(|p| identity(p)).collect();
@@ -111,14 +112,14 @@ pub fn check(
             };
             return Err(side.refused(format!("{what} {}; name another file", shown(given))));
         }
-        check_existing(side, &ids, mode)?;
+        check_existing(side, &ids, probe)?;
         seen.push((at, side));
     }
     Ok(())
 }
 
 /// The refusals that depend on what is at a side file's path now.
-fn check_existing(side: &SideFile, inputs: &[(u64, u64)], mode: Mode) -> Result<()> {
+fn check_existing(side: &SideFile, inputs: &[(u64, u64)], probe: bool) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = &side.path;
     if path.as_os_str().as_bytes().ends_with(b"/") {
@@ -140,7 +141,7 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], mode: Mode) -> Result<
             ));
         }
     }
-    if !mode.force && std::fs::symlink_metadata(path).is_ok() {
+    if !side.replace && std::fs::symlink_metadata(path).is_ok() {
         return Err(side.refused("already exists; pass --force to replace it"));
     }
     let mut dir = path.parent();
@@ -154,7 +155,7 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], mode: Mode) -> Result<
     // The directory it goes into exists (or is the output's, made later): a temp file there now
     // says it can be written before the output is committed, not after.
     let parent_exists = dir == path.parent();
-    if mode.probe && parent_exists {
+    if probe && parent_exists {
         TempFile::beside(path)
             .map(drop)
             .map_err(|e| side.refused(format!("cannot be written: {e}")))?;
@@ -188,9 +189,9 @@ pub fn lock(side: &SideFile) -> Result<Option<OutputLock>> {
 }
 
 /// Writes `bytes` as `side`: a fresh temp file beside it, fsynced, renamed into place
-/// (replacing a file there only if `replace`), the directory fsynced. A missing directory is
+/// (replacing a file there only if `side.replace`), the directory fsynced. A missing directory is
 /// created (an output's directory that did not exist when the side file was checked).
-pub fn write(side: &SideFile, bytes: &[u8], replace: bool) -> Result<()> {
+pub fn write(side: &SideFile, bytes: &[u8]) -> Result<()> {
     let dir = match side.path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -200,7 +201,7 @@ pub fn write(side: &SideFile, bytes: &[u8], replace: bool) -> Result<()> {
     let t = TempFile::beside(&side.path)?;
     t.write_at(bytes, 0)?;
     t.sync()?;
-    t.publish(replace).map_err(|e| match e {
+    t.publish(side.replace).map_err(|e| match e {
         Error::Usage(m) => Error::Usage(format!("{}: {m}", side.flag)),
         e => e,
     })?;
@@ -241,42 +242,34 @@ mod tests {
         assert!(a.starts_with(real.canonicalize().unwrap()));
     }
 
-    const FORCE: Mode = Mode {
-        force: true,
-        probe: true,
-    };
-    const KEEP: Mode = Mode {
-        force: false,
-        probe: true,
-    };
-
     #[test]
     fn a_side_file_is_refused_where_an_input_or_the_output_is() {
         let d = tempfile::tempdir().unwrap();
         let input = d.path().join("in.bin");
         std::fs::write(&input, b"x").unwrap();
-        let side = |p: &Path| vec![SideFile::new("--attest", p)];
+        let side = |p: &Path| vec![SideFile::new("--attest", p).replacing(true)];
+        let keep = |p: &Path| vec![SideFile::new("--attest", p)];
         let out = vec![d.path().join("r/model.safetensors")];
-        let e = check(&side(&input), std::slice::from_ref(&input), &out, FORCE).unwrap_err();
+        let e = check(&side(&input), std::slice::from_ref(&input), &out, true).unwrap_err();
         assert!(e.to_string().contains("is an input"), "{e}");
-        let e = check(&side(&out[0]), &[], &out, FORCE).unwrap_err();
+        let e = check(&side(&out[0]), &[], &out, true).unwrap_err();
         assert!(e.to_string().contains("is a file of the output"), "{e}");
-        let e = check(&side(&d.path().join("r")), &[], &out, FORCE).unwrap_err();
+        let e = check(&side(&d.path().join("r")), &[], &out, true).unwrap_err();
         assert!(
             e.to_string().contains("is a directory of the output file"),
             "{e}"
         );
-        let e = check(&side(&input), &[], &out, KEEP).unwrap_err();
+        let e = check(&keep(&input), &[], &out, true).unwrap_err();
         assert!(e.to_string().contains("--force"), "{e}");
-        check(&side(&input), &[], &out, FORCE).unwrap();
+        check(&side(&input), &[], &out, true).unwrap();
         let fifo = d.path().join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = check(&side(&fifo), &[], &out, FORCE).unwrap_err();
+        let e = check(&side(&fifo), &[], &out, true).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
-        let e = check(&side(&d.path().join("sub/")), &[], &out, FORCE).unwrap_err();
+        let e = check(&side(&d.path().join("sub/")), &[], &out, true).unwrap_err();
         assert!(e.to_string().contains("names a directory"), "{e}");
-        check(&side(&d.path().join("r/own.json")), &[input], &out, KEEP).unwrap();
+        check(&keep(&d.path().join("r/own.json")), &[input], &out, true).unwrap();
     }
 }

@@ -153,7 +153,7 @@ pub fn run_unit(
             // Through a fresh temp file and a rename: nothing planted under the record's name
             // in the staging directory is written through.
             let record = crate::side::SideFile::new("unit record", &failed_path(plan, index));
-            let _ = crate::side::write(&record, doc.to_string().as_bytes(), true);
+            let _ = crate::side::write(&record.replacing(true), doc.to_string().as_bytes());
         }
     }
     r
