@@ -83,6 +83,31 @@ const RUNS: &[(&str, &[&str], &str)] = &[
         &["convert", "/nonexistent", "-o", "T/x.safetensors"],
         "a failure",
     ),
+    (
+        "error",
+        &[
+            "convert",
+            "T/repo",
+            "-o",
+            "T/z.safetensors",
+            "--attest",
+            "T/repo/config.json",
+            "--force",
+        ],
+        "a side file refused (onto an input)",
+    ),
+    (
+        "error",
+        &[
+            "convert",
+            "T/repo",
+            "-o",
+            "T/k.gguf:quantt=Q8_0",
+            "-o",
+            "T/k2",
+        ],
+        "an -o key refused",
+    ),
 ];
 
 #[test]

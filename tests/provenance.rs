@@ -76,7 +76,8 @@ fn outputs_and_attestations_are_the_same_at_any_thread_count() {
         for (run, threads) in [1, 2, 1, 2].into_iter().enumerate() {
             let root = t.path().join(format!("{run}"));
             let out = root.join(target);
-            let att = t.path().join(format!("{run}.intoto.json"));
+            // One statement per case and run: an existing one is not replaced without --force.
+            let att = root.join(format!("{}.intoto.json", target.replace('/', "-")));
             let st = convert(&f.join(input), &out, &att, threads, extra);
             let dir = if target.ends_with(".gguf") {
                 out.parent().unwrap().to_path_buf()

@@ -6,9 +6,11 @@ use std::io::Write;
 use std::path::Path;
 
 use serde_json::{json, Value};
+use weightport_core::staging::OutputLock;
 use weightport_core::Error;
 use weightport_pipeline::attest;
-use weightport_pipeline::ConvertReport;
+use weightport_pipeline::side::{self, SideFile};
+use weightport_pipeline::{ConvertOptions, ConvertReport};
 
 use crate::args::{ConvertArgs, VerifyArgs};
 use crate::output::p;
@@ -74,10 +76,43 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
 }
 
-/// Writes what `--attest` and `--report` asked for, after a committed conversion; `job` (the
-/// job file's output it was made as) goes into the recipe.
-pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport, job: Option<Value>) -> Result<(), Error> {
-    if let (Some(path), Some(prov)) = (&a.attest, &r.provenance) {
+/// The side files `a` asks for (`--attest`, `--report`), which the conversion checks with its
+/// output before writing anything.
+pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
+    let side = |flag, p| SideFile::new(flag, p).replacing(a.force);
+    let attest = a.attest.as_deref().map(|p| side("--attest", p));
+    let report = a.report.as_deref().map(|p| side("--report", p));
+    attest.into_iter().chain(report).collect()
+}
+
+/// The locks of the side files of a conversion (none in a dry run): taken before the
+/// conversion checks them and held until they are written, so two runs writing one file do
+/// not both commit their outputs and then race at the rename.
+pub fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> {
+    if opts.dry_run {
+        return Ok(Vec::new());
+    }
+    let mut locks = Vec::new();
+    for s in &opts.side_files {
+        locks.extend(side::lock(s)?);
+    }
+    Ok(locks)
+}
+
+/// Writes what `--attest` and `--report` asked for (`sides`, as the conversion checked them),
+/// after a committed conversion, atomically; `job` (the job file's output it was made as) goes
+/// into the recipe.
+pub fn write_outputs(
+    a: &ConvertArgs,
+    r: &ConvertReport,
+    job: Option<Value>,
+    sides: &[SideFile],
+) -> Result<(), Error> {
+    if r.dry_run {
+        return Ok(());
+    }
+    let side = |flag: &str| sides.iter().find(|s| s.flag == flag);
+    if let (Some(path), Some(prov)) = (side("--attest"), &r.provenance) {
         let mut recipe = recipe(a);
         if let Some(j) = job {
             recipe["job"] = j;
@@ -86,10 +121,10 @@ pub fn write_outputs(a: &ConvertArgs, r: &ConvertReport, job: Option<Value>) -> 
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');
-        write_atomic(path, &text)?;
+        side::write(path, &text)?;
     }
-    if let Some(path) = &a.report {
-        write_atomic(path, crate::report::html(r).as_bytes())?;
+    if let Some(path) = side("--report") {
+        side::write(path, crate::report::html(r).as_bytes())?;
     }
     Ok(())
 }

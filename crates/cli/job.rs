@@ -63,12 +63,56 @@ pub enum OneOrMany {
     Many(Vec<String>),
 }
 
+/// What a key's value is, for reading `-o PATH:KEY=VALUE` as the job file reads the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `true`/`false`; a bare key is `true`.
+    Switch,
+    /// `true`/`false` or a path; a bare key is `true`.
+    Toggle,
+    /// A whole number.
+    Count,
+    /// A byte count, or text as on the command line (`5GB`).
+    Size,
+    /// Text.
+    Text,
+    /// A list of texts: the key once per item.
+    List,
+}
+
+/// The [`Kind`] of each option type.
+trait OptionKind {
+    const KIND: Kind;
+}
+impl OptionKind for bool {
+    const KIND: Kind = Kind::Switch;
+}
+impl OptionKind for Toggle {
+    const KIND: Kind = Kind::Toggle;
+}
+impl OptionKind for usize {
+    const KIND: Kind = Kind::Count;
+}
+impl OptionKind for Size {
+    const KIND: Kind = Kind::Size;
+}
+impl OptionKind for String {
+    const KIND: Kind = Kind::Text;
+}
+impl OptionKind for Vec<String> {
+    const KIND: Kind = Kind::List;
+}
+
 /// Declares the option fields once and the structs that carry them (`[defaults]`, `[[job]]`,
-/// `[[job.output]]`), each refusing unknown keys.
+/// `[[job.output]]`), each refusing unknown keys, and the keys with their kinds.
 macro_rules! with_options {
     ($($(#[$m:meta])* $field:ident: $ty:ty,)*) => {
+        /// Every option key of an output and what its value is (aliases not included).
+        pub const OPTION_KEYS: &[(&str, Kind)] =
+            &[$((stringify!($field), <$ty as OptionKind>::KIND),)*];
+
         /// Every option an output can have (all unset by default).
-        #[derive(Deserialize, Serialize, Debug, Clone, Default)]
+        #[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
         #[serde(deny_unknown_fields)]
         pub struct Options { $($(#[$m])* pub $field: Option<$ty>,)* }
 
@@ -254,7 +298,7 @@ pub fn load(file: &Path) -> Result<Job, Error> {
             let inputs = resolve_inputs(&base, entry.input.get_ref());
             let path = base.join(out.path.get_ref());
             let argv = convert_argv(&base, &inputs, &path, &options).map_err(at)?;
-            let cli = Cli::try_parse_from(&argv).map_err(|e| at(crate::usage_message(&e)))?;
+            let cli = Cli::try_parse_from(&argv).map_err(|e| at(option_error(&e)))?;
             let Command::Convert(mut args) = cli.command else {
                 return Err(at("not a conversion".into()));
             };
@@ -274,17 +318,36 @@ pub fn load(file: &Path) -> Result<Job, Error> {
             });
         }
     }
-    refuse_shared_paths(file, &outputs)?;
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
     let state = match &parsed.state {
         Some(s) => base.join(s),
         None => base.join(format!(".{}.state.json", name.unwrap_or_default())),
     };
-    Ok(Job {
+    let job = Job {
         file: file.to_path_buf(),
         state: Some(state),
         outputs,
-    })
+    };
+    crate::overlaps::refuse(&job)?;
+    Ok(job)
+}
+
+/// What clap's refusal of an output's options means in keys: a missing option is named by
+/// its key (`missing \`quant\`, which the options given need`), anything else as clap says.
+pub(crate) fn option_error(e: &clap::Error) -> String {
+    match crate::missing_arguments(e) {
+        Some(args) => {
+            let keys: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let flag = a.split_whitespace().next().unwrap_or(a);
+                    format!("`{}`", flag.trim_start_matches('-').replace('-', "_"))
+                })
+                .collect();
+            format!("missing {}, which the options given need", keys.join(", "))
+        }
+        None => crate::usage_message(e),
+    }
 }
 
 /// `attest` and `report` in `[defaults]` can only be switched on: one path for every output
@@ -296,28 +359,6 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
                 "{}: [defaults] {key}: true or false (a path is given per output)",
                 crate::output::p(file)
             )));
-        }
-    }
-    Ok(())
-}
-
-/// Refuses two outputs (or their attestations, reports) at one path.
-pub(crate) fn refuse_shared_paths(file: &Path, outputs: &[PlannedOutput]) -> Result<(), Error> {
-    let mut seen: std::collections::HashMap<PathBuf, usize> = Default::default();
-    for o in outputs {
-        let a = &o.args;
-        for p in [Some(&a.output), a.attest.as_ref(), a.report.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(line) = seen.insert(p.clone(), o.line) {
-                return Err(Error::Usage(format!(
-                    "{}:{}: {} is also written by the output of line {line}",
-                    crate::output::p(file),
-                    o.line,
-                    crate::output::p(p)
-                )));
-            }
         }
     }
     Ok(())
@@ -367,10 +408,10 @@ fn convert_argv(
 }
 
 /// A flag of the command line (without its `--`) and its value, if it takes one.
-type Flag = (&'static str, Option<String>);
+pub(crate) type Flag = (&'static str, Option<String>);
 
 /// The flags the options `o` set, in the command line's order.
-fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
+pub(crate) fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag> {
     let mut flags = text_flags(o);
     flags.extend(switch_flags(o));
     if let Some(m) = &o.imatrix {

@@ -16,6 +16,7 @@ mod imatrix;
 mod job;
 mod multi;
 mod output;
+mod overlaps;
 mod progress;
 mod report;
 mod run;
@@ -119,11 +120,30 @@ pub fn run_json(
     }
 }
 
-/// The first line of clap's message, without its `error: ` prefix.
+/// The first line of clap's message, without its `error: ` prefix; for missing arguments,
+/// which clap lists on the lines after it, the list too.
 fn usage_message(e: &clap::Error) -> String {
     let detail = e.to_string();
     let first = detail.lines().next().unwrap_or_default();
-    first.trim_start_matches("error: ").to_string()
+    let first = first.trim_start_matches("error: ").to_string();
+    match missing_arguments(e) {
+        Some(list) => format!("{first} {}", list.join(", ")),
+        None => first,
+    }
+}
+
+/// The arguments a [`clap::error::ErrorKind::MissingRequiredArgument`] error names
+/// (`--quant <TYPE>`).
+fn missing_arguments(e: &clap::Error) -> Option<Vec<String>> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::MissingRequiredArgument {
+        return None;
+    }
+    match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(v)) if !v.is_empty() => Some(v.clone()),
+        Some(ContextValue::String(v)) => Some(vec![v.clone()]),
+        _ => None,
+    }
 }
 
 /// Reports a panic as an internal error (once per process), except a third-party parser's

@@ -2,11 +2,14 @@
 //! read as the outputs of a job file's `[[job]]` are (the job runner runs them, without a
 //! state file).
 //!
-//! Each `-o` is `PATH[:KEY[=VALUE][,KEY[=VALUE]…]]`, the keys those of a job file's
-//! `[[job.output]]` that convert has as options (`quant=Q8_0`, `to=gguf`, `shard_size=2GB`,
-//! `pure`, `force`…). Every output gets the command line's other options plus its own; an
-//! option given both ways is refused (clap's "cannot be used multiple times"). A suffix is
-//! options only when every item names a known key, so `-o a:b` is the path `a:b`; a path that
+//! Each `-o` is `PATH[:KEY[=VALUE][,KEY[=VALUE]…]]` with the keys of a job file's
+//! `[[job.output]]`, read as the job file reads them (`quant=Q8_0`, `shard_size=2GB`,
+//! `attest=true` or `attest=PATH`, `verify=false`…); a bare key is `true` (`pure`, `report`).
+//! Every output gets the command line's other options plus its own; an option given both ways
+//! is refused (clap's "cannot be used multiple times"). What follows the last colon is options
+//! when it is shaped as options (`KEY` or `KEY=VALUE` items) and one item names a known key or
+//! has a value; then every item must be right, or the `-o` is refused naming the key. So
+//! `-o a:b` is the path `a:b`, and `-o a.gguf:quantt=Q8_0` is refused, not a path; a path that
 //! itself ends in `:KEY=VALUE` is written with a trailing colon (`-o 'odd:quant=x:'`). Values
 //! cannot hold commas: use a job file for those.
 
@@ -14,72 +17,102 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use serde::Deserialize;
 use weightport_core::Error;
 
 use crate::args::{Cli, Command, ConvertArgs};
-use crate::job::{Job, Options, PlannedOutput};
-
-/// Keys an output may carry, and whether they take a value.
-const KEYS: &[(&str, bool)] = &[
-    ("to", true),
-    ("shard_size", true),
-    ("dtype", true),
-    ("outtype", true),
-    ("dtype_filter", true),
-    ("allow_lossy", false),
-    ("rename", true),
-    ("quant", true),
-    ("pure", false),
-    ("tensor_type", true),
-    ("output_tensor_type", true),
-    ("token_embedding_type", true),
-    ("leave_output_tensor", false),
-    ("allow_requantize", false),
-    ("imatrix", true),
-    ("include_weights", true),
-    ("exclude_weights", true),
-    ("arch", true),
-    ("name", true),
-    ("force", false),
-    ("no_verify", false),
-    ("attest", true),
-    ("report", true),
-];
+use crate::job::{Job, Kind, Options, PlannedOutput, OPTION_KEYS};
 
 /// Whether `a` names several outputs or options for one: it is then made by [`job_of`].
 pub fn is_multi(a: &ConvertArgs) -> bool {
-    a.outputs.len() > 1 || a.outputs.iter().any(|o| split(o).1.is_some())
+    a.outputs.len() > 1 || a.outputs.iter().any(|o| !matches!(split(o), Ok((_, None))))
 }
 
-/// `PATH[:options]` → the path and the convert flags of its options (`None`: no option part).
-pub fn split(spec: &Path) -> (PathBuf, Option<Vec<String>>) {
+/// A key as it may be written: letters, digits, `_` and `-`, not starting with a digit.
+fn key_shaped(k: &str) -> bool {
+    let mut c = k.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '-')
+}
+
+/// The kind of option `key` (`outtype` is `dtype`'s alias, as in job files).
+fn kind_of(key: &str) -> Option<Kind> {
+    let key = if key == "outtype" { "dtype" } else { key };
+    OPTION_KEYS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|&(_, kind)| kind)
+}
+
+/// `PATH[:options]` → the path and its options (`None`: no option part), or why the options
+/// are refused (naming the key).
+pub fn split(spec: &Path) -> Result<(PathBuf, Option<Options>), String> {
     let s = spec.to_string_lossy();
     let Some((path, tail)) = s.rsplit_once(':') else {
-        return (spec.to_path_buf(), None);
+        return Ok((spec.to_path_buf(), None));
     };
     if tail.is_empty() {
-        return (PathBuf::from(path), Some(Vec::new()));
+        return Ok((PathBuf::from(path), Some(Options::default())));
     }
-    let mut flags = Vec::new();
-    for item in tail.split(',') {
-        let (key, value) = match item.split_once('=') {
+    let items: Vec<(&str, Option<&str>)> = tail
+        .split(',')
+        .map(|item| match item.split_once('=') {
             Some((k, v)) => (k, Some(v)),
             None => (item, None),
+        })
+        .collect();
+    let shaped = items.iter().all(|(k, _)| key_shaped(k));
+    let claims = items
+        .iter()
+        .any(|(k, v)| v.is_some() || kind_of(k).is_some());
+    if !(shaped && claims) {
+        return Ok((spec.to_path_buf(), None));
+    }
+    Ok((PathBuf::from(path), Some(options_of(&items)?)))
+}
+
+/// The options `KEY[=VALUE]` items stand for, read as a job file's `[[job.output]]` table.
+fn options_of(items: &[(&str, Option<&str>)]) -> Result<Options, String> {
+    let mut table = toml::Table::new();
+    for &(key, value) in items {
+        let Some(kind) = kind_of(key) else {
+            return Err(format!(
+                "unknown key `{key}` (the keys are a job file's `[[job.output]]` keys, \
+                 docs/jobs.md); to name a path that ends in `:{key}…`, add a trailing colon"
+            ));
         };
-        let Some(&(_, takes)) = KEYS.iter().find(|(k, _)| *k == key) else {
-            return (spec.to_path_buf(), None);
-        };
-        flags.push(format!("--{}", key.replace('_', "-")));
-        match (takes, value) {
-            (true, Some(v)) => flags.push(v.to_string()),
-            (false, None | Some("true")) => {}
-            (false, Some("false")) => {
-                flags.pop();
+        let v = item_value(key, kind, value)?;
+        match (table.get_mut(key), v) {
+            (Some(toml::Value::Array(list)), toml::Value::Array(more)) => list.extend(more),
+            (Some(_), _) => return Err(format!("`{key}` is given twice")),
+            (None, v) => {
+                table.insert(key.to_string(), v);
             }
-            _ => return (spec.to_path_buf(), None),
         }
     }
-    (PathBuf::from(path), Some(flags))
+    Options::deserialize(toml::Value::Table(table)).map_err(|e| e.to_string())
+}
+
+/// The job file's value of `key` written as `KEY=VALUE` (or a bare `KEY`).
+fn item_value(key: &str, kind: Kind, value: Option<&str>) -> Result<toml::Value, String> {
+    use toml::Value as V;
+    let text = |v: &str| V::String(v.to_string());
+    match (kind, value) {
+        (Kind::Switch | Kind::Toggle, None | Some("true")) => Ok(V::Boolean(true)),
+        (Kind::Switch | Kind::Toggle, Some("false")) => Ok(V::Boolean(false)),
+        (Kind::Switch, Some(v)) => Err(format!("`{key}` takes true or false, not `{v}`")),
+        (_, None | Some("")) => Err(format!("`{key}` needs a value (`{key}=…`)")),
+        (Kind::Toggle | Kind::Text, Some(v)) => Ok(text(v)),
+        (Kind::List, Some(v)) => Ok(V::Array(vec![text(v)])),
+        (Kind::Count, Some(v)) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(V::Integer)
+            .ok_or_else(|| format!("`{key}` takes a whole number, not `{v}`")),
+        (Kind::Size, Some(v)) => Ok(v.parse::<i64>().map(V::Integer).unwrap_or(text(v))),
+    }
 }
 
 /// The command line without its `-o`/`--output` options (program name first).
@@ -106,13 +139,17 @@ pub fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
     let base = without_outputs(&a.argv);
     let mut outputs = Vec::new();
     for (k, spec) in a.outputs.iter().enumerate() {
-        let (path, flags) = split(spec);
+        let at = |what: String| Error::Usage(format!("-o {}: {what}", crate::output::p(spec)));
+        let (path, options) = split(spec).map_err(at)?;
+        let options = options.unwrap_or_default();
         let mut argv = base.clone();
-        argv.extend(flags.unwrap_or_default().into_iter().map(OsString::from));
+        for (name, value) in crate::job::option_flags(Path::new(""), &path, &options) {
+            argv.push(format!("--{name}").into());
+            argv.extend(value.map(OsString::from));
+        }
         argv.push("-o".into());
         argv.push(path.clone().into_os_string());
-        let at = |what: String| Error::Usage(format!("-o {}: {what}", crate::output::p(spec)));
-        let cli = Cli::try_parse_from(&argv).map_err(|e| at(crate::usage_message(&e)))?;
+        let cli = Cli::try_parse_from(&argv).map_err(|e| at(crate::job::option_error(&e)))?;
         let Command::Convert(mut args) = cli.command else {
             return Err(at("not a conversion".into()));
         };
@@ -123,9 +160,9 @@ pub fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
             output: k + 1,
             line: k + 1,
             args: *args,
-            threads: None,
-            max_memory: None,
-            options: Options::default(),
+            threads: cli.threads,
+            max_memory: cli.max_memory,
+            options,
             argv: argv
                 .iter()
                 .skip(1)
@@ -138,7 +175,7 @@ pub fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
         state: None,
         outputs,
     };
-    crate::job::refuse_shared_paths(&job.file, &job.outputs)?;
+    crate::overlaps::refuse(&job)?;
     Ok(job)
 }
 
@@ -147,19 +184,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_after_the_last_colon_only_when_every_key_is_known() {
-        let (p, f) = split(Path::new("out/m.gguf:quant=Q8_0,pure"));
+    fn options_after_the_last_colon_when_shaped_as_options() {
+        let (p, o) = split(Path::new("out/m.gguf:quant=Q8_0,pure,report")).unwrap();
+        let o = o.unwrap();
         assert_eq!(p, Path::new("out/m.gguf"));
-        assert_eq!(f.unwrap(), ["--quant", "Q8_0", "--pure"]);
-        assert_eq!(split(Path::new("a:b")).0, Path::new("a:b"));
-        assert!(split(Path::new("a:b")).1.is_none());
-        assert_eq!(split(Path::new("a:quanta=1")).0, Path::new("a:quanta=1"));
-        let (p, f) = split(Path::new("odd:quant=x:"));
         assert_eq!(
-            (p.as_path(), f.unwrap().len()),
-            (Path::new("odd:quant=x"), 0)
+            (o.quant.as_deref(), o.pure, o.report),
+            (Some("Q8_0"), Some(true), Some(crate::job::Toggle::On(true)))
         );
-        assert!(split(Path::new("m:pure=maybe")).1.is_none());
+        assert_eq!(
+            split(Path::new("a:b")).unwrap(),
+            (PathBuf::from("a:b"), None)
+        );
+        assert_eq!(split(Path::new("a:b c=1")).unwrap().1, None);
+        assert!(split(Path::new("a:quanta=1"))
+            .unwrap_err()
+            .contains("`quanta`"));
+        let (p, o) = split(Path::new("odd:quant=x:")).unwrap();
+        assert_eq!(p, Path::new("odd:quant=x"));
+        assert!(o.unwrap().quant.is_none());
+        assert!(split(Path::new("m:pure=maybe"))
+            .unwrap_err()
+            .contains("`pure`"));
+        let o = split(Path::new(
+            "m:attest=true,rename=s/a/b/,rename=s/c/d/,threads=3",
+        ));
+        let o = o.unwrap().1.unwrap();
+        assert_eq!(o.attest, Some(crate::job::Toggle::On(true)));
+        assert_eq!(o.rename.unwrap(), ["s/a/b/", "s/c/d/"]);
+        assert_eq!(o.threads, Some(3));
+        let o = split(Path::new("m:attest=a.json,shard_size=5GB,outtype=f16")).unwrap();
+        let o = o.1.unwrap();
+        assert_eq!(o.attest, Some(crate::job::Toggle::Path("a.json".into())));
+        assert_eq!(o.shard_size, Some(crate::job::Size::Text("5GB".into())));
+        assert_eq!(o.dtype.as_deref(), Some("f16"));
     }
 
     #[test]

@@ -179,6 +179,7 @@ pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<Conver
     opts.threads = g.threads;
     opts.max_memory = g.max_memory;
     opts.provenance = a.attest.is_some();
+    opts.side_files = crate::attest::side_files(a);
     opts.transform.measure_quality = json || a.report.is_some();
     Ok(opts)
 }
@@ -192,8 +193,9 @@ pub fn convert(
 ) -> Result<(), Failure> {
     let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
+    let _locks = crate::attest::lock_side_files(&opts)?;
     let r = run_convert(&opts, progress)?;
-    crate::attest::write_outputs(a, &r, None)?;
+    crate::attest::write_outputs(a, &r, None, &opts.side_files)?;
     let secs = t0.elapsed().as_secs_f64();
     let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
     if json {

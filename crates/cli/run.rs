@@ -21,6 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use weightport_core::Error;
+use weightport_pipeline::side::SideFile;
 use weightport_pipeline::{
     convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress,
@@ -296,11 +297,35 @@ struct Pending {
     redone: Option<String>,
 }
 
-/// Output `o` (number `index` of the job) to make, or (`Err`) what happened to it already: its
-/// record still holds, or its options are refused.
+/// The pipeline's options of every output of `job`, or the first refused (labelled with its
+/// output): the whole job is checked before any of it runs.
+fn job_options(job: &Job, cx: &Ctx) -> Result<Vec<ConvertOptions>, Error> {
+    let max = weightport_pipeline::convert::MAX_THREADS;
+    let mut all = Vec::with_capacity(job.outputs.len());
+    for o in &job.outputs {
+        let label = |e: Error| match e {
+            Error::Usage(m) => Error::Usage(format!("{}: {m}", o.label(&job.file))),
+            e => e,
+        };
+        let g = Global {
+            threads: cx.global.threads.or(o.threads),
+            max_memory: cx.global.max_memory.or(o.max_memory),
+        };
+        if let Some(n) = g.threads.filter(|&n| n == 0 || n > max) {
+            let e = format!("threads = {n}: must be between 1 and {max}");
+            return Err(label(Error::Usage(e)));
+        }
+        all.push(convert_options(&o.args, &g, cx.json).map_err(label)?);
+    }
+    Ok(all)
+}
+
+/// Output `o` (number `index` of the job, its options `opts`) to make, or (`Err`) what
+/// happened to it already: its record still holds, or its input is refused.
 fn pending(
     index: usize,
     o: &PlannedOutput,
+    mut opts: ConvertOptions,
     cx: &Ctx,
     state: &State,
 ) -> Result<Pending, Box<(Outcome, Option<String>)>> {
@@ -312,15 +337,17 @@ fn pending(
             Err(why) => Some(why),
         },
     };
-    let g = Global {
-        threads: cx.global.threads.or(o.threads),
-        max_memory: cx.global.max_memory.or(o.max_memory),
-    };
     let failed = |e| Box::new((Outcome::Failed(e), redone.clone()));
-    let mut opts = convert_options(&o.args, &g, cx.json).map_err(failed)?;
     opts.dry_run |= cx.dry_run;
-    // An output this job recorded is its own to replace.
+    // An output this job recorded is its own to replace, and so are the statement and report
+    // its record names (not others, when their paths changed).
     opts.force |= cx.force || redone.is_some();
+    let rec = state.outputs.get(&key);
+    for s in &mut opts.side_files {
+        let recorded =
+            rec.is_some_and(|r| [&r.attestation, &r.report].contains(&&Some(s.path.clone())));
+        s.replace |= cx.force || recorded;
+    }
     let request = input_request(&opts).map_err(failed)?;
     Ok(Pending {
         index,
@@ -331,20 +358,22 @@ fn pending(
     })
 }
 
-/// After output `o` was made: its attestation and report, and its record in the state.
+/// After output `o` was made: its attestation and report (`sides`, as its conversion checked
+/// them), and its record in the state.
 fn made(
     o: &PlannedOutput,
     cx: &Ctx,
     report: ConvertReport,
     (state, state_path): (&mut State, Option<&Path>),
     known: &BTreeMap<PathBuf, String>,
+    sides: &[SideFile],
 ) -> Result<Outcome, Error> {
     if report.dry_run {
         return Ok(Outcome::Planned(Box::new(report)));
     }
     let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
                          "convert": o.argv});
-    crate::attest::write_outputs(&o.args, &report, Some(made_as))?;
+    crate::attest::write_outputs(&o.args, &report, Some(made_as), sides)?;
     if let Some(path) = state_path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
@@ -515,14 +544,16 @@ pub fn run_job(
         global,
         json,
     };
+    let opts = job_options(job, &cx)?;
     let mut done: Vec<Option<Done>> = job.outputs.iter().map(|_| None).collect();
     let mut todo = Vec::new();
-    for (i, o) in job.outputs.iter().enumerate() {
-        match pending(i, o, &cx, &state) {
+    for ((i, o), opts) in job.outputs.iter().enumerate().zip(opts) {
+        match pending(i, o, opts, &cx, &state) {
             Ok(p) => todo.push(p),
             Err(b) => done[i] = Some(Done::new(b.0, b.1, 0.0)),
         }
     }
+    let (todo, _locks) = lock_side_files(todo, &mut done);
     let mut reads = Vec::new();
     for g in groups(todo) {
         let t = Instant::now();
@@ -536,7 +567,7 @@ pub fn run_job(
         for (m, r) in g.members.into_iter().zip(results) {
             let o = &job.outputs[m.index];
             let st = (&mut state, job.state.as_deref());
-            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known)) {
+            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known, &m.opts.side_files)) {
                 Ok(x) => x,
                 Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
                 Err(e) => Outcome::Failed(e),
@@ -560,6 +591,26 @@ pub fn run_job(
         run_text(job, &done, &reads, out)?;
     }
     finish(job, &done)
+}
+
+/// The pending outputs whose side files could be locked, and the locks (held until the run
+/// ends); an output whose side file another run is writing is failed now, before any runs.
+fn lock_side_files(
+    todo: Vec<Pending>,
+    done: &mut [Option<Done>],
+) -> (Vec<Pending>, Vec<weightport_core::staging::OutputLock>) {
+    let mut locks = Vec::new();
+    let mut kept = Vec::with_capacity(todo.len());
+    for p in todo {
+        match crate::attest::lock_side_files(&p.opts) {
+            Ok(l) => {
+                locks.extend(l);
+                kept.push(p);
+            }
+            Err(e) => done[p.index] = Some(Done::new(Outcome::Failed(e), p.redone, 0.0)),
+        }
+    }
+    (kept, locks)
 }
 
 /// How many outputs were made, skipped, planned and failed.

@@ -76,6 +76,14 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
     if c.outputs.len() > 1 {
         return Err(Error::Usage("plan: one -o (a plan makes one output)".into()).into());
     }
+    if !matches!(crate::multi::split(&c.outputs[0]), Ok((_, None))) {
+        return Err(Error::Usage(format!(
+            "plan: -o {}: a plan's output takes no options after a colon (give them as \
+             flags: --quant Q8_0); a path that ends in `:…` is written with a trailing colon",
+            p(&c.outputs[0])
+        ))
+        .into());
+    }
     if c.dry_run || c.attest.is_some() || c.report.is_some() {
         return Err(Error::Usage(
             "plan: --dry-run, --attest and --report apply to convert only".into(),

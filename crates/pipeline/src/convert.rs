@@ -16,6 +16,7 @@ use crate::plan::{OutTensor, TransformOptions};
 use crate::planned::{self, ArchReport, Planned};
 use crate::quality::Quality;
 use crate::registry::output_for;
+use crate::side::{self, SideFile};
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
 
@@ -64,6 +65,9 @@ pub struct ConvertOptions {
     pub chunk: u64,
     /// Collect what the output was made of ([`ConvertReport::provenance`], for `--attest`).
     pub provenance: bool,
+    /// Files the caller writes beside the output (`--attest`, `--report`): checked with the
+    /// output, before anything is written ([`crate::side::check`]).
+    pub side_files: Vec<SideFile>,
 }
 
 impl ConvertOptions {
@@ -83,6 +87,7 @@ impl ConvertOptions {
             max_memory: None,
             chunk: hash::HASH_CHUNK,
             provenance: false,
+            side_files: Vec::new(),
         }
     }
 }
@@ -311,6 +316,7 @@ pub(crate) fn start<'s>(
     opts: &ConvertOptions,
 ) -> Result<Started<'s>> {
     let job = planned::plan(source, repo_dir, opts)?;
+    check_side_files(&job, opts, &opts.side_files)?;
     let prepared = txn::prepare(&job.plan, &opts.output, opts.force, opts.dry_run)?;
     let mut report = report_of(
         job.source(),
@@ -330,6 +336,55 @@ pub(crate) fn start<'s>(
         report,
         staged: Vec::new(),
     })
+}
+
+/// Refuses side files at an input's place (the inputs given, every file read, the input
+/// repo's companions, the importance matrix) or an output file's, or existing ones without
+/// `--force`.
+pub(crate) fn check_side_files(
+    job: &Planned,
+    opts: &ConvertOptions,
+    sides: &[SideFile],
+) -> Result<()> {
+    if sides.is_empty() {
+        return Ok(());
+    }
+    let mut inputs = opts.inputs.clone();
+    inputs.extend(job.source().files());
+    inputs.extend(job.repo_dir.map(companions).unwrap_or_default());
+    let quant = opts.transform.quant.as_ref();
+    inputs.extend(
+        quant
+            .and_then(|q| q.imatrix.as_ref())
+            .map(|m| PathBuf::from(&m.file)),
+    );
+    let plan = &job.plan;
+    let mut outputs: Vec<PathBuf> = plan.files.iter().map(|f| f.path.clone()).collect();
+    outputs.extend(plan.extras.iter().map(|e| e.path.clone()));
+    side::check(sides, &inputs, &outputs, !opts.dry_run)?;
+    refuse_own_names(plan, sides)
+}
+
+/// Refuses a side file inside an output repo under a name of the repo's format (a shard, an
+/// index): a reader would take it for the repo's, and `--force` removes it as stale.
+fn refuse_own_names(plan: &OutputPlan, sides: &[SideFile]) -> Result<()> {
+    if !plan.is_repo {
+        return Ok(());
+    }
+    let dir = side::resolved(&plan.dir);
+    for s in sides {
+        let name = s.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let inside = s.path.parent().map(side::resolved) == Some(dir.clone());
+        if inside && name.is_some_and(|n| (plan.is_own_file)(&n)) {
+            return Err(Error::Usage(format!(
+                "{}: is named as a file of the output repo {} (a reader would take it for \
+                 one); name another file",
+                s.label(),
+                weightport_core::shown(&plan.dir)
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Started<'_> {

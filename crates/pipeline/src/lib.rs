@@ -35,6 +35,7 @@ pub mod quantize;
 pub mod registry;
 pub mod scan;
 pub mod shared_read;
+pub mod side;
 pub mod transform;
 pub mod txn;
 pub mod units;

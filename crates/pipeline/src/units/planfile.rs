@@ -634,6 +634,8 @@ pub fn plan_units(
         )));
     }
     let (doc, report) = with_job(opts, |job| {
+        let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
+        crate::convert::check_side_files(job, opts, &[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
         crate::txn::prepare(&job.plan, &opts.output, opts.force, true)?;
         let lay = layout(job, opts)?;

@@ -150,7 +150,10 @@ pub fn run_unit(
         Err(e) => {
             let doc =
                 json!({"index": index, "fingerprint": plan.fingerprint, "error": e.to_string()});
-            let _ = std::fs::write(failed_path(plan, index), doc.to_string());
+            // Through a fresh temp file and a rename: nothing planted under the record's name
+            // in the staging directory is written through.
+            let record = crate::side::SideFile::new("unit record", &failed_path(plan, index));
+            let _ = crate::side::write(&record.replacing(true), doc.to_string().as_bytes());
         }
     }
     r
