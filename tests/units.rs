@@ -1305,3 +1305,43 @@ fn in_place_finish_detects_altered_padding() {
     let _ = u;
     job.finish_and_compare();
 }
+
+/// Issue 28 item 5: an input changed past its first MiB between units (its mtime put back,
+/// as `touch -r` does) was taken by the later unit; the output matched neither version of
+/// the input, and `finish` said verified. The later unit refuses it now.
+#[test]
+fn a_unit_refuses_an_input_changed_past_its_first_mib_since_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
+    job.plan_exactly(2);
+    ok(&job.unit(0), "unit 0");
+    let mtime = std::fs::metadata(&input).unwrap().modified().unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&input)
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        for at in [len / 4, len / 2 + len / 4] {
+            let mut b = [0u8; 4];
+            f.read_exact_at(&mut b, at).unwrap();
+            b[3] ^= 0x40;
+            f.write_all_at(&b, at).unwrap();
+        }
+        f.set_modified(mtime).unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&input).unwrap().modified().unwrap(),
+        mtime
+    );
+    let err = failed(&job.unit(1), 1);
+    assert!(
+        err.contains("big.safetensors") && err.contains("changed since the plan"),
+        "{err}"
+    );
+    assert_eq!(job.finish().status.code(), Some(1), "unit 1 failed");
+    assert!(!job.units_out().exists());
+}
