@@ -376,6 +376,51 @@ fn the_state_file_never_replaces_an_output_or_an_unrelated_file() {
     assert!(left.is_empty(), "no temp or lock file is left: {left:?}");
 }
 
+/// The state file never replaces an input or the job file, even with `--force`, nor becomes an
+/// input (a non-dot file in an input directory); a dot file there is fine.
+#[test]
+fn the_state_file_never_replaces_an_input_even_forced() {
+    let t = tempfile::tempdir().unwrap();
+    let release = t.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    for e in std::fs::read_dir(llama()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), release.join(e.file_name())).unwrap();
+    }
+    let config = std::fs::read(release.join("config.json")).unwrap();
+    for state in ["release/config.json", "release/notes.json", "job.toml"] {
+        let text = format!(
+            "state = \"{state}\"\n[[job]]\ninput = \"release\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n"
+        );
+        std::fs::write(t.path().join("job.toml"), &text).unwrap();
+        let o = wp(&[
+            "run",
+            t.path().join("job.toml").to_str().unwrap(),
+            "--force",
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{state}: {stderr}");
+        assert!(
+            stderr.contains("state file would replace"),
+            "{state}: {stderr}"
+        );
+        assert!(!t.path().join("m.gguf").exists(), "{state}: nothing ran");
+        assert_eq!(std::fs::read(release.join("config.json")).unwrap(), config);
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("job.toml")).unwrap(),
+            text
+        );
+        assert!(!release.join("notes.json").exists());
+    }
+    let text = "state = \"release/.state.json\"\n[[job]]\ninput = \"release\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n";
+    std::fs::write(t.path().join("job.toml"), text).unwrap();
+    let (o, v) = run_json(&t.path().join("job.toml"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let (_, v) = run_json(&t.path().join("job.toml"), &[]);
+    assert_eq!(statuses(&v), ["skipped"], "a dot file is no input");
+}
+
 /// Issue 28 item 5: an input rewritten in place with its old size and mtime (`touch -r`) was
 /// "skipped … verified against its recorded provenance".
 #[test]

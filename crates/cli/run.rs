@@ -284,11 +284,29 @@ struct Recorder<'a> {
     inputs: Hashes,
 }
 
-/// After output `m.index` was made: its attestation and report, and its record in the state.
+/// The outputs of a group just made get their statements and reports (as `convert` writes
+/// them, after the commit).
+fn side_files(g: &Group, job: &Job, cx: &Ctx, results: Results) -> Results {
+    let with_side = |m: &Pending, r: ConvertReport| {
+        let o = &job.outputs[m.index];
+        if !r.dry_run {
+            let made_as = json!({"file": cx.file, "job": o.job, "output": o.output,
+                                 "line": o.line, "convert": o.argv});
+            crate::attest::write_outputs(&o.args, &r, Some(made_as))?;
+        }
+        Ok(r)
+    };
+    g.members
+        .iter()
+        .zip(results)
+        .map(|(m, r)| r.and_then(|r| with_side(m, r)))
+        .collect()
+}
+
+/// After output `m.index` was made (and its side files written): its record in the state.
 fn made(
     o: &PlannedOutput,
     m: &Pending,
-    cx: &Ctx,
     report: ConvertReport,
     rec: &Recorder,
     known: &BTreeMap<PathBuf, String>,
@@ -296,9 +314,6 @@ fn made(
     if report.dry_run {
         return Ok(Outcome::Planned(Box::new(report)));
     }
-    let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
-                         "convert": o.argv});
-    crate::attest::write_outputs(&o.args, &report, Some(made_as))?;
     if let Some(path) = rec.path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
@@ -311,6 +326,24 @@ fn made(
         })?;
     }
     Ok(Outcome::Made(Box::new(report)))
+}
+
+/// The sha256 of the input files of a group's made outputs, for their records: taken from the
+/// statements written (their materials: an attested input is not hashed twice), the rest
+/// hashed several at once.
+fn hash_inputs(
+    g: &Group,
+    job: &Job,
+    results: &Results,
+    rec: &mut Recorder,
+    threads: Option<usize>,
+) -> Result<(), Error> {
+    for (m, r) in g.members.iter().zip(results) {
+        if let (Ok(_), Some(a)) = (r, &job.outputs[m.index].args.attest) {
+            rec.inputs.seed_from_statement(a);
+        }
+    }
+    rec.inputs.fill(&inputs_of(&g.members, results), threads)
 }
 
 /// Every input file the made outputs of a group listed or read, to hash for their records.
@@ -505,10 +538,10 @@ pub fn run_job(
         let t = Instant::now();
         let (results, read) = convert_group(&g, progress)?;
         reads.extend(read);
+        let results = side_files(&g, job, &cx, results);
         let known = match rec.path {
             Some(_) => {
-                rec.inputs
-                    .fill(&inputs_of(&g.members, &results), global.threads)?;
+                hash_inputs(&g, job, &results, &mut rec, global.threads)?;
                 hash_made(&results, global.threads)?
             }
             None => BTreeMap::new(),
@@ -516,7 +549,7 @@ pub fn run_job(
         let secs = t.elapsed().as_secs_f64();
         for (m, r) in g.members.into_iter().zip(results) {
             let o = &job.outputs[m.index];
-            let outcome = match r.and_then(|r| made(o, &m, &cx, r, &rec, &known)) {
+            let outcome = match r.and_then(|r| made(o, &m, r, &rec, &known)) {
                 Ok(x) => x,
                 Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
                 Err(e) => Outcome::Failed(e),

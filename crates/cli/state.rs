@@ -161,6 +161,29 @@ impl Hashes {
         })
     }
 
+    /// Takes the sha256 of the materials of the in-toto statement at `file` (written just now
+    /// by this run, which hashed them after the commit) for the files whose stat is what it
+    /// is now: those need not be read again.
+    pub fn seed_from_statement(&mut self, file: &Path) {
+        let Ok(text) = std::fs::read(file) else {
+            return;
+        };
+        let st: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let materials = st["predicate"]["materials"]
+            .as_array()
+            .into_iter()
+            .flatten();
+        for m in materials {
+            let (Some(name), Some(h)) = (m["name"].as_str(), m["digest"]["sha256"].as_str()) else {
+                continue;
+            };
+            let path = PathBuf::from(name);
+            if let Some(now) = stat_of(&path) {
+                self.0.entry(path).or_insert((now, h.to_string()));
+            }
+        }
+    }
+
     /// Hashes `paths` not yet hashed at their current stat, several at once.
     pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, threads: Option<usize>) -> Result<(), Error> {
         let todo: Vec<(PathBuf, Stat)> = paths
@@ -224,7 +247,8 @@ pub fn inputs_hold(
     let mut refreshed = false;
     for f in &mut inputs {
         let changed = || format!("an input file changed: {}", p(&f.path));
-        let now = stat_of(&f.path).ok_or_else(changed)?;
+        let gone = || format!("an input file is gone: {}", p(&f.path));
+        let now = stat_of(&f.path).ok_or_else(gone)?;
         if f.proven_by(now) {
             continue;
         }
@@ -263,7 +287,7 @@ pub fn inputs_made(
 pub fn job_material(job: &Job) -> Option<Material> {
     let sha256 = sha256_file(&job.file).ok()?;
     Some(Material {
-        path: job.file.clone(),
+        path: std::path::absolute(&job.file).unwrap_or_else(|_| job.file.clone()),
         sha256,
     })
 }
