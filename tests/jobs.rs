@@ -7,7 +7,7 @@
 
 mod common;
 use common::arch::{reference, sha_file};
-use common::{fixtures, wp};
+use common::{fixtures, wp, write_dat_imatrix};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -317,4 +317,240 @@ fn records_hold_from_any_working_directory_and_a_broken_state_is_named() {
         stderr.contains(".job.toml.state.json: not a weightport job state"),
         "{stderr}"
     );
+}
+
+/// The run's `--json` and its exit code, `job` run as `args` from `dir`.
+fn spawn_run(job: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(["--json", "run", job.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Issue 28 item 3: a `state` path naming an output (or lying in an output directory, or an
+/// existing file that is not a state) was overwritten after the output was verified, exit 0.
+/// Now the whole job is refused before anything runs.
+#[test]
+fn the_state_file_never_replaces_an_output_or_an_unrelated_file() {
+    let t = tempfile::tempdir().unwrap();
+    let cases = [
+        ("out/m.gguf", "the output"),
+        ("out/repo/state.json", "inside the output"),
+        ("out/m.intoto.json", "the attestation"),
+    ];
+    for (state, what) in cases {
+        let text = format!(
+            "state = \"{state}\"\n[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"out/m.gguf\"\n\
+             outtype = \"q8_0\"\nattest = \"out/m.intoto.json\"\n[[job.output]]\npath = \"out/repo\"\n"
+        );
+        let job = write_job(t.path(), &text);
+        let o = wp(&["run", job.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {stderr}");
+        assert!(
+            stderr.contains(state) && stderr.contains("state"),
+            "{what}: {stderr}"
+        );
+        assert_eq!(tree(t.path()), ["job.toml"], "{what}: nothing ran");
+    }
+    // An existing file that is not a job state is not replaced without --force.
+    let notes = t.path().join("notes.json");
+    std::fs::write(&notes, b"[1, 2, 3]\n").unwrap();
+    let text = "state = \"notes.json\"\n[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n";
+    let job = write_job(t.path(), text);
+    let o = wp(&["run", job.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(std::fs::read(&notes).unwrap(), b"[1, 2, 3]\n");
+    assert!(!t.path().join("m.gguf").exists(), "nothing ran");
+    let (o, v) = run_json(&job, &["--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let st: Value = serde_json::from_slice(&std::fs::read(&notes).unwrap()).unwrap();
+    assert_eq!(st["outputs"].as_object().unwrap().len(), 1, "{st}");
+    let left: Vec<String> = tree(t.path())
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "no temp or lock file is left: {left:?}");
+}
+
+/// The state file never replaces an input or the job file, even with `--force`, nor becomes an
+/// input (a non-dot file in an input directory); a dot file there is fine.
+#[test]
+fn the_state_file_never_replaces_an_input_even_forced() {
+    let t = tempfile::tempdir().unwrap();
+    let release = t.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    for e in std::fs::read_dir(llama()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), release.join(e.file_name())).unwrap();
+    }
+    let config = std::fs::read(release.join("config.json")).unwrap();
+    for state in ["release/config.json", "release/notes.json", "job.toml"] {
+        let text = format!(
+            "state = \"{state}\"\n[[job]]\ninput = \"release\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n"
+        );
+        std::fs::write(t.path().join("job.toml"), &text).unwrap();
+        let o = wp(&[
+            "run",
+            t.path().join("job.toml").to_str().unwrap(),
+            "--force",
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{state}: {stderr}");
+        assert!(
+            stderr.contains("state file would replace"),
+            "{state}: {stderr}"
+        );
+        assert!(!t.path().join("m.gguf").exists(), "{state}: nothing ran");
+        assert_eq!(std::fs::read(release.join("config.json")).unwrap(), config);
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("job.toml")).unwrap(),
+            text
+        );
+        assert!(!release.join("notes.json").exists());
+    }
+    let text = "state = \"release/.state.json\"\n[[job]]\ninput = \"release\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"q8_0\"\n";
+    std::fs::write(t.path().join("job.toml"), text).unwrap();
+    let (o, v) = run_json(&t.path().join("job.toml"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let (_, v) = run_json(&t.path().join("job.toml"), &[]);
+    assert_eq!(statuses(&v), ["skipped"], "a dot file is no input");
+}
+
+/// Issue 28 item 5: an input rewritten in place with its old size and mtime (`touch -r`) was
+/// "skipped … verified against its recorded provenance".
+#[test]
+fn a_rerun_makes_again_what_an_input_rewritten_with_its_old_mtime_changes() {
+    let t = tempfile::tempdir().unwrap();
+    let release = t.path().join("release");
+    std::fs::create_dir(&release).unwrap();
+    for e in std::fs::read_dir(llama()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), release.join(e.file_name())).unwrap();
+    }
+    let text = format!(
+        "[[job]]\ninput = \"{}\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"f16\"\n",
+        release.display()
+    );
+    std::fs::write(t.path().join("job.toml"), text).unwrap();
+    let job = t.path().join("job.toml");
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let first = sha_file(&t.path().join("m.gguf"));
+    // One byte of the last tensor of the last shard, same size, mtime put back.
+    let shard = release.join("model-00003-of-00003.safetensors");
+    let mtime = std::fs::metadata(&shard).unwrap().modified().unwrap();
+    let mut b = std::fs::read(&shard).unwrap();
+    let n = b.len();
+    b[n - 2] ^= 0x10;
+    std::fs::write(&shard, &b).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&shard).unwrap().modified().unwrap(),
+        mtime
+    );
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"], "{v}");
+    let why = v["outputs"][0]["redone_because"].as_str().unwrap();
+    assert!(why.contains("model-00003-of-00003.safetensors"), "{why}");
+    assert_ne!(sha_file(&t.path().join("m.gguf")), first);
+    // Unchanged since: skipped.
+    let (_, v) = run_json(&job, &[]);
+    assert_eq!(statuses(&v), ["skipped"]);
+}
+
+/// Issue 28 item 5: a changed importance matrix was "skipped … verified against its recorded
+/// provenance" (the record held its path only).
+#[test]
+fn a_rerun_makes_again_what_a_changed_importance_matrix_changes() {
+    let t = tempfile::tempdir().unwrap();
+    let im = t.path().join("im.dat");
+    write_dat_imatrix(&im, 1.0);
+    let text = format!(
+        "[[job]]\ninput = \"INPUT\"\n[[job.output]]\npath = \"m.gguf\"\nouttype = \"f16\"\n\
+         quant = \"Q4_K_M\"\nimatrix = \"{}\"\n",
+        im.display()
+    );
+    let job = write_job(t.path(), &text);
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"]);
+    let first = sha_file(&t.path().join("m.gguf"));
+    write_dat_imatrix(&im, 0.001);
+    let (o, v) = run_json(&job, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(statuses(&v), ["made"], "{v}");
+    let why = v["outputs"][0]["redone_because"].as_str().unwrap();
+    assert!(why.contains("im.dat"), "{why}");
+    let second = sha_file(&t.path().join("m.gguf"));
+    assert_ne!(second, first, "the importance matrix decides the bytes");
+    // The same output from a plain convert with this importance matrix.
+    let c = t.path().join("c.gguf");
+    let (src, cs) = (llama(), c.display().to_string());
+    let ims = im.display().to_string();
+    convert(&[
+        &src,
+        "-o",
+        &cs,
+        "--outtype",
+        "f16",
+        "--quant",
+        "Q4_K_M",
+        "--imatrix",
+        &ims,
+    ]);
+    assert_eq!(sha_file(&c), second);
+}
+
+/// Issue 28 item 6: two runs at once sharing one state file each wrote the records they had
+/// (last writer wins), so the next run refused the outputs whose records were lost.
+#[test]
+fn runs_at_once_sharing_a_state_keep_every_record() {
+    let t = tempfile::tempdir().unwrap();
+    let mut jobs = Vec::new();
+    for name in ["a", "b"] {
+        let mut text = String::from("state = \"shared.state.json\"\n[[job]]\ninput = \"INPUT\"\n");
+        for q in ["q8_0", "f16", "bf16"] {
+            text += &format!("[[job.output]]\npath = \"out/{name}-{q}.gguf\"\nouttype = \"{q}\"\n");
+        }
+        let job = t.path().join(format!("{name}.toml"));
+        std::fs::write(&job, text.replace("INPUT", &llama())).unwrap();
+        jobs.push(job);
+    }
+    for round in 0..3 {
+        let kids: Vec<_> = jobs.iter().map(|j| spawn_run(j)).collect();
+        for k in kids {
+            let o = k.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let state: Value =
+            serde_json::from_slice(&std::fs::read(t.path().join("shared.state.json")).unwrap())
+                .unwrap();
+        let records = state["outputs"].as_object().unwrap();
+        assert_eq!(
+            records.len(),
+            6,
+            "round {round}: every output's record kept"
+        );
+    }
+    for j in &jobs {
+        let (o, v) = run_json(j, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(statuses(&v), ["skipped", "skipped", "skipped"]);
+    }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fixtures, wp};
+use common::{fixtures, wp, write_dat_imatrix};
 use serde_json::Value;
 
 fn s(p: &Path) -> String {
@@ -387,6 +387,196 @@ fn verify_attestation_refuses_paths_outside_the_directory() {
         let o = wp(&["verify", "--attestation", &s(&att), &s(&dir)]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+/// `verify --attestation FILE DIR`: exit code, stdout, stderr.
+fn verify_att(att: &Path, dir: &Path) -> (Option<i32>, String, String) {
+    let o = wp(&["verify", "--attestation", &s(att), &s(dir)]);
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A repo converted with `--attest` into `t/repo`; returns (repo, statement path).
+fn attested_repo(t: &Path) -> (PathBuf, PathBuf) {
+    let repo = t.join("repo");
+    let att = t.join("a.json");
+    convert(
+        &fixtures().join("good/hf_repo_sharded"),
+        &repo,
+        &att,
+        2,
+        &["--shard-size", "30KB"],
+    );
+    (repo, att)
+}
+
+/// Issue 28 item 7: a statement naming one subject twice passed when the wrong digest came
+/// first (the later entry replaced it). Every entry is checked now.
+#[test]
+fn a_subject_listed_twice_with_conflicting_digests_fails() {
+    let t = tempfile::tempdir().unwrap();
+    let (repo, att) = attested_repo(t.path());
+    let mut st: Value = serde_json::from_slice(&std::fs::read(&att).unwrap()).unwrap();
+    let first = st["subject"][0].clone();
+    let name = first["name"].as_str().unwrap().to_string();
+    let mut wrong = first.clone();
+    wrong["digest"]["sha256"] = "ab".repeat(32).into();
+    let subjects = st["subject"].as_array_mut().unwrap();
+    subjects.insert(0, wrong);
+    std::fs::write(&att, serde_json::to_vec_pretty(&st).unwrap()).unwrap();
+    let (code, out, err) = verify_att(&att, &repo);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains(&name) && out.contains(&"ab".repeat(32)),
+        "{out}"
+    );
+    // Listed twice with the right digest both times: that is no difference.
+    st["subject"].as_array_mut().unwrap()[0] = first;
+    std::fs::write(&att, serde_json::to_vec_pretty(&st).unwrap()).unwrap();
+    let (code, out, err) = verify_att(&att, &repo);
+    assert_eq!(code, Some(0), "{out}{err}");
+}
+
+/// Issue 28 item 7: a subject replaced by a symlink to a copy elsewhere passed (model-signing
+/// refuses symlinks: what is published is the link, not the bytes).
+#[test]
+fn a_subject_replaced_by_a_symlink_fails() {
+    let t = tempfile::tempdir().unwrap();
+    let (repo, att) = attested_repo(t.path());
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::rename(repo.join("config.json"), elsewhere.join("config.json")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("config.json"), repo.join("config.json")).unwrap();
+    let (code, out, err) = verify_att(&att, &repo);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("config.json") && out.contains("symlink"),
+        "{out}"
+    );
+    // A symlinked directory holding a copy of the files is refused too.
+    std::fs::remove_file(repo.join("config.json")).unwrap();
+    std::fs::rename(elsewhere.join("config.json"), repo.join("config.json")).unwrap();
+    assert_eq!(verify_att(&att, &repo).0, Some(0));
+    let sub = t.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::os::unix::fs::symlink(&sub, repo.join("more")).unwrap();
+    let (code, out, _) = verify_att(&att, &repo);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("more") && out.contains("symlink"), "{out}");
+}
+
+/// Issue 28 item 7: the importance matrix decides a quantization's bytes but was missing from
+/// `materials`.
+#[test]
+fn the_importance_matrix_is_a_material() {
+    let t = tempfile::tempdir().unwrap();
+    let im = t.path().join("im.dat");
+    write_dat_imatrix(&im, 1.0);
+    let out = t.path().join("g/m.gguf");
+    let att = t.path().join("a.json");
+    let st = convert(
+        &fixtures().join("good/arch/llama"),
+        &out,
+        &att,
+        2,
+        &["--quant", "Q4_K_M", "--imatrix", &s(&im)],
+    );
+    let materials = st["predicate"]["materials"].as_array().unwrap();
+    let m = materials
+        .iter()
+        .find(|m| m["name"] == s(&im).as_str())
+        .unwrap_or_else(|| panic!("{materials:?}"));
+    assert_eq!(m["digest"]["sha256"], sha256sum(&im).as_str());
+    let py = std::env::var("WEIGHTPORT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has = Command::new(&py)
+        .args(["-c", "import in_toto_attestation.v1.statement"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI's python must have in-toto-attestation"
+        );
+        eprintln!("SKIPPED in-toto validation: {py} lacks in-toto-attestation");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/intoto_check.py");
+    let o = Command::new(&py)
+        .arg(script)
+        .arg(&att)
+        .arg(out.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// base64 of `bytes` by coreutils' `base64`.
+fn base64(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut k = Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("base64 (coreutils)");
+    k.stdin.take().unwrap().write_all(bytes).unwrap();
+    String::from_utf8(k.wait_with_output().unwrap().stdout).unwrap()
+}
+
+/// Issue 28 item 7: a DSSE envelope (what `sign_dsse`/cosign publish) was refused with a
+/// message about `_type`. Its payload is read and checked, and the output says plainly that
+/// the signatures are not.
+#[test]
+fn a_dsse_envelope_is_read_and_its_signatures_are_said_unchecked() {
+    let t = tempfile::tempdir().unwrap();
+    let (repo, att) = attested_repo(t.path());
+    let statement = std::fs::read(&att).unwrap();
+    let envelope = serde_json::json!({
+        "payloadType": "application/vnd.in-toto+json",
+        "payload": base64(&statement),
+        "signatures": [{"keyid": "", "sig": base64(b"not a real signature")}],
+    });
+    let env = t.path().join("a.dsse.json");
+    std::fs::write(&env, serde_json::to_vec(&envelope).unwrap()).unwrap();
+    let (code, out, err) = verify_att(&env, &repo);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("signature") && all.contains("not checked"),
+        "{all}"
+    );
+    let o = wp(&["--json", "verify", "--attestation", &s(&env), &s(&repo)]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["signatures_checked"], false);
+    if let Some(py) = common::python_with_jsonschema() {
+        let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json/verify.schema.json");
+        common::validate_json(&py, &schema, &o.stdout, "verify --json of an envelope");
+    }
+    // The payload's subjects are what is checked.
+    std::fs::write(repo.join("config.json"), "{}").unwrap();
+    let (code, out, _) = verify_att(&env, &repo);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("config.json: sha256"), "{out}");
+    // Another payload type, or a payload that is not base64, is refused by name.
+    for (doc, want) in [
+        (
+            serde_json::json!({"payloadType": "text/plain", "payload": base64(&statement), "signatures": []}),
+            "payloadType",
+        ),
+        (
+            serde_json::json!({"payloadType": "application/vnd.in-toto+json", "payload": "%%%", "signatures": []}),
+            "base64",
+        ),
+    ] {
+        std::fs::write(&env, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let (code, _, err) = verify_att(&env, &repo);
+        assert_eq!(code, Some(2), "{err}");
         assert!(err.contains(want), "{err}");
     }
 }

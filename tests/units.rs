@@ -1189,3 +1189,159 @@ fn in_place_a_symlink_at_the_shared_file_is_refused() {
     assert_eq!(f.status.code(), Some(1));
     assert!(!job.units_out().exists());
 }
+
+/// A safetensors file of four F32 vectors of odd lengths (3, 7, 64, 5): as one GGUF file their
+/// data is padded to GGUF's 32-byte alignment between tensors and at the end.
+fn odd_input(dir: &Path) -> PathBuf {
+    let mut header = String::from("{");
+    let (mut data, mut off) = (Vec::new(), 0usize);
+    for (i, (name, n)) in [("a", 3usize), ("b", 7), ("c", 64), ("d", 5)]
+        .iter()
+        .enumerate()
+    {
+        let sep = if i == 0 { "" } else { "," };
+        let end = off + 4 * n;
+        header += &format!(
+            r#"{sep}"{name}":{{"dtype":"F32","shape":[{n}],"data_offsets":[{off},{end}]}}"#
+        );
+        data.extend((0..*n).flat_map(|v| (v as f32 + 0.5).to_le_bytes()));
+        off = end;
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    let p = dir.join("odd.safetensors");
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// The first byte of padding between two tensors of output file 0 of `job`'s plan (not in a
+/// tensor, not in the header's room): (its offset in the file, the unit whose segment holds it,
+/// that segment's index in the unit and start).
+fn a_padding_byte(job: &Job) -> (u64, usize, usize, u64) {
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(job.plan_path()).unwrap()).unwrap();
+    let mut ranges: Vec<(u64, u64)> = plan["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["file"] == 0)
+        .map(|t| {
+            let off = t["offset"].as_u64().unwrap();
+            (off, off + t["bytes"].as_u64().unwrap())
+        })
+        .collect();
+    ranges.sort();
+    let at = ranges
+        .windows(2)
+        .find(|w| w[0].1 < w[1].0)
+        .map(|w| w[0].1)
+        .expect("padding between two tensors");
+    for (u, unit) in plan["units"].as_array().unwrap().iter().enumerate() {
+        for (j, s) in unit["segments"].as_array().unwrap().iter().enumerate() {
+            let (start, end) = (s["start"].as_u64().unwrap(), s["end"].as_u64().unwrap());
+            if s["file"] == 0 && start <= at && at < end {
+                return (at, u, j, start);
+            }
+        }
+    }
+    panic!("byte {at} is in no segment");
+}
+
+/// Flips every bit of byte `at` of file `p`.
+fn flip_byte(p: &Path, at: u64) {
+    let mut bytes = std::fs::read(p).unwrap();
+    bytes[at as usize] ^= 0xff;
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// Issue 28 item 8: a byte changed in the padding between two tensors of a part reached the
+/// output, and `finish` said verified (it checked the tensors only).
+#[test]
+fn finish_detects_altered_padding_in_a_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new(&odd_input(dir.path()), "odd.gguf", &[]);
+    job.plan_and_run_units(2);
+    let (at, u, j, start) = a_padding_byte(&job);
+    let part = job.staging().join(format!("unit-{u:05}.{j}.part"));
+    flip_byte(&part, at - start);
+    let err = failed(&job.finish(), 1);
+    assert!(
+        err.contains(&format!("unit-{u:05}.{j}.part")) && err.contains(&at.to_string()),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
+    job.redo_unit(u);
+    job.finish_and_compare();
+}
+
+/// Issue 28 item 8, `--in-place`: the same in the shared staging file.
+#[test]
+fn in_place_finish_detects_altered_padding() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new(&odd_input(dir.path()), "odd.gguf", &[]).in_place();
+    assert_eq!(job.plan(2), 2);
+    job.all_units_in_parallel(2);
+    let (at, u, _, _) = a_padding_byte(&job);
+    let shared = &shared_files(&job)[0];
+    flip_byte(shared, at);
+    let err = failed(&job.finish(), 1);
+    let name = shared.file_name().unwrap().to_string_lossy();
+    assert!(
+        err.contains(name.as_ref()) && err.contains(&at.to_string()),
+        "{err}"
+    );
+    assert!(!job.units_out().exists(), "the target is untouched");
+    // The units' rerun rewrites only their tensors, so the padding byte stays: the staging
+    // file is removed and every unit redone.
+    std::fs::remove_file(shared).unwrap();
+    for i in 0..2 {
+        job.redo_unit(i);
+    }
+    let _ = u;
+    job.finish_and_compare();
+}
+
+/// Issue 28 item 5: an input changed past its first MiB between units (its mtime put back,
+/// as `touch -r` does) was taken by the later unit; the output matched neither version of
+/// the input, and `finish` said verified. The later unit refuses it now.
+#[test]
+fn a_unit_refuses_an_input_changed_past_its_first_mib_since_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = big_input(dir.path());
+    let job = Job::new(&input, "big.gguf", &["--quant", "Q4_K_M"]);
+    job.plan_exactly(2);
+    ok(&job.unit(0), "unit 0");
+    let mtime = std::fs::metadata(&input).unwrap().modified().unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&input)
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        for at in [len / 4, len / 2 + len / 4] {
+            let mut b = [0u8; 4];
+            f.read_exact_at(&mut b, at).unwrap();
+            b[3] ^= 0x40;
+            f.write_all_at(&b, at).unwrap();
+        }
+        f.set_modified(mtime).unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&input).unwrap().modified().unwrap(),
+        mtime
+    );
+    let err = failed(&job.unit(1), 1);
+    assert!(
+        err.contains("big.safetensors") && err.contains("changed since the plan"),
+        "{err}"
+    );
+    assert_eq!(job.finish().status.code(), Some(1), "unit 1 failed");
+    assert!(!job.units_out().exists());
+}

@@ -64,18 +64,6 @@ fn file_sha256(path: &Path) -> Option<String> {
     Some(format!("{:x}", h.finalize()))
 }
 
-/// Writes `bytes` to `path` through a temp file beside it and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{}.wp-tmp", name.unwrap_or_default()));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, "write", e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename into place", e))
-}
-
 /// The side files `a` asks for (`--attest`, `--report`), which the conversion checks with its
 /// output before writing anything.
 pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
@@ -129,7 +117,38 @@ pub fn write_outputs(
     Ok(())
 }
 
-/// `verify --attestation FILE DIR`: every subject's sha256, missing and extra files.
+/// The DSSE payload type of an in-toto statement.
+const DSSE_INTOTO: &str = "application/vnd.in-toto+json";
+
+/// The statement in `doc`: the document itself, or the payload of a DSSE envelope (what
+/// `sign_dsse`, cosign and model-signing publish) with the number of signatures it carries,
+/// which are not checked here.
+fn statement_of(doc: Value, file: &Path) -> Result<(Value, Option<usize>), Error> {
+    if doc.get("payload").is_none() && doc.get("payloadType").is_none() {
+        return Ok((doc, None));
+    }
+    let bad = |why: String| Error::Usage(format!("{}: a DSSE envelope {why}", p(file)));
+    if doc["payloadType"] != DSSE_INTOTO {
+        return Err(bad(format!(
+            "whose `payloadType` is {}, not {DSSE_INTOTO}",
+            doc["payloadType"]
+        )));
+    }
+    let payload = doc["payload"]
+        .as_str()
+        .ok_or_else(|| bad("without a `payload` string".into()))?;
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(payload))
+        .map_err(|e| bad(format!("whose `payload` is not base64 ({e})")))?;
+    let st = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(format!("whose payload is not JSON ({e})")))?;
+    Ok((st, Some(doc["signatures"].as_array().map_or(0, Vec::len))))
+}
+
+/// `verify --attestation FILE DIR`: every subject's sha256, missing and extra files. `FILE`
+/// may be a statement or a DSSE envelope holding one (its signatures are not checked).
 pub fn verify(
     a: &VerifyArgs,
     file: &Path,
@@ -137,14 +156,23 @@ pub fn verify(
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let text = std::fs::read(file).map_err(|e| Error::io(file, "read", e))?;
-    let st: Value = serde_json::from_slice(&text)
+    let doc: Value = serde_json::from_slice(&text)
         .map_err(|e| Error::Usage(format!("{}: not JSON: {e}", p(file))))?;
+    let (st, signatures) = statement_of(doc, file)?;
     let subjects = st["subject"].as_array().map_or(0, Vec::len);
     let found = attest::check(&st, &a.path, &[file.to_path_buf()])?;
     let diffs: Vec<String> = found.iter().map(|m| m.to_string()).collect();
     let ok = diffs.is_empty();
+    if let Some(n) = signatures {
+        eprintln!(
+            "weightport: {}: a DSSE envelope: its {n} signature(s) are NOT checked here, only \
+             the digests of the statement it carries; verify the signatures with the signer's \
+             tool (cosign, model_signing, in-toto)",
+            p(file)
+        );
+    }
     if json {
-        let v = json!({
+        let mut v = json!({
             "ok": ok,
             "command": "verify",
             "files": [],
@@ -155,11 +183,19 @@ pub fn verify(
             "subjects": subjects,
             "differences": diffs,
         });
+        if let Some(n) = signatures {
+            v["envelope_signatures"] = n.into();
+            v["signatures_checked"] = false.into();
+        }
         writeln!(out, "{v}")?;
     } else if ok {
+        let unsigned = match signatures {
+            Some(_) => " (the envelope's signatures were not checked)",
+            None => "",
+        };
         writeln!(
             out,
-            "{}: all {subjects} files named by {} have their attested sha256, and no other file is there",
+            "{}: all {subjects} files named by {} have their attested sha256, and no other file is there{unsigned}",
             p(&a.path),
             p(file)
         )?;

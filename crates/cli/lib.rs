@@ -21,6 +21,7 @@ mod progress;
 mod report;
 mod run;
 mod scan;
+mod state;
 mod units;
 
 use std::ffi::OsString;

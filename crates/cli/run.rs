@@ -5,23 +5,22 @@
 //! (`pipeline::convert_many`: one executor pass for all of them, each input byte taken once;
 //! see docs/design-notes.md).
 //!
-//! Resuming: after an output is committed, the job's state file records what made it (its
-//! options, each input file's size and mtime, the weightport version) and what it is (every
-//! file with its sha256: the attestation's subjects when one was asked for). A rerun skips an
-//! output whose record still holds: same options and inputs, every file there with its
-//! sha256, the attestation (and report) still there. Any other output is made again, replacing
-//! what the record says this job made; an output that exists without a record is refused
-//! (exit 2) unless `force`.
+//! Resuming: after an output is committed, the job's state file (`crate::state`) records what
+//! made it (its options, every input file with its sha256, the job file's, the weightport
+//! version) and what it is (every file with its sha256: the attestation's subjects when one
+//! was asked for). A rerun skips an output whose record still holds: same options, inputs
+//! unchanged (by stat where that proves it, else by sha256), every file there with its sha256,
+//! the attestation (and report) still there. Any other output is made again, replacing what
+//! the record says this job made; an output that exists without a record is refused (exit 2)
+//! unless `force`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use weightport_core::Error;
-use weightport_pipeline::side::SideFile;
 use weightport_pipeline::{
     convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress,
@@ -30,97 +29,10 @@ use weightport_pipeline::{
 use crate::args::RunArgs;
 use crate::job::{self, Job, PlannedOutput};
 use crate::output::{convert_options, human, p, Global};
+use crate::state::{self, FileDigest, Hashes, InputFile, Material, Record, Stat, State};
 use crate::Failure;
 
-/// The job's state file: per output path, the record of the run that made it.
-#[derive(Serialize, Deserialize, Default)]
-struct State {
-    version: u32,
-    outputs: BTreeMap<String, Record>,
-}
-
-/// What made an output, and what it is.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-struct Record {
-    recipe: Value,
-    inputs: Vec<InputFile>,
-    attestation: Option<PathBuf>,
-    report: Option<PathBuf>,
-    /// The directory `files` are named relative to.
-    root: PathBuf,
-    files: Vec<FileDigest>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-struct InputFile {
-    path: PathBuf,
-    size: u64,
-    mtime_ns: i128,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct FileDigest {
-    name: String,
-    sha256: String,
-}
-
-impl State {
-    fn load(path: &Path) -> Result<State, Error> {
-        let text = match std::fs::read(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(State::default()),
-            Err(e) => return Err(Error::io(path, "read", e)),
-        };
-        serde_json::from_slice(&text).map_err(|e| {
-            Error::Usage(format!(
-                "{}: not a weightport job state ({e}); remove it to make every output again",
-                p(path)
-            ))
-        })
-    }
-
-    fn save(&mut self, path: &Path) -> Result<(), Error> {
-        self.version = 1;
-        let mut text = serde_json::to_vec_pretty(self)
-            .map_err(|e| Error::Internal(format!("job state: {e}")))?;
-        text.push(b'\n');
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create", e))?;
-        }
-        crate::attest::write_atomic(path, &text)
-    }
-}
-
-/// Each input file's size and mtime (a directory: its files, top level, dot files excepted).
-fn fingerprint(inputs: &[PathBuf]) -> Vec<InputFile> {
-    let mut files = Vec::new();
-    for i in inputs {
-        match std::fs::read_dir(i) {
-            Ok(rd) => files.extend(
-                rd.filter_map(|e| e.ok())
-                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                    .map(|e| e.path()),
-            ),
-            Err(_) => files.push(i.clone()),
-        }
-    }
-    files.sort();
-    files
-        .into_iter()
-        .filter_map(|path| {
-            let m = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
-            use std::os::unix::fs::MetadataExt;
-            let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-            Some(InputFile {
-                path,
-                size: m.size(),
-                mtime_ns,
-            })
-        })
-        .collect()
-}
-
-/// The record an output would get now, before its files are known.
+/// The record an output would get now, before its inputs and files are known.
 fn expected_record(o: &PlannedOutput) -> Record {
     let mut options = serde_json::to_value(&o.options).unwrap_or(Value::Null);
     if let Some(m) = options.as_object_mut() {
@@ -144,7 +56,8 @@ fn expected_record(o: &PlannedOutput) -> Record {
             "options": options,
             "weightport": env!("CARGO_PKG_VERSION"),
         }),
-        inputs: fingerprint(&o.args.inputs),
+        inputs: Vec::new(),
+        job_file: None,
         attestation: o.args.attest.clone(),
         report: o.args.report.clone(),
         root: PathBuf::new(),
@@ -172,14 +85,18 @@ fn subjects(file: &Path) -> Result<Vec<FileDigest>, String> {
     Ok(v)
 }
 
-/// `Ok` when `rec` still describes the output `now` asks for; else why not.
-fn still_holds(rec: &Record, now: &Record) -> Result<(), String> {
+/// `Ok` when `rec` still describes output `o` (`Some`: its inputs' stats refreshed, for
+/// inputs that had to be hashed to show them unchanged); else why not.
+fn record_holds(
+    rec: &Record,
+    o: &PlannedOutput,
+    hashes: &mut Hashes,
+) -> Result<Option<Vec<InputFile>>, String> {
+    let now = expected_record(o);
     if rec.recipe != now.recipe {
         return Err("its options changed".into());
     }
-    if rec.inputs != now.inputs {
-        return Err("an input file changed".into());
-    }
+    let refreshed = state::inputs_hold(rec, o, hashes)?;
     if (&rec.attestation, &rec.report) != (&now.attestation, &now.report) {
         return Err("its attestation or report path changed".into());
     }
@@ -199,7 +116,7 @@ fn still_holds(rec: &Record, now: &Record) -> Result<(), String> {
             Err(_) => return Err(format!("{} is missing", p(&path))),
         }
     }
-    Ok(())
+    Ok(refreshed)
 }
 
 /// Every file a committed output consists of, named relative to the directory it lies in.
@@ -295,6 +212,17 @@ struct Pending {
     key: String,
     request: OpenRequest,
     redone: Option<String>,
+    /// The stat of each file it lists, taken before it is made.
+    before: BTreeMap<PathBuf, Stat>,
+}
+
+/// What the run knows of the job's state while it decides what to make.
+#[derive(Default)]
+struct Decide {
+    state: State,
+    hashes: Hashes,
+    /// Records that hold, with the stats of inputs that had to be hashed to show it.
+    refreshed: Vec<(String, Record)>,
 }
 
 /// The pipeline's options of every output of `job`, or the first refused (labelled with its
@@ -327,13 +255,25 @@ fn pending(
     o: &PlannedOutput,
     mut opts: ConvertOptions,
     cx: &Ctx,
-    state: &State,
+    d: &mut Decide,
 ) -> Result<Pending, Box<(Outcome, Option<String>)>> {
     let key = o.args.output.display().to_string();
-    let redone = match state.outputs.get(&key) {
+    let before = state::stats_before(o);
+    let redone = match d.state.outputs.get(&key) {
         None => None,
-        Some(rec) => match still_holds(rec, &expected_record(o)) {
-            Ok(()) => return Err(Box::new((Outcome::Skipped, None))),
+        Some(rec) => match record_holds(rec, o, &mut d.hashes) {
+            Ok(fresh) => {
+                if let Some(inputs) = fresh {
+                    d.refreshed.push((
+                        key,
+                        Record {
+                            inputs,
+                            ..rec.clone()
+                        },
+                    ));
+                }
+                return Err(Box::new((Outcome::Skipped, None)));
+            }
             Err(why) => Some(why),
         },
     };
@@ -342,7 +282,7 @@ fn pending(
     // An output this job recorded is its own to replace, and so are the statement and report
     // its record names (not others, when their paths changed).
     opts.force |= cx.force || redone.is_some();
-    let rec = state.outputs.get(&key);
+    let rec = d.state.outputs.get(&key);
     for s in &mut opts.side_files {
         let recorded =
             rec.is_some_and(|r| [&r.attestation, &r.report].contains(&&Some(s.path.clone())));
@@ -355,34 +295,93 @@ fn pending(
         opts,
         request,
         redone,
+        before,
     })
 }
 
-/// After output `o` was made: its attestation and report (`sides`, as its conversion checked
-/// them), and its record in the state.
+/// Where and how a run records what it made.
+struct Recorder<'a> {
+    /// The state file (none for `convert` with several `-o`).
+    path: Option<&'a Path>,
+    /// `--force`: a file at the state's path that is not a job state is replaced.
+    force: bool,
+    job_file: Option<Material>,
+    /// sha256 of the input files, hashed after the conversion.
+    inputs: Hashes,
+}
+
+/// The outputs of a group just made get their statements and reports (as `convert` writes
+/// them, after the commit).
+fn side_files(g: &Group, job: &Job, cx: &Ctx, results: Results) -> Results {
+    let with_side = |m: &Pending, r: ConvertReport| {
+        let o = &job.outputs[m.index];
+        if !r.dry_run {
+            let made_as = json!({"file": cx.file, "job": o.job, "output": o.output,
+                                 "line": o.line, "convert": o.argv});
+            crate::attest::write_outputs(&o.args, &r, Some(made_as), &m.opts.side_files)?;
+        }
+        Ok(r)
+    };
+    g.members
+        .iter()
+        .zip(results)
+        .map(|(m, r)| r.and_then(|r| with_side(m, r)))
+        .collect()
+}
+
+/// After output `m.index` was made (and its side files written): its record in the state.
 fn made(
     o: &PlannedOutput,
-    cx: &Ctx,
+    m: &Pending,
     report: ConvertReport,
-    (state, state_path): (&mut State, Option<&Path>),
+    rec: &Recorder,
     known: &BTreeMap<PathBuf, String>,
-    sides: &[SideFile],
 ) -> Result<Outcome, Error> {
     if report.dry_run {
         return Ok(Outcome::Planned(Box::new(report)));
     }
-    let made_as = json!({"file": cx.file, "job": o.job, "output": o.output, "line": o.line,
-                         "convert": o.argv});
-    crate::attest::write_outputs(&o.args, &report, Some(made_as), sides)?;
-    if let Some(path) = state_path {
+    if let Some(path) = rec.path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
-        state
-            .outputs
-            .insert(o.args.output.display().to_string(), now);
-        state.save(path)?;
+        let read: Vec<PathBuf> = report.reads.iter().map(|(f, _)| f.clone()).collect();
+        now.inputs = state::inputs_made(&m.before, &read, &rec.inputs);
+        now.job_file = rec.job_file.clone();
+        let key = o.args.output.display().to_string();
+        state::update(path, rec.force, &files_made(&report), |st| {
+            st.outputs.insert(key, now);
+        })?;
     }
     Ok(Outcome::Made(Box::new(report)))
+}
+
+/// The sha256 of the input files of a group's made outputs, for their records: taken from the
+/// statements written (their materials: an attested input is not hashed twice), the rest
+/// hashed several at once.
+fn hash_inputs(
+    g: &Group,
+    job: &Job,
+    results: &Results,
+    rec: &mut Recorder,
+    threads: Option<usize>,
+) -> Result<(), Error> {
+    for (m, r) in g.members.iter().zip(results) {
+        if let (Ok(_), Some(a)) = (r, &job.outputs[m.index].args.attest) {
+            rec.inputs.seed_from_statement(a);
+        }
+    }
+    rec.inputs.fill(&inputs_of(&g.members, results), threads)
+}
+
+/// Every input file the made outputs of a group listed or read, to hash for their records.
+fn inputs_of(members: &[Pending], results: &Results) -> BTreeSet<PathBuf> {
+    let mut all = BTreeSet::new();
+    for (m, r) in members.iter().zip(results) {
+        if let Some(r) = r.as_ref().ok().filter(|r| !r.dry_run) {
+            all.extend(m.before.keys().cloned());
+            all.extend(r.reads.iter().map(|(f, _)| f.clone()));
+        }
+    }
+    all
 }
 
 /// Outputs of one `[[job]]` that read one opened input: one read, fanned out to all of them.
@@ -533,10 +532,11 @@ pub fn run_job(
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let t0 = Instant::now();
-    let mut state = match &job.state {
-        Some(s) => State::load(s)?,
-        None => State::default(),
-    };
+    state::check_path(job, force)?;
+    let mut d = Decide::default();
+    if let Some(s) = &job.state {
+        d.state = state::load(s).or_else(|e| if force { Ok(State::default()) } else { Err(e) })?;
+    }
     let cx = Ctx {
         file: &job.file,
         dry_run,
@@ -548,26 +548,36 @@ pub fn run_job(
     let mut done: Vec<Option<Done>> = job.outputs.iter().map(|_| None).collect();
     let mut todo = Vec::new();
     for ((i, o), opts) in job.outputs.iter().enumerate().zip(opts) {
-        match pending(i, o, opts, &cx, &state) {
+        match pending(i, o, opts, &cx, &mut d) {
             Ok(p) => todo.push(p),
             Err(b) => done[i] = Some(Done::new(b.0, b.1, 0.0)),
         }
     }
     let (todo, _locks) = lock_side_files(todo, &mut done);
+    let mut rec = Recorder {
+        path: job.state.as_deref().filter(|_| !dry_run),
+        force,
+        job_file: job.state.as_ref().and_then(|_| state::job_material(job)),
+        inputs: std::mem::take(&mut d.hashes),
+    };
+    refresh(&rec, std::mem::take(&mut d.refreshed))?;
     let mut reads = Vec::new();
     for g in groups(todo) {
         let t = Instant::now();
         let (results, read) = convert_group(&g, progress)?;
         reads.extend(read);
-        let known = match job.state {
-            Some(_) => hash_made(&results, global.threads)?,
+        let results = side_files(&g, job, &cx, results);
+        let known = match rec.path {
+            Some(_) => {
+                hash_inputs(&g, job, &results, &mut rec, global.threads)?;
+                hash_made(&results, global.threads)?
+            }
             None => BTreeMap::new(),
         };
         let secs = t.elapsed().as_secs_f64();
         for (m, r) in g.members.into_iter().zip(results) {
             let o = &job.outputs[m.index];
-            let st = (&mut state, job.state.as_deref());
-            let outcome = match r.and_then(|r| made(o, &cx, r, st, &known, &m.opts.side_files)) {
+            let outcome = match r.and_then(|r| made(o, &m, r, &rec, &known)) {
                 Ok(x) => x,
                 Err(Error::Interrupted) => return Err(Error::Interrupted.into()),
                 Err(e) => Outcome::Failed(e),
@@ -611,6 +621,24 @@ fn lock_side_files(
         }
     }
     (kept, locks)
+}
+
+/// Records that still hold but whose inputs had to be hashed to show it get the inputs' new
+/// stats (so the next run need not hash them), where the record on disk is still the one
+/// checked.
+fn refresh(rec: &Recorder, refreshed: Vec<(String, Record)>) -> Result<(), Error> {
+    let Some(path) = rec.path.filter(|_| !refreshed.is_empty()) else {
+        return Ok(());
+    };
+    state::update(path, rec.force, &[], |st| {
+        for (key, fresh) in refreshed {
+            if let Some(r) = st.outputs.get_mut(&key) {
+                if (&r.recipe, &r.files) == (&fresh.recipe, &fresh.files) {
+                    r.inputs = fresh.inputs;
+                }
+            }
+        }
+    })
 }
 
 /// How many outputs were made, skipped, planned and failed.

@@ -64,3 +64,35 @@ pub fn validate_json(py: &str, schema: &Path, doc: &[u8], what: &str) {
         String::from_utf8_lossy(doc)
     );
 }
+
+/// An importance matrix in llama.cpp's legacy `.dat` layout for the tiny Llama release, every
+/// value `scale` times its position.
+pub fn write_dat_imatrix(path: &Path, scale: f32) {
+    let mut entries: Vec<(String, usize)> = Vec::new();
+    for b in 0..2 {
+        for t in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+        ] {
+            entries.push((format!("blk.{b}.{t}.weight"), 64));
+        }
+        entries.push((format!("blk.{b}.ffn_down.weight"), 128));
+    }
+    entries.push(("output.weight".into(), 64));
+    let mut out = Vec::new();
+    out.extend((entries.len() as i32).to_le_bytes());
+    for (name, n) in &entries {
+        out.extend((name.len() as i32).to_le_bytes());
+        out.extend(name.as_bytes());
+        out.extend(1i32.to_le_bytes());
+        out.extend((*n as i32).to_le_bytes());
+        for i in 0..*n {
+            out.extend((scale * (i + 1) as f32).to_le_bytes());
+        }
+    }
+    std::fs::write(path, out).unwrap();
+}

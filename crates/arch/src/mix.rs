@@ -231,6 +231,8 @@ pub struct Importance {
     pub weights: BTreeMap<String, Arc<[f32]>>,
     /// The path as given on the command line (`quantize.imatrix.file`).
     pub file: String,
+    /// The file it was read from (a material of the output's provenance).
+    pub path: std::path::PathBuf,
     /// The first dataset it was computed on (`quantize.imatrix.dataset`).
     pub dataset: Option<String>,
     /// Chunks it was computed on (`quantize.imatrix.chunks_count`, when positive).

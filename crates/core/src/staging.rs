@@ -306,6 +306,16 @@ impl OutputLock {
     /// Takes the lock file `path` (created if needed), failing at once if another process holds
     /// it. `what` is the output, for the message.
     pub fn acquire(path: &Path, what: &Path) -> Result<OutputLock> {
+        Self::take(path, what, libc::LOCK_EX | libc::LOCK_NB)
+    }
+
+    /// Takes the lock file `path` (created if needed), waiting while another process holds it:
+    /// for short updates many processes make in turn (a job's state file).
+    pub fn wait(path: &Path) -> Result<OutputLock> {
+        Self::take(path, path, libc::LOCK_EX)
+    }
+
+    fn take(path: &Path, what: &Path, how: libc::c_int) -> Result<OutputLock> {
         loop {
             let file = std::fs::OpenOptions::new()
                 .read(true)
@@ -315,14 +325,12 @@ impl OutputLock {
                 .open(path)
                 .map_err(|e| Error::io(path, "open lock file", e))?;
             // SAFETY: flock on a descriptor we own.
-            let rc = unsafe {
-                libc::flock(
-                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
-                    libc::LOCK_EX | libc::LOCK_NB,
-                )
-            };
+            let rc = unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), how) };
             if rc != 0 {
                 let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
                 if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                     return Err(Error::Usage(format!(
                         "{}: another weightport run is writing this output; wait for it or \

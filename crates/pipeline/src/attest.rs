@@ -173,11 +173,6 @@ fn sorted(mut v: Vec<(String, String)>) -> Vec<(String, String)> {
     v
 }
 
-/// Files with their sha256, hashed in parallel, sorted by name.
-fn digests(files: &[(String, PathBuf)]) -> Result<Vec<(String, String)>> {
-    Ok(sorted(digests_unsorted(files)?))
-}
-
 fn descriptors(d: &[(String, String)]) -> Value {
     Value::Array(
         d.iter()
@@ -270,6 +265,9 @@ pub enum Mismatch {
     Missing(String),
     /// A file of the directory no subject names.
     Extra(String),
+    /// A symlink in the directory: what is published is the files, not links to files that
+    /// may lie anywhere (model-signing refuses them too).
+    Symlink(String),
 }
 
 impl std::fmt::Display for Mismatch {
@@ -285,12 +283,25 @@ impl std::fmt::Display for Mismatch {
             ),
             Mismatch::Missing(n) => write!(f, "{n}: missing (named by the attestation)"),
             Mismatch::Extra(n) => write!(f, "{n}: extra (not named by the attestation)"),
+            Mismatch::Symlink(n) => write!(
+                f,
+                "{n}: a symlink (refused: the attested files must be in the directory, not \
+                 linked to from it)"
+            ),
         }
     }
 }
 
-/// Regular files under `dir`, relative, skipping dot entries (locks, `.git`) and `skip`.
-fn walk(dir: &Path, base: &Path, skip: &[PathBuf], out: &mut Vec<String>) -> Result<()> {
+/// What lies under a directory: regular files and symlinks, relative.
+#[derive(Default)]
+struct Listing {
+    files: Vec<String>,
+    symlinks: Vec<String>,
+}
+
+/// Regular files and symlinks under `dir`, relative, skipping dot entries (locks, `.git`) and
+/// `skip`. Symlinks are not followed.
+fn walk(dir: &Path, base: &Path, skip: &[PathBuf], out: &mut Listing) -> Result<()> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read directory", e))?;
     for e in rd {
         let e = e.map_err(|e| Error::io(dir, "read directory", e))?;
@@ -298,19 +309,34 @@ fn walk(dir: &Path, base: &Path, skip: &[PathBuf], out: &mut Vec<String>) -> Res
         if e.file_name().to_string_lossy().starts_with('.') || skip.contains(&path) {
             continue;
         }
-        let ty = std::fs::metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
-        if ty.is_dir() {
+        let ty = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
+        if ty.is_symlink() {
+            out.symlinks.push(relative(base, &path));
+        } else if ty.is_dir() {
             walk(&path, base, skip, out)?;
         } else if ty.is_file() {
-            out.push(relative(base, &path));
+            out.files.push(relative(base, &path));
         }
     }
     Ok(())
 }
 
-/// Checks `dir` against `statement`: every subject's sha256, missing files and extra files
-/// (`skip`: files that may lie in `dir` without being subjects, such as the statement itself).
-pub fn check(statement: &Value, dir: &Path, skip: &[PathBuf]) -> Result<Vec<Mismatch>> {
+/// sha256 of a regular file, hex, refusing a symlink at `path` (`O_NOFOLLOW`).
+fn sha256_no_follow(path: &Path) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, "open", e))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| Error::io(path, "read", e))?;
+    Ok(hex(&h.finalize()))
+}
+
+/// The statement's subjects as (name, sha256), every entry in its order, names checked to be
+/// relative paths inside the directory.
+fn subjects_of(statement: &Value) -> Result<Vec<(String, String)>> {
     let bad = |why: &str| Error::Usage(format!("not a weightport attestation: {why}"));
     if statement["_type"] != STATEMENT_TYPE {
         return Err(bad("`_type` is not https://in-toto.io/Statement/v1"));
@@ -318,7 +344,7 @@ pub fn check(statement: &Value, dir: &Path, skip: &[PathBuf]) -> Result<Vec<Mism
     let subjects = statement["subject"]
         .as_array()
         .ok_or_else(|| bad("no `subject` list"))?;
-    let mut named = BTreeMap::new();
+    let mut named = Vec::with_capacity(subjects.len());
     for s in subjects {
         let (Some(n), Some(d)) = (s["name"].as_str(), s["digest"]["sha256"].as_str()) else {
             return Err(bad("a subject without a name and a sha256 digest"));
@@ -326,39 +352,53 @@ pub fn check(statement: &Value, dir: &Path, skip: &[PathBuf]) -> Result<Vec<Mism
         if n.split('/').any(|c| c == ".." || c.is_empty()) || n.starts_with('/') {
             return Err(bad(&format!("subject `{n}` is not a relative path")));
         }
-        named.insert(n.to_string(), d.to_string());
+        named.push((n.to_string(), d.to_string()));
     }
+    Ok(named)
+}
+
+/// Checks `dir` against `statement`: every subject entry's sha256 (a name listed twice must
+/// match both times), missing files, extra files and symlinks (`skip`: files that may lie in
+/// `dir` without being subjects, such as the statement itself).
+pub fn check(statement: &Value, dir: &Path, skip: &[PathBuf]) -> Result<Vec<Mismatch>> {
+    let named = subjects_of(statement)?;
     let skip: Vec<PathBuf> = skip
         .iter()
         .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
         .collect();
     let canon = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, "open", e))?;
-    let mut present = Vec::new();
-    walk(&canon, &canon, &skip, &mut present)?;
-    let present: BTreeSet<String> = present.into_iter().collect();
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
-    let mut out = Vec::new();
-    for n in named.keys() {
-        if present.contains(n) {
-            found.push((n.clone(), canon.join(n)));
-        } else {
-            out.push(Mismatch::Missing(n.clone()));
-        }
-    }
-    for (n, actual) in digests(&found)? {
-        let expected = &named[&n];
-        if !expected.eq_ignore_ascii_case(&actual) {
-            out.push(Mismatch::Differs {
-                name: n,
+    let mut listing = Listing::default();
+    walk(&canon, &canon, &skip, &mut listing)?;
+    let present: BTreeSet<String> = listing.files.into_iter().collect();
+    let links: BTreeSet<String> = listing.symlinks.into_iter().collect();
+    let names: BTreeSet<&String> = named.iter().map(|(n, _)| n).collect();
+    let found: Vec<&String> = names
+        .iter()
+        .copied()
+        .filter(|n| present.contains(*n))
+        .collect();
+    let sums: BTreeMap<&String, String> = found
+        .par_iter()
+        .map(|n| Ok((*n, sha256_no_follow(&canon.join(n))?)))
+        .collect::<Result<_>>()?;
+    let mut out: Vec<Mismatch> = links.iter().cloned().map(Mismatch::Symlink).collect();
+    let mut missing = BTreeSet::new();
+    for (n, expected) in &named {
+        match sums.get(n) {
+            Some(actual) if expected.eq_ignore_ascii_case(actual) => {}
+            Some(actual) => out.push(Mismatch::Differs {
+                name: n.clone(),
                 expected: expected.clone(),
-                actual,
-            });
+                actual: actual.clone(),
+            }),
+            None if links.contains(n) || !missing.insert(n) => {}
+            None => out.push(Mismatch::Missing(n.clone())),
         }
     }
     out.extend(
         present
             .into_iter()
-            .filter(|n| !named.contains_key(n))
+            .filter(|n| !names.contains(n))
             .map(Mismatch::Extra),
     );
     Ok(out)

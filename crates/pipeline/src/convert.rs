@@ -424,9 +424,13 @@ impl Started<'_> {
         if let Some(r) = read {
             let tensors = attest::tensors_of(source, outs, hashes, &r);
             let by_arch = job.fmt.by_architecture;
-            let inputs = &opts.inputs;
+            let mut inputs = opts.inputs.clone();
+            // The importance matrix decides the quantized bytes: a material too.
+            let quant = opts.transform.quant.as_ref();
+            let imatrix = quant.and_then(|q| q.imatrix.as_deref());
+            inputs.extend(imatrix.map(|m| m.path.clone()));
             let p = provenance_of(
-                inputs,
+                &inputs,
                 source,
                 job.repo_dir,
                 by_arch,
@@ -487,8 +491,8 @@ fn provenance_of(
             materials.push(p.clone());
         }
     }
-    // Inputs named on the command line (an `*.index.json`), a repo's index, and for an HF
-    // release read by its architecture its configs and tokenizer files.
+    // Inputs named on the command line (an `*.index.json`) and the importance matrix, a repo's
+    // index, and for an HF release read by its architecture its configs and tokenizer files.
     materials.extend(inputs.iter().filter(|p| p.is_file()).cloned());
     if let Some(dir) = repo_dir {
         let all = companions(dir);

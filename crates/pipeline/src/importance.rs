@@ -169,6 +169,7 @@ pub fn load(
     Ok(Importance {
         weights,
         file: given.to_string(),
+        path: path.to_path_buf(),
         dataset: m.datasets.first().cloned(),
         chunks: m.chunk_count,
     })

@@ -487,7 +487,11 @@ mod tests {
         let u = decode(Codec::Gzip, &packed, &mut b).unwrap();
         assert!(u.broken.unwrap().contains("ratio over 10:1") && u.capped);
         // Stopped at the read that crossed the grace size, every byte before it kept.
-        assert!(u.len > RATIO_GRACE - (1 << 20) && u.len <= RATIO_GRACE, "{}", u.len);
+        assert!(
+            u.len > RATIO_GRACE - (1 << 20) && u.len <= RATIO_GRACE,
+            "{}",
+            u.len
+        );
         let map = u.map.unwrap();
         assert!(map.len() as u64 == u.len && map.iter().all(|&b| b == 0));
         let mut b = Budget {

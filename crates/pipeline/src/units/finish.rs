@@ -275,6 +275,7 @@ fn assemble(
                     progress,
                 )
                 .map_err(|e| blame(plan, f, e))?;
+                check_between_tensors(plan, f, &first, &st.temp)?;
                 Ok((first, check))
             });
         match one {
@@ -291,6 +292,95 @@ fn assemble(
         .iter()
         .map(|(first, st)| link_beside(first, st))
         .collect()
+}
+
+/// The byte ranges of output file `f` that hold no tensor: the header, the padding between
+/// tensors, the end.
+fn between_tensors(plan: &UnitPlan, f: usize) -> Vec<(u64, u64)> {
+    let mut tensors: Vec<(u64, u64)> = (0..plan.at.len())
+        .filter(|&k| plan.at[k].0 == f)
+        .map(|k| (plan.at[k].1, plan.at[k].1 + plan.bytes[k]))
+        .collect();
+    tensors.sort_unstable();
+    let (mut gaps, mut at) = (Vec::new(), 0);
+    for (start, end) in tensors.into_iter().chain([(plan.files[f].size, 0)]) {
+        if start > at {
+            gaps.push((at, start));
+        }
+        at = at.max(end);
+    }
+    gaps
+}
+
+/// Every byte of the built file `built` outside its tensors (header, padding, end) against the
+/// format's own layout of the file (`layout`, the sink's staged file: the header it rendered,
+/// its padding): the tensors are checked by their content hashes, these bytes one by one, so
+/// no byte of the file reaches the output unchecked.
+fn check_between_tensors(plan: &UnitPlan, f: usize, built: &Path, layout: &Path) -> Result<()> {
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(p)
+            .map_err(|e| Error::io(p, "open", e))
+    };
+    let (got, want) = (open(built)?, open(layout)?);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (start, end) in between_tensors(plan, f) {
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(1 << 20) as usize;
+            a.resize(n, 0);
+            b.resize(n, 0);
+            got.read_exact_at(&mut a, at)
+                .map_err(|e| Error::io(built, "read back", e))?;
+            want.read_exact_at(&mut b, at)
+                .map_err(|e| Error::io(layout, "read", e))?;
+            if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+                return Err(padding_altered(plan, f, at + i as u64, a[i], b[i]));
+            }
+            at += n as u64;
+        }
+    }
+    Ok(())
+}
+
+/// Byte `off` of output file `f` (no tensor's) is `got`, the format lays out `want`: blamed on
+/// the part (or shared staging file) that holds it.
+fn padding_altered(plan: &UnitPlan, f: usize, off: u64, got: u8, want: u8) -> Error {
+    let what = format!(
+        "byte {off} of {} (padding or header, no tensor's) is {got:#04x}, the format writes \
+         {want:#04x}",
+        plan.files[f].path.display()
+    );
+    if plan.in_place {
+        let path = shared_path(plan, f);
+        return Error::Verify {
+            reason: format!(
+                "the shared staging file changed after the units wrote it ({what}); delete \
+                 {} and the units' records, and rerun the units; nothing was written",
+                path.display()
+            ),
+            at: Location::file(path).at(off),
+        };
+    }
+    let seg = plan
+        .segments_of_file(f)
+        .into_iter()
+        .find(|(_, _, s)| s.start <= off && off < s.end);
+    match seg {
+        Some((u, j, s)) => {
+            let e = altered(plan, u, &part_path(plan, u, j), what);
+            match e {
+                Error::Verify { at, reason } => Error::Verify {
+                    at: at.at(off - s.start),
+                    reason,
+                },
+                other => other,
+            }
+        }
+        None => Error::Internal(what),
+    }
 }
 
 fn read_header(temp: &Path, len: u64) -> Result<Vec<u8>> {

@@ -15,7 +15,7 @@ use super::job::{with_job, Job};
 use crate::convert::ConvertOptions;
 
 /// Version of the plan file (`weightport_plan`).
-pub const PLAN_VERSION: u64 = 2;
+pub const PLAN_VERSION: u64 = 3;
 /// Input files up to this size are hashed whole; larger ones by their first [`HEAD`] bytes.
 const WHOLE: u64 = 16 << 20;
 const HEAD: u64 = 1 << 20;
@@ -149,7 +149,8 @@ fn sha256_of(path: &Path, limit: u64) -> Result<String> {
     Ok(format!("{:x}", h.finalize()))
 }
 
-/// Size, mtime and sha256 (whole for small files, of the first MiB for large ones) of `path`.
+/// Size, mtime, ctime, inode and sha256 (whole for small files, of the first MiB for large
+/// ones) of `path`.
 fn identity(path: &Path) -> Result<Value> {
     let m = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?;
     let whole = m.len() <= WHOLE;
@@ -157,6 +158,8 @@ fn identity(path: &Path) -> Result<Value> {
         "path": path.display().to_string(),
         "size": m.len(),
         "mtime_ns": m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+        "ctime_ns": m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        "ino": m.ino(),
         "sha256": sha256_of(path, if whole { WHOLE } else { HEAD })?,
         "hashed": if whole { "whole" } else { "first-mib" },
     }))
@@ -186,7 +189,11 @@ fn input_files(job: &Job) -> Vec<PathBuf> {
     v
 }
 
-/// Checks every input file still has the identity the plan recorded.
+/// Checks every input file is still the one planned: the same size, mtime and sha256 (of the
+/// whole file up to 16 MiB), and for a larger file, whose sha256 covers only its first MiB, the
+/// same inode and ctime too. A write anywhere in the file sets its ctime (which, unlike the
+/// mtime, no `touch -r` puts back) and a replacement changes its inode, so a file that kept
+/// both is the planned one without reading it; one that did not cannot be shown to be.
 pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
     for (i, id) in plan.identities.iter().enumerate() {
         let path = PathBuf::from(id["path"].as_str().unwrap_or_default());
@@ -194,19 +201,29 @@ pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
             at: Location::file(&path),
             reason: format!("input of the plan is gone or unreadable: {e}"),
         })?;
-        for field in ["size", "mtime_ns", "sha256"] {
-            if now[field] != id[field] {
-                return Err(Error::Verify {
-                    at: Location::file(&path),
-                    reason: format!(
-                        "changed since the plan {} was made ({field} {} → {}; input_files[{i}]); \
-                         make a new plan",
-                        shown(&plan.path),
-                        id[field],
-                        now[field]
-                    ),
-                });
-            }
+        let whole = id["hashed"] == "whole";
+        let fields: &[&str] = match whole {
+            true => &["size", "mtime_ns", "sha256"],
+            false => &["size", "mtime_ns", "sha256", "ino", "ctime_ns"],
+        };
+        if let Some(field) = fields.iter().find(|f| now[**f] != id[**f]) {
+            let why = match whole {
+                false if ["ino", "ctime_ns"].contains(field) => {
+                    ": rewritten in place, replaced or its metadata changed; the plan hashed \
+                     its first MiB only, so the rest cannot be shown to be the planned bytes"
+                }
+                _ => "",
+            };
+            return Err(Error::Verify {
+                at: Location::file(&path),
+                reason: format!(
+                    "changed since the plan {} was made ({field} {} → {}; input_files[{i}]{why}); \
+                     make a new plan",
+                    shown(&plan.path),
+                    id[*field],
+                    now[*field]
+                ),
+            });
         }
     }
     Ok(())

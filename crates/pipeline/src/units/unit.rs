@@ -280,6 +280,8 @@ fn record_of(
 
 /// Records a written and verified unit (see [`publish_record`]).
 fn complete(plan: &UnitPlan, index: usize, record: &Value, threads: usize) -> Result<UnitReport> {
+    // An input changed while the unit read it: no record.
+    super::planfile::check_inputs(plan)?;
     let outcome = publish_record(plan, index, record)?;
     let _ = std::fs::remove_file(failed_path(plan, index));
     sync_dir(&plan.staging)?;
