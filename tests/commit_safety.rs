@@ -773,3 +773,67 @@ fn seven_hundred_shards_fit_in_256_descriptors() {
     let v = wp_with_256_fds(&["verify", s(&first), "--against", s(&src)]);
     assert_eq!(code(&v), 0, "{}", String::from_utf8_lossy(&v.stdout));
 }
+
+/// Issue 28: an output never replaces or removes an input, even with `--force` (before, `convert
+/// m.safetensors -o m.safetensors --force` rewrote the input in place, exit 0). A file given
+/// twice, a repo written over its own shards, and a repo written where its shards are stale.
+#[test]
+fn force_never_replaces_or_removes_an_input() {
+    let d = tempfile::tempdir().unwrap();
+    let sha = |p: &Path| {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(std::fs::read(p).unwrap()).to_vec()
+    };
+    let single = d.path().join("m.safetensors");
+    std::fs::copy(
+        fixtures().join("good/hf_repo_single/model.safetensors"),
+        &single,
+    )
+    .unwrap();
+    let repo = d.path().join("repo");
+    copy_dir(&fixtures().join("good/hf_repo_sharded"), &repo);
+    let shard = repo.join("model-00001-of-00003.safetensors");
+    let before = (sha(&single), sha(&shard));
+    let cases: [&[&str]; 3] = [
+        &[
+            "convert",
+            s(&single),
+            "-o",
+            s(&single),
+            "--force",
+            "--dtype",
+            "f32",
+        ],
+        &[
+            "convert",
+            s(&repo),
+            "-o",
+            s(&repo),
+            "--force",
+            "--shard-size",
+            "20KB",
+        ],
+        // The one file is written beside the shards, which --force would remove as stale.
+        &[
+            "convert",
+            s(&repo),
+            "-o",
+            s(&repo),
+            "--force",
+            "--shard-size",
+            "10GB",
+        ],
+    ];
+    for args in cases {
+        let o = wp(args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("is an input of this conversion"),
+            "{}",
+            err(&o)
+        );
+    }
+    assert_eq!((sha(&single), sha(&shard)), before);
+    assert!(repo.join("model.safetensors.index.json").exists());
+    assert!(!repo.join("model.safetensors").exists());
+}

@@ -317,7 +317,7 @@ pub(crate) fn start<'s>(
 ) -> Result<Started<'s>> {
     let job = planned::plan(source, repo_dir, opts)?;
     check_side_files(&job, opts, &opts.side_files)?;
-    let prepared = txn::prepare(&job.plan, &opts.output, opts.force, opts.dry_run)?;
+    let prepared = prepare_output(&job, opts, opts.dry_run)?;
     let mut report = report_of(
         job.source(),
         job.fmt.name,
@@ -338,17 +338,9 @@ pub(crate) fn start<'s>(
     })
 }
 
-/// Refuses side files at an input's place (the inputs given, every file read, the input
-/// repo's companions, the importance matrix) or an output file's, or existing ones without
-/// `--force`.
-pub(crate) fn check_side_files(
-    job: &Planned,
-    opts: &ConvertOptions,
-    sides: &[SideFile],
-) -> Result<()> {
-    if sides.is_empty() {
-        return Ok(());
-    }
+/// Every file the conversion reads: the inputs given, every file read, the input repo's
+/// companions, the importance matrix.
+fn input_files(job: &Planned, opts: &ConvertOptions) -> Vec<PathBuf> {
     let mut inputs = opts.inputs.clone();
     inputs.extend(job.source().files());
     inputs.extend(job.repo_dir.map(companions).unwrap_or_default());
@@ -358,6 +350,38 @@ pub(crate) fn check_side_files(
             .and_then(|q| q.imatrix.as_ref())
             .map(|m| PathBuf::from(&m.file)),
     );
+    inputs
+}
+
+/// Prepares the output's transaction ([`txn::prepare`]) and refuses, even with `--force`, an
+/// output whose commit would replace or remove a file the conversion reads (`convert
+/// m.safetensors -o m.safetensors --force`, or a repo written over its own shards): inputs are
+/// never modified.
+pub(crate) fn prepare_output(
+    job: &Planned,
+    opts: &ConvertOptions,
+    dry_run: bool,
+) -> Result<Prepared> {
+    let prepared = txn::prepare(&job.plan, &opts.output, opts.force, dry_run)?;
+    let inputs = input_files(job, opts);
+    let plan = &job.plan;
+    let touched = plan.files.iter().map(|f| &f.path);
+    let touched = touched.chain(plan.extras.iter().map(|e| &e.path));
+    side::refuse_inputs(touched.chain(prepared.removals.iter()), &inputs)?;
+    Ok(prepared)
+}
+
+/// Refuses side files at an input's place ([`input_files`]) or an output file's, or existing
+/// ones without `--force`.
+pub(crate) fn check_side_files(
+    job: &Planned,
+    opts: &ConvertOptions,
+    sides: &[SideFile],
+) -> Result<()> {
+    if sides.is_empty() {
+        return Ok(());
+    }
+    let inputs = input_files(job, opts);
     let plan = &job.plan;
     let mut outputs: Vec<PathBuf> = plan.files.iter().map(|f| f.path.clone()).collect();
     outputs.extend(plan.extras.iter().map(|e| e.path.clone()));

@@ -118,6 +118,25 @@ pub fn check(
     Ok(())
 }
 
+/// Refuses when one of `paths` (files an output's commit writes or removes) is one of
+/// `inputs` (device and inode, symlinks followed), whatever `--force` says.
+pub fn refuse_inputs<'a>(
+    paths: impl Iterator<Item = &'a PathBuf>,
+    inputs: &[PathBuf],
+) -> Result<()> {
+    let ids: Vec<(u64, u64)> = inputs.iter().filter_map(|p| identity(p)).collect();
+    for p in paths {
+        if identity(p).is_some_and(|id| ids.contains(&id)) {
+            return Err(Error::Usage(format!(
+                "{}: is an input of this conversion, which the output would replace or \
+                 remove; weightport never modifies an input (write the output elsewhere)",
+                shown(p)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The refusals that depend on what is at a side file's path now.
 fn check_existing(side: &SideFile, inputs: &[(u64, u64)], probe: bool) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;

@@ -209,7 +209,7 @@ pub fn finish(
     let report = with_planned_job(plan, opts, |job| {
         let hashes = recorded_hashes(plan, &records)?;
         check_parts(plan)?;
-        let prepared = txn::prepare(&job.plan, &opts.output, opts.force, false)?;
+        let prepared = crate::convert::prepare_output(job, opts, false)?;
         let files = pool.install(|| assemble(plan, job, &hashes, opts, progress))?;
         let committed = txn::commit(prepared, &job.plan, files, opts.force)?;
         Ok(FinishReport {

@@ -654,7 +654,7 @@ pub fn plan_units(
         let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
         crate::convert::check_side_files(job, opts, &[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
-        crate::txn::prepare(&job.plan, &opts.output, opts.force, true)?;
+        crate::convert::prepare_output(job, opts, true)?;
         let lay = layout(job, opts)?;
         let units = split(job, &lay, how, in_place)?;
         let mut doc = plan_doc(job, opts, command, &lay, &units)?;
