@@ -659,12 +659,16 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     let repo = mnt.join("repo");
     copy_dir(&fixtures().join("good/hf_repo_sharded"), &repo);
     let before = files_of(&repo);
+    // The new repo is made from a copy outside the small disk: an output never replaces its
+    // own input (force_never_replaces_or_removes_an_input).
+    let src = tmp.path().join("src");
+    copy_dir(&repo, &src);
     // Fill the disk so the new shards (~56 kB) fit but not shards + index + block rounding.
     let ballast = free_bytes(&mnt).saturating_sub(60 * 1024);
     std::fs::write(mnt.join("ballast"), vec![1u8; ballast as usize]).unwrap();
     let o = wp(&[
         "convert",
-        s(&repo),
+        s(&src),
         "-o",
         s(&repo),
         "--force",
@@ -674,11 +678,11 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     assert_eq!(code(&o), 1, "{}", err(&o));
     assert!(err(&o).contains("free"), "{}", err(&o));
     assert_eq!(files_of(&repo), before, "the old repo must be untouched");
-    // With the ballast gone the same in-place reshard succeeds and verifies.
+    // With the ballast gone the same reshard succeeds and verifies.
     std::fs::remove_file(mnt.join("ballast")).unwrap();
     let o = wp(&[
         "convert",
-        s(&repo),
+        s(&src),
         "-o",
         s(&repo),
         "--force",
