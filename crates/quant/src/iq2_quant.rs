@@ -478,25 +478,15 @@ where
 }
 
 /// Defines a row kernel `$name` running [`quantize_row`] over `$grid` with `$block`, built
-/// twice: for the baseline CPU and with AVX2, taken when the CPU has it. The code and its
-/// IEEE f32 operations are the same (no FMA; AVX2 only widens the neighbour search's lanes),
-/// so the bytes are too; the reference tests check both builds.
+/// for the baseline CPU and with AVX2 ([`multiversion!`]; AVX2 only widens the neighbour
+/// search's lanes).
 macro_rules! row_kernel {
     ($(#[$doc:meta])* $name:ident, $grid:expr, $block:path) => {
-        $(#[$doc])*
-        pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
-                        $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2(x, y, w) };
-                }
+        multiversion! {
+            $(#[$doc])*
+            pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
+                $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
             }
-            $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
         }
     };
 }

@@ -307,11 +307,35 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 // ---------------------------------------------------------------- dispatch
 
-multiversion!(quantize_q2_k, quantize_q2_k_portable, BlockQ2K);
-multiversion!(quantize_q3_k, quantize_q3_k_portable, BlockQ3K);
-multiversion!(quantize_q4_k, quantize_q4_k_portable, BlockQ4K);
-multiversion!(quantize_q5_k, quantize_q5_k_portable, BlockQ5K);
-multiversion!(quantize_q6_k, quantize_q6_k_portable, BlockQ6K);
+multiversion! {
+    pub(crate) fn quantize_q2_k(x: &[f32], y: &mut [BlockQ2K]) {
+        quantize_q2_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q3_k(x: &[f32], y: &mut [BlockQ3K]) {
+        quantize_q3_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q4_k(x: &[f32], y: &mut [BlockQ4K]) {
+        quantize_q4_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q5_k(x: &[f32], y: &mut [BlockQ5K]) {
+        quantize_q5_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
+        quantize_q6_k_portable(x, y)
+    }
+}
 
 // ---------------------------------------------------------------- Q2_K
 

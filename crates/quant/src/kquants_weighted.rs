@@ -38,8 +38,6 @@ fn untranspose<T: Copy, const N: usize, const M: usize>(lt: &[[T; M]; N], l: &mu
 
 // ---------------------------------------------------------------- Q2_K
 
-multiversion_weighted!(q2_k_weighted, q2_k_weighted_portable, BlockQ2K);
-
 /// ggml's `quantize_q2_K` for one row.
 pub(crate) fn q2_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     let y = as_blocks_mut::<BlockQ2K>(y);
@@ -49,9 +47,10 @@ pub(crate) fn q2_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q2_k_weighted_portable(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q2k_batch::<32>, 1 => q2k_batch::<16>);
+multiversion! {
+    fn q2_k_weighted(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q2k_batch::<32>, 1 => q2k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q2_K super-blocks: the weighted `make_qkx3_quants` over all their 16-element
@@ -119,8 +118,6 @@ fn q2k_finish_w(
 
 // ---------------------------------------------------------------- Q3_K
 
-multiversion_weighted!(q3_k_weighted, q3_k_weighted_portable, BlockQ3K);
-
 /// ggml's `quantize_q3_K` for one row.
 pub(crate) fn q3_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     let y = as_blocks_mut::<BlockQ3K>(y);
@@ -130,9 +127,10 @@ pub(crate) fn q3_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q3_k_weighted_portable(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 4 => q3k_batch::<64>, 1 => q3k_batch::<16>);
+multiversion! {
+    fn q3_k_weighted(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 4 => q3k_batch::<64>, 1 => q3k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q3_K super-blocks: weighted `make_qx_quants(nmax 4)` over the 16-element
@@ -211,9 +209,6 @@ fn pack_q3_k(l: &mut [i8], b: &mut BlockQ3K) {
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
 
-multiversion_weighted!(q4_k_weighted, q4_k_weighted_portable, BlockQ4K);
-multiversion_weighted!(q5_k_weighted, q5_k_weighted_portable, BlockQ5K);
-
 /// ggml's `quantize_q4_K` for one row.
 pub(crate) fn q4_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     let y = as_blocks_mut::<BlockQ4K>(y);
@@ -232,9 +227,10 @@ pub(crate) fn q5_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q4_k_weighted_portable(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q4k_batch::<16>, 1 => q4k_batch::<8>);
+multiversion! {
+    fn q4_k_weighted(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q4k_batch::<16>, 1 => q4k_batch::<8>);
+    }
 }
 
 /// `M / 8` Q4_K super-blocks through [`q45k_batch`], headers stored and levels packed.
@@ -247,9 +243,10 @@ fn q4k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
     }
 }
 
-#[inline(always)]
-fn q5_k_weighted_portable(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q5k_batch::<16>, 1 => q5k_batch::<8>);
+multiversion! {
+    fn q5_k_weighted(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q5k_batch::<16>, 1 => q5k_batch::<8>);
+    }
 }
 
 /// `M / 8` Q5_K super-blocks through [`q45k_batch`], headers stored and levels packed.
@@ -343,8 +340,6 @@ fn q45k_finish_w(
 
 // ---------------------------------------------------------------- Q6_K
 
-multiversion_weighted!(q6_k_weighted, q6_k_weighted_portable, BlockQ6K);
-
 /// ggml's `quantize_q6_K` for one row.
 pub(crate) fn q6_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     let y = as_blocks_mut::<BlockQ6K>(y);
@@ -354,9 +349,10 @@ pub(crate) fn q6_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q6_k_weighted_portable(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 4 => q6k_batch::<64>, 1 => q6k_batch::<16>);
+multiversion! {
+    fn q6_k_weighted(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 4 => q6k_batch::<64>, 1 => q6k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q6_K super-blocks: `make_qx_quants(nmax 32)` weighted by the raw imatrix values

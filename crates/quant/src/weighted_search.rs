@@ -11,59 +11,6 @@
 use crate::kquants::{abs_max_lanes, GROUP_MAX_EPS};
 use crate::util::nearest_int;
 
-/// Defines `fn $name(x, y: &mut [$blk], weights)`, which runs `$portable` compiled for AVX2
-/// when the CPU has it (see the `multiversion!` macro in lib.rs: same code, same bytes).
-macro_rules! multiversion_weighted {
-    ($name:ident, $portable:ident, $blk:ty) => {
-        fn $name(x: &[f32], y: &mut [$blk], w: &[f32]) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [$blk], w: &[f32]) {
-                        $portable(x, y, w)
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    unsafe { avx2(x, y, w) };
-                    return;
-                }
-            }
-            $portable(x, y, w)
-        }
-    };
-}
-
-/// Runs lane-batch functions over a row: `$f1` on batches of `$n1` blocks (of `$elems`
-/// values) while whole ones remain, then `$f2` on batches of `$n2`, and so on (the last tier is
-/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch, and `$ctx` after them if given.
-///
-/// The `$f` must be `#[inline(always)]` functions, not closures: a closure is compiled as its
-/// own function without the caller's AVX2 target feature, and the lane code inlined into it
-/// would run on SSE only.
-macro_rules! in_batches {
-    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:path),+) => {
-        in_batches!(@run $x, $y, $qw, $elems, (); $($n => $f),+)
-    };
-    ($x:expr, $y:expr, $qw:expr, $elems:expr, ctx = $ctx:expr; $($n:expr => $f:path),+) => {
-        in_batches!(@run $x, $y, $qw, $elems, ($ctx); $($n => $f),+)
-    };
-    (@run $x:expr, $y:expr, $qw:expr, $elems:expr, $ctx:tt; $($n:expr => $f:path),+) => {{
-        let (mut x, mut y, mut qw) = ($x, $y, $qw);
-        $(
-            let mut xc = x.chunks_exact($elems * $n);
-            let mut yc = y.chunks_exact_mut($n);
-            let mut wc = qw.chunks_exact($elems * $n);
-            for ((xb, yb), wb) in (&mut xc).zip(&mut yc).zip(&mut wc) {
-                in_batches!(@call $f, xb, yb, wb, $ctx);
-            }
-            (x, y, qw) = (xc.remainder(), yc.into_remainder(), wc.remainder());
-        )+
-        let _ = (x, y, qw);
-    }};
-    (@call $f:path, $a:ident, $b:ident, $c:ident, ()) => { $f($a, $b, $c) };
-    (@call $f:path, $a:ident, $b:ident, $c:ident, ($ctx:expr)) => { $f($a, $b, $c, $ctx) };
-}
-
 /// `Σ x[i]²` in index order.
 #[inline(always)]
 pub(crate) fn sum_sq(x: &[f32]) -> f32 {
