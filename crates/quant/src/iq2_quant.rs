@@ -156,7 +156,7 @@ fn grid_index(t: &GridTables, l: &[i8]) -> Result<usize, ()> {
 fn make_qp_quants(nmax: i32, x: &[f32], qw: &[f32], out: &mut [i8]) -> f32 {
     let n = x.len();
     let mut l = [0u8; 32];
-    let scale = crate::weighted_search::make_qp_quants(nmax, x, &mut l[..n], qw);
+    let scale = crate::search::make_qp_quants(nmax, x, &mut l[..n], qw);
     for (o, &v) in out[..n].iter_mut().zip(&l[..n]) {
         *o = v as i8;
     }

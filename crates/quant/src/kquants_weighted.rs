@@ -3,16 +3,17 @@
 //! kernel is the unweighted block kernel of `kquants.rs`, as in ggml.
 //!
 //! Several super-blocks' sub-blocks share one lane batch of the scale searches (see
-//! `weighted_search.rs`); everything else runs per super-block in the C order.
+//! `search.rs`); everything else runs per super-block in the C order.
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
-use crate::kquants::{self, pack_q4_k, pack_q5_k, q3k_scales, q6k_finish, scale_min_k4, transpose};
-use crate::util::{get_f16, nearest_int, put_f16};
-use crate::weighted_search::{
-    lane_weights, make_qkx3_quants, make_qp_quants, make_qx_quants_w, sum_sq,
+use crate::kquants::{self, pack_q4_k, pack_q5_k, q3k_scales, q6k_finish, scale_min_k4};
+use crate::search::{
+    lane_weights, make_qkx_quants, make_qp_quants, make_qx_quants_w, sum_sq, transpose,
+    untranspose, Qkx,
 };
+use crate::util::{get_f16, nearest_int, put_f16};
 
 /// `σ²` of each super-block of `x`, spread over its `per_sb` sub-block lanes:
 /// `factor · Σx² / 256` (factor 1 for Q2_K, 2 for the others).
@@ -24,16 +25,6 @@ fn sigma2_lanes<const M: usize>(x: &[f32], per_sb: usize, factor: f32) -> [f32; 
         s[k * per_sb..(k + 1) * per_sb].fill(v);
     }
     s
-}
-
-/// `l[N·m + i] = lt[i][m]`: lane `m` back to sub-block `m` of the row.
-#[inline(always)]
-fn untranspose<T: Copy, const N: usize, const M: usize>(lt: &[[T; M]; N], l: &mut [T]) {
-    for i in 0..N {
-        for m in 0..M {
-            l[N * m + i] = lt[i][m];
-        }
-    }
 }
 
 // ---------------------------------------------------------------- Q2_K
@@ -62,7 +53,7 @@ fn q2k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 16];
-    let (scales, mins) = make_qkx3_quants(3, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (scales, mins) = make_qkx_quants(Qkx::Three, 3, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..16 * M]);
     for (k, b) in y.iter_mut().enumerate() {
@@ -272,7 +263,7 @@ fn q45k_batch<const M: usize>(x: &[f32], qw: &[f32], nmax: i32) -> ([u8; 1024], 
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 32];
-    let (scales, mins) = make_qkx3_quants(nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (scales, mins) = make_qkx_quants(Qkx::Three, nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..32 * M]);
     let mut heads = [([0u8; 2], [0u8; 2], [0u8; 12]); 4];

@@ -5,10 +5,9 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
-use crate::kquants::transpose;
 use crate::legacy;
+use crate::search::{lane_weights, make_qkx_quants, make_qx_quants_w, sum_sq, transpose, Qkx};
 use crate::util::put_f16;
-use crate::weighted_search::{lane_weights, make_qkx3_quants, make_qx_quants_w, sum_sq};
 
 /// The row's `σ² = Σx² / n_per_row`.
 #[inline(always)]
@@ -46,7 +45,7 @@ fn qkx3_blocks<const M: usize>(
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &[sigma2; M], &mut sw);
     let mut lt = [[0u8; M]; 32];
-    let (d, the_min) = make_qkx3_quants(nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (d, the_min) = make_qkx_quants(Qkx::Three, nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     (d, the_min, lt)
 }
 

@@ -37,9 +37,9 @@ mod kquants_weighted;
 mod legacy;
 mod legacy_weighted;
 mod other;
+mod search;
 mod util;
 mod weighted;
-mod weighted_search;
 
 pub use cost::quantize_ns_per_value;
 #[doc(hidden)]
