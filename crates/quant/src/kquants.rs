@@ -185,6 +185,15 @@ fn q2k_finish(x: &[f32], scales: &[f32], mins: &[f32], l: &mut [u8], b: &mut Blo
     } else {
         b.dmin = put_f16(0.0);
     }
+    q2k_requantize_pack(x, l, b);
+}
+
+/// The end of ggml's Q2_K quantizers, with an importance matrix or without: each element
+/// requantized with its sub-block's stored scale and min (`b.d`, `b.dmin` and `b.scales` are
+/// set; a sub-block whose scale is zero keeps the levels of the search), then the 2-bit levels
+/// packed.
+#[inline(always)]
+pub(crate) fn q2k_requantize_pack(x: &[f32], l: &mut [u8], b: &mut BlockQ2K) {
     let (dd, dm) = (get_f16(b.d), get_f16(b.dmin));
     for j in 0..16 {
         let d = dd * (b.scales[j] & 0xF) as f32;
@@ -268,47 +277,68 @@ fn quantize_q3_k_portable(x: &[f32], y: &mut [BlockQ3K]) {
                 max_scale = scales[j];
             }
         }
-        b.scales = [0; 12];
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
+            let mut v = [0u8; 16];
             for j in 0..16 {
-                let v = nearest_int(iscale * scales[j]) as i8; // int8_t l = nearest_int(..)
-                let v = (v.clamp(-32, 31) + 32) as u8;
-                if j < 8 {
-                    b.scales[j] = v & 0xF;
-                } else {
-                    b.scales[j - 8] |= (v & 0xF) << 4;
-                }
-                b.scales[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+                let q = nearest_int(iscale * scales[j]) as i8; // int8_t l = nearest_int(..)
+                v[j] = (q.clamp(-32, 31) + 32) as u8;
             }
+            b.scales = q3k_pack_scales(&v);
             b.d = put_f16(1.0 / iscale);
         } else {
+            b.scales = [0; 12];
             b.d = put_f16(0.0);
         }
-        let dd = get_f16(b.d);
-        let sc = q3k_scales(&b.scales);
-        for j in 0..16 {
-            let d = dd * (sc[j] as i32 - 32) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
-            }
+        q3k_requantize_pack(x, &mut l, b);
+    }
+}
+
+/// The 16 6-bit scales `v` (biased by 32) of a Q3_K block packed as ggml stores them: the
+/// inverse of [`q3k_scales`].
+#[inline(always)]
+pub(crate) fn q3k_pack_scales(v: &[u8; 16]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for (j, &v) in v.iter().enumerate() {
+        if j < 8 {
+            s[j] = v & 0xF;
+        } else {
+            s[j - 8] |= (v & 0xF) << 4;
         }
-        b.hmask = [0; 32];
-        for (j, v) in l.iter_mut().enumerate() {
-            if *v > 3 {
-                b.hmask[j % 32] |= 1 << (j / 32);
-                *v -= 4;
-            }
+        s[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+    }
+    s
+}
+
+/// The end of ggml's Q3_K quantizers, with an importance matrix or without: each element
+/// requantized with its sub-block's stored scale (`b.d` and `b.scales` are set; a sub-block
+/// whose scale is zero keeps the levels of the search), then the high bits into `hmask` and
+/// the low 2 bits packed.
+#[inline(always)]
+pub(crate) fn q3k_requantize_pack(x: &[f32], l: &mut [i8], b: &mut BlockQ3K) {
+    let dd = get_f16(b.d);
+    let sc = q3k_scales(&b.scales);
+    for j in 0..16 {
+        let d = dd * (sc[j] as i32 - 32) as f32;
+        if d == 0.0 {
+            continue;
         }
-        for h in 0..2 {
-            for k in 0..32 {
-                let e = 128 * h + k;
-                b.qs[32 * h + k] =
-                    (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
-            }
+        for ii in 0..16 {
+            l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
+        }
+    }
+    b.hmask = [0; 32];
+    for (j, v) in l.iter_mut().enumerate() {
+        if *v > 3 {
+            b.hmask[j % 32] |= 1 << (j / 32);
+            *v -= 4;
+        }
+    }
+    for h in 0..2 {
+        for k in 0..32 {
+            let e = 128 * h + k;
+            b.qs[32 * h + k] =
+                (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
         }
     }
 }
@@ -398,10 +428,25 @@ fn q45k_finish(
         0.0
     };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    let sc = pack_scale_min_k4(&ls, &lm);
+    let d = put_f16(max_scale / 63.0);
+    let dmin = put_f16(max_min / 63.0);
+    q45k_requantize(x, (d, dmin), &sc, nmax, l);
+    (d, dmin, sc)
+}
+
+/// The 8 6-bit scales `ls` and mins `lm` of a Q4_K/Q5_K block packed as ggml stores them: the
+/// inverse of [`scale_min_k4`].
+#[inline(always)]
+pub(crate) fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
     let mut sc = [0u8; 12];
     for j in 0..8 {
-        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        let (ls, lm) = (ls[j], lm[j]);
         if j < 4 {
             sc[j] = ls;
             sc[j + 4] = lm;
@@ -411,11 +456,23 @@ fn q45k_finish(
             sc[j] |= (lm >> 4) << 6;
         }
     }
-    let d = put_f16(max_scale / 63.0);
-    let dmin = put_f16(max_min / 63.0);
+    sc
+}
+
+/// The end of ggml's Q4_K/Q5_K quantizers, with an importance matrix or without: each element
+/// requantized to `0..=nmax` with its sub-block's stored scale and min (the f16 `(d, dmin)` and
+/// the packed `sc`; a sub-block whose scale is zero keeps the levels of the search).
+#[inline(always)]
+pub(crate) fn q45k_requantize(
+    x: &[f32],
+    (d, dmin): ([u8; 2], [u8; 2]),
+    sc: &[u8; 12],
+    nmax: i32,
+    l: &mut [u8],
+) {
     let (dd, dm) = (get_f16(d), get_f16(dmin));
     for j in 0..8 {
-        let (s, m) = scale_min_k4(j, &sc);
+        let (s, m) = scale_min_k4(j, sc);
         let d = dd * s as f32;
         if d == 0.0 {
             continue;
@@ -425,7 +482,6 @@ fn q45k_finish(
             l[32 * j + ii] = nearest_int((x[32 * j + ii] + m) / d).clamp(0, nmax) as u8;
         }
     }
-    (d, dmin, sc)
 }
 
 /// Super-blocks per lane batch in [`q45k_quantize`] (measured on Q4_K: 1 → 30 MB/s,
