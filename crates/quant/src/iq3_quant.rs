@@ -15,7 +15,7 @@
 
 use crate::blocks::*;
 use crate::iq3_init::{self, Iq3Grid, Lookup};
-use crate::util::{nearest_int, put_f16};
+use crate::util::{c_max, nearest_int, put_f16};
 
 /// The two variants' differences.
 struct Variant {
@@ -34,16 +34,6 @@ struct SubBlock {
     index: [u16; 8],
     /// Sign bits per 8 values (7 bits for IQ3_XXS).
     signs: [u8; 4],
-}
-
-/// `MAX(a, b)` of ggml: `a > b ? a : b` (NaN handling included).
-#[inline(always)]
-fn c_max(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
-    }
 }
 
 /// `iq3_find_best_neighbour`: the neighbour with the smallest weighted squared distance to

@@ -13,10 +13,9 @@ use crate::kquants::{
     q3k_requantize_pack, q45k_requantize, q6k_finish,
 };
 use crate::search::{
-    lane_weights, make_qkx_quants, make_qp_quants, make_qx_quants_w, sum_sq, transpose,
-    untranspose, Qkx,
+    lane_weights, make_qkx_quants, make_qp_quants, make_qx_quants_w, transpose, untranspose, Qkx,
 };
-use crate::util::put_f16;
+use crate::util::{put_f16, sum_sq};
 
 /// `σ²` of each super-block of `x`, spread over its `per_sb` sub-block lanes:
 /// `factor · Σx² / 256` (factor 1 for Q2_K, 2 for the others).

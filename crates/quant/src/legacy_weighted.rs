@@ -6,8 +6,8 @@
 
 use crate::blocks::*;
 use crate::legacy;
-use crate::search::{lane_weights, make_qkx_quants, make_qx_quants_w, sum_sq, transpose, Qkx};
-use crate::util::put_f16;
+use crate::search::{lane_weights, make_qkx_quants, make_qx_quants_w, transpose, Qkx};
+use crate::util::{put_f16, sum_sq};
 
 /// The row's `σ² = Σx² / n_per_row`.
 #[inline(always)]

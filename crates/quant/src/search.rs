@@ -68,16 +68,6 @@ pub(crate) fn abs_max_lanes<const N: usize, const M: usize>(
     (amax, max)
 }
 
-/// `Σ x[i]²` in index order.
-#[inline(always)]
-pub(crate) fn sum_sq(x: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for &v in x {
-        s += v * v;
-    }
-    s
-}
-
 /// The importance of element `i` of sub-block `m` as the k-quant and legacy imatrix paths
 /// compute it: `qw · sqrtf(sigma2 + x·x)`, written transposed into `w[i][m]` for the `N`
 /// elements of each of the `M` sub-blocks of `x`, whose per-sub-block sums (in element order)
