@@ -31,7 +31,7 @@ pub fn set_portable_only(on: bool) {
 /// Defines the function written inside it so that it runs its body compiled for AVX2 when the
 /// CPU has it (and [`portable_only`] is off), and as written otherwise:
 ///
-/// ```ignore
+/// ```text
 /// multiversion! {
 ///     /// Docs.
 ///     pub(crate) fn quantize_q4_k(x: &[f32], y: &mut [BlockQ4K]) {
