@@ -22,6 +22,7 @@ pub mod config;
 pub mod gpt2;
 pub mod mix;
 pub mod naming;
+mod origin;
 pub mod permute;
 pub mod phi3;
 pub mod plan;
@@ -32,9 +33,10 @@ pub mod tokenizer;
 pub mod xlmr;
 
 pub use config::{hf_architecture, HParams};
+pub use origin::{BlockMap, BlockPart, Origin, SourceTensor, View};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
     check_supported, check_supported_within, llama3_rope_factors, plan, size_label, ArchPlan,
-    BlockPart, Origin, OutTensor, OutType, PlanOptions, SourceTensor, View,
+    OutTensor, OutType, PlanOptions,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use weightport_core::{CastRule, DType, Format};
 
-use crate::plan::{OutType, SourceTensor};
+use crate::origin::SourceTensor;
+use crate::plan::OutType;
 
 /// The float conversions of the reference converter's `--outtype`: torch's `.to(float32)`
 /// of BF16 sources, then numpy's `astype(float16)` for F16 and gguf-py's numpy port of ggml's

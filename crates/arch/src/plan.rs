@@ -24,6 +24,7 @@ use serde_json::Value;
 use weightport_core::{DType, Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, hf_architecture, HParams};
+use crate::origin::{Origin, SourceTensor};
 use crate::permute::QkPermute;
 use crate::table::{
     self, ArchSpec, ExpertStack, ExtraKv, Hook, KvLayout, SplitRule, FORCE_F32, SKIPPED_SUFFIXES,
@@ -32,22 +33,6 @@ use crate::tokenizer;
 
 mod kvs;
 mod tensors;
-
-/// One tensor of the HF release, from headers alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceTensor {
-    /// HF name (`model.layers.0.self_attn.q_proj.weight`).
-    pub name: String,
-    /// Shape, outermost first (PyTorch order).
-    pub shape: Vec<u64>,
-    /// Stored element type.
-    pub dtype: DType,
-    /// The file it is stored in, relative to the release directory. The output is ordered by
-    /// `(file, name)`, which is the reference's order for safetensors releases (parts in sorted
-    /// file-name order, names sorted within a part); for a `.bin` release the reference keeps
-    /// the state dict's own order instead.
-    pub file: String,
-}
 
 /// `--outtype` of the reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,92 +89,6 @@ impl Default for PlanOptions {
             sort_names: true,
             limits: weightport_core::Limits::default(),
         }
-    }
-}
-
-/// Where an output tensor's data comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Origin {
-    /// An HF tensor.
-    Hf {
-        /// Its HF name.
-        name: String,
-        /// Its index in the slice given to [`plan`].
-        index: usize,
-    },
-    /// Computed from the hyper-parameters (e.g. Llama 3's `rope_freqs.weight`): the F32 values.
-    Generated(Vec<f32>),
-    /// HF tensors of one shape and type stacked along a new leading axis, in this order (the
-    /// experts of a Mixture-of-Experts layer): the output's bytes are the sources' bytes one
-    /// after another, each cast as the output is.
-    Stack {
-        /// `(HF name, index in the slice given to [`plan`])` of each part, in stacking order.
-        sources: Vec<(String, usize)>,
-    },
-    /// A strided view of one HF tensor ([`View`]): the output's element `i` (row-major over
-    /// the view's sizes) is the source's element `offset + Σ idx_k · stride_k`, cast as the output
-    /// is (a transposed or interleaved part of a fused tensor, [`crate::split`]).
-    View {
-        /// Its HF name.
-        name: String,
-        /// Its index in the slice given to [`plan`].
-        index: usize,
-        /// Which elements, in which order.
-        view: View,
-    },
-    /// Blocks of several byte tensors interleaved: output block `k` is block `k` of each part
-    /// ([`BlockPart::width`] bytes of its view) one after another, then rewritten in place by
-    /// `map` (GPT-OSS's MXFP4 experts: the scale byte, then the 16 bytes of FP4 values). Written
-    /// as is: the parts already hold the output type's bytes.
-    Blocks {
-        /// The parts, in the order their bytes enter a block.
-        parts: Vec<BlockPart>,
-        /// The rewrite of each assembled block.
-        map: crate::split::BlockMap,
-    },
-    /// Rows `rows` (outermost axis) of one HF tensor: the output's bytes are that contiguous
-    /// range of the source's, cast as the output is (Gemma 3's token embedding cut to the
-    /// vocabulary; one part of a fused tensor).
-    Rows {
-        /// Its HF name.
-        name: String,
-        /// Its index in the slice given to [`plan`].
-        index: usize,
-        /// The rows kept, `start..end` of the source's first dimension.
-        rows: std::ops::Range<u64>,
-    },
-}
-
-/// One part of an [`Origin::Blocks`]: a byte view of an HF tensor and the bytes of it each
-/// output block takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockPart {
-    /// Its HF name.
-    pub name: String,
-    /// Its index in the slice given to [`plan`].
-    pub index: usize,
-    /// Its bytes, in block order.
-    pub view: View,
-    /// Bytes per block.
-    pub width: u64,
-}
-
-/// Elements of a tensor taken as torch's `as_strided` takes them, in units of elements: the
-/// output's shape is the sizes of `dims`, its element at index `(i_0, …, i_n)` is the source's
-/// element `offset + Σ i_k · stride_k`. Format-neutral: a transpose swaps strides, every other
-/// row is a stride of two rows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct View {
-    /// The first element.
-    pub offset: u64,
-    /// `(size, stride)` per output dimension, outermost first.
-    pub dims: Vec<(u64, u64)>,
-}
-
-impl View {
-    /// The output shape.
-    pub fn shape(&self) -> Vec<u64> {
-        self.dims.iter().map(|d| d.0).collect()
     }
 }
 

@@ -12,9 +12,12 @@ use serde_json::Value;
 use weightport_core::{Error, Format, Location, MetaValue, Result};
 
 use crate::config::{bad, HParams};
-use crate::plan::{BlockPart, Origin, SourceTensor, View};
+use crate::origin::{BlockPart, Origin, SourceTensor, View};
 use crate::table::{ArchSpec, ExtraKv, Split, SplitRule};
 use weightport_core::DType;
+
+/// The rewrite of an assembled MXFP4 block, defined beside [`Origin`] (which carries it).
+pub use crate::origin::BlockMap;
 
 /// The parts of `t` (HF name `hf`, after the architecture's renames) under `split`.
 pub fn views(
@@ -210,36 +213,6 @@ pub fn mla_kvs(
         _ => {}
     }
     Ok(())
-}
-
-/// How an assembled block of an [`Origin::Blocks`] is rewritten.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockMap {
-    /// An MXFP4 block: byte 0 the E8M0 scale, then 16 bytes of 32 FP4 values. The release holds
-    /// element `2i` in the low nibble of byte `i` and `2i + 1` in its high nibble; GGUF's block
-    /// holds element `j` in the low nibble of byte `j` and `j + 16` in its high nibble
-    /// (`GptOssModel.transform_nibble_layout`; gguf-py's MXFP4 block is `e, qs[16]`).
-    Mxfp4Nibbles,
-}
-
-impl BlockMap {
-    /// Rewrites `block` in place.
-    pub fn apply(self, block: &mut [u8]) {
-        match self {
-            BlockMap::Mxfp4Nibbles => {
-                let Some(qs) = block.get_mut(1..17) else {
-                    return;
-                };
-                let mut src = [0u8; 16];
-                src.copy_from_slice(qs);
-                for k in 0..8 {
-                    let (a, b) = (src[k], src[8 + k]);
-                    qs[2 * k] = (a & 0x0F) | (b << 4);
-                    qs[2 * k + 1] = (a >> 4) | (b & 0xF0);
-                }
-            }
-        }
-    }
 }
 
 /// The MXFP4 expert tensors of a release whose `quantization_config.quant_method` is "mxfp4":

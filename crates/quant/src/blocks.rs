@@ -1,18 +1,17 @@
 //! ggml block layouts (`ggml/src/ggml-common.h`), byte for byte.
 //!
 //! Every field is a byte array, so each struct has alignment 1, no padding, and every bit
-//! pattern is valid: a `&[u8]` of whole blocks can be viewed as a block slice with
-//! [`as_blocks`]/[`as_blocks_mut`]. Multi-byte fields are little-endian: `ggml_half` (IEEE
+//! pattern is valid (`bytemuck::Pod`, which its derive checks): a `&[u8]` of whole blocks can be
+//! viewed as a block slice with [`as_blocks`]/[`as_blocks_mut`]. Multi-byte fields are little-endian: `ggml_half` (IEEE
 //! binary16) as `[u8; 2]`, Q8_K's `float d` as `[u8; 4]`, `uint16_t`/`int16_t` arrays as byte
 //! arrays of twice the length.
 
 use std::mem::{align_of, size_of};
 
+use bytemuck::{Pod, Zeroable};
+
 /// A ggml block: `#[repr(C)]`, alignment 1, every bit pattern valid.
-///
-/// # Safety
-/// Implementors must consist of `u8` arrays only (alignment 1, no padding, no invalid values).
-pub unsafe trait Block: Copy {
+pub trait Block: Pod {
     /// Elements per block.
     const ELEMS: usize;
 }
@@ -21,12 +20,11 @@ macro_rules! block {
     ($(#[$doc:meta])* $name:ident, $elems:expr, $size:expr, { $($(#[$fdoc:meta])* $f:ident : [u8; $n:expr]),* $(,)? }) => {
         $(#[$doc])*
         #[repr(C)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
         pub struct $name { $($(#[$fdoc])* pub $f: [u8; $n],)* }
         const _: () = assert!(size_of::<$name>() == $size);
         const _: () = assert!(align_of::<$name>() == 1);
-        // SAFETY: only u8 arrays.
-        unsafe impl Block for $name { const ELEMS: usize = $elems; }
+        impl Block for $name { const ELEMS: usize = $elems; }
     };
 }
 
@@ -170,17 +168,10 @@ block!(/// IQ4_XS: 256 elements in 8 sub-blocks of 32.
 /// Views whole blocks. Panics if `bytes.len()` is not a multiple of the block size (callers
 /// check lengths first and report a [`crate::QuantError`]).
 pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
-    assert_eq!(bytes.len() % size_of::<B>(), 0);
-    // SAFETY: B has alignment 1 and no invalid bit patterns (trait contract), the length is
-    // a whole number of blocks, and the lifetime is inherited.
-    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size_of::<B>()) }
+    bytemuck::cast_slice(bytes)
 }
 
 /// Mutable counterpart of [`as_blocks`].
 pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
-    assert_eq!(bytes.len() % size_of::<B>(), 0);
-    // SAFETY: as in `as_blocks`; the borrow is exclusive.
-    unsafe {
-        std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size_of::<B>())
-    }
+    bytemuck::cast_slice_mut(bytes)
 }

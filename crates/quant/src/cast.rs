@@ -19,7 +19,8 @@
 //! returned `0x7FFFFFFF` for every NaN.
 
 use crate::QuantError;
-use half::{bf16, f16, slice::HalfFloatSliceExt};
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::{bf16, f16};
 pub use weightport_core::CastRule;
 use weightport_core::DType;
 
@@ -137,7 +138,8 @@ fn account(x: f32, y_is_inf: bool, y_is_zero: bool, s: &mut CastStats) {
 pub fn cast_f32_to_f16(src: &[f32], dst: &mut [u16], nan: F16Nan) -> Result<CastStats, QuantError> {
     check_len(src.len(), dst.len())?;
     // half's slice conversion uses F16C when the CPU has it: same results as the scalar path.
-    bytemuck_f16_mut(dst).convert_from_f32_slice(src);
+    dst.reinterpret_cast_mut::<f16>()
+        .convert_from_f32_slice(src);
     let mut s = CastStats::default();
     for (&x, y) in src.iter().zip(dst.iter_mut()) {
         let a = *y & 0x7FFF;
@@ -168,7 +170,7 @@ pub fn cast_f32_to_bf16(
 /// Widens f16 bits to f32 (exact).
 pub fn cast_f16_to_f32(src: &[u16], dst: &mut [f32]) -> Result<(), QuantError> {
     check_len(src.len(), dst.len())?;
-    let src: &[f16] = bytemuck_f16(src);
+    let src: &[f16] = src.reinterpret_cast();
     src.convert_to_f32_slice(dst);
     Ok(())
 }
@@ -215,16 +217,6 @@ pub fn cast_f16_to_bf16(
         account(x, a == 0x7F80, a == 0, &mut s);
     }
     Ok(s)
-}
-
-fn bytemuck_f16(s: &[u16]) -> &[f16] {
-    // SAFETY: f16 is repr(transparent) over u16.
-    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f16>(), s.len()) }
-}
-
-fn bytemuck_f16_mut(s: &mut [u16]) -> &mut [f16] {
-    // SAFETY: f16 is repr(transparent) over u16; the borrow is exclusive.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f16>(), s.len()) }
 }
 
 /// `half::bf16::from_f32` equals [`Bf16Rounding::Ggml`] bit for bit (checked in the tests).

@@ -11,9 +11,9 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::{BlockIq1M, BlockIq1S};
-use crate::iq2_quant::{cmax, row_kernel, sum_sq};
+use crate::iq2_quant::row_kernel;
 use crate::iq_init::{key_of, nearest, Grid, GridTables, Lookup, Near};
-use crate::util::{nearest_int, put_f16};
+use crate::util::{c_max, nearest_int, put_f16, sum_sq};
 
 const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
 const GROUP_MAX_EPS_IQ1_M: f32 = 1e-7;
@@ -127,7 +127,7 @@ fn split_levels<const N: usize>(idx: &[usize; N], i1: usize, i2: usize) -> [i8; 
 fn max_abs(xb: &[f32]) -> f32 {
     let mut max = xb[0].abs();
     for &v in &xb[1..] {
-        max = cmax(max, v.abs());
+        max = c_max(max, v.abs());
     }
     max
 }
@@ -231,7 +231,7 @@ fn iq1_s_block(
         }
         scales[ib] = scale;
         shifts[ib] = shift;
-        max_scale = cmax(max_scale, scale);
+        max_scale = c_max(max_scale, scale);
     }
     if max_scale != 0.0 {
         let d = max_scale / 15.0;
@@ -419,7 +419,7 @@ fn iq1_m_block(
         {
             scales[ib] = scale;
             shifts[ib] = k;
-            max_scale = cmax(max_scale, scale);
+            max_scale = c_max(max_scale, scale);
         }
     }
     if max_scale == 0.0 {

@@ -16,32 +16,12 @@
 
 use crate::blocks::{as_blocks_mut, BlockIq2S, BlockIq2Xs, BlockIq2Xxs};
 use crate::iq_init::{key_of, nearest, tables, Grid, GridTables, Lookup};
-use crate::util::{nearest_int, put_f16};
+use crate::search::GROUP_MAX_EPS;
+use crate::util::{c_max, nearest_int, put_f16, sum_sq};
 
-const GROUP_MAX_EPS: f32 = 1e-15;
 const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 /// Levels 0..kMaxQ−1 stand for the odd values 1, 3, 5.
 const K_MAX_Q: i32 = 3;
-
-/// C's `MAX(a, b)`: `a > b ? a : b` (NaN handling included).
-#[inline(always)]
-pub(crate) fn cmax(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// `Σ x²` of a super-block, in index order.
-#[inline(always)]
-pub(crate) fn sum_sq(x: &[f32]) -> f32 {
-    let mut s = 0f32;
-    for &v in x {
-        s += v * v;
-    }
-    s
-}
 
 /// Magnitudes of 8 values and their sign bits. With `even_parity` (IQ2_XXS, IQ2_XS, which
 /// store 7 sign bits) an odd number of negatives is made even by keeping the sign of the
@@ -68,7 +48,7 @@ fn fold_sub_block(
         *s = if even_parity { bits & 127 } else { bits };
     }
     let n = xb.len();
-    xval[1..n].iter().fold(xval[0], |m, &v| cmax(m, v))
+    xval[1..n].iter().fold(xval[0], |m, &v| c_max(m, v))
 }
 
 #[inline(always)]
@@ -156,7 +136,7 @@ fn grid_index(t: &GridTables, l: &[i8]) -> Result<usize, ()> {
 fn make_qp_quants(nmax: i32, x: &[f32], qw: &[f32], out: &mut [i8]) -> f32 {
     let n = x.len();
     let mut l = [0u8; 32];
-    let scale = crate::weighted_search::make_qp_quants(nmax, x, &mut l[..n], qw);
+    let scale = crate::search::make_qp_quants(nmax, x, &mut l[..n], qw);
     for (o, &v) in out[..n].iter_mut().zip(&l[..n]) {
         *o = v as i8;
     }
@@ -258,7 +238,7 @@ fn iq2_xxs_block(t: &GridTables, xbl: &[f32], qwb: &[f32], y: &mut BlockIq2Xxs) 
             return Err(()); // ggml: GGML_ASSERT(scale >= 0)
         }
         scales[ib] = scale;
-        max_scale = cmax(max_scale, scale);
+        max_scale = c_max(max_scale, scale);
     }
     if max_scale == 0.0 {
         y.qs = [0; 64];
@@ -370,7 +350,7 @@ fn iq2_xs_block(
             return Err(()); // ggml: GGML_ASSERT(scale >= 0)
         }
         scales[ib] = scale;
-        max_scale = cmax(max_scale, scale);
+        max_scale = c_max(max_scale, scale);
     }
     if max_scale == 0.0 {
         y.qs = [0; 64];
@@ -445,7 +425,7 @@ fn iq2_s_block(
             return Err(()); // ggml: GGML_ASSERT(scale >= 0)
         }
         scales[ib] = scale;
-        max_scale = cmax(max_scale, scale);
+        max_scale = c_max(max_scale, scale);
     }
     if max_scale == 0.0 {
         return Ok(());
@@ -478,25 +458,15 @@ where
 }
 
 /// Defines a row kernel `$name` running [`quantize_row`] over `$grid` with `$block`, built
-/// twice: for the baseline CPU and with AVX2, taken when the CPU has it. The code and its
-/// IEEE f32 operations are the same (no FMA; AVX2 only widens the neighbour search's lanes),
-/// so the bytes are too; the reference tests check both builds.
+/// for the baseline CPU and with AVX2 ([`multiversion!`]; AVX2 only widens the neighbour
+/// search's lanes).
 macro_rules! row_kernel {
     ($(#[$doc:meta])* $name:ident, $grid:expr, $block:path) => {
-        $(#[$doc])*
-        pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
-                        $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2(x, y, w) };
-                }
+        multiversion! {
+            $(#[$doc])*
+            pub(crate) fn $name(x: &[f32], y: &mut [u8], w: Option<&[f32]>) -> Result<(), usize> {
+                $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
             }
-            $crate::iq2_quant::quantize_row($grid, x, y, w, |t, x, w, b| $block(t, x, w, b))
         }
     };
 }

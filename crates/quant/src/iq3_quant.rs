@@ -15,7 +15,7 @@
 
 use crate::blocks::*;
 use crate::iq3_init::{self, Iq3Grid, Lookup};
-use crate::util::{nearest_int, put_f16};
+use crate::util::{c_max, nearest_int, put_f16};
 
 /// The two variants' differences.
 struct Variant {
@@ -34,16 +34,6 @@ struct SubBlock {
     index: [u16; 8],
     /// Sign bits per 8 values (7 bits for IQ3_XXS).
     signs: [u8; 4],
-}
-
-/// `MAX(a, b)` of ggml: `a > b ? a : b` (NaN handling included).
-#[inline(always)]
-fn c_max(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
-    }
 }
 
 /// `iq3_find_best_neighbour`: the neighbour with the smallest weighted squared distance to
@@ -411,35 +401,27 @@ fn iq3_s_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq3S) -> Result<(), A
     Ok(())
 }
 
-/// Defines the row kernel `$name`, which runs `$body` compiled for AVX2 when the CPU has it
-/// (as the crate's `multiversion!`: the same IEEE f32 operations, no FMA, so the same bytes;
-/// the tests check both builds). The hot path is `#[inline(always)]` down to the neighbour
-/// search so that it is compiled inside the AVX2 function.
+/// Defines the row kernel `$name` over the super-blocks of one row, built for the baseline CPU
+/// and with AVX2 ([`multiversion!`]). The hot path is `#[inline(always)]` down to the
+/// neighbour search so that it is compiled inside the AVX2 build.
 macro_rules! row_kernel {
     ($(#[$doc:meta])* $name:ident, $blk:ty, $block_fn:ident) => {
-        $(#[$doc])*
-        pub(crate) fn $name(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
-            #[inline(always)]
-            fn rows(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
-                let y = as_blocks_mut::<$blk>(y);
-                for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
-                    let w = qw.map(|w| &w[256 * i..256 * i + 256]);
-                    $block_fn(xb, w, b).map_err(|Abort| i)?;
-                }
-                Ok(())
-            }
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
-                        rows(x, y, qw)
+        multiversion! {
+            $(#[$doc])*
+            pub(crate) fn $name(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
+                // The loop in a function of its own: its closures, written in the AVX2 build,
+                // would take its target feature, and `Option::map` could no longer inline them.
+                #[inline(always)]
+                fn rows(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) -> Result<(), usize> {
+                    let y = as_blocks_mut::<$blk>(y);
+                    for (i, (xb, b)) in x.chunks_exact(256).zip(y).enumerate() {
+                        let w = qw.map(|w| &w[256 * i..256 * i + 256]);
+                        $block_fn(xb, w, b).map_err(|Abort| i)?;
                     }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2(x, y, qw) };
+                    Ok(())
                 }
+                rows(x, y, qw)
             }
-            rows(x, y, qw)
         }
     };
 }

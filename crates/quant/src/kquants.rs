@@ -6,220 +6,10 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
+use crate::search::{
+    abs_max, make_qkx_quants, make_qx_quants_w, transpose, untranspose, Qkx, GROUP_MAX_EPS,
+};
 use crate::util::{get_f16, nearest_int, put_f16};
-
-/// ggml's `GROUP_MAX_EPS`.
-pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// `make_qkx2_quants` run on `M` independent sub-blocks at once, one per lane:
-/// `x[i][m]` is element `i` of sub-block `m`. Every lane performs exactly the C sequence of f32
-/// operations (its sums in element order, its candidate steps in order, the accept test as a
-/// per-lane select), so each lane's result equals the scalar C function's; the lanes only let
-/// the independent dependency chains overlap and vectorize. Returns `(scale, the_min)` per lane
-/// and fills `l[i][m]`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn make_qkx2_quants<const N: usize, const M: usize>(
-    nmax: i32,
-    x: &[[f32; M]; N],
-    weights: &[[f32; M]; N],
-    l: &mut [[u8; M]; N],
-    rmin: f32,
-    rdelta: f32,
-    nstep: usize,
-    use_mad: bool,
-) -> ([f32; M], [f32; M]) {
-    let (mut min, max, sum_w, sum_x) = weighted_range(x, weights);
-    let mut done = [false; M];
-    let mut iscale = [0f32; M];
-    let mut scale = [0f32; M];
-    for m in 0..M {
-        if min[m] > 0.0 {
-            min[m] = 0.0;
-        }
-        done[m] = max[m] == min[m];
-        iscale[m] = nmax as f32 / (max[m] - min[m]);
-        scale[m] = 1.0 / iscale[m];
-    }
-    let err = |d: f32| if use_mad { d.abs() } else { d * d };
-    let mut best_error = [0f32; M];
-    for i in 0..N {
-        for m in 0..M {
-            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax);
-            l[i][m] = q as u8;
-            let diff = scale[m] * q as f32 + min[m] - x[i][m];
-            best_error[m] += weights[i][m] * err(diff);
-        }
-    }
-    let mut laux = [[0f32; M]; N];
-    for is in 0..=nstep {
-        for m in 0..M {
-            iscale[m] = (rmin + rdelta * is as f32 + nmax as f32) / (max[m] - min[m]);
-        }
-        let sums = (&sum_w, &sum_x);
-        let (this_scale, this_min, d_pos) =
-            fit_step(nmax, x, weights, &iscale, &min, sums, &mut laux);
-        let mut cur_error = [0f32; M];
-        for i in 0..N {
-            for m in 0..M {
-                let diff = this_scale[m] * laux[i][m] + this_min[m] - x[i][m];
-                cur_error[m] += weights[i][m] * err(diff);
-            }
-        }
-        let mut accept = [false; M];
-        let mut any = false;
-        for m in 0..M {
-            accept[m] = !done[m] && d_pos[m] && cur_error[m] < best_error[m];
-            any |= accept[m];
-            if accept[m] {
-                best_error[m] = cur_error[m];
-                scale[m] = this_scale[m];
-                min[m] = this_min[m];
-            }
-        }
-        if any {
-            take_accepted(l, &laux, &accept);
-        }
-    }
-    let mut the_min = [0f32; M];
-    for m in 0..M {
-        if done[m] {
-            scale[m] = 0.0;
-            for row in l.iter_mut() {
-                row[m] = 0;
-            }
-        }
-        the_min[m] = -min[m];
-    }
-    (scale, the_min)
-}
-
-/// [`make_qkx2_quants`]' first pass, per lane: min, max, Σw and Σw·x in element order.
-#[inline(always)]
-#[allow(clippy::type_complexity)]
-fn weighted_range<const N: usize, const M: usize>(
-    x: &[[f32; M]; N],
-    weights: &[[f32; M]; N],
-) -> ([f32; M], [f32; M], [f32; M], [f32; M]) {
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = [0f32; M];
-    for m in 0..M {
-        sum_x[m] = sum_w[m] * x[0][m];
-    }
-    for i in 1..N {
-        for m in 0..M {
-            let v = x[i][m];
-            min[m] = if v < min[m] { v } else { min[m] };
-            max[m] = if v > max[m] { v } else { max[m] };
-            let w = weights[i][m];
-            sum_w[m] += w;
-            sum_x[m] += w * v;
-        }
-    }
-    (min, max, sum_w, sum_x)
-}
-
-/// One candidate step of [`make_qkx2_quants`], per lane: the levels for `iscale` into `laux`,
-/// then the least-squares scale and min over them (`(Σw, Σw·x)` = `sums`), with whether the
-/// system's determinant is positive.
-#[inline(always)]
-#[allow(clippy::type_complexity)]
-fn fit_step<const N: usize, const M: usize>(
-    nmax: i32,
-    x: &[[f32; M]; N],
-    weights: &[[f32; M]; N],
-    iscale: &[f32; M],
-    min: &[f32; M],
-    (sum_w, sum_x): (&[f32; M], &[f32; M]),
-    laux: &mut [[f32; M]; N],
-) -> ([f32; M], [f32; M], [bool; M]) {
-    let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
-    for i in 0..N {
-        for m in 0..M {
-            let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
-            laux[i][m] = q;
-            let w = weights[i][m];
-            sum_l[m] += w * q;
-            sum_l2[m] += w * q * q;
-            sum_xl[m] += w * q * x[i][m];
-        }
-    }
-    let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
-    for m in 0..M {
-        let d = sum_w[m] * sum_l2[m] - sum_l[m] * sum_l[m];
-        d_pos[m] = d > 0.0;
-        let mut s = (sum_w[m] * sum_xl[m] - sum_x[m] * sum_l[m]) / d;
-        let mut mn = (sum_l2[m] * sum_x[m] - sum_l[m] * sum_xl[m]) / d;
-        if mn > 0.0 {
-            mn = 0.0;
-            s = sum_xl[m] / sum_l2[m];
-        }
-        this_scale[m] = s;
-        this_min[m] = mn;
-    }
-    (this_scale, this_min, d_pos)
-}
-
-/// The levels of the lanes whose step was accepted.
-#[inline(always)]
-fn take_accepted<const N: usize, const M: usize>(
-    l: &mut [[u8; M]; N],
-    laux: &[[f32; M]; N],
-    accept: &[bool; M],
-) {
-    for i in 0..N {
-        for m in 0..M {
-            if accept[m] {
-                l[i][m] = laux[i][m] as u8;
-            }
-        }
-    }
-}
-
-/// `t[i][m] = x[N*m + i]`: sub-block `m` of `x` in lane `m`.
-#[inline(always)]
-pub(crate) fn transpose<const N: usize, const M: usize>(x: &[f32]) -> [[f32; M]; N] {
-    let mut t = [[0f32; M]; N];
-    for m in 0..M {
-        for i in 0..N {
-            t[i][m] = x[N * m + i];
-        }
-    }
-    t
-}
-
-/// `(amax, signed max)` with strict `>`: the first element with the largest |x| wins.
-#[inline(always)]
-fn abs_max(x: &[f32]) -> (f32, f32) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        let a = v.abs();
-        if a > amax {
-            amax = a;
-            max = v;
-        }
-    }
-    (amax, max)
-}
-
-/// Per-lane `(amax, signed max)` over `x[i][m]` with strict `>` (first element wins ties).
-#[inline(always)]
-pub(crate) fn abs_max_lanes<const N: usize, const M: usize>(
-    x: &[[f32; M]; N],
-) -> ([f32; M], [f32; M]) {
-    let (mut amax, mut max) = ([0f32; M], [0f32; M]);
-    for row in x {
-        for m in 0..M {
-            let a = row[m].abs();
-            let gt = a > amax[m];
-            amax[m] = if gt { a } else { amax[m] };
-            max[m] = if gt { row[m] } else { max[m] };
-        }
-    }
-    (amax, max)
-}
 
 /// `make_q3_quants(n, nmax, x, L, do_rmse=true)`; `l` receives values in `0..2*nmax`.
 /// (Scalar: its data-dependent refinement loop usually stops after a pass or two, which
@@ -279,7 +69,7 @@ fn make_q3_quants(nmax: i32, x: &[f32; 16], l: &mut [i8; 16]) -> f32 {
 }
 
 /// `make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)` on `M` sub-blocks in lockstep lanes
-/// (see [`make_qkx2_quants`]); `l[i][m]` receives values in `0..2*nmax`. Without weights ggml
+/// (see [`make_qkx_quants`]); `l[i][m]` receives values in `0..2*nmax`. Without weights ggml
 /// weighs each element by `x*x`: this is the weighted search with those weights (computed as
 /// ggml computes them, so every product and sum is the same float operation).
 #[inline(always)]
@@ -289,7 +79,7 @@ fn make_qx_quants<const N: usize, const M: usize>(
     l: &mut [[i8; M]; N],
 ) -> [f32; M] {
     let w: [[f32; M]; N] = std::array::from_fn(|i| std::array::from_fn(|m| x[i][m] * x[i][m]));
-    crate::weighted_search::make_qx_quants_w(nmax, x, &w, l)
+    make_qx_quants_w(nmax, x, &w, l)
 }
 
 /// `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of Q4_K/Q5_K.
@@ -307,11 +97,35 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 // ---------------------------------------------------------------- dispatch
 
-multiversion!(quantize_q2_k, quantize_q2_k_portable, BlockQ2K);
-multiversion!(quantize_q3_k, quantize_q3_k_portable, BlockQ3K);
-multiversion!(quantize_q4_k, quantize_q4_k_portable, BlockQ4K);
-multiversion!(quantize_q5_k, quantize_q5_k_portable, BlockQ5K);
-multiversion!(quantize_q6_k, quantize_q6_k_portable, BlockQ6K);
+multiversion! {
+    pub(crate) fn quantize_q2_k(x: &[f32], y: &mut [BlockQ2K]) {
+        quantize_q2_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q3_k(x: &[f32], y: &mut [BlockQ3K]) {
+        quantize_q3_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q4_k(x: &[f32], y: &mut [BlockQ4K]) {
+        quantize_q4_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q5_k(x: &[f32], y: &mut [BlockQ5K]) {
+        quantize_q5_k_portable(x, y)
+    }
+}
+
+multiversion! {
+    pub(crate) fn quantize_q6_k(x: &[f32], y: &mut [BlockQ6K]) {
+        quantize_q6_k_portable(x, y)
+    }
+}
 
 // ---------------------------------------------------------------- Q2_K
 
@@ -326,12 +140,17 @@ fn q2k_first<const M: usize>(x: &[f32], l: &mut [u8]) -> ([f32; M], [f32; M]) {
         }
     }
     let mut lt = [[0u8; M]; 16];
-    let res = make_qkx2_quants(3, &xt, &wt, &mut lt, -0.5, 0.1, 15, true);
-    for i in 0..16 {
-        for m in 0..M {
-            l[16 * m + i] = lt[i][m];
-        }
-    }
+    let res = make_qkx_quants(
+        Qkx::Two { use_mad: true },
+        3,
+        &xt,
+        &wt,
+        &mut lt,
+        -0.5,
+        0.1,
+        15,
+    );
+    untranspose(&lt, &mut l[..16 * M]);
     res
 }
 
@@ -366,6 +185,15 @@ fn q2k_finish(x: &[f32], scales: &[f32], mins: &[f32], l: &mut [u8], b: &mut Blo
     } else {
         b.dmin = put_f16(0.0);
     }
+    q2k_requantize_pack(x, l, b);
+}
+
+/// The end of ggml's Q2_K quantizers, with an importance matrix or without: each element
+/// requantized with its sub-block's stored scale and min (`b.d`, `b.dmin` and `b.scales` are
+/// set; a sub-block whose scale is zero keeps the levels of the search), then the 2-bit levels
+/// packed.
+#[inline(always)]
+pub(crate) fn q2k_requantize_pack(x: &[f32], l: &mut [u8], b: &mut BlockQ2K) {
     let (dd, dm) = (get_f16(b.d), get_f16(b.dmin));
     for j in 0..16 {
         let d = dd * (b.scales[j] & 0xF) as f32;
@@ -449,47 +277,68 @@ fn quantize_q3_k_portable(x: &[f32], y: &mut [BlockQ3K]) {
                 max_scale = scales[j];
             }
         }
-        b.scales = [0; 12];
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
+            let mut v = [0u8; 16];
             for j in 0..16 {
-                let v = nearest_int(iscale * scales[j]) as i8; // int8_t l = nearest_int(..)
-                let v = (v.clamp(-32, 31) + 32) as u8;
-                if j < 8 {
-                    b.scales[j] = v & 0xF;
-                } else {
-                    b.scales[j - 8] |= (v & 0xF) << 4;
-                }
-                b.scales[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+                let q = nearest_int(iscale * scales[j]) as i8; // int8_t l = nearest_int(..)
+                v[j] = (q.clamp(-32, 31) + 32) as u8;
             }
+            b.scales = q3k_pack_scales(&v);
             b.d = put_f16(1.0 / iscale);
         } else {
+            b.scales = [0; 12];
             b.d = put_f16(0.0);
         }
-        let dd = get_f16(b.d);
-        let sc = q3k_scales(&b.scales);
-        for j in 0..16 {
-            let d = dd * (sc[j] as i32 - 32) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
-            }
+        q3k_requantize_pack(x, &mut l, b);
+    }
+}
+
+/// The 16 6-bit scales `v` (biased by 32) of a Q3_K block packed as ggml stores them: the
+/// inverse of [`q3k_scales`].
+#[inline(always)]
+pub(crate) fn q3k_pack_scales(v: &[u8; 16]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for (j, &v) in v.iter().enumerate() {
+        if j < 8 {
+            s[j] = v & 0xF;
+        } else {
+            s[j - 8] |= (v & 0xF) << 4;
         }
-        b.hmask = [0; 32];
-        for (j, v) in l.iter_mut().enumerate() {
-            if *v > 3 {
-                b.hmask[j % 32] |= 1 << (j / 32);
-                *v -= 4;
-            }
+        s[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+    }
+    s
+}
+
+/// The end of ggml's Q3_K quantizers, with an importance matrix or without: each element
+/// requantized with its sub-block's stored scale (`b.d` and `b.scales` are set; a sub-block
+/// whose scale is zero keeps the levels of the search), then the high bits into `hmask` and
+/// the low 2 bits packed.
+#[inline(always)]
+pub(crate) fn q3k_requantize_pack(x: &[f32], l: &mut [i8], b: &mut BlockQ3K) {
+    let dd = get_f16(b.d);
+    let sc = q3k_scales(&b.scales);
+    for j in 0..16 {
+        let d = dd * (sc[j] as i32 - 32) as f32;
+        if d == 0.0 {
+            continue;
         }
-        for h in 0..2 {
-            for k in 0..32 {
-                let e = 128 * h + k;
-                b.qs[32 * h + k] =
-                    (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
-            }
+        for ii in 0..16 {
+            l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
+        }
+    }
+    b.hmask = [0; 32];
+    for (j, v) in l.iter_mut().enumerate() {
+        if *v > 3 {
+            b.hmask[j % 32] |= 1 << (j / 32);
+            *v -= 4;
+        }
+    }
+    for h in 0..2 {
+        for k in 0..32 {
+            let e = 128 * h + k;
+            b.qs[32 * h + k] =
+                (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
         }
     }
 }
@@ -513,7 +362,7 @@ pub(crate) fn dequantize_q3_k(x: &[BlockQ3K], y: &mut [f32]) {
 
 /// First pass shared by Q4_K and Q5_K over `M` consecutive 32-element sub-blocks (`M/8`
 /// super-blocks; more lanes give the CPU more independent work): per-sub-block scale and min
-/// from `make_qkx2_quants`, levels in `l`.
+/// from `make_qkx2_quants` ([`make_qkx_quants`]), levels in `l`.
 #[inline(always)]
 fn q45k_first_pass<const M: usize>(
     x: &[f32],
@@ -540,12 +389,17 @@ fn q45k_first_pass<const M: usize>(
         }
     }
     let mut lt = [[0u8; M]; 32];
-    let res = make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep, false);
-    for i in 0..32 {
-        for m in 0..M {
-            l[32 * m + i] = lt[i][m];
-        }
-    }
+    let res = make_qkx_quants(
+        Qkx::Two { use_mad: false },
+        nmax,
+        &xt,
+        &wt,
+        &mut lt,
+        rmin,
+        0.1,
+        nstep,
+    );
+    untranspose(&lt, &mut l[..32 * M]);
     res
 }
 
@@ -574,10 +428,25 @@ fn q45k_finish(
         0.0
     };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    let sc = pack_scale_min_k4(&ls, &lm);
+    let d = put_f16(max_scale / 63.0);
+    let dmin = put_f16(max_min / 63.0);
+    q45k_requantize(x, (d, dmin), &sc, nmax, l);
+    (d, dmin, sc)
+}
+
+/// The 8 6-bit scales `ls` and mins `lm` of a Q4_K/Q5_K block packed as ggml stores them: the
+/// inverse of [`scale_min_k4`].
+#[inline(always)]
+pub(crate) fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
     let mut sc = [0u8; 12];
     for j in 0..8 {
-        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        let (ls, lm) = (ls[j], lm[j]);
         if j < 4 {
             sc[j] = ls;
             sc[j + 4] = lm;
@@ -587,11 +456,23 @@ fn q45k_finish(
             sc[j] |= (lm >> 4) << 6;
         }
     }
-    let d = put_f16(max_scale / 63.0);
-    let dmin = put_f16(max_min / 63.0);
+    sc
+}
+
+/// The end of ggml's Q4_K/Q5_K quantizers, with an importance matrix or without: each element
+/// requantized to `0..=nmax` with its sub-block's stored scale and min (the f16 `(d, dmin)` and
+/// the packed `sc`; a sub-block whose scale is zero keeps the levels of the search).
+#[inline(always)]
+pub(crate) fn q45k_requantize(
+    x: &[f32],
+    (d, dmin): ([u8; 2], [u8; 2]),
+    sc: &[u8; 12],
+    nmax: i32,
+    l: &mut [u8],
+) {
     let (dd, dm) = (get_f16(d), get_f16(dmin));
     for j in 0..8 {
-        let (s, m) = scale_min_k4(j, &sc);
+        let (s, m) = scale_min_k4(j, sc);
         let d = dd * s as f32;
         if d == 0.0 {
             continue;
@@ -601,7 +482,6 @@ fn q45k_finish(
             l[32 * j + ii] = nearest_int((x[32 * j + ii] + m) / d).clamp(0, nmax) as u8;
         }
     }
-    (d, dmin, sc)
 }
 
 /// Super-blocks per lane batch in [`q45k_quantize`] (measured on Q4_K: 1 → 30 MB/s,
@@ -747,11 +627,7 @@ fn q6k_first<const M: usize>(x: &[f32], l: &mut [i8]) -> [f32; M] {
     let xt: [[f32; M]; 16] = transpose(x);
     let mut lt = [[0i8; M]; 16];
     let scales = make_qx_quants(32, &xt, &mut lt);
-    for i in 0..16 {
-        for m in 0..M {
-            l[16 * m + i] = lt[i][m];
-        }
-    }
+    untranspose(&lt, &mut l[..16 * M]);
     scales
 }
 

@@ -3,16 +3,19 @@
 //! kernel is the unweighted block kernel of `kquants.rs`, as in ggml.
 //!
 //! Several super-blocks' sub-blocks share one lane batch of the scale searches (see
-//! `weighted_search.rs`); everything else runs per super-block in the C order.
+//! `search.rs`); everything else runs per super-block in the C order.
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
-use crate::kquants::{self, pack_q4_k, pack_q5_k, q3k_scales, q6k_finish, scale_min_k4, transpose};
-use crate::util::{get_f16, nearest_int, put_f16};
-use crate::weighted_search::{
-    lane_weights, make_qkx3_quants, make_qp_quants, make_qx_quants_w, sum_sq,
+use crate::kquants::{
+    self, pack_q4_k, pack_q5_k, pack_scale_min_k4, q2k_requantize_pack, q3k_pack_scales,
+    q3k_requantize_pack, q45k_requantize, q6k_finish,
 };
+use crate::search::{
+    lane_weights, make_qkx_quants, make_qp_quants, make_qx_quants_w, transpose, untranspose, Qkx,
+};
+use crate::util::{put_f16, sum_sq};
 
 /// `σ²` of each super-block of `x`, spread over its `per_sb` sub-block lanes:
 /// `factor · Σx² / 256` (factor 1 for Q2_K, 2 for the others).
@@ -26,19 +29,7 @@ fn sigma2_lanes<const M: usize>(x: &[f32], per_sb: usize, factor: f32) -> [f32; 
     s
 }
 
-/// `l[N·m + i] = lt[i][m]`: lane `m` back to sub-block `m` of the row.
-#[inline(always)]
-fn untranspose<T: Copy, const N: usize, const M: usize>(lt: &[[T; M]; N], l: &mut [T]) {
-    for i in 0..N {
-        for m in 0..M {
-            l[N * m + i] = lt[i][m];
-        }
-    }
-}
-
 // ---------------------------------------------------------------- Q2_K
-
-multiversion_weighted!(q2_k_weighted, q2_k_weighted_portable, BlockQ2K);
 
 /// ggml's `quantize_q2_K` for one row.
 pub(crate) fn q2_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
@@ -49,9 +40,10 @@ pub(crate) fn q2_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q2_k_weighted_portable(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q2k_batch::<32>, 1 => q2k_batch::<16>);
+multiversion! {
+    fn q2_k_weighted(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q2k_batch::<32>, 1 => q2k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q2_K super-blocks: the weighted `make_qkx3_quants` over all their 16-element
@@ -63,7 +55,7 @@ fn q2k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ2K], qw: &[f32]) {
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 16];
-    let (scales, mins) = make_qkx3_quants(3, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (scales, mins) = make_qkx_quants(Qkx::Three, 3, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..16 * M]);
     for (k, b) in y.iter_mut().enumerate() {
@@ -95,31 +87,13 @@ fn q2k_finish_w(
     let mm = make_qp_quants(15, mins, &mut lm, sw);
     b.d = put_f16(dm);
     b.dmin = put_f16(mm);
-    let (dm, mm) = (get_f16(b.d), get_f16(b.dmin));
     for j in 0..16 {
         b.scales[j] = ls[j] | (lm[j] << 4);
     }
-    for j in 0..16 {
-        let d = dm * (b.scales[j] & 0xF) as f32;
-        if d == 0.0 {
-            continue;
-        }
-        let m = mm * (b.scales[j] >> 4) as f32;
-        for ii in 0..16 {
-            l[16 * j + ii] = nearest_int((x[16 * j + ii] + m) / d).clamp(0, 3) as u8;
-        }
-    }
-    for h in 0..2 {
-        for k in 0..32 {
-            let e = 128 * h + k;
-            b.qs[32 * h + k] = l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6);
-        }
-    }
+    q2k_requantize_pack(x, l, b);
 }
 
 // ---------------------------------------------------------------- Q3_K
-
-multiversion_weighted!(q3_k_weighted, q3_k_weighted_portable, BlockQ3K);
 
 /// ggml's `quantize_q3_K` for one row.
 pub(crate) fn q3_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
@@ -130,9 +104,10 @@ pub(crate) fn q3_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q3_k_weighted_portable(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 4 => q3k_batch::<64>, 1 => q3k_batch::<16>);
+multiversion! {
+    fn q3_k_weighted(x: &[f32], y: &mut [BlockQ3K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 4 => q3k_batch::<64>, 1 => q3k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q3_K super-blocks: weighted `make_qx_quants(nmax 4)` over the 16-element
@@ -165,54 +140,16 @@ fn q3k_finish_w(x: &[f32], scales: &[f32], sw: &[f32], l: &mut [i8], b: &mut Blo
     }
     let mut ls = [[0i8; 1]; 16];
     let d_block = make_qx_quants_w(32, &st, &wt, &mut ls)[0];
-    b.scales = [0; 12];
+    let mut v = [0u8; 16];
     for j in 0..16 {
-        let v = ls[j][0] as u8;
-        if j < 8 {
-            b.scales[j] = v & 0xF;
-        } else {
-            b.scales[j - 8] |= (v & 0xF) << 4;
-        }
-        b.scales[j % 4 + 8] |= (v >> 4) << (2 * (j / 4));
+        v[j] = ls[j][0] as u8;
     }
+    b.scales = q3k_pack_scales(&v);
     b.d = put_f16(d_block);
-    let dd = get_f16(b.d);
-    let sc = q3k_scales(&b.scales);
-    for j in 0..16 {
-        let d = dd * (sc[j] as i8 - 32) as f32;
-        if d == 0.0 {
-            continue;
-        }
-        for ii in 0..16 {
-            l[16 * j + ii] = (nearest_int(x[16 * j + ii] / d).clamp(-4, 3) + 4) as i8;
-        }
-    }
-    pack_q3_k(l, b);
-}
-
-/// Q3_K's high-bit mask and 2-bit packing of the levels `l` (`0..8`).
-#[inline(always)]
-fn pack_q3_k(l: &mut [i8], b: &mut BlockQ3K) {
-    b.hmask = [0; 32];
-    for (j, v) in l.iter_mut().enumerate() {
-        if *v > 3 {
-            b.hmask[j % 32] |= 1 << (j / 32);
-            *v -= 4;
-        }
-    }
-    for h in 0..2 {
-        for k in 0..32 {
-            let e = 128 * h + k;
-            b.qs[32 * h + k] =
-                (l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6)) as u8;
-        }
-    }
+    q3k_requantize_pack(x, l, b);
 }
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
-
-multiversion_weighted!(q4_k_weighted, q4_k_weighted_portable, BlockQ4K);
-multiversion_weighted!(q5_k_weighted, q5_k_weighted_portable, BlockQ5K);
 
 /// ggml's `quantize_q4_K` for one row.
 pub(crate) fn q4_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
@@ -232,9 +169,10 @@ pub(crate) fn q5_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q4_k_weighted_portable(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q4k_batch::<16>, 1 => q4k_batch::<8>);
+multiversion! {
+    fn q4_k_weighted(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q4k_batch::<16>, 1 => q4k_batch::<8>);
+    }
 }
 
 /// `M / 8` Q4_K super-blocks through [`q45k_batch`], headers stored and levels packed.
@@ -247,9 +185,10 @@ fn q4k_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4K], qw: &[f32]) {
     }
 }
 
-#[inline(always)]
-fn q5_k_weighted_portable(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 2 => q5k_batch::<16>, 1 => q5k_batch::<8>);
+multiversion! {
+    fn q5_k_weighted(x: &[f32], y: &mut [BlockQ5K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 2 => q5k_batch::<16>, 1 => q5k_batch::<8>);
+    }
 }
 
 /// `M / 8` Q5_K super-blocks through [`q45k_batch`], headers stored and levels packed.
@@ -275,7 +214,7 @@ fn q45k_batch<const M: usize>(x: &[f32], qw: &[f32], nmax: i32) -> ([u8; 1024], 
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &sigma2, &mut sw);
     let mut lt = [[0u8; M]; 32];
-    let (scales, mins) = make_qkx3_quants(nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (scales, mins) = make_qkx_quants(Qkx::Three, nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     let mut l = [0u8; 1024];
     untranspose(&lt, &mut l[..32 * M]);
     let mut heads = [([0u8; 2], [0u8; 2], [0u8; 12]); 4];
@@ -309,41 +248,18 @@ fn q45k_finish_w(
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     let d_block = make_qp_quants(63, scales, &mut ls, sw);
     let m_block = make_qp_quants(63, mins, &mut lm, sw);
-    let mut sc = [0u8; 12];
-    for j in 0..8 {
-        let (ls, lm) = if nmax == 31 {
-            (ls[j].min(63), lm[j].min(63))
-        } else {
-            (ls[j], lm[j])
-        };
-        if j < 4 {
-            sc[j] = ls;
-            sc[j + 4] = lm;
-        } else {
-            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
-            sc[j - 4] |= (ls >> 4) << 6;
-            sc[j] |= (lm >> 4) << 6;
+    if nmax == 31 {
+        for j in 0..8 {
+            (ls[j], lm[j]) = (ls[j].min(63), lm[j].min(63));
         }
     }
+    let sc = pack_scale_min_k4(&ls, &lm);
     let (d, dmin) = (put_f16(d_block), put_f16(m_block));
-    let (dd, dm) = (get_f16(d), get_f16(dmin));
-    for j in 0..8 {
-        let (s, m) = scale_min_k4(j, &sc);
-        let d = dd * s as f32;
-        if d == 0.0 {
-            continue;
-        }
-        let m = dm * m as f32;
-        for ii in 0..32 {
-            l[32 * j + ii] = nearest_int((x[32 * j + ii] + m) / d).clamp(0, nmax) as u8;
-        }
-    }
+    q45k_requantize(x, (d, dmin), &sc, nmax, l);
     (d, dmin, sc)
 }
 
 // ---------------------------------------------------------------- Q6_K
-
-multiversion_weighted!(q6_k_weighted, q6_k_weighted_portable, BlockQ6K);
 
 /// ggml's `quantize_q6_K` for one row.
 pub(crate) fn q6_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
@@ -354,9 +270,10 @@ pub(crate) fn q6_k_row(x: &[f32], y: &mut [u8], w: Option<&[f32]>) {
     }
 }
 
-#[inline(always)]
-fn q6_k_weighted_portable(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
-    in_batches!(x, y, qw, 256; 4 => q6k_batch::<64>, 1 => q6k_batch::<16>);
+multiversion! {
+    fn q6_k_weighted(x: &[f32], y: &mut [BlockQ6K], qw: &[f32]) {
+        in_batches!(x, y, qw, 256; 4 => q6k_batch::<64>, 1 => q6k_batch::<16>);
+    }
 }
 
 /// `M / 16` Q6_K super-blocks: `make_qx_quants(nmax 32)` weighted by the raw imatrix values

@@ -45,7 +45,11 @@ pub(crate) fn amax_macro(x: &[f32]) -> f32 {
     amax
 }
 
-multiversion!(quantize_q4_0, quantize_q4_0_portable, BlockQ4_0);
+multiversion! {
+    pub(crate) fn quantize_q4_0(x: &[f32], y: &mut [BlockQ4_0]) {
+        quantize_q4_0_portable(x, y)
+    }
+}
 
 #[inline(always)]
 fn quantize_q4_0_portable(x: &[f32], y: &mut [BlockQ4_0]) {
@@ -71,7 +75,11 @@ pub(crate) fn dequantize_q4_0(x: &[BlockQ4_0], y: &mut [f32]) {
     }
 }
 
-multiversion!(quantize_q4_1, quantize_q4_1_portable, BlockQ4_1);
+multiversion! {
+    pub(crate) fn quantize_q4_1(x: &[f32], y: &mut [BlockQ4_1]) {
+        quantize_q4_1_portable(x, y)
+    }
+}
 
 #[inline(always)]
 fn quantize_q4_1_portable(x: &[f32], y: &mut [BlockQ4_1]) {
@@ -99,7 +107,11 @@ pub(crate) fn dequantize_q4_1(x: &[BlockQ4_1], y: &mut [f32]) {
     }
 }
 
-multiversion!(quantize_q5_0, quantize_q5_0_portable, BlockQ5_0);
+multiversion! {
+    pub(crate) fn quantize_q5_0(x: &[f32], y: &mut [BlockQ5_0]) {
+        quantize_q5_0_portable(x, y)
+    }
+}
 
 #[inline(always)]
 fn quantize_q5_0_portable(x: &[f32], y: &mut [BlockQ5_0]) {
@@ -132,7 +144,11 @@ pub(crate) fn dequantize_q5_0(x: &[BlockQ5_0], y: &mut [f32]) {
     }
 }
 
-multiversion!(quantize_q5_1, quantize_q5_1_portable, BlockQ5_1);
+multiversion! {
+    pub(crate) fn quantize_q5_1(x: &[f32], y: &mut [BlockQ5_1]) {
+        quantize_q5_1_portable(x, y)
+    }
+}
 
 #[inline(always)]
 fn quantize_q5_1_portable(x: &[f32], y: &mut [BlockQ5_1]) {
@@ -168,7 +184,11 @@ pub(crate) fn dequantize_q5_1(x: &[BlockQ5_1], y: &mut [f32]) {
     }
 }
 
-multiversion!(quantize_q8_0, quantize_q8_0_portable, BlockQ8_0);
+multiversion! {
+    pub(crate) fn quantize_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+        quantize_q8_0_portable(x, y)
+    }
+}
 
 #[inline(always)]
 fn quantize_q8_0_portable(x: &[f32], y: &mut [BlockQ8_0]) {

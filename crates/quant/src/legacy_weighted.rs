@@ -5,10 +5,9 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
 use crate::blocks::*;
-use crate::kquants::transpose;
 use crate::legacy;
-use crate::util::put_f16;
-use crate::weighted_search::{lane_weights, make_qkx3_quants, make_qx_quants_w, sum_sq};
+use crate::search::{lane_weights, make_qkx_quants, make_qx_quants_w, transpose, Qkx};
+use crate::util::{put_f16, sum_sq};
 
 /// The row's `σ² = Σx² / n_per_row`.
 #[inline(always)]
@@ -46,7 +45,7 @@ fn qkx3_blocks<const M: usize>(
     let mut sw = [0f32; M];
     let wt = lane_weights(&xt, qw, &[sigma2; M], &mut sw);
     let mut lt = [[0u8; M]; 32];
-    let (d, the_min) = make_qkx3_quants(nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
+    let (d, the_min) = make_qkx_quants(Qkx::Three, nmax, &xt, &wt, &mut lt, -0.9, 0.05, 36);
     (d, the_min, lt)
 }
 
@@ -81,15 +80,12 @@ row_entry!(q4_1_row, BlockQ4_1, q4_1_weighted, legacy::quantize_q4_1);
 row_entry!(q5_0_row, BlockQ5_0, q5_0_weighted, legacy::quantize_q5_0);
 row_entry!(q5_1_row, BlockQ5_1, q5_1_weighted, legacy::quantize_q5_1);
 
-multiversion_weighted!(q4_0_weighted, q4_0_weighted_portable, BlockQ4_0);
-multiversion_weighted!(q4_1_weighted, q4_1_weighted_portable, BlockQ4_1);
-multiversion_weighted!(q5_0_weighted, q5_0_weighted_portable, BlockQ5_0);
-multiversion_weighted!(q5_1_weighted, q5_1_weighted_portable, BlockQ5_1);
-
-#[inline(always)]
-fn q4_0_weighted_portable(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32]) {
-    let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32, ctx = s2; 32 => q4_0_batch::<32>, 8 => q4_0_batch::<8>, 1 => q4_0_batch::<1>);
+multiversion! {
+    fn q4_0_weighted(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32]) {
+        let s2 = row_sigma2(x);
+        in_batches!(x, y, qw, 32, ctx = s2;
+            32 => q4_0_batch::<32>, 8 => q4_0_batch::<8>, 1 => q4_0_batch::<1>);
+    }
 }
 
 #[inline(always)]
@@ -103,10 +99,12 @@ fn q4_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_0], qw: &[f32], sigma2
     }
 }
 
-#[inline(always)]
-fn q5_0_weighted_portable(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32]) {
-    let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32, ctx = s2; 32 => q5_0_batch::<32>, 8 => q5_0_batch::<8>, 1 => q5_0_batch::<1>);
+multiversion! {
+    fn q5_0_weighted(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32]) {
+        let s2 = row_sigma2(x);
+        in_batches!(x, y, qw, 32, ctx = s2;
+            32 => q5_0_batch::<32>, 8 => q5_0_batch::<8>, 1 => q5_0_batch::<1>);
+    }
 }
 
 #[inline(always)]
@@ -118,10 +116,12 @@ fn q5_0_batch<const M: usize>(x: &[f32], y: &mut [BlockQ5_0], qw: &[f32], sigma2
     }
 }
 
-#[inline(always)]
-fn q4_1_weighted_portable(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32]) {
-    let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32, ctx = s2; 16 => q4_1_batch::<16>, 8 => q4_1_batch::<8>, 1 => q4_1_batch::<1>);
+multiversion! {
+    fn q4_1_weighted(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32]) {
+        let s2 = row_sigma2(x);
+        in_batches!(x, y, qw, 32, ctx = s2;
+            16 => q4_1_batch::<16>, 8 => q4_1_batch::<8>, 1 => q4_1_batch::<1>);
+    }
 }
 
 #[inline(always)]
@@ -136,10 +136,12 @@ fn q4_1_batch<const M: usize>(x: &[f32], y: &mut [BlockQ4_1], qw: &[f32], sigma2
     }
 }
 
-#[inline(always)]
-fn q5_1_weighted_portable(x: &[f32], y: &mut [BlockQ5_1], qw: &[f32]) {
-    let s2 = row_sigma2(x);
-    in_batches!(x, y, qw, 32, ctx = s2; 16 => q5_1_batch::<16>, 8 => q5_1_batch::<8>, 1 => q5_1_batch::<1>);
+multiversion! {
+    fn q5_1_weighted(x: &[f32], y: &mut [BlockQ5_1], qw: &[f32]) {
+        let s2 = row_sigma2(x);
+        in_batches!(x, y, qw, 32, ctx = s2;
+            16 => q5_1_batch::<16>, 8 => q5_1_batch::<8>, 1 => q5_1_batch::<1>);
+    }
 }
 
 #[inline(always)]

@@ -19,29 +19,8 @@
 
 #![deny(missing_docs)]
 
-/// Defines `pub(crate) fn $name`, which runs `$portable` compiled for AVX2 when the CPU has
-/// it. The code is the same; AVX2 only widens the lanes (IEEE f32 ops are identical, no FMA is
-/// enabled and Rust never contracts), so the bytes are the same as the portable build's; the
-/// reference tests check both.
-macro_rules! multiversion {
-    ($name:ident, $portable:ident, $blk:ty) => {
-        pub(crate) fn $name(x: &[f32], y: &mut [$blk]) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [$blk]) {
-                        $portable(x, y)
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    unsafe { avx2(x, y) };
-                    return;
-                }
-            }
-            $portable(x, y)
-        }
-    };
-}
+#[macro_use]
+mod dispatch;
 
 pub mod blocks;
 pub mod cast;
@@ -54,16 +33,17 @@ mod iq3_quant;
 mod iq_init;
 mod iquants;
 mod kquants;
+mod kquants_weighted;
 mod legacy;
+mod legacy_weighted;
 mod other;
+mod search;
 mod util;
 mod weighted;
-#[macro_use]
-mod weighted_search;
-mod kquants_weighted;
-mod legacy_weighted;
 
 pub use cost::quantize_ns_per_value;
+#[doc(hidden)]
+pub use dispatch::set_portable_only;
 pub use weighted::{requires_imatrix, uses_imatrix};
 
 pub use weightport_core::DType;
@@ -122,23 +102,6 @@ pub enum QuantError {
         /// Elements per block.
         block: usize,
     },
-}
-
-thread_local! {
-    /// Per thread, so a test checking the portable build does not switch the kernels of tests
-    /// running beside it.
-    static PORTABLE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn portable_only() -> bool {
-    PORTABLE_ONLY.with(std::cell::Cell::get)
-}
-
-/// Test hook: when `true`, kernels called from this thread skip their CPU-specific (AVX2)
-/// builds. Results are identical either way; the reference tests use this to check both.
-#[doc(hidden)]
-pub fn set_portable_only(on: bool) {
-    PORTABLE_ONLY.with(|p| p.set(on));
 }
 
 /// `(elements, bytes)` per block of a block dtype.

@@ -50,6 +50,26 @@ pub(crate) fn lroundf(x: f32) -> i64 {
     }
 }
 
+/// C's `MAX(a, b)`: `a > b ? a : b` (so `b` when either is NaN).
+#[inline(always)]
+pub(crate) fn c_max(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `Σ x[i]²` in index order.
+#[inline(always)]
+pub(crate) fn sum_sq(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s
+}
+
 /// `GGML_FP32_TO_FP16`: IEEE round-to-nearest-even; NaN becomes `sign | 0x7E00`.
 #[inline(always)]
 pub(crate) fn f16_bits_ggml(x: f32) -> u16 {

@@ -2,6 +2,7 @@
 //! dropped, stacked with its experts, split into parts, or written as one output tensor.
 
 use super::*;
+use crate::origin::View;
 use crate::split::Mxfp4;
 use crate::table::{NameRules, Split};
 

@@ -1,77 +1,71 @@
-//! The weighted scale searches of ggml's imatrix quantizers (`ggml-quants.c`):
-//! `make_qkx3_quants`, `make_qx_quants` with explicit weights, `make_qp_quants`, and the
-//! per-element importance `qw[i] · sqrt(σ² + x[i]²)` they are fed with.
+//! ggml's scale searches (`ggml-quants.c`) that the K-quant and legacy kernels share, with and
+//! without an importance matrix: `make_qkx2_quants` and `make_qkx3_quants` (one search,
+//! [`make_qkx_quants`]), `make_qx_quants` with explicit weights, `make_qp_quants`, the
+//! per-element importance `qw[i] · sqrt(σ² + x[i]²)` of the imatrix paths, and the lane
+//! layout they run in.
 //!
 //! The searches over many sub-blocks run in lockstep lanes (`x[i][m]` is element `i` of
-//! sub-block `m`), as in `kquants.rs`: every lane performs exactly the C sequence of f32
-//! operations, so each lane's result equals the scalar C function's.
+//! sub-block `m`): every lane performs exactly the C sequence of f32 operations, so each
+//! lane's result equals the scalar C function's.
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the C reference, for auditability
 
-use crate::kquants::{abs_max_lanes, GROUP_MAX_EPS};
 use crate::util::nearest_int;
 
-/// Defines `fn $name(x, y: &mut [$blk], weights)`, which runs `$portable` compiled for AVX2
-/// when the CPU has it (see the `multiversion!` macro in lib.rs: same code, same bytes).
-macro_rules! multiversion_weighted {
-    ($name:ident, $portable:ident, $blk:ty) => {
-        fn $name(x: &[f32], y: &mut [$blk], w: &[f32]) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::is_x86_feature_detected!("avx2") && !crate::portable_only() {
-                    #[target_feature(enable = "avx2")]
-                    unsafe fn avx2(x: &[f32], y: &mut [$blk], w: &[f32]) {
-                        $portable(x, y, w)
-                    }
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    unsafe { avx2(x, y, w) };
-                    return;
-                }
-            }
-            $portable(x, y, w)
-        }
-    };
-}
+/// ggml's `GROUP_MAX_EPS`.
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// Runs lane-batch functions over a row: `$f1` on batches of `$n1` blocks (of `$elems`
-/// values) while whole ones remain, then `$f2` on batches of `$n2`, and so on (the last tier is
-/// normally 1 block). Each `$f` gets `(x, y, qw)` of its batch, and `$ctx` after them if given.
-///
-/// The `$f` must be `#[inline(always)]` functions, not closures: a closure is compiled as its
-/// own function without the caller's AVX2 target feature, and the lane code inlined into it
-/// would run on SSE only.
-macro_rules! in_batches {
-    ($x:expr, $y:expr, $qw:expr, $elems:expr; $($n:expr => $f:path),+) => {
-        in_batches!(@run $x, $y, $qw, $elems, (); $($n => $f),+)
-    };
-    ($x:expr, $y:expr, $qw:expr, $elems:expr, ctx = $ctx:expr; $($n:expr => $f:path),+) => {
-        in_batches!(@run $x, $y, $qw, $elems, ($ctx); $($n => $f),+)
-    };
-    (@run $x:expr, $y:expr, $qw:expr, $elems:expr, $ctx:tt; $($n:expr => $f:path),+) => {{
-        let (mut x, mut y, mut qw) = ($x, $y, $qw);
-        $(
-            let mut xc = x.chunks_exact($elems * $n);
-            let mut yc = y.chunks_exact_mut($n);
-            let mut wc = qw.chunks_exact($elems * $n);
-            for ((xb, yb), wb) in (&mut xc).zip(&mut yc).zip(&mut wc) {
-                in_batches!(@call $f, xb, yb, wb, $ctx);
-            }
-            (x, y, qw) = (xc.remainder(), yc.into_remainder(), wc.remainder());
-        )+
-        let _ = (x, y, qw);
-    }};
-    (@call $f:path, $a:ident, $b:ident, $c:ident, ()) => { $f($a, $b, $c) };
-    (@call $f:path, $a:ident, $b:ident, $c:ident, ($ctx:expr)) => { $f($a, $b, $c, $ctx) };
-}
-
-/// `Σ x[i]²` in index order.
+/// `t[i][m] = x[N*m + i]`: sub-block `m` of `x` in lane `m`.
 #[inline(always)]
-pub(crate) fn sum_sq(x: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for &v in x {
-        s += v * v;
+pub(crate) fn transpose<const N: usize, const M: usize>(x: &[f32]) -> [[f32; M]; N] {
+    let mut t = [[0f32; M]; N];
+    for m in 0..M {
+        for i in 0..N {
+            t[i][m] = x[N * m + i];
+        }
     }
-    s
+    t
+}
+
+/// `l[N·m + i] = lt[i][m]`: lane `m` back to sub-block `m` of the row.
+#[inline(always)]
+pub(crate) fn untranspose<T: Copy, const N: usize, const M: usize>(lt: &[[T; M]; N], l: &mut [T]) {
+    for i in 0..N {
+        for m in 0..M {
+            l[N * m + i] = lt[i][m];
+        }
+    }
+}
+
+/// `(amax, signed max)` with strict `>`: the first element with the largest |x| wins.
+#[inline(always)]
+pub(crate) fn abs_max(x: &[f32]) -> (f32, f32) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        let a = v.abs();
+        if a > amax {
+            amax = a;
+            max = v;
+        }
+    }
+    (amax, max)
+}
+
+/// Per-lane `(amax, signed max)` over `x[i][m]` with strict `>` (first element wins ties).
+#[inline(always)]
+pub(crate) fn abs_max_lanes<const N: usize, const M: usize>(
+    x: &[[f32; M]; N],
+) -> ([f32; M], [f32; M]) {
+    let (mut amax, mut max) = ([0f32; M], [0f32; M]);
+    for row in x {
+        for m in 0..M {
+            let a = row[m].abs();
+            let gt = a > amax[m];
+            amax[m] = if gt { a } else { amax[m] };
+            max[m] = if gt { row[m] } else { max[m] };
+        }
+    }
+    (amax, max)
 }
 
 /// The importance of element `i` of sub-block `m` as the k-quant and legacy imatrix paths
@@ -101,36 +95,63 @@ pub(crate) fn lane_weights<const N: usize, const M: usize>(
     w
 }
 
-/// `make_qkx3_quants(N, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep,
-/// use_mad = false)` on `M` sub-blocks in lockstep lanes (every caller passes explicit weights
-/// and `nstep ≥ 1`). Returns `(scale, the_min)` per lane and fills `l[i][m]` with `0..=nmax`.
+/// Which of ggml's two scale-and-min searches [`make_qkx_quants`] runs: they differ only in
+/// when a lane is left at zero and in how a candidate's error is weighed.
+#[derive(Clone, Copy)]
+pub(crate) enum Qkx {
+    /// `make_qkx2_quants`: a lane is zero when `max == min`; errors `|d|` with `use_mad`, else
+    /// `d²`.
+    Two {
+        /// ggml's `use_mad`.
+        use_mad: bool,
+    },
+    /// `make_qkx3_quants` (every caller passes explicit weights, `nstep ≥ 1` and `use_mad =
+    /// false`): a lane is zero when `max <= min`; errors `d²`.
+    Three,
+}
+
+/// ggml's `make_qkx2_quants` or `make_qkx3_quants` ([`Qkx`]) run on `M` independent sub-blocks
+/// at once, one per lane: `x[i][m]` is element `i` of sub-block `m`, `w[i][m]` its weight.
+/// Every lane performs exactly the C sequence of f32 operations (its sums in element order, its
+/// candidate steps in order, the accept test as a per-lane select), so each lane's result
+/// equals the scalar C function's; the lanes only let the independent dependency chains
+/// overlap and vectorize. Returns `(scale, the_min)` per lane and fills `l[i][m]` with
+/// `0..=nmax`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) fn make_qkx3_quants<const N: usize, const M: usize>(
+pub(crate) fn make_qkx_quants<const N: usize, const M: usize>(
+    kind: Qkx,
     nmax: i32,
     x: &[[f32; M]; N],
-    w: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
     l: &mut [[u8; M]; N],
     rmin: f32,
     rdelta: f32,
     nstep: usize,
 ) -> ([f32; M], [f32; M]) {
-    let (mut min, max, sum_w, sum_x) = qkx3_stats(x, w);
-    let (mut done, mut iscale, mut scale) = ([false; M], [0f32; M], [0f32; M]);
+    let (mut min, max, sum_w, sum_x) = weighted_range(x, weights);
+    let use_mad = matches!(kind, Qkx::Two { use_mad: true });
+    let mut done = [false; M];
+    let mut iscale = [0f32; M];
+    let mut scale = [0f32; M];
     for m in 0..M {
         if min[m] > 0.0 {
             min[m] = 0.0;
         }
-        done[m] = max[m] <= min[m];
+        done[m] = match kind {
+            Qkx::Two { .. } => max[m] == min[m],
+            Qkx::Three => max[m] <= min[m],
+        };
         iscale[m] = nmax as f32 / (max[m] - min[m]);
         scale[m] = 1.0 / iscale[m];
     }
-    let mut best = [0f32; M];
+    let mut best_error = [0f32; M];
     for i in 0..N {
         for m in 0..M {
             let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax);
             l[i][m] = q as u8;
             let diff = scale[m] * q as f32 + min[m] - x[i][m];
-            best[m] += w[i][m] * (diff * diff);
+            best_error[m] += weights[i][m] * error(diff, use_mad);
         }
     }
     let mut laux = [[0f32; M]; N];
@@ -138,34 +159,29 @@ pub(crate) fn make_qkx3_quants<const N: usize, const M: usize>(
         for m in 0..M {
             iscale[m] = (rmin + rdelta * is as f32 + nmax as f32) / (max[m] - min[m]);
         }
+        let sums = (&sum_w, &sum_x);
         let (this_scale, this_min, d_pos) =
-            qkx3_step(nmax, x, w, &iscale, &min, &sum_w, &sum_x, &mut laux);
-        let mut cur = [0f32; M];
+            fit_step(nmax, x, weights, &iscale, &min, sums, &mut laux);
+        let mut cur_error = [0f32; M];
         for i in 0..N {
             for m in 0..M {
                 let diff = this_scale[m] * laux[i][m] + this_min[m] - x[i][m];
-                cur[m] += w[i][m] * (diff * diff);
+                cur_error[m] += weights[i][m] * error(diff, use_mad);
             }
         }
         let mut accept = [false; M];
         let mut any = false;
         for m in 0..M {
-            accept[m] = !done[m] && d_pos[m] && cur[m] < best[m];
+            accept[m] = !done[m] && d_pos[m] && cur_error[m] < best_error[m];
             any |= accept[m];
             if accept[m] {
-                best[m] = cur[m];
+                best_error[m] = cur_error[m];
                 scale[m] = this_scale[m];
                 min[m] = this_min[m];
             }
         }
         if any {
-            for i in 0..N {
-                for m in 0..M {
-                    if accept[m] {
-                        l[i][m] = laux[i][m] as u8;
-                    }
-                }
-            }
+            take_accepted(l, &laux, &accept);
         }
     }
     let mut the_min = [0f32; M];
@@ -181,13 +197,26 @@ pub(crate) fn make_qkx3_quants<const N: usize, const M: usize>(
     (scale, the_min)
 }
 
-/// The first loop of `make_qkx3_quants`: `(min, max, Σw, Σw·x)` per lane, strict compares.
+/// A candidate's error at one element before its weight: `|d|` (`use_mad`) or `d²`.
 #[inline(always)]
-fn qkx3_stats<const N: usize, const M: usize>(
+fn error(d: f32, use_mad: bool) -> f32 {
+    if use_mad {
+        d.abs()
+    } else {
+        d * d
+    }
+}
+
+/// [`make_qkx_quants`]' first pass, per lane: min, max, Σw and Σw·x in element order.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn weighted_range<const N: usize, const M: usize>(
     x: &[[f32; M]; N],
-    w: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
 ) -> ([f32; M], [f32; M], [f32; M], [f32; M]) {
-    let (mut min, mut max, mut sum_w) = (x[0], x[0], w[0]);
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
     let mut sum_x = [0f32; M];
     for m in 0..M {
         sum_x[m] = sum_w[m] * x[0][m];
@@ -197,25 +226,26 @@ fn qkx3_stats<const N: usize, const M: usize>(
             let v = x[i][m];
             min[m] = if v < min[m] { v } else { min[m] };
             max[m] = if v > max[m] { v } else { max[m] };
-            sum_w[m] += w[i][m];
-            sum_x[m] += w[i][m] * v;
+            let w = weights[i][m];
+            sum_w[m] += w;
+            sum_x[m] += w * v;
         }
     }
     (min, max, sum_w, sum_x)
 }
 
-/// One candidate step of `make_qkx3_quants`: levels into `laux`, the least-squares
-/// `(this_scale, this_min)` and whether its determinant `D > 0`.
-#[allow(clippy::too_many_arguments)]
+/// One candidate step of [`make_qkx_quants`], per lane: the levels for `iscale` into `laux`,
+/// then the least-squares scale and min over them (`(Σw, Σw·x)` = `sums`), with whether the
+/// system's determinant is positive.
 #[inline(always)]
-fn qkx3_step<const N: usize, const M: usize>(
+#[allow(clippy::type_complexity)]
+fn fit_step<const N: usize, const M: usize>(
     nmax: i32,
     x: &[[f32; M]; N],
-    w: &[[f32; M]; N],
+    weights: &[[f32; M]; N],
     iscale: &[f32; M],
     min: &[f32; M],
-    sum_w: &[f32; M],
-    sum_x: &[f32; M],
+    (sum_w, sum_x): (&[f32; M], &[f32; M]),
     laux: &mut [[f32; M]; N],
 ) -> ([f32; M], [f32; M], [bool; M]) {
     let (mut sum_l, mut sum_l2, mut sum_xl) = ([0f32; M], [0f32; M], [0f32; M]);
@@ -223,10 +253,10 @@ fn qkx3_step<const N: usize, const M: usize>(
         for m in 0..M {
             let q = nearest_int(iscale[m] * (x[i][m] - min[m])).clamp(0, nmax) as f32;
             laux[i][m] = q;
-            let wi = w[i][m];
-            sum_l[m] += wi * q;
-            sum_l2[m] += wi * q * q;
-            sum_xl[m] += wi * q * x[i][m];
+            let w = weights[i][m];
+            sum_l[m] += w * q;
+            sum_l2[m] += w * q * q;
+            sum_xl[m] += w * q * x[i][m];
         }
     }
     let (mut this_scale, mut this_min, mut d_pos) = ([0f32; M], [0f32; M], [false; M]);
@@ -245,6 +275,22 @@ fn qkx3_step<const N: usize, const M: usize>(
     (this_scale, this_min, d_pos)
 }
 
+/// The levels of the lanes whose step was accepted.
+#[inline(always)]
+fn take_accepted<const N: usize, const M: usize>(
+    l: &mut [[u8; M]; N],
+    laux: &[[f32; M]; N],
+    accept: &[bool; M],
+) {
+    for i in 0..N {
+        for m in 0..M {
+            if accept[m] {
+                l[i][m] = laux[i][m] as u8;
+            }
+        }
+    }
+}
+
 /// `make_qx_quants(N, nmax, x, L, rmse_type = 1, qw)` with explicit weights `w[i][m]`, on `M`
 /// sub-blocks in lockstep lanes; `l[i][m]` receives values in `0..2*nmax`.
 #[inline(always)]
@@ -255,24 +301,12 @@ pub(crate) fn make_qx_quants_w<const N: usize, const M: usize>(
     l: &mut [[i8; M]; N],
 ) -> [f32; M] {
     let (amax, max) = abs_max_lanes(x);
-    let sums = |iscale: &[f32; M], lq: &mut [[f32; M]; N]| {
-        let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
-        for i in 0..N {
-            for m in 0..M {
-                let q = nearest_int(iscale[m] * x[i][m]).clamp(-nmax, nmax - 1) as f32;
-                lq[i][m] = q;
-                sumlx[m] += w[i][m] * x[i][m] * q;
-                suml2[m] += w[i][m] * q * q;
-            }
-        }
-        (sumlx, suml2)
-    };
     let mut iscale = [0f32; M];
     for m in 0..M {
         iscale[m] = -(nmax as f32) / max[m];
     }
     let mut lbest = [[0f32; M]; N];
-    let (sumlx, suml2) = sums(&iscale, &mut lbest);
+    let (sumlx, suml2) = qx_sums(nmax, x, w, &iscale, &mut lbest);
     let (mut scale, mut best) = ([0f32; M], [0f32; M]);
     for m in 0..M {
         scale[m] = if suml2[m] != 0.0 {
@@ -290,7 +324,7 @@ pub(crate) fn make_qx_quants_w<const N: usize, const M: usize>(
         for m in 0..M {
             iscale[m] = -(nmax as f32 + 0.1 * is as f32) / max[m];
         }
-        let (sumlx, suml2) = sums(&iscale, &mut lq);
+        let (sumlx, suml2) = qx_sums(nmax, x, w, &iscale, &mut lq);
         let mut take = [false; M];
         let mut any = false;
         for m in 0..M {
@@ -325,6 +359,29 @@ pub(crate) fn make_qx_quants_w<const N: usize, const M: usize>(
         }
     }
     scale
+}
+
+/// One candidate of [`make_qx_quants_w`]: the levels for `iscale` into `lq`, and `(Σw·x·l,
+/// Σw·l²)` per lane. (A function, not a closure: a closure would be compiled without the
+/// caller's AVX2 feature, see `dispatch.rs`.)
+#[inline(always)]
+fn qx_sums<const N: usize, const M: usize>(
+    nmax: i32,
+    x: &[[f32; M]; N],
+    w: &[[f32; M]; N],
+    iscale: &[f32; M],
+    lq: &mut [[f32; M]; N],
+) -> ([f32; M], [f32; M]) {
+    let (mut sumlx, mut suml2) = ([0f32; M], [0f32; M]);
+    for i in 0..N {
+        for m in 0..M {
+            let q = nearest_int(iscale[m] * x[i][m]).clamp(-nmax, nmax - 1) as f32;
+            lq[i][m] = q;
+            sumlx[m] += w[i][m] * x[i][m] * q;
+            suml2[m] += w[i][m] * q * q;
+        }
+    }
+    (sumlx, suml2)
 }
 
 /// `make_qp_quants(n, nmax, x, L, quant_weights)`: the weighted search for the 6-/4-bit
