@@ -1,7 +1,7 @@
 //! The plan file: what `weightport plan` writes and `unit`/`finish` read.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::registry::{ExtraContent, OutputRequest};
 use weightport_core::staging::TempFile;
-use weightport_core::{shown, Error, Format, Location, ReadOptions, Result, TensorSource};
+use weightport_core::{
+    shown, Error, Format, IoCounter, Location, ReadOptions, Result, TensorSource,
+};
 
 use super::job::{with_job, Job};
 use crate::convert::ConvertOptions;
@@ -669,12 +671,11 @@ pub fn plan_units(
         };
         Ok((doc, report))
     })?;
-    let t = TempFile::beside(plan_path)?;
-    let mut f = t.open()?;
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.write_all(b"\n"))
-        .map_err(|e| Error::io(t.path(), "write", e))?;
+    let t = TempFile::beside(plan_path, &IoCounter::new())?;
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
+    text.push('\n');
+    t.write_at(text.as_bytes(), 0)?;
     t.sync()?;
     t.publish(opts.force)?;
     Ok(report)
