@@ -10,12 +10,13 @@
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
 //! * [`mapped`]: page hints (release, populate) for read-only file maps.
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks;
-//!   [`staged`]: the staged files every sink writes through; [`io_counts`]: the writes, opens
-//!   and syncs a job made.
+//!   [`staged`]: the staged files every sink writes through; [`descriptors`]: their open
+//!   descriptors, cached and bounded; [`io_counts`]: the writes, opens and syncs a job made.
 #![deny(missing_docs)]
 
 pub mod archive;
 pub mod contain;
+pub mod descriptors;
 pub mod dtype;
 pub mod error;
 pub mod format;

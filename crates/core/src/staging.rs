@@ -18,6 +18,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 pub use crate::io_counts::start_writeback;
@@ -86,10 +87,12 @@ pub fn emergency_unlink_all() {
 
 /// A temp file beside its final path; removed on drop unless published.
 ///
-/// It holds no open descriptor between calls: each write or fsync opens it for the call (and
-/// checks it is still the file created), so an output of thousands of shards stays within any
-/// descriptor limit (`ulimit -n 256`). Every write, open and sync is counted in the job's
-/// [`IoCounter`].
+/// It holds no descriptor of its own: the one that created it is kept in the process's cache
+/// of staged-file descriptors ([`crate::descriptors`], bounded under the soft limit on open
+/// files, least recently used closed first), and if that one was closed the next call reopens
+/// the file (`O_NOFOLLOW`, checked to be the file created). So a one-file output is opened
+/// once, and an output of thousands of shards stays within any descriptor limit (`ulimit -n
+/// 256`). Every write, open and sync is counted in the job's [`IoCounter`].
 #[derive(Debug)]
 pub struct TempFile {
     inner: Option<tempfile::TempPath>,
@@ -97,6 +100,8 @@ pub struct TempFile {
     id: (u64, u64),
     target: PathBuf,
     slot: Option<usize>,
+    /// Its descriptor's key in [`crate::descriptors`].
+    key: u64,
     io: IoCounter,
 }
 
@@ -112,6 +117,11 @@ fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
+/// Whether `e` says the process (or system) ran out of descriptors.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
 impl TempFile {
     /// Creates an empty temp file in `target`'s directory, counting it in `io`.
     pub fn beside(target: &Path, io: &IoCounter) -> Result<TempFile> {
@@ -120,31 +130,54 @@ impl TempFile {
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let created = tempfile::Builder::new()
-            .prefix(&format!(".{base}.{}.", std::process::id()))
-            .suffix(TEMP_SUFFIX)
-            .rand_bytes(6)
-            .permissions(Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .map_err(|e| Error::io(dir, "create temp file in", e))?;
+        let create = || {
+            tempfile::Builder::new()
+                .prefix(&format!(".{base}.{}.", std::process::id()))
+                .suffix(TEMP_SUFFIX)
+                .rand_bytes(6)
+                .permissions(Permissions::from_mode(0o666))
+                .tempfile_in(dir)
+        };
+        let created = match create() {
+            Err(e) if out_of_descriptors(&e) => {
+                crate::descriptors::close_all();
+                create()
+            }
+            r => r,
+        }
+        .map_err(|e| Error::io(dir, "create temp file in", e))?;
         io.first_open();
         let meta = created
             .as_file()
             .metadata()
             .map_err(|e| Error::io(created.path(), "stat", e))?;
         let slot = remember(created.path());
+        let (file, path) = created.into_parts();
+        let key = crate::descriptors::new_key();
+        crate::descriptors::put(key, file);
         Ok(TempFile {
-            inner: Some(created.into_temp_path()),
+            inner: Some(path),
             id: file_id(&meta),
             target: target.to_path_buf(),
             slot,
+            key,
             io: io.clone(),
         })
     }
 
-    /// The file, opened for the call.
-    fn file(&self) -> Result<File> {
-        self.reopen()
+    /// The open descriptor: the cached one, else the file reopened (and cached).
+    fn file(&self) -> Result<Arc<File>> {
+        if let Some(f) = crate::descriptors::get(self.key) {
+            return Ok(f);
+        }
+        let f = match self.reopen() {
+            Err(Error::Io { source, .. }) if out_of_descriptors(&source) => {
+                crate::descriptors::close_all();
+                self.reopen()
+            }
+            r => r,
+        }?;
+        Ok(crate::descriptors::put(self.key, f))
     }
 
     /// Opens the temp file for reading and writing (counted), refusing a path that no longer
@@ -222,6 +255,7 @@ impl TempFile {
     /// Makes the file at `built` this temp file: hard-linked (else moved) to the temp name in
     /// place of the file created, which is removed.
     pub fn adopt(&mut self, built: &Path) -> Result<()> {
+        crate::descriptors::forget(self.key);
         let path = self.path().to_path_buf();
         std::fs::remove_file(&path).map_err(|e| Error::io(&path, "replace temp file", e))?;
         if std::fs::hard_link(built, &path).is_err() {
@@ -232,9 +266,16 @@ impl TempFile {
         Ok(())
     }
 
-    /// Renames onto the target: refusing to replace an existing file unless `replace`.
+    /// Renames onto the target: refusing to replace an existing file unless `replace`, and a
+    /// temp path that no longer names the file this run wrote (replaced, or a symlink).
     /// The caller fsyncs the directory afterwards ([`sync_dir`]).
     pub fn publish(mut self, replace: bool) -> Result<PathBuf> {
+        crate::descriptors::forget(self.key);
+        let now = std::fs::symlink_metadata(self.path())
+            .map_err(|e| Error::io(self.path(), "stat temp file", e))?;
+        if file_id(&now) != self.id {
+            return Err(replaced(self.path()));
+        }
         let tmp = self.inner.take().expect("live temp file");
         let from = tmp
             .keep()
@@ -271,6 +312,7 @@ fn replaced(path: &Path) -> Error {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        crate::descriptors::forget(self.key);
         // TempPath's own drop removes the file; then forget the path.
         self.inner.take();
         forget(self.slot.take());
@@ -467,9 +509,10 @@ mod tests {
         assert_eq!(mode, 0o666 & !(mask as u32));
     }
 
-    /// Every open, write and sync of a temp file is counted: each call opens the file.
+    /// The descriptor that created a temp file serves every write and the fsync: one open
+    /// for the file's life, every call counted.
     #[test]
-    fn a_temp_file_counts_its_io() {
+    fn a_temp_file_is_opened_once_and_counts_its_io() {
         let d = tempfile::tempdir().unwrap();
         let io = IoCounter::new();
         let t = TempFile::beside(&d.path().join("m.safetensors"), &io).unwrap();
@@ -482,14 +525,18 @@ mod tests {
         let c = io.counts();
         assert_eq!(
             (c.files, c.opens, c.writes, c.bytes_written, c.syncs),
-            (1, 6, 3, 6, 4)
+            (1, 1, 3, 6, 4)
         );
     }
 
+    /// A temp path replaced while the run writes (a symlink to another file, or another file
+    /// renamed over it) is refused when reopened and when published: the other file is never
+    /// written through the link, nor published as the output.
     #[test]
-    fn a_temp_file_holds_no_descriptor_and_refuses_a_replaced_path() {
+    fn a_temp_file_refuses_a_replaced_path() {
         let d = tempfile::tempdir().unwrap();
-        let t = TempFile::beside(&d.path().join("m.safetensors"), &IoCounter::new()).unwrap();
+        let io = IoCounter::new();
+        let t = TempFile::beside(&d.path().join("m.safetensors"), &io).unwrap();
         t.write_at(b"abc", 2).unwrap();
         t.sync().unwrap();
         assert_eq!(std::fs::read(t.path()).unwrap(), b"\0\0abc");
@@ -497,12 +544,14 @@ mod tests {
         std::fs::write(&other, b"x").unwrap();
         std::fs::remove_file(t.path()).unwrap();
         std::os::unix::fs::symlink(&other, t.path()).unwrap();
-        assert!(t.write_at(b"!", 0).is_err());
+        crate::descriptors::forget(t.key);
+        assert!(t.write_at(b"!", 0).is_err(), "reopened through a symlink");
         // A file that existed beside it (another inode) renamed over it.
         std::fs::rename(&other, t.path()).unwrap();
         assert!(t.reopen().is_err(), "another file under the temp name");
-        std::fs::rename(t.path(), &other).unwrap();
-        assert_eq!(std::fs::read(&other).unwrap(), b"x");
+        let target = t.target().to_path_buf();
+        assert!(t.publish(true).is_err(), "published another file");
+        assert!(!target.exists());
     }
 
     #[test]
