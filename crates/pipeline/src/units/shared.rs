@@ -15,7 +15,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use weightport_core::hash::{self, LeafHasher};
-use weightport_core::io_counts::{start_writeback, write_all_at};
+use weightport_core::io_counts::{write_all_at, Writeback};
 use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
 
 use super::planfile::UnitPlan;
@@ -63,6 +63,7 @@ struct Shared {
     file: usize,
     path: PathBuf,
     fd: File,
+    writeback: Writeback,
 }
 
 /// The shared files a unit writes (by output file index), open; their writes, opens and syncs
@@ -84,6 +85,7 @@ impl SharedFiles {
                     file: f,
                     path: shared_path(plan, f),
                     fd,
+                    writeback: Writeback::default(),
                 })
             })
             .collect::<Result<_>>()?;
@@ -104,8 +106,7 @@ impl SharedFiles {
     pub(crate) fn write_at(&self, f: usize, offset: u64, bytes: &[u8]) -> Result<()> {
         let s = self.get(f)?;
         write_all_at(&s.fd, &s.path, bytes, offset, &self.io)?;
-        start_writeback(&s.fd, offset, bytes.len() as u64);
-        self.io.synced();
+        s.writeback.wrote(&s.fd, bytes.len() as u64, &self.io);
         Ok(())
     }
 
