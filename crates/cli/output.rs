@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use weightport_core::{sanitize, Error, MetaValue, TensorInfo};
+use weightport_core::{sanitize, Error, IoCounts, MetaValue, TensorInfo};
 use weightport_pipeline::convert::ConvertOptions;
 use weightport_pipeline::importance;
 use weightport_pipeline::mix::Ftype;
@@ -28,6 +28,17 @@ pub fn error_json(kind: &str, message: &str, code: i32) -> String {
 /// Prints the error document on stdout.
 pub fn print_error_json(kind: &str, message: &str, code: i32) {
     let _ = writeln!(std::io::stdout(), "{}", error_json(kind, message, code));
+}
+
+/// The `io` object of a `--json` document: what the job wrote, opened and synced.
+pub fn io_json(c: &IoCounts) -> Value {
+    json!({
+        "files": c.files,
+        "writes": c.writes,
+        "bytes_written": c.bytes_written,
+        "opens": c.opens,
+        "syncs": c.syncs,
+    })
 }
 
 pub fn human(bytes: u64) -> String {
@@ -253,6 +264,7 @@ fn convert_json(
         "memory_bytes": r.memory_bytes,
         "read_bytes": r.read_bytes,
         "reads": r.reads.iter().map(|(p, n)| json!({"path": p.display().to_string(), "bytes": n})).collect::<Vec<_>>(),
+        "io": io_json(&r.io),
         "seconds": secs,
     });
     writeln!(out, "{v}")?;

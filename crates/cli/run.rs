@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use weightport_core::Error;
+use weightport_core::{Error, IoCounts};
 use weightport_pipeline::{
     convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress,
@@ -28,7 +28,7 @@ use weightport_pipeline::{
 
 use crate::args::RunArgs;
 use crate::job::{self, Job, PlannedOutput};
-use crate::output::{convert_options, human, p, Global};
+use crate::output::{convert_options, human, io_json, p, Global};
 use crate::state::{self, FileDigest, Hashes, InputFile, Material, Record, Stat, State};
 use crate::Failure;
 
@@ -741,7 +741,19 @@ fn report_json(r: &ConvertReport) -> Value {
         "threads": r.threads,
         "memory_bytes": r.memory_bytes,
         "read_bytes": r.read_bytes,
+        "io": io_json(&r.io),
     })
+}
+
+/// The I/O of every output made.
+fn io_total(done: &[Done]) -> IoCounts {
+    let mut sum = IoCounts::default();
+    for d in done {
+        if let Outcome::Made(r) = &d.outcome {
+            sum += r.io;
+        }
+    }
+    sum
 }
 
 /// Disk the made or planned outputs need, summed, and the least free space where they go.
@@ -793,6 +805,7 @@ fn run_json(job: &Job, done: &[Done], reads: &[GroupRead], dry_run: bool, secs: 
         "free_bytes": free,
         "outputs": job.outputs.iter().zip(done).map(|(o, d)| output_json(o, d)).collect::<Vec<_>>(),
         "reads": reads_json(reads),
+        "io": io_json(&io_total(done)),
         "seconds": secs,
     })
 }

@@ -13,7 +13,7 @@ use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
 use weightport_pipeline::Progress;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
-use crate::output::{convert_options, human, p, Global};
+use crate::output::{convert_options, human, io_json, p, Global};
 use crate::Failure;
 
 /// Keeps the command line of `plan` (after the program name) for the plan file.
@@ -206,7 +206,7 @@ pub fn unit(
         let doc = json!({
             "ok": true, "command": "unit", "index": r.index, "units": r.units, "outcome": outcome,
             "parts": r.parts.iter().map(|(f, b, sha)| json!({"path": f.display().to_string(), "bytes": b, "sha256": sha})).collect::<Vec<_>>(),
-            "bytes": r.bytes, "tensors": r.tensors, "threads": r.threads, "seconds": secs,
+            "bytes": r.bytes, "tensors": r.tensors, "threads": r.threads, "io": io_json(&r.io), "seconds": secs,
         });
         writeln!(out, "{doc}")?;
         return Ok(());
@@ -240,7 +240,7 @@ pub fn finish(
     if json {
         let doc = json!({
             "ok": true, "command": "finish", "units": r.units, "tensors": r.tensors, "data_bytes": r.data_bytes,
-            "verified": r.verified, "seconds": secs,
+            "verified": r.verified, "io": io_json(&r.io), "seconds": secs,
             "files": r.files.iter().map(|f| json!({"path": f.path.display().to_string(), "size": f.size, "tensors": f.tensors})).collect::<Vec<_>>(),
             "extras": r.extras.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
             "removed": r.removed.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),

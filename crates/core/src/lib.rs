@@ -10,15 +10,18 @@
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
 //! * [`mapped`]: page hints (release, populate) for read-only file maps.
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks;
-//!   [`staged`]: the staged files every sink writes through.
+//!   [`staged`]: the staged files every sink writes through; [`descriptors`]: their open
+//!   descriptors, cached and bounded; [`io_counts`]: the writes, opens and syncs a job made.
 #![deny(missing_docs)]
 
 pub mod archive;
 pub mod contain;
+pub mod descriptors;
 pub mod dtype;
 pub mod error;
 pub mod format;
 pub mod hash;
+pub mod io_counts;
 pub mod limits;
 pub mod mapped;
 pub mod multi;
@@ -33,6 +36,7 @@ pub use dtype::{CastRule, DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;
+pub use io_counts::{IoCounter, IoCounts};
 pub use limits::{Limits, PickleLimits, ReadOptions};
 pub use multi::MultiSource;
 pub use source::{Access, FinishedFile, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};

@@ -86,6 +86,8 @@ pub struct OutputRequest<'a> {
     /// Every floating-point tensor was cast to this dtype (`--dtype` without a filter): a repo
     /// output's copied `config.json` says so, as `save_pretrained` would write it.
     pub float_dtype: Option<DType>,
+    /// Where the sink counts the writes, opens and syncs of its files.
+    pub io: crate::IoCounter,
 }
 
 /// One weights file of an output plan.

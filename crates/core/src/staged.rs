@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::format::Format;
+use crate::io_counts::IoCounter;
 use crate::source::{FinishedFile, StagedFile, TensorSink};
 use crate::staging::{sync_dir, TempFile};
 use crate::tensor::{Metadata, TensorInfo};
@@ -21,6 +22,7 @@ pub struct StagedFiles {
     /// Per planned tensor: (file index, absolute offset, byte length); `usize::MAX`: unplaced.
     slots: Vec<(usize, u64, u64)>,
     serialize_writes: bool,
+    io: IoCounter,
 }
 
 #[derive(Debug)]
@@ -33,13 +35,15 @@ struct Staged {
 }
 
 impl StagedFiles {
-    /// No files yet, for `tensors` planned tensors of a `format` output.
-    pub fn new(format: Format, tensors: usize) -> Self {
+    /// No files yet, for `tensors` planned tensors of a `format` output; their I/O is counted
+    /// in `io`.
+    pub fn new(format: Format, tensors: usize, io: &IoCounter) -> Self {
         StagedFiles {
             format,
             files: Vec::new(),
             slots: vec![(usize::MAX, 0, 0); tensors],
             serialize_writes: false,
+            io: io.clone(),
         }
     }
 
@@ -63,13 +67,9 @@ impl StagedFiles {
         offsets: &[u64],
         lens: &[u64],
     ) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let temp = TempFile::beside(target)?;
-        let file = temp.open()?;
-        file.set_len(size)
-            .map_err(|e| Error::io(temp.path(), "resize", e))?;
-        file.write_all_at(header, 0)
-            .map_err(|e| Error::io(temp.path(), "write", e))?;
+        let temp = TempFile::beside(target, &self.io)?;
+        temp.set_len(size)?;
+        temp.write_at(header, 0)?;
         let fi = self.files.len();
         for (k, &i) in tensors.iter().enumerate() {
             self.slots[i] = (fi, offsets[k], lens[k]);
@@ -181,7 +181,8 @@ mod tests {
     fn staged_files_place_check_and_hand_over_writes() {
         let d = tempfile::tempdir().unwrap();
         let target = d.path().join("out.bin");
-        let mut files = StagedFiles::new(Format::Safetensors, 3).serialize_writes();
+        let io = IoCounter::new();
+        let mut files = StagedFiles::new(Format::Safetensors, 3, &io).serialize_writes();
         files
             .add(&target, b"HDR", 10, vec![0, 2], &[3, 6], &[3, 4])
             .unwrap();
@@ -196,6 +197,8 @@ mod tests {
         assert_eq!((staged[0].size, &staged[0].tensors), (10, &vec![0, 2]));
         let done = files.finish().unwrap();
         assert_eq!(done[0].tensors, 2);
+        let c = io.counts();
+        assert_eq!((c.files, c.opens, c.writes, c.syncs), (1, 1, 3, 1));
         let path = done
             .into_iter()
             .next()

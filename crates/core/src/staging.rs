@@ -18,8 +18,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
+pub use crate::io_counts::start_writeback;
+use crate::io_counts::{write_all_at, IoCounter, Writeback};
 
 /// The suffix of every temp file weightport creates.
 pub const TEMP_SUFFIX: &str = ".wp-tmp";
@@ -84,9 +87,12 @@ pub fn emergency_unlink_all() {
 
 /// A temp file beside its final path; removed on drop unless published.
 ///
-/// It holds no open descriptor between calls: each write or fsync opens it for the call (and
-/// checks it is still the file created), so an output of thousands of shards stays within any
-/// descriptor limit (`ulimit -n 256`).
+/// It holds no descriptor of its own: the one that created it is kept in the process's cache
+/// of staged-file descriptors ([`crate::descriptors`], bounded under the soft limit on open
+/// files, least recently used closed first), and if that one was closed the next call reopens
+/// the file (`O_NOFOLLOW`, checked to be the file created). So a one-file output is opened
+/// once, and an output of thousands of shards stays within any descriptor limit (`ulimit -n
+/// 256`). Every write, open and sync is counted in the job's [`IoCounter`].
 #[derive(Debug)]
 pub struct TempFile {
     inner: Option<tempfile::TempPath>,
@@ -94,6 +100,10 @@ pub struct TempFile {
     id: (u64, u64),
     target: PathBuf,
     slot: Option<usize>,
+    /// Its descriptor's key in [`crate::descriptors`].
+    key: u64,
+    io: IoCounter,
+    writeback: Writeback,
 }
 
 fn dir_of(path: &Path) -> &Path {
@@ -103,40 +113,78 @@ fn dir_of(path: &Path) -> &Path {
     }
 }
 
-fn file_id(f: &File, path: &Path) -> Result<(u64, u64)> {
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let m = f.metadata().map_err(|e| Error::io(path, "stat", e))?;
-    Ok((m.dev(), m.ino()))
+    (m.dev(), m.ino())
+}
+
+/// Whether `e` says the process (or system) ran out of descriptors.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 impl TempFile {
-    /// Creates an empty temp file in `target`'s directory.
-    pub fn beside(target: &Path) -> Result<TempFile> {
+    /// Creates an empty temp file in `target`'s directory, counting it in `io`.
+    pub fn beside(target: &Path, io: &IoCounter) -> Result<TempFile> {
         let dir = dir_of(target);
         let base = target
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let created = tempfile::Builder::new()
-            .prefix(&format!(".{base}.{}.", std::process::id()))
-            .suffix(TEMP_SUFFIX)
-            .rand_bytes(6)
-            .permissions(Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .map_err(|e| Error::io(dir, "create temp file in", e))?;
-        let id = file_id(created.as_file(), created.path())?;
+        let create = || {
+            tempfile::Builder::new()
+                .prefix(&format!(".{base}.{}.", std::process::id()))
+                .suffix(TEMP_SUFFIX)
+                .rand_bytes(6)
+                .permissions(Permissions::from_mode(0o666))
+                .tempfile_in(dir)
+        };
+        let created = match create() {
+            Err(e) if out_of_descriptors(&e) => {
+                crate::descriptors::close_all();
+                create()
+            }
+            r => r,
+        }
+        .map_err(|e| Error::io(dir, "create temp file in", e))?;
+        io.first_open();
+        let meta = created
+            .as_file()
+            .metadata()
+            .map_err(|e| Error::io(created.path(), "stat", e))?;
         let slot = remember(created.path());
+        let (file, path) = created.into_parts();
+        let key = crate::descriptors::new_key();
+        crate::descriptors::put(key, file);
         Ok(TempFile {
-            inner: Some(created.into_temp_path()),
-            id,
+            inner: Some(path),
+            id: file_id(&meta),
             target: target.to_path_buf(),
             slot,
+            key,
+            io: io.clone(),
+            writeback: Writeback::default(),
         })
     }
 
-    /// Opens the temp file for reading and writing (a new descriptor, closed when dropped),
-    /// refusing a path that no longer names the file created (replaced, or a symlink).
-    pub fn open(&self) -> Result<File> {
+    /// The open descriptor: the cached one, else the file reopened (and cached).
+    fn file(&self) -> Result<Arc<File>> {
+        if let Some(f) = crate::descriptors::get(self.key) {
+            return Ok(f);
+        }
+        let f = match self.reopen() {
+            Err(Error::Io { source, .. }) if out_of_descriptors(&source) => {
+                crate::descriptors::close_all();
+                self.reopen()
+            }
+            r => r,
+        }?;
+        Ok(crate::descriptors::put(self.key, f))
+    }
+
+    /// Opens the temp file for reading and writing (counted), refusing a path that no longer
+    /// names the file created (replaced, or a symlink).
+    fn reopen(&self) -> Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.path();
         let f = std::fs::OpenOptions::new()
@@ -145,12 +193,10 @@ impl TempFile {
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| Error::io(path, "open temp file", e))?;
-        if file_id(&f, path)? != self.id {
-            return Err(Error::io(
-                path,
-                "open temp file",
-                std::io::Error::other("replaced by another file while this run was writing"),
-            ));
+        self.io.opened();
+        let meta = f.metadata().map_err(|e| Error::io(path, "stat", e))?;
+        if file_id(&meta) != self.id {
+            return Err(replaced(path));
         }
         Ok(f)
     }
@@ -165,28 +211,71 @@ impl TempFile {
         &self.target
     }
 
-    /// Writes `bytes` at `offset`, then asks the kernel to start writing that range back
-    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not wait): the final fsync then
-    /// finds most of the file already on its way to disk instead of all of it.
+    /// Sets its length (zeros past the old end).
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.file()?
+            .set_len(len)
+            .map_err(|e| Error::io(self.path(), "resize", e))
+    }
+
+    /// Writes `bytes` at `offset`; every few MiB written ([`Writeback`]) the kernel is asked to
+    /// start writing the file back, so the final fsync finds most of it on its way to disk.
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let f = self.open()?;
-        f.write_all_at(bytes, offset)
-            .map_err(|e| Error::io(self.path(), "write", e))?;
-        start_writeback(&f, offset, bytes.len() as u64);
+        let f = self.file()?;
+        write_all_at(&f, self.path(), bytes, offset, &self.io)?;
+        self.writeback.wrote(&f, bytes.len() as u64, &self.io);
         Ok(())
+    }
+
+    /// Copies the whole file `src` in at offset 0 (a companion file of an output).
+    pub fn copy_from(&self, src: &Path) -> Result<()> {
+        use std::io::Read;
+        let mut from = File::open(src).map_err(|e| Error::io(src, "open", e))?;
+        let mut buf = vec![0u8; 8 << 20];
+        let mut at = 0u64;
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(src, "read", e)),
+            };
+            self.write_at(&buf[..n], at)?;
+            at += n as u64;
+        }
     }
 
     /// Flushes data and metadata to disk.
     pub fn sync(&self) -> Result<()> {
-        self.open()?
-            .sync_all()
-            .map_err(|e| Error::io(self.path(), "fsync", e))
+        let f = self.file()?;
+        self.io.synced();
+        f.sync_all().map_err(|e| Error::io(self.path(), "fsync", e))
     }
 
-    /// Renames onto the target: refusing to replace an existing file unless `replace`.
+    /// Makes the file at `built` this temp file: hard-linked (else moved) to the temp name in
+    /// place of the file created, which is removed.
+    pub fn adopt(&mut self, built: &Path) -> Result<()> {
+        crate::descriptors::forget(self.key);
+        let path = self.path().to_path_buf();
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, "replace temp file", e))?;
+        if std::fs::hard_link(built, &path).is_err() {
+            std::fs::rename(built, &path).map_err(|e| Error::io(&path, "move built file to", e))?;
+        }
+        let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io(&path, "stat", e))?;
+        self.id = file_id(&meta);
+        Ok(())
+    }
+
+    /// Renames onto the target: refusing to replace an existing file unless `replace`, and a
+    /// temp path that no longer names the file this run wrote (replaced, or a symlink).
     /// The caller fsyncs the directory afterwards ([`sync_dir`]).
     pub fn publish(mut self, replace: bool) -> Result<PathBuf> {
+        crate::descriptors::forget(self.key);
+        let now = std::fs::symlink_metadata(self.path())
+            .map_err(|e| Error::io(self.path(), "stat temp file", e))?;
+        if file_id(&now) != self.id {
+            return Err(replaced(self.path()));
+        }
         let tmp = self.inner.take().expect("live temp file");
         let from = tmp
             .keep()
@@ -213,21 +302,17 @@ impl TempFile {
     }
 }
 
-/// Starts write-back of `[offset, offset+len)` of `f` without waiting; a hint (errors surface
-/// at the fsync).
-pub fn start_writeback(f: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
-    // SAFETY: a valid open fd; the call only schedules I/O for the range.
-    unsafe {
-        libc::sync_file_range(f.as_raw_fd(), off, n, libc::SYNC_FILE_RANGE_WRITE);
-    }
+fn replaced(path: &Path) -> Error {
+    Error::io(
+        path,
+        "open temp file",
+        std::io::Error::other("replaced by another file while this run was writing"),
+    )
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        crate::descriptors::forget(self.key);
         // TempPath's own drop removes the file; then forget the path.
         self.inner.take();
         forget(self.slot.take());
@@ -379,7 +464,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let before = FREED.load(Relaxed);
         for i in 0..2000 {
-            let t = TempFile::beside(&d.path().join(format!("m{i}.safetensors"))).unwrap();
+            let t = TempFile::beside(
+                &d.path().join(format!("m{i}.safetensors")),
+                &IoCounter::new(),
+            )
+            .unwrap();
             drop(t);
         }
         // Other tests of this process may free theirs too: at least ours were freed.
@@ -389,7 +478,7 @@ mod tests {
     #[test]
     fn temp_names_say_who_made_them() {
         let d = tempfile::tempdir().unwrap();
-        let t = TempFile::beside(&d.path().join("model.safetensors")).unwrap();
+        let t = TempFile::beside(&d.path().join("model.safetensors"), &IoCounter::new()).unwrap();
         let name = t.path().file_name().unwrap().to_str().unwrap().to_string();
         assert!(name.starts_with(&format!(".model.safetensors.{}.", std::process::id())));
         assert!(name.ends_with(TEMP_SUFFIX));
@@ -410,13 +499,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let target = d.path().join("x");
         std::fs::write(&target, b"old").unwrap();
-        let t = TempFile::beside(&target).unwrap();
+        let t = TempFile::beside(&target, &IoCounter::new()).unwrap();
         let tmp = t.path().to_path_buf();
         assert!(t.publish(false).is_err());
         assert!(!tmp.exists());
         assert_eq!(std::fs::read(&target).unwrap(), b"old");
         let fresh = d.path().join("y");
-        let t = TempFile::beside(&fresh).unwrap();
+        let t = TempFile::beside(&fresh, &IoCounter::new()).unwrap();
         t.publish(false).unwrap();
         // SAFETY: reading the umask by setting and restoring it; single-threaded test body.
         let mask = unsafe {
@@ -428,10 +517,34 @@ mod tests {
         assert_eq!(mode, 0o666 & !(mask as u32));
     }
 
+    /// The descriptor that created a temp file serves every write and the fsync: one open
+    /// for the file's life, every call counted.
     #[test]
-    fn a_temp_file_holds_no_descriptor_and_refuses_a_replaced_path() {
+    fn a_temp_file_is_opened_once_and_counts_its_io() {
         let d = tempfile::tempdir().unwrap();
-        let t = TempFile::beside(&d.path().join("m.safetensors")).unwrap();
+        let io = IoCounter::new();
+        let t = TempFile::beside(&d.path().join("m.safetensors"), &io).unwrap();
+        t.set_len(4).unwrap();
+        for k in 0..3 {
+            t.write_at(b"ab", 2 * k).unwrap();
+        }
+        t.sync().unwrap();
+        assert_eq!(std::fs::read(t.path()).unwrap(), b"abababab"[..6]);
+        let c = io.counts();
+        assert_eq!(
+            (c.files, c.opens, c.writes, c.bytes_written, c.syncs),
+            (1, 1, 3, 6, 1)
+        );
+    }
+
+    /// A temp path replaced while the run writes (a symlink to another file, or another file
+    /// renamed over it) is refused when reopened and when published: the other file is never
+    /// written through the link, nor published as the output.
+    #[test]
+    fn a_temp_file_refuses_a_replaced_path() {
+        let d = tempfile::tempdir().unwrap();
+        let io = IoCounter::new();
+        let t = TempFile::beside(&d.path().join("m.safetensors"), &io).unwrap();
         t.write_at(b"abc", 2).unwrap();
         t.sync().unwrap();
         assert_eq!(std::fs::read(t.path()).unwrap(), b"\0\0abc");
@@ -439,12 +552,14 @@ mod tests {
         std::fs::write(&other, b"x").unwrap();
         std::fs::remove_file(t.path()).unwrap();
         std::os::unix::fs::symlink(&other, t.path()).unwrap();
-        assert!(t.write_at(b"!", 0).is_err());
+        crate::descriptors::forget(t.key);
+        assert!(t.write_at(b"!", 0).is_err(), "reopened through a symlink");
         // A file that existed beside it (another inode) renamed over it.
         std::fs::rename(&other, t.path()).unwrap();
-        assert!(t.open().is_err(), "another file under the temp name");
-        std::fs::rename(t.path(), &other).unwrap();
-        assert_eq!(std::fs::read(&other).unwrap(), b"x");
+        assert!(t.reopen().is_err(), "another file under the temp name");
+        let target = t.target().to_path_buf();
+        assert!(t.publish(true).is_err(), "published another file");
+        assert!(!target.exists());
     }
 
     #[test]

@@ -148,7 +148,9 @@ pub const OUTPUT: OutputFormat = OutputFormat {
     },
     plan,
     sink: |req, _| -> Result<Box<dyn TensorSink>> {
-        let mut sink = GgufSink::new(req.target.to_path_buf()).specs(specs(req));
+        let mut sink = GgufSink::new(req.target.to_path_buf())
+            .specs(specs(req))
+            .counting(&req.io);
         if let Some(s) = split_options(req) {
             sink = sink.split(s);
         }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
-    sanitize, Error, FinishedFile, Format, Metadata, Plan, Result, StagedFile, TensorInfo,
-    TensorSink,
+    sanitize, Error, FinishedFile, Format, IoCounter, Metadata, Plan, Result, StagedFile,
+    TensorInfo, TensorSink,
 };
 
 use crate::layout::{layout_with, GgufTensorSpec, WriteOptions};
@@ -32,6 +32,7 @@ pub struct GgufSink {
     specs: Option<Vec<GgufTensorSpec>>,
     files: StagedFiles,
     planned: bool,
+    io: IoCounter,
 }
 
 impl GgufSink {
@@ -42,9 +43,16 @@ impl GgufSink {
             opts: WriteOptions::default(),
             split: None,
             specs: None,
-            files: StagedFiles::new(Format::Gguf, 0),
+            files: StagedFiles::new(Format::Gguf, 0, &IoCounter::new()),
             planned: false,
+            io: IoCounter::new(),
         }
+    }
+
+    /// Counts the writes, opens and syncs of its files in `io`.
+    pub fn counting(mut self, io: &IoCounter) -> Self {
+        self.io = io.clone();
+        self
     }
 
     /// Sets the write options.
@@ -113,7 +121,7 @@ impl TensorSink for GgufSink {
                 layout: layout_with(&specs, metadata, &self.opts)?,
             }],
         };
-        self.files = StagedFiles::new(Format::Gguf, tensors.len()).serialize_writes();
+        self.files = StagedFiles::new(Format::Gguf, tensors.len(), &self.io).serialize_writes();
         for pf in files {
             let lay = &pf.layout;
             self.files.add(

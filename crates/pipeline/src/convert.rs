@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use weightport_core::registry::{ExtraContent, OpenRequest, OutputPlan};
-use weightport_core::{hash, Error, Format, Result, StagedFile, TensorSink, TensorSource};
+use weightport_core::{
+    hash, Error, Format, IoCounts, Result, StagedFile, TensorSink, TensorSource,
+};
 
 use crate::attest::{self, Provenance};
 use crate::by_arch;
@@ -194,6 +196,8 @@ pub struct ConvertReport {
     pub read_bytes: u64,
     /// The same per input file.
     pub reads: Vec<(PathBuf, u64)>,
+    /// The writes, opens and syncs of the output's files (nothing in a dry run).
+    pub io: IoCounts,
 }
 
 /// Runs a conversion of `opts.inputs`.
@@ -438,13 +442,15 @@ impl Started<'_> {
         if opts.verify {
             progress.start("verify", data_bytes);
             for f in &self.staged {
+                // The reader opens the staged file once.
+                job.io.opened();
                 verify_staged(f, outs, hashes, source, &opts.open, opts.chunk, progress)?;
             }
             progress.finish();
         }
         let finished = sink.finish()?;
         let prepared = self.prepared.take().expect("finished once");
-        let committed = txn::commit(prepared, &job.plan, finished, opts.force)?;
+        let committed = txn::commit(prepared, &job.plan, finished, opts.force, &job.io)?;
         if let Some(r) = read {
             let tensors = attest::tensors_of(source, outs, hashes, &r);
             let by_arch = job.fmt.by_architecture;
@@ -469,6 +475,7 @@ impl Started<'_> {
         report.files = committed.files.into_iter().map(file_report).collect();
         report.removed = committed.removed;
         report.transforms = transforms_of(outs);
+        report.io = job.io.counts();
         Ok(report)
     }
 }
@@ -622,5 +629,6 @@ fn report_of(
         provenance: None,
         read_bytes: 0,
         reads: Vec::new(),
+        io: IoCounts::default(),
     }
 }

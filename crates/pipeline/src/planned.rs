@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use weightport_core::registry::{OutputFormat, OutputPlan, OutputRequest};
-use weightport_core::{DType, Format, Metadata, Result, TensorInfo, TensorSource};
+use weightport_core::{DType, Format, IoCounter, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::by_arch::{self, WithGenerated};
 use crate::convert::ConvertOptions;
@@ -45,6 +45,8 @@ pub struct Planned<'s> {
     pub architecture: Option<ArchReport>,
     source_format: Format,
     float_dtype: Option<DType>,
+    /// The writes, opens and syncs of this output's files.
+    pub io: IoCounter,
 }
 
 impl Planned<'_> {
@@ -66,6 +68,7 @@ impl Planned<'_> {
             companions_from: self.repo_dir,
             source_format: self.source_format,
             float_dtype: self.float_dtype,
+            io: self.io.clone(),
         }
     }
 }
@@ -96,6 +99,7 @@ pub fn plan<'s>(
                 repo_dir,
                 architecture: Some((arch.architecture, arch.dropped, arch.from)),
                 float_dtype,
+                io: IoCounter::new(),
             }
         }
         None => {
@@ -112,6 +116,7 @@ pub fn plan<'s>(
                 repo_dir,
                 architecture: None,
                 float_dtype,
+                io: IoCounter::new(),
             }
         }
     };

@@ -11,7 +11,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock, TempFile};
-use weightport_core::{shown, Error, Result};
+use weightport_core::{shown, Error, IoCounter, Result};
 
 /// A file a command writes beside its outputs, with the option that named it (`--attest`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +175,7 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], probe: bool) -> Result
     // says it can be written before the output is committed, not after.
     let parent_exists = dir == path.parent();
     if probe && parent_exists {
-        TempFile::beside(path)
+        TempFile::beside(path, &IoCounter::new())
             .map(drop)
             .map_err(|e| side.refused(format!("cannot be written: {e}")))?;
     }
@@ -217,7 +217,7 @@ pub fn write(side: &SideFile, bytes: &[u8]) -> Result<()> {
     };
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
     remove_stale_temps(dir, &side.path);
-    let t = TempFile::beside(&side.path)?;
+    let t = TempFile::beside(&side.path, &IoCounter::new())?;
     t.write_at(bytes, 0)?;
     t.sync()?;
     t.publish(side.replace).map_err(|e| match e {

@@ -14,13 +14,12 @@
 //! an output is never left holding new shards under an old index. Until the index is renamed the
 //! old index still names complete old shards wherever new shard names differ from old ones.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use weightport_core::registry::{ExtraContent, ExtraFile, OutputPlan};
 use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock, TempFile};
-use weightport_core::{shown, Error, FinishedFile, Result, WrittenFile};
+use weightport_core::{shown, Error, FinishedFile, IoCounter, Result, WrittenFile};
 
 /// A prepared output: locked, checked, with the list of what the commit will remove.
 pub struct Prepared {
@@ -218,20 +217,13 @@ fn check_space(plan: &OutputPlan, p: &mut Prepared) -> Result<()> {
     Ok(())
 }
 
-fn stage_extra(e: &ExtraFile) -> Result<TempFile> {
-    let t = TempFile::beside(&e.path)?;
-    let mut file = t.open()?;
+fn stage_extra(e: &ExtraFile, io: &IoCounter) -> Result<TempFile> {
+    let t = TempFile::beside(&e.path, io)?;
     match &e.content {
-        ExtraContent::Bytes(b) => file
-            .write_all(b)
-            .map_err(|err| Error::io(t.path(), "write", err))?,
-        ExtraContent::CopyOf(src) => {
-            let mut from = std::fs::File::open(src).map_err(|err| Error::io(src, "open", err))?;
-            std::io::copy(&mut from, &mut file).map_err(|err| Error::io(src, "copy", err))?;
-        }
+        ExtraContent::Bytes(b) => t.write_at(b, 0)?,
+        ExtraContent::CopyOf(src) => t.copy_from(src)?,
     }
-    file.sync_all()
-        .map_err(|err| Error::io(t.path(), "fsync", err))?;
+    t.sync()?;
     Ok(t)
 }
 
@@ -241,16 +233,19 @@ fn name_of(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-fn write_journal(dir: &Path, renames: &[&TempFile], removals: &[PathBuf]) -> Result<PathBuf> {
+fn write_journal(
+    dir: &Path,
+    renames: &[&TempFile],
+    removals: &[PathBuf],
+    io: &IoCounter,
+) -> Result<PathBuf> {
     let path = dir.join(format!("{}{}.json", journal_prefix(), std::process::id()));
     let doc = json!({
         "renames": renames.iter().map(|t| json!([name_of(t.path()), name_of(t.target())])).collect::<Vec<_>>(),
         "remove": removals.iter().map(|p| name_of(p)).collect::<Vec<_>>(),
     });
-    let j = TempFile::beside(&path)?;
-    j.open()?
-        .write_all(doc.to_string().as_bytes())
-        .map_err(|e| Error::io(j.path(), "write", e))?;
+    let j = TempFile::beside(&path, io)?;
+    j.write_at(doc.to_string().as_bytes(), 0)?;
     j.sync()?;
     let path = j.publish(true)?;
     sync_dir(dir)?;
@@ -308,23 +303,25 @@ pub struct Committed {
 }
 
 /// Publishes a job: extras are staged first (any failure leaves the old output untouched), then
-/// everything is renamed in order (see the module docs).
+/// everything is renamed in order (see the module docs). The extras' and the journal's writes,
+/// opens and syncs are counted in `io`.
 pub fn commit(
     prepared: Prepared,
     plan: &OutputPlan,
     weights: Vec<FinishedFile>,
     force: bool,
+    io: &IoCounter,
 ) -> Result<Committed> {
     let extras: Vec<(TempFile, bool)> = plan
         .extras
         .iter()
-        .map(|e| stage_extra(e).map(|t| (t, e.is_index)))
+        .map(|e| stage_extra(e, io).map(|t| (t, e.is_index)))
         .collect::<Result<_>>()?;
     let mut order: Vec<&TempFile> = weights.iter().map(|w| &w.temp).collect();
     order.extend(extras.iter().filter(|(_, i)| *i).map(|(t, _)| t));
     order.extend(extras.iter().filter(|(_, i)| !*i).map(|(t, _)| t));
     let journal = if plan.is_repo {
-        Some(write_journal(&plan.dir, &order, &prepared.removals)?)
+        Some(write_journal(&plan.dir, &order, &prepared.removals, io)?)
     } else {
         None
     };

@@ -5,7 +5,6 @@
 //! (the reference here: an identity conversion of this format must reproduce it) at 1, 2 and 7
 //! threads with chunks far smaller than the tensor.
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use weightport_core::registry::{
@@ -13,8 +12,8 @@ use weightport_core::registry::{
 };
 use weightport_core::staging::TempFile;
 use weightport_core::{
-    hash, DType, Error, FinishedFile, Format, Metadata, Plan, ReadOptions, Result, StagedFile,
-    TensorInfo, TensorSink, TensorSource,
+    hash, DType, Error, FinishedFile, Format, IoCounter, Metadata, Plan, ReadOptions, Result,
+    StagedFile, TensorInfo, TensorSink, TensorSource,
 };
 use weightport_pipeline::registry::{register_input, register_output};
 use weightport_pipeline::{
@@ -107,11 +106,11 @@ struct Sink {
 impl TensorSink for Sink {
     fn plan(&mut self, tensors: &[TensorInfo], _: &Metadata) -> Result<Plan> {
         let h = header(&tensors[0]);
-        let t = TempFile::beside(&self.target)?;
-        t.open()?.write_all_at(&h, 0).unwrap();
+        let t = TempFile::beside(&self.target, &IoCounter::new())?;
+        t.write_at(&h, 0)?;
         self.data_at = h.len() as u64;
         self.size = self.data_at + tensors[0].byte_len;
-        t.open()?.set_len(self.size).unwrap();
+        t.set_len(self.size)?;
         self.temp = Some(t);
         Ok(Plan {
             files: self.staged(),

@@ -146,8 +146,7 @@ pub fn sink_for(req: &OutputRequest, plan: &OutputPlan) -> Result<Box<dyn Tensor
         .iter()
         .map(|f| (f.path.clone(), f.tensors.clone()))
         .collect();
-    Ok(Box::new(SafetensorsSink::new(
-        Box::new(move |_| Ok(groups)),
-        header_metadata(req),
-    )))
+    Ok(Box::new(
+        SafetensorsSink::new(Box::new(move |_| Ok(groups)), header_metadata(req)).counting(&req.io),
+    ))
 }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use weightport_core::staged::{write_now, StagedFiles};
 use weightport_core::{
-    sanitize, Error, FinishedFile, Format, Location, MetaValue, Metadata, Plan, Result, StagedFile,
-    TensorInfo, TensorSink,
+    sanitize, Error, FinishedFile, Format, IoCounter, Location, MetaValue, Metadata, Plan, Result,
+    StagedFile, TensorInfo, TensorSink,
 };
 
 use crate::dtypes;
@@ -180,6 +180,7 @@ pub struct SafetensorsSink {
     assign: Option<Assign>,
     metadata: Option<BTreeMap<String, String>>,
     files: StagedFiles,
+    io: IoCounter,
 }
 
 impl SafetensorsSink {
@@ -189,8 +190,15 @@ impl SafetensorsSink {
         SafetensorsSink {
             assign: Some(assign),
             metadata,
-            files: StagedFiles::new(Format::Safetensors, 0),
+            files: StagedFiles::new(Format::Safetensors, 0, &IoCounter::new()),
+            io: IoCounter::new(),
         }
+    }
+
+    /// Counts the writes, opens and syncs of its files in `io`.
+    pub fn counting(mut self, io: &IoCounter) -> Self {
+        self.io = io.clone();
+        self
     }
 
     /// A sink writing every tensor into the single file `path`.
@@ -209,7 +217,7 @@ impl TensorSink for SafetensorsSink {
             .take()
             .ok_or_else(|| Error::Internal("plan called twice".into()))?;
         let groups = assign(tensors)?;
-        self.files = StagedFiles::new(Format::Safetensors, tensors.len());
+        self.files = StagedFiles::new(Format::Safetensors, tensors.len(), &self.io);
         for (path, idx) in groups {
             let subset: Vec<TensorInfo> = idx.iter().map(|&i| tensors[i].clone()).collect();
             let lay = layout(&subset, self.metadata.as_ref()).map_err(|e| match e {

@@ -1,12 +1,15 @@
 //! `weightport finish PLAN`: the output assembled from the units' parts and committed.
 
-use std::io::{Seek, SeekFrom};
+use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use weightport_core::io_counts::write_all_at;
 use weightport_core::staging::TempFile;
-use weightport_core::{ContentHash, Error, FinishedFile, Location, Result, StagedFile};
+use weightport_core::{
+    ContentHash, Error, FinishedFile, IoCounter, IoCounts, Location, Result, StagedFile,
+};
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
@@ -34,6 +37,9 @@ pub struct FinishReport {
     pub data_bytes: u64,
     /// Every staged file was re-read and its hashes matched.
     pub verified: bool,
+    /// The writes, opens and syncs of the output files, their scratch layout and the parts
+    /// written to.
+    pub io: IoCounts,
 }
 
 /// The unit records, or an error naming every unit missing or failed.
@@ -211,7 +217,7 @@ pub fn finish(
         check_parts(plan)?;
         let prepared = crate::convert::prepare_output(job, opts, false)?;
         let files = pool.install(|| assemble(plan, job, &hashes, opts, progress))?;
-        let committed = txn::commit(prepared, &job.plan, files, opts.force)?;
+        let committed = txn::commit(prepared, &job.plan, files, opts.force, &job.io)?;
         Ok(FinishReport {
             files: committed
                 .files
@@ -228,6 +234,7 @@ pub fn finish(
             tensors: job.outs.len(),
             data_bytes: job.outs.iter().map(|o| o.info.byte_len).sum(),
             verified: true,
+            io: job.io.counts(),
         })
     })?;
     std::fs::remove_dir_all(&plan.staging)
@@ -260,11 +267,13 @@ fn assemble(
             .ok_or_else(|| Error::Internal(format!("the sink did not stage {}", pf.path.display())))
             .and_then(|st| {
                 let header = read_header(&st.temp, plan.files[f].data_start)?;
-                let first = build_file(plan, f, &header)?;
+                let first = build_file(plan, f, &header, &job.io)?;
                 let check = StagedFile {
                     temp: first.clone(),
                     ..st.clone()
                 };
+                // The reader opens the built file once.
+                job.io.opened();
                 verify_staged(
                     &check,
                     &job.outs,
@@ -290,7 +299,7 @@ fn assemble(
     drop(sink);
     built
         .iter()
-        .map(|(first, st)| link_beside(first, st))
+        .map(|(first, st)| link_beside(first, st, &job.io))
         .collect()
 }
 
@@ -425,14 +434,14 @@ fn blame(plan: &UnitPlan, f: usize, e: Error) -> Error {
 /// (from byte 0) gets the header over its zeros and the others appended (`copy_file_range`:
 /// in the kernel, or a clone of the extents where the filesystem can). One part: nothing is
 /// copied. Returns the first part's path, now the whole file (fsynced).
-fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
+fn build_file(plan: &UnitPlan, f: usize, header: &[u8], io: &IoCounter) -> Result<PathBuf> {
     let segs = plan.segments_of_file(f);
     let &(u0, j0, s0) = segs
         .first()
         .ok_or_else(|| Error::Internal(format!("no part of output file {f}")))?;
     let first = part_path(plan, u0, j0);
     if plan.in_place {
-        return header_into_shared(&first, header);
+        return header_into_shared(&first, header, io);
     }
     let out = std::fs::OpenOptions::new()
         .read(true)
@@ -440,6 +449,7 @@ fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&first)
         .map_err(|e| Error::io(&first, "open part", e))?;
+    io.first_open();
     let m = out
         .metadata()
         .map_err(|e| Error::io(&first, "stat part", e))?;
@@ -452,28 +462,30 @@ fn build_file(plan: &UnitPlan, f: usize, header: &[u8]) -> Result<PathBuf> {
                 .into(),
         });
     }
-    let io = |what: &'static str| {
+    let err = |what: &'static str| {
         let p = first.clone();
         move |e| Error::io(&p, what, e)
     };
-    out.set_len(s0.end).map_err(io("truncate"))?;
-    let r = append(plan, &out, header, &segs);
+    out.set_len(s0.end).map_err(err("truncate"))?;
+    let r = append(plan, &out, header, &segs, io);
     if r.is_err() {
         let _ = out.set_len(s0.end);
     }
     r?;
-    out.sync_all().map_err(io("fsync"))?;
+    io.synced();
+    out.sync_all().map_err(err("fsync"))?;
     Ok(first)
 }
 
 /// `in_place`: the header written into the shared staging file `path` (every unit wrote its
 /// tensors there), fsynced; nothing appended.
-fn header_into_shared(path: &Path, header: &[u8]) -> Result<PathBuf> {
+fn header_into_shared(path: &Path, header: &[u8], io: &IoCounter) -> Result<PathBuf> {
     let out = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| Error::io(path, "open shared staging file", e))?;
+    io.first_open();
     let m = out.metadata().map_err(|e| Error::io(path, "stat", e))?;
     if m.nlink() > 1 {
         return Err(Error::Verify {
@@ -484,8 +496,8 @@ fn header_into_shared(path: &Path, header: &[u8]) -> Result<PathBuf> {
                 .into(),
         });
     }
-    out.write_all_at(header, 0)
-        .map_err(|e| Error::io(path, "write header", e))?;
+    write_all_at(&out, path, header, 0, io)?;
+    io.synced();
     out.sync_all().map_err(|e| Error::io(path, "fsync", e))?;
     Ok(path.to_path_buf())
 }
@@ -513,25 +525,24 @@ fn cut_back(plan: &UnitPlan, f: usize) {
 
 fn append(
     plan: &UnitPlan,
-    out: &std::fs::File,
+    out: &File,
     header: &[u8],
     segs: &[(usize, usize, super::planfile::Segment)],
+    io: &IoCounter,
 ) -> Result<()> {
     let (u0, j0, s0) = segs[0];
     let first = part_path(plan, u0, j0);
-    out.write_all_at(header, 0)
-        .map_err(|e| Error::io(&first, "write header", e))?;
-    let mut w = out;
-    w.seek(SeekFrom::Start(s0.end))
-        .map_err(|e| Error::io(&first, "seek", e))?;
+    write_all_at(out, &first, header, 0, io)?;
+    let mut at = s0.end;
     for &(u, j, s) in &segs[1..] {
         let p = part_path(plan, u, j);
-        let mut r = std::fs::OpenOptions::new()
+        let r = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&p)
             .map_err(|e| Error::io(&p, "open part", e))?;
-        let n = std::io::copy(&mut r, &mut w).map_err(|e| Error::io(&first, "append part", e))?;
+        let n = copy_whole(&r, out, &first, at, io)?;
+        at += n;
         if n != s.end - s.start {
             return Err(altered(
                 plan,
@@ -544,15 +555,70 @@ fn append(
     Ok(())
 }
 
+/// Copies all of `from` into `to` (`to_path` in errors) from offset `at` on, with
+/// `copy_file_range` (in the kernel, or a clone of the extents where the filesystem can), else
+/// by reads and writes; returns the bytes copied. Every call that writes is counted in `io`.
+fn copy_whole(from: &File, to: &File, to_path: &Path, at: u64, io: &IoCounter) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    let fail = |e| Error::io(to_path, "append part", e);
+    let (mut off_in, mut off_out) = (0i64, i64::try_from(at).map_err(|_| fail(overflow()))?);
+    loop {
+        // SAFETY: two open descriptors and two offsets owned here; the kernel copies between
+        // the files and advances the offsets.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off_in,
+                to.as_raw_fd(),
+                &mut off_out,
+                1 << 30,
+                0,
+            )
+        };
+        match n {
+            0 => return Ok(off_in as u64),
+            n if n > 0 => io.wrote(n as u64),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL)
+                        if off_in == 0 =>
+                    {
+                        return copy_by_reads(from, to, to_path, at, io)
+                    }
+                    _ => return Err(fail(e)),
+                }
+            }
+        }
+    }
+}
+
+fn overflow() -> std::io::Error {
+    std::io::Error::other("offset out of range")
+}
+
+/// [`copy_whole`] where the kernel cannot copy between the two files.
+fn copy_by_reads(from: &File, to: &File, to_path: &Path, at: u64, io: &IoCounter) -> Result<u64> {
+    let mut buf = vec![0u8; 8 << 20];
+    let mut done = 0u64;
+    loop {
+        let n = match from.read_at(&mut buf, done) {
+            Ok(0) => return Ok(done),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(to_path, "append part", e)),
+        };
+        write_all_at(to, to_path, &buf[..n], at + done, io)?;
+        done += n as u64;
+    }
+}
+
 /// Links (else moves) a built file to a temp name beside its target: the transaction renames it
 /// into place. A commit that fails removes the link and leaves the part where it was.
-fn link_beside(built: &Path, st: &StagedFile) -> Result<FinishedFile> {
-    let t = TempFile::beside(&st.path)?;
-    std::fs::remove_file(t.path()).map_err(|e| Error::io(t.path(), "replace temp file", e))?;
-    if std::fs::hard_link(built, t.path()).is_err() {
-        std::fs::rename(built, t.path())
-            .map_err(|e| Error::io(t.path(), "move built file to", e))?;
-    }
+fn link_beside(built: &Path, st: &StagedFile, io: &IoCounter) -> Result<FinishedFile> {
+    let mut t = TempFile::beside(&st.path, io)?;
+    t.adopt(built)?;
     Ok(FinishedFile {
         temp: t,
         size: st.size,

@@ -1,14 +1,13 @@
 //! The plan file: what `weightport plan` writes and `unit`/`finish` read.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::registry::{ExtraContent, OutputRequest};
-use weightport_core::staging::TempFile;
 use weightport_core::{shown, Error, Format, Location, ReadOptions, Result, TensorSource};
 
 use super::job::{with_job, Job};
@@ -688,14 +687,11 @@ pub fn plan_units(
         };
         Ok((doc, report))
     })?;
-    let t = TempFile::beside(plan_path)?;
-    let mut f = t.open()?;
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.write_all(b"\n"))
-        .map_err(|e| Error::io(t.path(), "write", e))?;
-    t.sync()?;
-    t.publish(opts.force)?;
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
+    text.push('\n');
+    let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
+    crate::side::write(&plan_file, text.as_bytes())?;
     Ok(report)
 }
 

@@ -15,8 +15,8 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use weightport_core::hash::{self, LeafHasher};
-use weightport_core::staging::start_writeback;
-use weightport_core::{ContentHash, Error, Location, Result};
+use weightport_core::io_counts::{write_all_at, Writeback};
+use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
 
 use super::planfile::UnitPlan;
 use crate::exec::{leaf_of, Progress};
@@ -58,41 +58,64 @@ pub(crate) fn open_shared(plan: &UnitPlan, f: usize) -> Result<File> {
     Ok(file)
 }
 
-/// The shared files a unit writes (by output file index), open.
+/// One shared staging file a unit writes, open.
+struct Shared {
+    file: usize,
+    path: PathBuf,
+    fd: File,
+    writeback: Writeback,
+}
+
+/// The shared files a unit writes (by output file index), open; their writes, opens and syncs
+/// counted in `io`.
 pub(crate) struct SharedFiles {
-    files: Vec<(usize, PathBuf, File)>,
+    files: Vec<Shared>,
+    io: IoCounter,
 }
 
 impl SharedFiles {
     /// Opens the staging file of every output file in `files`.
-    pub(crate) fn open(plan: &UnitPlan, files: &[usize]) -> Result<SharedFiles> {
+    pub(crate) fn open(plan: &UnitPlan, files: &[usize], io: &IoCounter) -> Result<SharedFiles> {
         let files = files
             .iter()
-            .map(|&f| Ok((f, shared_path(plan, f), open_shared(plan, f)?)))
+            .map(|&f| {
+                let fd = open_shared(plan, f)?;
+                io.first_open();
+                Ok(Shared {
+                    file: f,
+                    path: shared_path(plan, f),
+                    fd,
+                    writeback: Writeback::default(),
+                })
+            })
             .collect::<Result<_>>()?;
-        Ok(SharedFiles { files })
+        Ok(SharedFiles {
+            files,
+            io: io.clone(),
+        })
     }
 
-    fn get(&self, f: usize) -> Result<&(usize, PathBuf, File)> {
+    fn get(&self, f: usize) -> Result<&Shared> {
         self.files
             .iter()
-            .find(|(g, _, _)| *g == f)
+            .find(|s| s.file == f)
             .ok_or_else(|| Error::Internal(format!("output file {f} is not open")))
     }
 
     /// Writes `bytes` at `offset` of output file `f`'s staging file.
     pub(crate) fn write_at(&self, f: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let (_, p, file) = self.get(f)?;
-        file.write_all_at(bytes, offset)
-            .map_err(|e| Error::io(p, "write", e))?;
-        start_writeback(file, offset, bytes.len() as u64);
+        let s = self.get(f)?;
+        write_all_at(&s.fd, &s.path, bytes, offset, &self.io)?;
+        s.writeback.wrote(&s.fd, bytes.len() as u64, &self.io);
         Ok(())
     }
 
     /// fsyncs every file.
     pub(crate) fn sync(&self) -> Result<()> {
-        for (_, p, file) in &self.files {
-            file.sync_data().map_err(|e| Error::io(p, "fsync", e))?;
+        for s in &self.files {
+            self.io.synced();
+            s.fd.sync_data()
+                .map_err(|e| Error::io(&s.path, "fsync", e))?;
         }
         Ok(())
     }
@@ -106,7 +129,8 @@ impl SharedFiles {
     ) -> Result<()> {
         let mut buf = Vec::new();
         for &(f, off, o, want) in items {
-            let (_, p, file) = self.get(f)?;
+            let s = self.get(f)?;
+            let (file, p) = (&s.fd, &s.path);
             let got = read_back(file, p, off, o, base, &mut buf, progress)?;
             if got != want {
                 return Err(Error::Verify {

@@ -1,13 +1,13 @@
 //! `weightport unit PLAN --index I`: one unit's part, written, verified and recorded.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::staging::{stale_temp_owner, sync_dir, TempFile};
-use weightport_core::{ContentHash, Error, Location, Result};
+use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result};
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
@@ -44,6 +44,8 @@ pub struct UnitReport {
     pub tensors: usize,
     /// Worker threads used (0 when nothing was done).
     pub threads: usize,
+    /// The writes, opens and syncs of its parts and record (none when nothing was done).
+    pub io: IoCounts,
 }
 
 /// Part `j` of unit `i`: the unit's `j`th segment of an output file (`in_place`: the shared
@@ -140,10 +142,12 @@ pub fn run_unit(
             tensors,
             progress,
         };
-        match plan.in_place {
+        let mut report = match plan.in_place {
             true => write_in_place(&u),
             false => write_part(&u),
-        }
+        }?;
+        report.io = job.io.counts();
+        Ok(report)
     });
     match &r {
         Err(Error::Interrupted) | Ok(_) => {}
@@ -180,6 +184,7 @@ fn report_of(
         bytes: r["bytes"].as_u64().unwrap_or(0),
         tensors: r["tensors"].as_array().map_or(0, |a| a.len()),
         threads,
+        io: IoCounts::default(),
     }
 }
 
@@ -279,10 +284,11 @@ fn record_of(
 }
 
 /// Records a written and verified unit (see [`publish_record`]).
-fn complete(plan: &UnitPlan, index: usize, record: &Value, threads: usize) -> Result<UnitReport> {
+fn complete(u: &UnitRun, record: &Value, threads: usize) -> Result<UnitReport> {
+    let (plan, index) = (u.plan, u.index);
     // An input changed while the unit read it: no record.
     super::planfile::check_inputs(plan)?;
-    let outcome = publish_record(plan, index, record)?;
+    let outcome = publish_record(plan, index, record, &u.job.io)?;
     let _ = std::fs::remove_file(failed_path(plan, index));
     sync_dir(&plan.staging)?;
     Ok(report_of(plan, index, record, outcome, threads))
@@ -314,7 +320,7 @@ fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     let mut files: Vec<usize> = at.iter().map(|&(f, _)| f).collect();
     files.sort_unstable();
     files.dedup();
-    let shared = super::shared::SharedFiles::open(u.plan, &files)?;
+    let shared = super::shared::SharedFiles::open(u.plan, &files, &u.job.io)?;
     let threads = threads_for(u.job, &outs, u.opts)?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
     let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
@@ -328,7 +334,7 @@ fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     shared.verify(&items, u.opts.chunk, u.progress)?;
     u.progress.finish();
     let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, Vec::new());
-    complete(u.plan, u.index, &record, threads)
+    complete(u, &record, threads)
 }
 
 /// The unit's tensors written into one temp part per segment, verified, renamed into place and
@@ -342,10 +348,8 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
         .iter()
         .enumerate()
         .map(|(j, s)| {
-            let t = TempFile::beside(&part_path(u.plan, u.index, j))?;
-            t.open()?
-                .set_len(s.end - s.start)
-                .map_err(|e| Error::io(t.path(), "size", e))?;
+            let t = TempFile::beside(&part_path(u.plan, u.index, j), &u.job.io)?;
+            t.set_len(s.end - s.start)?;
             Ok(t)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -355,37 +359,25 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
         temps[j].write_at(b, base + off)
     })?;
     u.progress.start("verify", total);
-    let parts = check_parts(
-        u.plan,
-        u.index,
-        &temps,
-        &place,
-        &outs,
-        &hashes.out,
-        u.opts,
-        u.progress,
-    )?;
+    let parts = check_parts(u, &temps, &place, &outs, &hashes.out)?;
     u.progress.finish();
     let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, parts);
     for t in temps {
         t.publish(true)?;
     }
-    complete(u.plan, u.index, &record, threads)
+    complete(u, &record, threads)
 }
 
 /// fsyncs each temp part, re-reads it and checks its tensors' content hashes; returns what the
 /// record says of each part.
-#[allow(clippy::too_many_arguments)]
 fn check_parts(
-    plan: &UnitPlan,
-    index: usize,
+    u: &UnitRun,
     temps: &[TempFile],
     place: &[(usize, u64)],
     outs: &[OutTensor],
     hashes: &[ContentHash],
-    opts: &ConvertOptions,
-    progress: &dyn Progress,
 ) -> Result<Vec<Value>> {
+    let (plan, index, opts, progress) = (u.plan, u.index, u.opts, u.progress);
     let segs = &plan.segments[index];
     let mut parts = Vec::with_capacity(temps.len());
     for (j, t) in temps.iter().enumerate() {
@@ -398,6 +390,8 @@ fn check_parts(
             .collect();
         let len = segs[j].end - segs[j].start;
         let shown = part_path(plan, index, j);
+        // The part is reopened once to be read back.
+        u.job.io.opened();
         let sha = verify_part(t.path(), &shown, len, &items, opts.chunk, progress)?;
         parts.push(
             json!({"file": segs[j].file, "start": segs[j].start, "bytes": len, "sha256": sha}),
@@ -407,12 +401,15 @@ fn check_parts(
 }
 
 /// Publishes the completion record without replacing one another process published first.
-fn publish_record(plan: &UnitPlan, index: usize, record: &Value) -> Result<UnitOutcome> {
+fn publish_record(
+    plan: &UnitPlan,
+    index: usize,
+    record: &Value,
+    io: &IoCounter,
+) -> Result<UnitOutcome> {
     let path = record_path(plan, index);
-    let t = TempFile::beside(&path)?;
-    t.open()?
-        .write_all(record.to_string().as_bytes())
-        .map_err(|e| Error::io(t.path(), "write", e))?;
+    let t = TempFile::beside(&path, io)?;
+    t.write_at(record.to_string().as_bytes(), 0)?;
     t.sync()?;
     match t.publish(false) {
         Ok(_) => Ok(UnitOutcome::Done),
