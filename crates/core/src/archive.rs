@@ -19,18 +19,28 @@
 //! ends at the declared size with the declared CRC-32; [`inflate_all`] inflates a whole entry
 //! that way.
 //!
+//! The archive is a [`ByteSource`]: the central directory is parsed through its map when it has
+//! one and through buffered `read_at` otherwise, local headers are read by ranges, and a
+//! member's compressed bytes ([`Span`]) are fed to the inflater zero-copy from the map or in
+//! [`ByteCursor::STEP`]-sized reads.
+//!
 //! See: APPNOTE.TXT <https://pkware.cachefly.net/webdocs/casestudies/APPNOTE.TXT> §4.3, §4.4, and
 //! RFC 1951.
 
-use std::io::Cursor;
+use std::io::{Cursor, Read, Seek};
 
+use crate::bytes::{ByteCursor, ByteSource, SourceReader};
+use crate::error::Error;
 use crate::limits::Limits;
 
 use flate2::{Decompress, FlushDecompress, Status};
 
 /// Why a member could not be inflated as declared.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum InflateError {
+    /// The compressed bytes could not be read from their source (an I/O error, or the input
+    /// changed while reading): the source's own error, passed on as it is.
+    Read(Box<Error>),
     /// The compressed bytes are not valid deflate.
     Corrupt(String),
     /// The stream ends (or its compressed bytes run out) before the declared size.
@@ -52,9 +62,27 @@ pub enum InflateError {
     },
 }
 
+impl PartialEq for InflateError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl InflateError {
+    /// The error to return for a member of `at`: a read failure as the source reported it,
+    /// anything else through `malformed` (which words it for its format).
+    pub fn into_error(self, malformed: impl FnOnce(InflateError) -> Error) -> Error {
+        match self {
+            InflateError::Read(e) => *e,
+            other => malformed(other),
+        }
+    }
+}
+
 impl std::fmt::Display for InflateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            InflateError::Read(e) => write!(f, "{e}"),
             InflateError::Corrupt(e) => write!(f, "corrupt deflate data: {e}"),
             InflateError::Short { produced } => write!(
                 f,
@@ -75,15 +103,55 @@ impl std::fmt::Display for InflateError {
     }
 }
 
+/// `len` bytes at `start` of `src`: a member's compressed bytes where they lie.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    /// The archive.
+    pub src: &'a dyn ByteSource,
+    /// Absolute offset of the first byte.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl<'a> Span<'a> {
+    /// `[start, start + len)` of `src`.
+    pub fn new(src: &'a dyn ByteSource, start: u64, len: u64) -> Self {
+        Span { src, start, len }
+    }
+
+    /// Its bytes, zero-copy, when the source is mapped (`None` also when they do not all lie
+    /// in it).
+    pub fn bytes(&self) -> Option<&'a [u8]> {
+        let end = self.start.checked_add(self.len)?;
+        self.src
+            .map()?
+            .get(usize::try_from(self.start).ok()?..usize::try_from(end).ok()?)
+    }
+
+    /// Its bytes from `from` on, zero-copy, when the source is mapped (empty when they lie
+    /// past its end: the inflater then reports a short stream).
+    fn mapped_from(&self, from: u64) -> Option<&'a [u8]> {
+        let map = self.src.map()?;
+        let end = self.start.saturating_add(self.len).min(map.len() as u64);
+        let begin = self.start.saturating_add(from).min(end);
+        Some(&map[begin as usize..end as usize])
+    }
+}
+
 /// The state of one pass over a deflated member.
 pub struct Inflater {
     z: Decompress,
     /// Compressed bytes consumed.
-    in_pos: usize,
+    in_pos: u64,
     /// Uncompressed bytes produced (from the member start).
     out: u64,
     ended: bool,
     crc: crc32fast::Hasher,
+    /// Compressed bytes read ahead from an unmapped source; `window[used..]` are those from
+    /// `in_pos` on.
+    window: Vec<u8>,
+    used: usize,
 }
 
 impl Default for Inflater {
@@ -101,6 +169,8 @@ impl Inflater {
             out: 0,
             ended: false,
             crc: crc32fast::Hasher::new(),
+            window: Vec::new(),
+            used: 0,
         }
     }
 
@@ -111,18 +181,40 @@ impl Inflater {
 
     /// Compressed bytes consumed so far.
     pub fn consumed(&self) -> u64 {
-        self.in_pos as u64
+        self.in_pos
+    }
+
+    /// The compressed bytes of `comp` from the consumed position on: the rest of the member
+    /// from the map, or the read-ahead window (refilled when used up).
+    fn input<'a>(
+        window: &'a mut Vec<u8>,
+        used: &mut usize,
+        in_pos: u64,
+        comp: Span<'a>,
+    ) -> Result<&'a [u8], InflateError> {
+        if let Some(m) = comp.mapped_from(in_pos) {
+            return Ok(m);
+        }
+        if *used == window.len() {
+            let n = comp.len.saturating_sub(in_pos).min(ByteCursor::STEP as u64) as usize;
+            window.resize(n, 0);
+            *used = 0;
+            comp.src
+                .read_at(comp.start + in_pos, window)
+                .map_err(|e| InflateError::Read(Box::new(e)))?;
+        }
+        Ok(&window[*used..])
     }
 
     /// Fills all of `dst` with the next uncompressed bytes of the member whose compressed bytes
     /// are `comp`.
-    pub fn fill(&mut self, comp: &[u8], dst: &mut [u8]) -> Result<(), InflateError> {
+    pub fn fill(&mut self, comp: Span<'_>, dst: &mut [u8]) -> Result<(), InflateError> {
         let mut filled = 0usize;
         while filled < dst.len() {
             if self.ended {
                 return Err(InflateError::Short { produced: self.out });
             }
-            let input = comp.get(self.in_pos..).unwrap_or(&[]);
+            let input = Self::input(&mut self.window, &mut self.used, self.in_pos, comp)?;
             let (in0, out0) = (self.z.total_in(), self.z.total_out());
             let status = self
                 .z
@@ -131,7 +223,10 @@ impl Inflater {
             let consumed = (self.z.total_in() - in0) as usize;
             let produced = (self.z.total_out() - out0) as usize;
             self.crc.update(&dst[filled..filled + produced]);
-            self.in_pos += consumed;
+            self.in_pos += consumed as u64;
+            if comp.src.map().is_none() {
+                self.used += consumed;
+            }
             self.out += produced as u64;
             filled += produced;
             match status {
@@ -149,7 +244,7 @@ impl Inflater {
     /// Discards the next `n` uncompressed bytes, inflating through `scratch`.
     pub fn skip(
         &mut self,
-        comp: &[u8],
+        comp: Span<'_>,
         mut n: u64,
         scratch: &mut [u8],
     ) -> Result<(), InflateError> {
@@ -163,10 +258,15 @@ impl Inflater {
 
     /// Called once `size` bytes were produced: the stream must end here and its CRC-32 match
     /// `crc` (`None`: not recorded).
-    pub fn finish(&mut self, comp: &[u8], size: u64, crc: Option<u32>) -> Result<(), InflateError> {
+    pub fn finish(
+        &mut self,
+        comp: Span<'_>,
+        size: u64,
+        crc: Option<u32>,
+    ) -> Result<(), InflateError> {
         if !self.ended {
             let mut probe = [0u8; 1];
-            let input = comp.get(self.in_pos..).unwrap_or(&[]);
+            let input = Self::input(&mut self.window, &mut self.used, self.in_pos, comp)?;
             let out0 = self.z.total_out();
             let status = self
                 .z
@@ -192,10 +292,10 @@ impl Inflater {
 
 /// A deflated member: its compressed bytes, declared uncompressed size and CRC-32 (`None`:
 /// not recorded).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Member<'a> {
     /// The compressed bytes.
-    pub comp: &'a [u8],
+    pub comp: Span<'a>,
     /// The declared uncompressed size.
     pub size: u64,
     /// The declared CRC-32.
@@ -287,9 +387,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry's compressed bytes in `map` (bounds were checked by [`entries`]).
-    pub fn data<'a>(&self, map: &'a [u8]) -> &'a [u8] {
-        &map[self.data_start as usize..(self.data_start + self.csize) as usize]
+    /// The entry's compressed bytes in `src`, the archive (bounds were checked by [`entries`]).
+    pub fn data<'a>(&self, src: &'a dyn ByteSource) -> Span<'a> {
+        Span::new(src, self.data_start, self.csize)
     }
 }
 
@@ -390,31 +490,53 @@ impl Table {
 }
 
 /// Why the archive could not be read at all.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum TableError {
     /// Not a ZIP, or its structure is broken (message, absolute offset).
     Malformed(String, u64),
     /// More entries than [`Limits::max_tensors`] (entries, cap).
     TooMany(u64, u64),
+    /// The archive could not be read (its source's error).
+    Read(Error),
 }
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
-    b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+/// The `n` bytes at `o` of `src`, `None` when they do not all lie in it.
+fn bytes_at(src: &dyn ByteSource, o: u64, n: u64) -> Result<Option<Vec<u8>>, TableError> {
+    if o.checked_add(n).is_none_or(|end| end > src.len()) {
+        return Ok(None);
+    }
+    let b = src.range(o, n).map_err(TableError::Read)?;
+    Ok(Some(b.into_owned()))
+}
+
+fn u16_of(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
 }
 
 fn climbs_out(n: &str) -> bool {
     n.starts_with('/') || n.contains('\\') || n.contains('\0') || n.split('/').any(|c| c == "..")
 }
 
-/// Reads and checks the entry table of the ZIP archive `map` (which starts at byte 0).
-pub fn entries(map: &[u8], limits: &Limits) -> Result<Table, TableError> {
+/// Reads and checks the entry table of the ZIP archive `src` (which starts at byte 0).
+pub fn entries(src: &dyn ByteSource, limits: &Limits) -> Result<Table, TableError> {
+    match src.map() {
+        Some(map) => entries_from(src, Cursor::new(map), limits),
+        None => entries_from(src, std::io::BufReader::new(SourceReader::new(src)), limits),
+    }
+}
+
+fn entries_from<R: Read + Seek>(
+    src: &dyn ByteSource,
+    reader: R,
+    limits: &Limits,
+) -> Result<Table, TableError> {
     let bad = |m: String, o: u64| TableError::Malformed(m, o);
     // The archive starts at 0; the crate's offset detection mis-parses some real torch files
     // (a ZIP64 EOCD before the EOCD, depending on name lengths).
     let config = zip::read::Config {
         archive_offset: zip::read::ArchiveOffset::Known(0),
     };
-    let mut ar = zip::ZipArchive::with_config(config, Cursor::new(map))
+    let mut ar = zip::ZipArchive::with_config(config, reader)
         .map_err(|e| bad(format!("not a valid ZIP archive: {e}"), 0))?;
     if ar.len() as u64 > limits.max_tensors {
         return Err(TableError::TooMany(ar.len() as u64, limits.max_tensors));
@@ -436,7 +558,7 @@ pub fn entries(map: &[u8], limits: &Limits) -> Result<Table, TableError> {
         let f = ar
             .by_index_raw(i)
             .map_err(|e| bad(format!("ZIP entry {i}: {e}"), t.central_start))?;
-        let e = entry(map, &f, i, limits, &mut t.anomalies)?;
+        let e = entry(src, &f, i, limits, &mut t.anomalies)?;
         t.entries.push(e);
     }
     if t.anomalies.is_empty() {
@@ -459,9 +581,9 @@ struct Local {
 }
 
 /// One entry's checks.
-fn entry(
-    map: &[u8],
-    f: &zip::read::ZipFile<'_, Cursor<&[u8]>>,
+fn entry<R: Read>(
+    src: &dyn ByteSource,
+    f: &zip::read::ZipFile<'_, R>,
     i: usize,
     limits: &Limits,
     out: &mut Vec<Anomaly>,
@@ -494,14 +616,14 @@ fn entry(
             format!("entry `{shown}`: path traversal or absolute name"),
         );
     }
-    let local = local_header(map, h, raw, &shown, &mut flag)?;
+    let local = local_header(src, h, raw, &shown, &mut flag)?;
     if f.data_start().is_some_and(|ds| ds != local.data_start) {
         return Err(TableError::Malformed(
             format!("entry `{shown}`: data offset disagrees with the zip reader"),
             h,
         ));
     }
-    let cd_flags = u16_at(map, cd as usize + 8).unwrap_or(0);
+    let cd_flags = bytes_at(src, cd.saturating_add(8), 2)?.map_or(0, |b| u16_of(&b, 0));
     for (which, fl, at) in [("central", cd_flags, cd), ("local", local.flags, h)] {
         if fl & 0x41 != 0 || f.encrypted() {
             let what = format!("entry `{shown}`: encrypted (flag set in the {which} header)");
@@ -525,33 +647,22 @@ fn entry(
         size: f.size(),
         crc: f.crc32(),
     };
-    sizes(
-        &e,
-        map.len() as u64,
-        limits.max_deflate_ratio,
-        &shown,
-        &mut flag,
-    )?;
+    sizes(&e, src.len(), limits.max_deflate_ratio, &shown, &mut flag)?;
     Ok(e)
 }
 
 /// The local header at `h`: present, with the central name.
 fn local_header(
-    map: &[u8],
+    src: &dyn ByteSource,
     h: u64,
     raw: &[u8],
     shown: &str,
     flag: &mut impl FnMut(u64, Concern, String),
 ) -> Result<Local, TableError> {
-    let hs = h as usize;
-    let (flags, method, nlen, xlen) = match (
-        map.get(hs..hs + 4),
-        u16_at(map, hs + 6),
-        u16_at(map, hs + 8),
-        u16_at(map, hs + 26),
-        u16_at(map, hs + 28),
-    ) {
-        (Some(b"PK\x03\x04"), Some(fl), Some(m), Some(n), Some(x)) => (fl, m, n, x),
+    let (flags, method, nlen, xlen) = match bytes_at(src, h, 30)? {
+        Some(b) if b.starts_with(b"PK\x03\x04") => {
+            (u16_of(&b, 6), u16_of(&b, 8), u16_of(&b, 26), u16_of(&b, 28))
+        }
         _ => {
             return Err(TableError::Malformed(
                 format!("entry `{shown}`: no local header at its offset"),
@@ -559,12 +670,12 @@ fn local_header(
             ))
         }
     };
-    let lname = map.get(hs + 30..hs + 30 + nlen as usize).unwrap_or(&[]);
+    let lname = bytes_at(src, h + 30, u64::from(nlen))?.unwrap_or_default();
     if lname != raw {
         let what = format!(
             "entry `{shown}`: the local headers disagree with the central directory (local \
              name `{}`)",
-            crate::sanitize(&String::from_utf8_lossy(lname))
+            crate::sanitize(&String::from_utf8_lossy(&lname))
         );
         flag(h, Concern::Ambiguous, what);
     }
@@ -639,7 +750,7 @@ fn sizes(
 
 /// Inflates all of a deflated entry's `comp` bytes: exactly `size` bytes whose CRC-32 is `crc`
 /// (`None`: not recorded, as torch writes with CRCs turned off).
-pub fn inflate_all(comp: &[u8], size: u64, crc: Option<u32>) -> Result<Vec<u8>, InflateError> {
+pub fn inflate_all(comp: Span<'_>, size: u64, crc: Option<u32>) -> Result<Vec<u8>, InflateError> {
     let len = usize::try_from(size).map_err(|_| InflateError::Long { declared: size })?;
     let mut out = vec![0u8; len];
     let mut z = Inflater::new();
@@ -651,82 +762,110 @@ pub fn inflate_all(comp: &[u8], size: u64, crc: Option<u32>) -> Result<Vec<u8>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bytes::InMemory;
     use flate2::{Compress, Compression, FlushCompress};
 
-    fn deflate(data: &[u8]) -> Vec<u8> {
-        deflate_with(data)
+    /// `data` deflated, after 3 bytes of something else, mapped and not.
+    fn deflated(data: &[u8]) -> [InMemory<Vec<u8>>; 2] {
+        let mut c = Compress::new(Compression::default(), false);
+        let mut out = b"xyz".to_vec();
+        out.reserve(data.len() + 64);
+        c.compress_vec(data, &mut out, FlushCompress::Finish)
+            .unwrap();
+        [
+            InMemory::new("a.zip", out.clone()),
+            InMemory::new("a.zip", out).unmapped(),
+        ]
+    }
+
+    fn span(src: &dyn ByteSource) -> Span<'_> {
+        Span::new(src, 3, src.len() - 3)
     }
 
     /// A cursor continues, skips ahead, restarts behind, and checks the CRC at the end.
     #[test]
     fn a_sequential_cursor_reads_in_any_order_and_checks_the_end() {
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let comp = deflate(&data);
-        let crc = crc32fast::hash(&data);
-        let m = Member {
-            comp: &comp,
-            size: data.len() as u64,
-            crc: Some(crc),
-        };
-        let c = SeqCursor::default();
-        let mut buf = vec![0u8; 1000];
-        for from in [0u64, 1000, 3000, 500, 4000] {
-            c.read(m, from, &mut buf, 7, 5000).unwrap();
-            assert_eq!(buf, data[from as usize..from as usize + 1000]);
+        for src in deflated(&data) {
+            let crc = crc32fast::hash(&data);
+            let m = Member {
+                comp: span(&src),
+                size: data.len() as u64,
+                crc: Some(crc),
+            };
+            let c = SeqCursor::default();
+            let mut buf = vec![0u8; 1000];
+            for from in [0u64, 1000, 3000, 500, 4000] {
+                c.read(m, from, &mut buf, 7, 5000).unwrap();
+                assert_eq!(buf, data[from as usize..from as usize + 1000]);
+            }
+            assert_eq!(c.consumed(), None, "finished at the member's end");
+            let bad = Member {
+                crc: Some(!crc),
+                ..m
+            };
+            let (e, at) = c.read(bad, 4000, &mut buf, 7, 5000).unwrap_err();
+            assert!(matches!(e, InflateError::Crc { .. }));
+            assert_eq!(at, 5000);
         }
-        assert_eq!(c.consumed(), None, "finished at the member's end");
-        let bad = Member {
-            crc: Some(!crc),
-            ..m
-        };
-        let (e, at) = c.read(bad, 4000, &mut buf, 7, 5000).unwrap_err();
-        assert!(matches!(e, InflateError::Crc { .. }));
-        assert_eq!(at, 5000);
     }
 
-    fn deflate_with(data: &[u8]) -> Vec<u8> {
-        let mut c = Compress::new(Compression::default(), false);
-        let mut out = Vec::with_capacity(data.len() + 64);
-        c.compress_vec(data, &mut out, FlushCompress::Finish)
-            .unwrap();
-        out
-    }
-
+    /// Inflating a member bigger than the read-ahead window of an unmapped source.
     #[test]
     fn streams_skips_and_checks_the_end() {
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let comp = deflate(&data);
+        let n = 3 * ByteCursor::STEP as u32 + 10_000;
+        let data: Vec<u8> = (0..n)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let size = data.len() as u64;
         let crc = crc32fast::hash(&data);
-        let mut z = Inflater::new();
-        let mut scratch = [0u8; 7];
-        z.skip(&comp, 1234, &mut scratch).unwrap();
-        let mut buf = vec![0u8; 10_000 - 1234];
-        z.fill(&comp, &mut buf).unwrap();
-        assert_eq!(buf, data[1234..]);
-        z.finish(&comp, 10_000, Some(crc)).unwrap();
+        for src in deflated(&data) {
+            let comp = span(&src);
+            let mut z = Inflater::new();
+            let mut scratch = [0u8; 7];
+            z.skip(comp, 1234, &mut scratch).unwrap();
+            let mut buf = vec![0u8; data.len() - 1234];
+            z.fill(comp, &mut buf).unwrap();
+            assert_eq!(buf, data[1234..]);
+            z.finish(comp, size, Some(crc)).unwrap();
+            assert_eq!(inflate_all(comp, size, Some(crc)).unwrap(), data);
 
-        let mut z = Inflater::new();
-        let mut buf = vec![0u8; 9_999];
-        z.fill(&comp, &mut buf).unwrap();
-        assert_eq!(
-            z.finish(&comp, 9_999, Some(crc)),
-            Err(InflateError::Long { declared: 9_999 })
-        );
+            let mut z = Inflater::new();
+            let mut buf = vec![0u8; data.len() - 1];
+            z.fill(comp, &mut buf).unwrap();
+            assert_eq!(
+                z.finish(comp, size - 1, Some(crc)),
+                Err(InflateError::Long { declared: size - 1 })
+            );
 
-        let mut z = Inflater::new();
-        let mut buf = vec![0u8; 10_001];
-        assert!(matches!(
-            z.fill(&comp, &mut buf),
-            Err(InflateError::Short { .. })
-        ));
-        let mut z = Inflater::new();
-        let mut buf = vec![0u8; 10_000];
-        assert!(z.fill(&comp[..comp.len() / 2], &mut buf).is_err());
-        let mut z = Inflater::new();
-        z.fill(&comp, &mut buf).unwrap();
-        assert!(matches!(
-            z.finish(&comp, 10_000, Some(crc ^ 1)),
-            Err(InflateError::Crc { .. })
-        ));
+            let mut z = Inflater::new();
+            let mut buf = vec![0u8; data.len() + 1];
+            assert!(matches!(
+                z.fill(comp, &mut buf),
+                Err(InflateError::Short { .. })
+            ));
+            let half = Span::new(comp.src, 3, comp.len / 2);
+            let mut z = Inflater::new();
+            let mut buf = vec![0u8; data.len()];
+            assert!(z.fill(half, &mut buf).is_err());
+            let mut z = Inflater::new();
+            z.fill(comp, &mut buf).unwrap();
+            assert!(matches!(
+                z.finish(comp, size, Some(crc ^ 1)),
+                Err(InflateError::Crc { .. })
+            ));
+        }
+    }
+
+    /// A member whose bytes cannot be read fails with the source's own error.
+    #[test]
+    fn a_read_failure_is_the_sources_error() {
+        let [_, src] = deflated(b"hello");
+        let past = Span::new(&src, 3, src.len());
+        let mut buf = [0u8; 5];
+        let e = Inflater::new().fill(past, &mut buf).unwrap_err();
+        let e = e.into_error(|_| unreachable!("not a format error"));
+        assert_eq!(e.kind(), "io");
+        assert!(e.to_string().contains("past the end"), "{e}");
     }
 }

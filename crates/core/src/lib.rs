@@ -5,16 +5,19 @@
 //! * [`TensorInfo`] and [`Metadata`]: what readers learn from headers alone.
 //! * [`TensorSource`] and [`TensorSink`]: the traits each format implements; their docs state
 //!   the call protocol.
+//! * [`ByteSource`]: the one seam every reader reads its input through (ranges of a named
+//!   object with a size and an identity); [`bytes`] states its protocol, [`mapped`] holds the
+//!   local files (mapped: where zero-copy lives) and their page hints.
 //! * [`Error`]: one error enum, with exit codes; [`Limits`]: caps on sizes read from files.
 //! * [`hash`]: container-independent content hashes used to verify every emitted file.
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
-//! * [`mapped`]: page hints (release, populate) for read-only file maps.
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks;
 //!   [`staged`]: the staged files every sink writes through; [`descriptors`]: their open
 //!   descriptors, cached and bounded; [`io_counts`]: the writes, opens and syncs a job made.
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod bytes;
 pub mod contain;
 pub mod descriptors;
 pub mod dtype;
@@ -31,6 +34,7 @@ pub mod staged;
 pub mod staging;
 pub mod tensor;
 
+pub use bytes::{ByteSource, Identity, Storage};
 pub use contain::{contain_panic, panic_is_contained};
 pub use dtype::{CastRule, DType, Layout, SizeError};
 pub use error::{sanitize, shown, Error, Location, Result};

@@ -131,7 +131,7 @@ impl Default for PickleLimits {
 
 /// What a reader is told when it opens a file: the caps, and the few per-format choices a user
 /// can make on the command line. Readers ignore the fields that do not concern them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ReadOptions {
     /// Caps on sizes read from the file.
@@ -152,6 +152,24 @@ pub struct ReadOptions {
     /// Read this one file even if it is a part of a set (a GGUF split): verification reopens
     /// each staged file on its own, under its temp name.
     pub one_part: bool,
+    /// Where inputs come from: the registry opens every input through it, and readers of
+    /// multi-file sets open the other files of the set through it. Default: local files,
+    /// mapped ([`crate::mapped::LocalFiles`]).
+    pub storage: std::sync::Arc<dyn crate::bytes::Storage>,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            limits: Limits::default(),
+            void2_as_bf16: false,
+            key: None,
+            shared_copy: false,
+            inert_objects: false,
+            one_part: false,
+            storage: std::sync::Arc::new(crate::mapped::LocalFiles::default()),
+        }
+    }
 }
 
 impl ReadOptions {

@@ -1,18 +1,32 @@
-//! Page hints for read-only file maps, shared by every reader that serves bytes zero-copy.
+//! Local files as [`ByteSource`]s ([`LocalFile`], opened by the [`LocalFiles`] storage), and
+//! page hints for read-only file maps: where zero-copy lives.
 //!
 //! The contract of every weightport map: memmap2 maps the file shared and read-only, weightport
 //! never writes through it, and the file must not be modified or truncated while mapped (the
 //! CLI turns the SIGBUS a truncation raises into "input changed while reading"). Under it,
-//! dropping resident pages is harmless: they fault back in with the same bytes.
+//! dropping resident pages is harmless: they fault back in with the same bytes, and a mapped
+//! file's `read_at` copies out of the map with no system call and no per-read identity check
+//! (the contract is the check). A file opened with [`LocalFile::open_pread`] is never mapped:
+//! each `read_at` is one `pread`, followed by an `fstat` that must find the device, inode,
+//! ctime and size it was opened with.
+
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
-use crate::error::{Error, Location, Result};
-use crate::format::Format;
+use crate::bytes::{changed, past_end, ByteSource, Identity, Storage};
+use crate::error::{Error, Result};
 
 /// Opens the input `path` for reading and returns it with its length. A directory is a usage
 /// error, "`path`: is a directory" followed by `expected` (each reader says what it wants).
-pub fn open_input(path: &std::path::Path, expected: &str) -> Result<(std::fs::File, u64)> {
+pub fn open_input(path: &Path, expected: &str) -> Result<(std::fs::File, u64)> {
+    let (file, meta) = open_stat(path, expected)?;
+    Ok((file, meta.len()))
+}
+
+fn open_stat(path: &Path, expected: &str) -> Result<(std::fs::File, std::fs::Metadata)> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     if meta.is_dir() {
@@ -21,11 +35,176 @@ pub fn open_input(path: &std::path::Path, expected: &str) -> Result<(std::fs::Fi
             path.display()
         )));
     }
-    Ok((file, meta.len()))
+    Ok((file, meta))
+}
+
+fn identity_of(m: &std::fs::Metadata) -> Identity {
+    Identity::File {
+        dev: m.dev(),
+        ino: m.ino(),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        len: m.len(),
+    }
+}
+
+/// A local file as a [`ByteSource`]: mapped read-only (zero-copy; [`LocalFile::open`]), read
+/// by `pread` with its identity checked on every read ([`LocalFile::open_pread`]), or a map
+/// this process already holds ([`LocalFile::from_map`]).
+pub struct LocalFile {
+    name: PathBuf,
+    /// The open file, for `pread` (`None` when mapped: the map needs no descriptor).
+    file: Option<std::fs::File>,
+    len: u64,
+    identity: Identity,
+    /// The map, for a mapped file that is not empty.
+    map: Option<Arc<Mmap>>,
+    /// Zero-copy: [`ByteSource::map`] answers (an empty file as an empty slice).
+    mapped: bool,
+}
+
+impl std::fmt::Debug for LocalFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFile")
+            .field("name", &self.name)
+            .field("len", &self.len)
+            .field("mapped", &self.mapped)
+            .finish()
+    }
+}
+
+impl LocalFile {
+    /// Opens `path` and maps it (an empty file is not mapped: a zero-length map is not
+    /// portable). A directory is refused with "is a directory" followed by `expected`.
+    pub fn open(path: &Path, expected: &str) -> Result<LocalFile> {
+        let (file, meta) = open_stat(path, expected)?;
+        let map = match meta.len() {
+            0 => None,
+            _ => Some(Arc::new(map(&file, path)?)),
+        };
+        // The map outlives the descriptor: a set of 700 mapped parts holds no descriptor.
+        drop(file);
+        Ok(LocalFile {
+            name: path.to_path_buf(),
+            file: None,
+            len: meta.len(),
+            identity: identity_of(&meta),
+            map,
+            mapped: true,
+        })
+    }
+
+    /// Opens `path` without mapping it: every read is a `pread` checked against the identity
+    /// the file had when opened (what a remote object does with its ETag).
+    pub fn open_pread(path: &Path, expected: &str) -> Result<LocalFile> {
+        let (file, meta) = open_stat(path, expected)?;
+        Ok(LocalFile {
+            name: path.to_path_buf(),
+            file: Some(file),
+            len: meta.len(),
+            identity: identity_of(&meta),
+            map: None,
+            mapped: false,
+        })
+    }
+
+    /// A map this process already holds (a member a scan unpacked into an unlinked temp file),
+    /// named `name` in messages.
+    pub fn from_map(name: impl Into<PathBuf>, map: Arc<Mmap>) -> LocalFile {
+        LocalFile {
+            name: name.into(),
+            file: None,
+            len: map.len() as u64,
+            identity: Identity::Private,
+            map: Some(map),
+            mapped: true,
+        }
+    }
+
+    /// One `pread` of `buf` at `offset`, then the identity check.
+    fn pread(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let file = self.file.as_ref().expect("an unmapped file is open");
+        file.read_exact_at(buf, offset)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => changed(&self.name),
+                _ => Error::io(&self.name, "read", e),
+            })?;
+        let now = file
+            .metadata()
+            .map_err(|e| Error::io(&self.name, "stat", e))?;
+        if identity_of(&now) != self.identity {
+            return Err(changed(&self.name));
+        }
+        Ok(())
+    }
+}
+
+impl ByteSource for LocalFile {
+    fn name(&self) -> &Path {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let end = offset.checked_add(len).filter(|&e| e <= self.len);
+        let end = end.ok_or_else(|| past_end(&self.name, offset, len, self.len))?;
+        match self.map() {
+            Some(map) => {
+                buf.copy_from_slice(&map[offset as usize..end as usize]);
+                Ok(())
+            }
+            None if buf.is_empty() => Ok(()),
+            None => self.pread(offset, buf),
+        }
+    }
+
+    fn map(&self) -> Option<&[u8]> {
+        self.mapped
+            .then(|| self.map.as_deref().map_or(&[][..], |m| &m[..]))
+    }
+
+    fn will_need(&self, start: u64, end: u64) {
+        if let Some(m) = &self.map {
+            will_need(m, start as usize, end as usize);
+        }
+    }
+
+    fn release(&self, start: u64, end: u64) {
+        if let Some(m) = &self.map {
+            release(m, start as usize, end as usize);
+        }
+    }
+}
+
+/// Local files as a [`Storage`]: mapped (the default), or read by `pread` only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalFiles {
+    /// Never map: every read is a checked `pread` ([`LocalFile::open_pread`]).
+    pub pread_only: bool,
+}
+
+impl Storage for LocalFiles {
+    fn open(&self, name: &Path, expected: &str) -> Result<Arc<dyn ByteSource>> {
+        Ok(Arc::new(match self.pread_only {
+            false => LocalFile::open(name, expected)?,
+            true => LocalFile::open_pread(name, expected)?,
+        }))
+    }
+
+    fn exists(&self, name: &Path) -> bool {
+        name.exists()
+    }
 }
 
 /// Maps `file` read-only and shared, under the contract in the module docs.
-pub fn map(file: &std::fs::File, path: &std::path::Path) -> Result<Mmap> {
+pub fn map(file: &std::fs::File, path: &Path) -> Result<Mmap> {
     // SAFETY: memmap2 maps the file shared and read-only: the bytes seen through the map are
     // the file's current contents. Weightport never writes through the map; the contract it
     // cannot enforce from here is that no process modifies or truncates the file while it is
@@ -71,98 +250,9 @@ pub fn will_need(map: &Mmap, begin: usize, end: usize) {
     }
 }
 
-/// Where a tensor's stored bytes lie in a file: `[start, start + len)`. The readers that serve
-/// bytes zero-copy keep one per tensor and answer [`crate::TensorSource::bytes`],
-/// `read_into`, `will_need` and `release` through it, so the range arithmetic and the bounds
-/// check are the same for every format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extent {
-    /// Absolute offset of the first byte.
-    pub start: u64,
-    /// Length in bytes.
-    pub len: u64,
-}
-
-impl Extent {
-    /// `[start, start + len)`.
-    pub fn new(start: u64, len: u64) -> Self {
-        Extent { start, len }
-    }
-
-    /// Its bytes in `file` (a map or an in-memory copy); `None` when they do not all lie in it.
-    pub fn of<'a>(&self, file: &'a [u8]) -> Option<&'a [u8]> {
-        let end = self.start.checked_add(self.len)?;
-        file.get(usize::try_from(self.start).ok()?..usize::try_from(end).ok()?)
-    }
-
-    /// The absolute range of `[offset, offset + len)` of the tensor, clipped to its end.
-    fn clip(&self, offset: u64, len: u64) -> (usize, usize) {
-        let begin = self.start.saturating_add(offset);
-        let end = self
-            .start
-            .saturating_add(offset.saturating_add(len).min(self.len));
-        (begin as usize, end as usize)
-    }
-
-    /// Copies `[offset, offset + dst.len())` of the tensor from `file`, after the bounds check
-    /// every reader applies ([`crate::source::check_read`]; `at` names the tensor).
-    pub fn read_into(
-        &self,
-        file: &[u8],
-        at: impl FnOnce() -> Location,
-        format: Format,
-        offset: u64,
-        dst: &mut [u8],
-    ) -> Result<()> {
-        crate::source::check_read(at, format, self.len, offset, dst.len(), 1)?;
-        let (a, b) = self.clip(offset, dst.len() as u64);
-        dst.copy_from_slice(&file[a..b]);
-        Ok(())
-    }
-
-    /// [`will_need`] for `[offset, offset + len)` of the tensor.
-    pub fn will_need(&self, map: &Mmap, offset: u64, len: u64) {
-        let (a, b) = self.clip(offset, len);
-        will_need(map, a, b);
-    }
-
-    /// [`release`] for `[offset, offset + len)` of the tensor.
-    pub fn release(&self, map: &Mmap, offset: u64, len: u64) {
-        let (a, b) = self.clip(offset, len);
-        release(map, a, b);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn extents_check_reads_and_clip_hints() {
-        let file: Vec<u8> = (0..32).collect();
-        let x = Extent::new(8, 8);
-        assert_eq!(x.of(&file), Some(&file[8..16]));
-        assert_eq!(Extent::new(30, 8).of(&file), None);
-        assert_eq!(Extent::new(u64::MAX, 2).of(&file), None);
-        let mut dst = [0u8; 3];
-        let at = || Location::file("f").tensor("t").at(8);
-        x.read_into(&file, at, Format::Gguf, 5, &mut dst).unwrap();
-        assert_eq!(dst, [13, 14, 15]);
-        let e = x
-            .read_into(&file, at, Format::Gguf, 6, &mut dst)
-            .unwrap_err();
-        assert!(e
-            .to_string()
-            .contains("read of 3 bytes at 6 past the end of the tensor (8 bytes)"));
-        assert!(x
-            .read_into(&file, at, Format::Gguf, u64::MAX, &mut dst)
-            .is_err());
-        assert_eq!(x.clip(4, u64::MAX), (12, 16));
-        let e = crate::source::check_read(at, Format::Npz, 8, 2, 4, 4).unwrap_err();
-        assert!(e
-            .to_string()
-            .contains("is not aligned to the 4-byte element"));
-    }
 
     #[test]
     fn a_directory_is_not_an_input() {
@@ -184,5 +274,47 @@ mod tests {
         release(&map, 1, data.len() + 100);
         release(&map, 0, 0);
         assert_eq!(&map[..], &data[..]);
+    }
+
+    /// A mapped file and a pread-only one read the same bytes; the pread-only one refuses a
+    /// read once the file changed (rewritten in place, or truncated), as a remote source
+    /// refuses a changed ETag; an empty file maps as an empty slice.
+    #[test]
+    fn local_files_read_alike_and_pread_checks_identity() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let data: Vec<u8> = (0..10_000).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let mapped = LocalFile::open(&p, "").unwrap();
+        let pread = LocalFiles { pread_only: true }.open(&p, "").unwrap();
+        assert!(mapped.map().is_some() && pread.map().is_none());
+        for src in [&mapped as &dyn ByteSource, &*pread] {
+            let mut b = [0u8; 100];
+            src.read_at(9_900, &mut b).unwrap();
+            assert_eq!(&b[..], &data[9_900..]);
+            let e = src.read_at(9_901, &mut b).unwrap_err();
+            assert!(e.to_string().contains("past the end (10000 bytes)"), "{e}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"x", 5_000).unwrap();
+        let mut b = [0u8; 10];
+        let e = pread.read_at(0, &mut b).unwrap_err();
+        assert!(e.to_string().contains("input changed while reading"), "{e}");
+        let again = LocalFile::open_pread(&p, "").unwrap();
+        again.read_at(0, &mut b).unwrap();
+        f.set_len(100).unwrap();
+        let e = again.read_at(0, &mut b).unwrap_err();
+        assert!(e.to_string().contains("input changed while reading"), "{e}");
+
+        let empty = d.path().join("e");
+        std::fs::write(&empty, b"").unwrap();
+        let e = LocalFile::open(&empty, "").unwrap();
+        assert_eq!(e.map(), Some(&[][..]));
+        e.read_at(0, &mut []).unwrap();
+        let dir = LocalFile::open(d.path(), ", expected a file").unwrap_err();
+        assert!(dir
+            .to_string()
+            .ends_with(": is a directory, expected a file"));
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! * An [`InputFormat`] is a content probe (first bytes, and for ZIP the central directory:
 //!   never the extension) plus an `open` that validates headers and returns a
-//!   [`TensorSource`].
+//!   [`TensorSource`]. Both are handed the input as a [`ByteSource`] (opened by the registry
+//!   through [`ReadOptions::storage`]), so no reader knows where its bytes come from.
 //! * A [`RepoFormat`] turns a directory or an index file into its weight files (HF repos, GGUF
 //!   split sets); each weight file is opened through the input formats (the `open_file`
 //!   callback), so a repo of `.bin` shards works like one of safetensors shards.
@@ -12,13 +13,19 @@
 //!   the output plan dequantizes what it cannot.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::bytes::ByteSource;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::format::Format;
 use crate::limits::ReadOptions;
 use crate::source::{TensorSink, TensorSource};
 use crate::tensor::{Metadata, TensorInfo};
+
+/// Validates an input already opened as a source ([`InputFormat::open`]).
+pub type OpenSource =
+    fn(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<Box<dyn TensorSource>>;
 
 /// Opens one weights file through the registry (handed to [`RepoFormat::open`]).
 pub type OpenFile<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn TensorSource>>;
@@ -29,10 +36,11 @@ pub struct InputFormat {
     pub name: &'static str,
     /// The container format.
     pub format: Format,
-    /// True when the file's content is this format (`head`: its first bytes, up to 4 KiB).
-    pub probe: fn(path: &Path, head: &[u8]) -> bool,
-    /// Opens and validates the file.
-    pub open: fn(path: &Path, opts: &ReadOptions) -> Result<Box<dyn TensorSource>>,
+    /// True when the source's content is this format (`head`: its first bytes, up to 4 KiB;
+    /// `src` the whole input, for formats told apart by more than their first bytes).
+    pub probe: fn(src: &dyn ByteSource, head: &[u8]) -> bool,
+    /// Opens and validates the source.
+    pub open: OpenSource,
 }
 
 /// What a repo resolves to.

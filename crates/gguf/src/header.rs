@@ -1,16 +1,20 @@
 //! Parsing and validating a GGUF header (key/values and tensor infos) from bytes.
 //!
-//! [`parse`] takes the whole file as a byte slice (the reader passes its read-only map, so only
-//! the header pages are touched) and applies every check of docs/specs/gguf.md §1.3 in the order llama.cpp's
-//! `gguf_init_from_file` applies them, with checked arithmetic throughout and no allocation
-//! sized by a count before the bytes backing it are known to exist. Every error names the file,
-//! the key or tensor concerned, and the absolute byte offset.
+//! [`parse_source`] reads the header front to back from a [`ByteSource`] (zero-copy from a
+//! mapped file, so only the header pages are touched; in bounded steps by `read_at` otherwise;
+//! [`parse`] does the same over bytes in memory) and applies every check of docs/specs/gguf.md
+//! §1.3 in the order llama.cpp's `gguf_init_from_file` applies them, with checked arithmetic
+//! throughout and no allocation or read sized by a count or length before the cap on it is
+//! checked and the bytes backing it are known to exist. Every error names the file, the key or
+//! tensor concerned, and the absolute byte offset.
 
 use std::collections::HashSet;
 use std::path::Path;
 
+use weightport_core::bytes::{ByteCursor, InMemory};
 use weightport_core::{
-    sanitize, DType, Error, Format, Limits, Location, MetaType, MetaValue, Metadata, Result,
+    sanitize, ByteSource, DType, Error, Format, Limits, Location, MetaType, MetaValue, Metadata,
+    Result,
 };
 
 use crate::types::{self, TypeIdError};
@@ -86,15 +90,24 @@ pub fn align_up(x: u64, align: u32) -> Option<u64> {
 
 struct Cur<'a> {
     path: &'a Path,
-    buf: &'a [u8],
-    pos: usize,
+    src: ByteCursor<'a>,
     values: u64,
     limits: &'a Limits,
 }
 
 impl<'a> Cur<'a> {
+    /// The position of the next byte.
+    fn pos(&self) -> usize {
+        self.src.pos() as usize
+    }
+
     fn remaining(&self) -> u64 {
-        (self.buf.len() - self.pos) as u64
+        self.src.remaining()
+    }
+
+    /// The file's length.
+    fn file_len(&self) -> u64 {
+        self.src.source().len()
     }
 
     fn mal(&self, at: usize, tensor: Option<&str>, reason: String) -> Error {
@@ -105,10 +118,10 @@ impl<'a> Cur<'a> {
         Error::malformed(loc, Format::Gguf, reason)
     }
 
-    fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
+    fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&[u8]> {
         if n > self.remaining() {
             return Err(self.mal(
-                self.pos,
+                self.pos(),
                 None,
                 format!(
                     "{} needs {n} bytes but the file ends {} bytes later (truncated?)",
@@ -117,9 +130,7 @@ impl<'a> Cur<'a> {
                 ),
             ));
         }
-        let s = &self.buf[self.pos..self.pos + n as usize];
-        self.pos += n as usize;
-        Ok(s)
+        self.src.take(n)
     }
 
     fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
@@ -134,8 +145,8 @@ impl<'a> Cur<'a> {
 
     /// A `str`: u64 length, then bytes. The length is checked against the cap and the bytes
     /// left before anything is allocated.
-    fn string(&mut self, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
-        let at = self.pos;
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+        let at = self.pos();
         let len = self.u64(&|| format!("the length of {}", what()))?;
         if len > self.limits.max_gguf_string {
             return Err(Error::Limit {
@@ -156,7 +167,7 @@ impl<'a> Cur<'a> {
                 ),
             ));
         }
-        self.take(len, what)
+        Ok(self.take(len, what)?.to_vec())
     }
 
     fn count_values(&mut self, n: u64, at: usize) -> Result<()> {
@@ -189,9 +200,9 @@ impl<'a> Cur<'a> {
             MetaType::Str => {
                 let b = self.string(what)?;
                 // llama.cpp does not validate UTF-8: keep such strings, as bytes.
-                match std::str::from_utf8(b) {
-                    Ok(s) => MetaValue::Str(s.to_owned()),
-                    Err(_) => MetaValue::Bytes(b.to_vec()),
+                match String::from_utf8(b) {
+                    Ok(s) => MetaValue::Str(s),
+                    Err(e) => MetaValue::Bytes(e.into_bytes()),
                 }
             }
             MetaType::Array => unreachable!("arrays are read by the caller"),
@@ -206,10 +217,15 @@ fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
 /// Parses and validates the GGUF file whose complete contents are `buf`; `path` is used in
 /// messages only.
 pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
+    parse_source(&InMemory::new(path, buf), limits)
+}
+
+/// Parses and validates the header of the GGUF file `src`, reading it front to back (see the
+/// module docs); `src`'s name is used in messages.
+pub fn parse_source(src: &dyn ByteSource, limits: &Limits) -> Result<GgufHeader> {
     let mut c = Cur {
-        path,
-        buf,
-        pos: 0,
+        path: src.name(),
+        src: ByteCursor::new(src, 0),
         values: 0,
         limits,
     };
@@ -218,7 +234,7 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
     let (metadata, kv_offsets, alignment_at) = key_values(&mut c, n_kv)?;
     let alignment = alignment_of(&c, &metadata, alignment_at)?;
     let tensors = tensor_infos(&mut c, n_tensors)?;
-    let infos_end = c.pos as u64;
+    let infos_end = c.pos() as u64;
     let data_start = data_start(&c, &tensors, infos_end, alignment)?;
     check_offsets(&c, &tensors, data_start, alignment)?;
     Ok(GgufHeader {
@@ -234,8 +250,9 @@ pub fn parse(path: &Path, buf: &[u8], limits: &Limits) -> Result<GgufHeader> {
 
 /// The magic and a supported version.
 fn version(c: &mut Cur) -> Result<u32> {
-    if c.buf.len() < 4 || &c.buf[..4] != MAGIC {
-        let head: Vec<String> = c.buf.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let magic = c.src.source().head(4)?;
+    if magic != MAGIC {
+        let head: Vec<String> = magic.iter().map(|b| format!("{b:02x}")).collect();
         return Err(Error::NotFormat {
             path: c.path.to_path_buf(),
             expected: Format::Gguf,
@@ -245,7 +262,7 @@ fn version(c: &mut Cur) -> Result<u32> {
             ),
         });
     }
-    c.pos = 4;
+    c.src.seek(4);
     let version = c.u32(&|| "the version".into())?;
     let unsupported = |what: String| Error::Unsupported {
         at: Location::file(c.path).at(4),
@@ -325,7 +342,7 @@ fn key_values(c: &mut Cur, n_kv: u64) -> Result<(Metadata, Vec<u64>, usize)> {
     let mut seen = HashSet::new();
     let mut alignment_at = 0usize;
     for i in 0..n_kv {
-        let at = c.pos;
+        let at = c.pos();
         let (key, value) = key_value(c, i, &mut seen)?;
         if key == ALIGNMENT_KEY {
             alignment_at = at;
@@ -338,19 +355,18 @@ fn key_values(c: &mut Cur, n_kv: u64) -> Result<(Metadata, Vec<u64>, usize)> {
 
 /// Key/value pair `i`: a non-empty unique key, a known type, its value.
 fn key_value(c: &mut Cur, i: u64, seen: &mut HashSet<String>) -> Result<(String, MetaValue)> {
-    let at = c.pos;
+    let at = c.pos();
     let kb = c.string(&|| format!("key {i}"))?;
     if kb.is_empty() {
         return Err(c.mal(at, None, format!("key {i} is empty")));
     }
-    let key = std::str::from_utf8(kb)
-        .map_err(|_| c.mal(at, None, format!("key {i} is not valid UTF-8")))?
-        .to_owned();
+    let key = String::from_utf8(kb)
+        .map_err(|_| c.mal(at, None, format!("key {i} is not valid UTF-8")))?;
     let sk = sanitize(&key);
     if !seen.insert(key.clone()) {
         return Err(c.mal(at, None, format!("duplicate key `{sk}`")));
     }
-    let ty_at = c.pos;
+    let ty_at = c.pos();
     let ty = c.u32(&|| format!("the type of key `{sk}`"))?;
     let t = types::meta_type_of(ty).ok_or_else(|| {
         c.mal(
@@ -361,7 +377,7 @@ fn key_value(c: &mut Cur, i: u64, seen: &mut HashSet<String>) -> Result<(String,
     })?;
     let what = || format!("the value of key `{sk}`");
     let value = if t == MetaType::Array {
-        let et_at = c.pos;
+        let et_at = c.pos();
         let et = c.u32(&what)?;
         let elem = types::meta_type_of(et).ok_or_else(|| {
             c.mal(
@@ -379,7 +395,7 @@ fn key_value(c: &mut Cur, i: u64, seen: &mut HashSet<String>) -> Result<(String,
                 what: format!("key `{sk}` is an array of arrays, which llama.cpp's reader rejects"),
             });
         }
-        let n_at = c.pos;
+        let n_at = c.pos();
         let n = c.u64(&what)?;
         if n > c.limits.max_gguf_array {
             return Err(Error::Limit {
@@ -453,12 +469,12 @@ fn tensor_infos(c: &mut Cur, n_tensors: u64) -> Result<Vec<GgufTensor>> {
 /// Tensor info `i`: a short unique name, at most 4 dimensions, a known type whose block
 /// divides `ne[0]`, a size that fits, the offset.
 fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufTensor> {
-    let at = c.pos;
+    let at = c.pos();
     let name = tensor_name(c, i, names)?;
     let what = || format!("the info of tensor `{}`", sanitize(&name));
-    let nd_at = c.pos;
+    let nd_at = c.pos();
     let (ne, nel) = dims(c, &name)?;
-    let ty_at = c.pos;
+    let ty_at = c.pos();
     let ty = c.u32(&what)?;
     let dtype = tensor_type(c, ty, ty_at, &name)?;
     let nbytes = tensor_bytes(c, &name, (&ne, nel), dtype, (nd_at, ty_at))?;
@@ -476,9 +492,9 @@ fn tensor_info(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<GgufT
 
 /// Tensor `i`'s name: at most [`MAX_NAME`] bytes of UTF-8, not one of `names` (which it joins).
 fn tensor_name(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<String> {
-    let at = c.pos;
+    let at = c.pos();
     let nb = c.string(&|| format!("the name of tensor {i}"))?;
-    let lossy = String::from_utf8_lossy(nb).into_owned();
+    let lossy = String::from_utf8_lossy(&nb).into_owned();
     if nb.len() > MAX_NAME {
         return Err(c.mal(
             at,
@@ -489,9 +505,8 @@ fn tensor_name(c: &mut Cur, i: u64, names: &mut HashSet<String>) -> Result<Strin
             ),
         ));
     }
-    let name = std::str::from_utf8(nb)
-        .map_err(|_| c.mal(at, Some(&lossy), "tensor name is not valid UTF-8".into()))?
-        .to_owned();
+    let name = String::from_utf8(nb)
+        .map_err(|_| c.mal(at, Some(&lossy), "tensor name is not valid UTF-8".into()))?;
     if !names.insert(name.clone()) {
         return Err(c.mal(at, Some(&name), "duplicate tensor name".into()));
     }
@@ -561,7 +576,7 @@ fn tensor_bytes(
 /// (llama.cpp's check, gguf.cpp:700-719: it must fit i64).
 fn dims(c: &mut Cur, name: &str) -> Result<(Vec<u64>, u64)> {
     let what = || format!("the info of tensor `{}`", sanitize(name));
-    let nd_at = c.pos;
+    let nd_at = c.pos();
     let n_dims = c.u32(&what)?;
     if n_dims > MAX_DIMS {
         return Err(c.mal(
@@ -572,7 +587,7 @@ fn dims(c: &mut Cur, name: &str) -> Result<(Vec<u64>, u64)> {
     }
     let mut ne = Vec::with_capacity(n_dims as usize);
     for j in 0..n_dims {
-        let d_at = c.pos;
+        let d_at = c.pos();
         let d = c.u64(&what)?;
         if d > i64::MAX as u64 {
             return Err(c.mal(
@@ -599,7 +614,7 @@ fn dims(c: &mut Cur, name: &str) -> Result<(Vec<u64>, u64)> {
 
 /// Where the data section begins: the first multiple of the alignment after the infos.
 fn data_start(c: &Cur, tensors: &[GgufTensor], infos_end: u64, alignment: u32) -> Result<u64> {
-    let file_len = c.buf.len() as u64;
+    let file_len = c.file_len();
     Ok(if tensors.is_empty() {
         infos_end
     } else {
@@ -607,7 +622,7 @@ fn data_start(c: &Cur, tensors: &[GgufTensor], infos_end: u64, alignment: u32) -
             .filter(|&d| d <= file_len)
             .ok_or_else(|| {
                 c.mal(
-                    c.pos,
+                    c.pos(),
                     None,
                     format!(
                         "the data section would begin past the end of the file ({file_len} bytes)"
@@ -620,7 +635,7 @@ fn data_start(c: &Cur, tensors: &[GgufTensor], infos_end: u64, alignment: u32) -
 /// Offsets exactly sequential, as llama.cpp requires (gguf.cpp:791-801), and every tensor
 /// within the file.
 fn check_offsets(c: &Cur, tensors: &[GgufTensor], data_start: u64, alignment: u32) -> Result<()> {
-    let file_len = c.buf.len() as u64;
+    let file_len = c.file_len();
     let mut expected = 0u64;
     let mut prev: Option<&str> = None;
     for t in tensors {

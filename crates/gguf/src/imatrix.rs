@@ -17,8 +17,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use weightport_core::mapped;
-use weightport_core::{Error, Format, Limits, Location, MetaValue, Result};
+use weightport_core::bytes::{ByteCursor, InMemory};
+use weightport_core::mapped::LocalFile;
+use weightport_core::{ByteSource, Error, Format, Limits, Location, MetaValue, Result};
 
 use crate::header;
 
@@ -88,21 +89,26 @@ impl Imatrix {
 /// Reads the importance matrix at `path`, either format (a GGUF file is recognised by its
 /// magic; anything else is read as the legacy format).
 pub fn read_imatrix(path: &Path, limits: &Limits) -> Result<Imatrix> {
-    let (file, len) = mapped::open_input(path, ", expected an importance matrix file")?;
-    if len == 0 {
+    let src = LocalFile::open(path, ", expected an importance matrix file")?;
+    if src.is_empty() {
         return Err(malformed(path, 0, "the file is empty"));
     }
-    let map = mapped::map(&file, path)?;
-    parse_imatrix(path, &map, limits)
+    read_imatrix_from(&src, limits)
 }
 
 /// Parses the importance matrix whose complete contents are `buf`; `path` names it in
 /// messages.
 pub fn parse_imatrix(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
-    if buf.starts_with(header::MAGIC) {
-        parse_gguf(path, buf, limits)
+    read_imatrix_from(&InMemory::new(path, buf), limits)
+}
+
+/// Reads the importance matrix `src` (either format), by ranges: every length is checked
+/// against its cap and the bytes left before it is read.
+pub fn read_imatrix_from(src: &dyn ByteSource, limits: &Limits) -> Result<Imatrix> {
+    if src.head(4)? == header::MAGIC {
+        parse_gguf(src, limits)
     } else {
-        parse_legacy(path, buf, limits)
+        parse_legacy(src, limits)
     }
 }
 
@@ -122,26 +128,22 @@ fn limit(path: &Path, at: u64, what: &'static str, needed: u64, limit: u64) -> E
 /// A cursor over the legacy format.
 struct Legacy<'a> {
     path: &'a Path,
-    buf: &'a [u8],
-    pos: usize,
+    cur: ByteCursor<'a>,
 }
 
 impl<'a> Legacy<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let Some(end) = end else {
+    fn take(&mut self, n: usize, what: &str) -> Result<&[u8]> {
+        if n as u64 > self.cur.remaining() {
             return Err(malformed(
                 self.path,
-                self.pos as u64,
+                self.cur.pos(),
                 format!(
                     "{what} needs {n} bytes but the file ends after {} (truncated?)",
-                    self.buf.len() - self.pos
+                    self.rest()
                 ),
             ));
-        };
-        let b = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(b)
+        }
+        self.cur.take(n as u64)
     }
 
     fn i32(&mut self, what: &str) -> Result<i32> {
@@ -150,12 +152,16 @@ impl<'a> Legacy<'a> {
     }
 
     fn rest(&self) -> usize {
-        self.buf.len() - self.pos
+        self.cur.remaining() as usize
     }
 }
 
-fn parse_legacy(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
-    let mut c = Legacy { path, buf, pos: 0 };
+fn parse_legacy(src: &dyn ByteSource, limits: &Limits) -> Result<Imatrix> {
+    let path = src.name();
+    let mut c = Legacy {
+        path,
+        cur: ByteCursor::new(src, 0),
+    };
     let n = c.i32("the entry count")?;
     if n < 1 {
         return Err(malformed(
@@ -202,7 +208,7 @@ fn parse_legacy(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
 
 fn legacy_entry(c: &mut Legacy, i: i32, limits: &Limits) -> Result<ImatrixEntry> {
     let path = c.path;
-    let at = c.pos as u64;
+    let at = c.cur.pos();
     let len = c.i32("a name length")?;
     if len < 0 || len as u64 > limits.max_imatrix_name {
         return Err(limit(
@@ -213,8 +219,8 @@ fn legacy_entry(c: &mut Legacy, i: i32, limits: &Limits) -> Result<ImatrixEntry>
             limits.max_imatrix_name,
         ));
     }
-    let raw = c.take(len as usize, "a name")?;
-    let name = std::str::from_utf8(raw)
+    let raw = c.take(len as usize, "a name")?.to_vec();
+    let name = String::from_utf8(raw)
         .ok()
         .filter(|s| !s.is_empty() && !s.contains('\0'))
         .ok_or_else(|| {
@@ -226,10 +232,9 @@ fn legacy_entry(c: &mut Legacy, i: i32, limits: &Limits) -> Result<ImatrixEntry>
                     i + 1
                 ),
             )
-        })?
-        .to_string();
+        })?;
     let ncall = c.i32("the call count")?;
-    let vat = c.pos as u64;
+    let vat = c.cur.pos();
     let nval = c.i32("the value count")?;
     let at_entry = |reason: String| {
         Error::malformed(
@@ -259,11 +264,11 @@ fn legacy_entry(c: &mut Legacy, i: i32, limits: &Limits) -> Result<ImatrixEntry>
             c.rest()
         )));
     }
-    let data_at = c.pos as u64;
-    let bytes = c.take(nval as usize * 4, "the values")?;
+    let data_at = c.cur.pos();
+    let sums = f32s(c.take(nval as usize * 4, "the values")?);
     Ok(ImatrixEntry {
         name,
-        sums: f32s(bytes),
+        sums,
         counts: vec![i64::from(ncall)],
         at: data_at,
     })
@@ -284,7 +289,7 @@ fn legacy_trailer(c: &mut Legacy, limits: &Limits) -> Result<(i64, Vec<String>)>
     if c.rest() == 0 {
         return Ok((i64::from(chunks), Vec::new()));
     }
-    let at = c.pos as u64;
+    let at = c.cur.pos();
     let len = c.i32("the dataset name length")?;
     if len < 0 || len as u64 > limits.max_imatrix_name {
         return Err(limit(
@@ -295,11 +300,11 @@ fn legacy_trailer(c: &mut Legacy, limits: &Limits) -> Result<(i64, Vec<String>)>
             limits.max_imatrix_name,
         ));
     }
-    let raw = c.take(len as usize, "the dataset name")?;
+    let raw = c.take(len as usize, "the dataset name")?.to_vec();
     if c.rest() != 0 {
         return Err(malformed(
             c.path,
-            c.pos as u64,
+            c.cur.pos(),
             format!(
                 "{} bytes after the dataset name, which ends the legacy format",
                 c.rest()
@@ -317,8 +322,9 @@ fn legacy_trailer(c: &mut Legacy, limits: &Limits) -> Result<(i64, Vec<String>)>
 const SUMS: &str = ".in_sum2";
 const COUNTS: &str = ".counts";
 
-fn parse_gguf(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
-    let h = header::parse(path, buf, limits)?;
+fn parse_gguf(src: &dyn ByteSource, limits: &Limits) -> Result<Imatrix> {
+    let path = src.name();
+    let h = header::parse_source(src, limits)?;
     if h.tensors.is_empty() {
         return Err(malformed(
             path,
@@ -365,7 +371,7 @@ fn parse_gguf(path: &Path, buf: &[u8], limits: &Limits) -> Result<Imatrix> {
                 ),
             ));
         };
-        entries.push(gguf_entry(path, buf, &h, name, s, c, limits)?);
+        entries.push(gguf_entry(src, &h, name, s, c, limits)?);
     }
     Ok(Imatrix {
         entries,
@@ -430,14 +436,14 @@ fn gguf_keys(path: &Path, h: &header::GgufHeader) -> Result<(Vec<String>, i64, u
 }
 
 fn gguf_entry(
-    path: &Path,
-    buf: &[u8],
+    src: &dyn ByteSource,
     h: &header::GgufHeader,
     name: &str,
     s: usize,
     c: usize,
     limits: &Limits,
 ) -> Result<ImatrixEntry> {
+    let path = src.name();
     let (ts, tc) = (&h.tensors[s], &h.tensors[c]);
     let bad = |t: &header::GgufTensor, reason: String| {
         Error::malformed(
@@ -468,11 +474,9 @@ fn gguf_entry(
             format!("{nval} sums do not split into {ncounts} equal rows, one per count"),
         ));
     }
-    let data = |t: &header::GgufTensor| {
-        let start = (h.data_start + t.offset) as usize;
-        &buf[start..start + t.nbytes as usize]
-    };
-    let counts = f32s(data(tc));
+    // Both sizes are capped (the counts divide the sums) and lie in the file (the header).
+    let data = |t: &header::GgufTensor| src.range(h.data_start + t.offset, t.nbytes);
+    let counts = f32s(&data(tc)?);
     if let Some(bad_count) = counts
         .iter()
         .find(|v| !v.is_finite() || **v < 0.0 || **v > 9.0e15)
@@ -484,7 +488,7 @@ fn gguf_entry(
     }
     Ok(ImatrixEntry {
         name: name.to_string(),
-        sums: f32s(data(ts)),
+        sums: f32s(&data(ts)?),
         // `std::lround`: half away from zero, as `f32::round`.
         counts: counts.iter().map(|v| v.round() as i64).collect(),
         at: h.data_start + ts.offset,

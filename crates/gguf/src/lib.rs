@@ -43,7 +43,7 @@ use std::path::Path;
 use weightport_core::{ReadOptions, Result};
 
 pub use header::{GgufHeader, GgufTensor, DEFAULT_ALIGNMENT};
-pub use imatrix::{parse_imatrix, read_imatrix, Imatrix, ImatrixEntry};
+pub use imatrix::{parse_imatrix, read_imatrix, read_imatrix_from, Imatrix, ImatrixEntry};
 pub use layout::{encode_kv, layout, layout_with, GgufLayout, GgufTensorSpec, WriteOptions};
 pub use reader::GgufFile;
 pub use split::{GgufSplit, SplitOptions};

@@ -1,16 +1,17 @@
-//! Opening a GGUF file: a read-only map, the header parsed from it, data served zero-copy.
+//! Opening a GGUF file: the header read front to back from its [`ByteSource`], data served
+//! zero-copy from the map when the source has one (a local file), by ranged reads otherwise.
 //!
-//! Only the header pages are touched by [`GgufFile::open`]; tensor bytes are read when the
-//! executor asks for them, and their pages can be dropped again with
+//! Only the header bytes are read by [`GgufFile::from_source`]; tensor bytes are read when the
+//! executor asks for them, and mapped pages can be dropped again with
 //! [`TensorSource::release`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use memmap2::Mmap;
-use weightport_core::mapped::{self, Extent};
+use weightport_core::bytes::{Extent, StoredTensors};
 use weightport_core::{
-    sniff, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed, TensorInfo,
-    TensorSource,
+    sniff, ByteSource, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, Sniffed,
+    TensorInfo, TensorSource,
 };
 
 use crate::header::{self, GgufHeader, GgufTensor};
@@ -18,7 +19,7 @@ use crate::header::{self, GgufHeader, GgufTensor};
 /// A validated GGUF file.
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    data: StoredTensors,
     header: GgufHeader,
     infos: Vec<TensorInfo>,
 }
@@ -35,32 +36,39 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Opens and validates `path`.
+    /// Opens `path` through [`ReadOptions::storage`] and validates it.
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Self> {
-        let (file, len) = mapped::open_input(path, ", expected a file")?;
+        Self::from_source(opts.storage.open(path, ", expected a file")?, opts)
+    }
+
+    /// Validates the GGUF file `src`.
+    pub fn from_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<Self> {
+        let (path, len) = (src.name().to_path_buf(), src.len());
+        let head = src.head(64)?;
         if len < 4 {
-            let mut head = vec![0u8; len as usize];
-            std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
-                .map_err(|e| Error::io(path, "read", e))?;
-            return Err(impostor(path, &head).unwrap_or_else(|| {
+            return Err(impostor(&path, &head).unwrap_or_else(|| {
                 Error::malformed(
-                    Location::file(path).at(0),
+                    Location::file(&path).at(0),
                     Format::Gguf,
                     format!("the file has {len} bytes, fewer than the 4-byte magic (truncated?)"),
                 )
             }));
         }
-        let map = mapped::map(&file, path)?;
-        if &map[..4] != header::MAGIC {
-            if let Some(e) = impostor(path, &map[..map.len().min(64)]) {
+        if &head[..4] != header::MAGIC {
+            if let Some(e) = impostor(&path, &head) {
                 return Err(e);
             }
         }
-        let header = header::parse(path, &map, &opts.limits)?;
-        Ok(Self::from_parts(path.to_path_buf(), map, header))
+        let header = header::parse_source(&*src, &opts.limits)?;
+        Ok(Self::from_parts(path, src, header))
     }
 
-    fn from_parts(path: PathBuf, map: Mmap, header: GgufHeader) -> Self {
+    fn from_parts(path: PathBuf, src: Arc<dyn ByteSource>, header: GgufHeader) -> Self {
+        let extents = header
+            .tensors
+            .iter()
+            .map(|t| Extent::new(header.data_start + t.offset, t.nbytes))
+            .collect();
         let infos = header
             .tensors
             .iter()
@@ -73,7 +81,7 @@ impl GgufFile {
             .collect();
         GgufFile {
             path,
-            map,
+            data: StoredTensors::new(src, Format::Gguf, extents),
             header,
             infos,
         }
@@ -126,22 +134,12 @@ impl GgufFile {
 
     /// The file's length in bytes.
     pub fn file_len(&self) -> u64 {
-        self.map.len() as u64
+        self.data.source().len()
     }
 
     /// Absolute file offset of tensor `index`'s first byte.
     pub fn tensor_offset(&self, index: usize) -> u64 {
         self.header.data_start + self.header.tensors[index].offset
-    }
-
-    fn extent(&self, index: usize) -> Extent {
-        Extent::new(self.tensor_offset(index), self.header.tensors[index].nbytes)
-    }
-
-    fn at(&self, index: usize) -> Location {
-        Location::file(&self.path)
-            .tensor(self.infos[index].name.clone())
-            .at(self.tensor_offset(index))
     }
 }
 
@@ -182,19 +180,19 @@ impl TensorSource for GgufFile {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        self.extent(index).of(&self.map)
+        self.data.bytes(index)
     }
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let at = || self.at(index);
-        (self.extent(index)).read_into(&self.map, at, Format::Gguf, offset, dst)
+        self.data
+            .read_into(index, &self.infos[index].name, offset, dst)
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        self.extent(index).will_need(&self.map, offset, len);
+        self.data.will_need(index, offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        self.extent(index).release(&self.map, offset, len);
+        self.data.release(index, offset, len);
     }
 }

@@ -19,18 +19,18 @@ use weightport_core::{
 use crate::layout::{GgufTensorSpec, WriteOptions};
 use crate::split::{self, SplitOptions};
 use crate::writer::GgufSink;
-use crate::{open_split, probe, types};
+use crate::{probe, types};
 
 /// The GGUF reader (a split set is one source).
 pub const INPUT: InputFormat = InputFormat {
     name: "gguf",
     format: Format::Gguf,
     probe: |_, head| probe(head),
-    open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+    open: |src, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
         if opts.one_part {
-            return Ok(Box::new(crate::GgufFile::open(path, opts)?));
+            return Ok(Box::new(crate::GgufFile::from_source(src, opts)?));
         }
-        Ok(Box::new(open_split(path, opts)?))
+        Ok(Box::new(split::open_split_source(src, opts)?))
     },
 };
 

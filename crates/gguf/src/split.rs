@@ -4,9 +4,11 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use weightport_core::{
-    Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo, TensorSource,
+    ByteSource, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
+    TensorSource,
 };
 
 use crate::header::GgufTensor;
@@ -45,8 +47,15 @@ fn split_u16(f: &GgufFile, key: &str) -> Result<Option<u16>> {
 /// that every split is present, numbered in order, agrees on the count, and that the tensor
 /// total matches `split.tensors.count` with no name repeated.
 pub fn open_split(path: &Path, opts: &ReadOptions) -> Result<GgufSplit> {
+    open_split_source(opts.storage.open(path, ", expected a file")?, opts)
+}
+
+/// [`open_split`] given one file of the set already opened; the other parts are found by name
+/// and opened through [`ReadOptions::storage`].
+pub fn open_split_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<GgufSplit> {
+    let path = &src.name().to_path_buf();
     let Some((prefix, _, count)) = parse_split_path(path) else {
-        let f = GgufFile::open(path, opts)?;
+        let f = GgufFile::from_source(src, opts)?;
         if let Some(c) = split_u16(&f, KEY_COUNT)?.filter(|&c| c > 1) {
             return Err(Error::malformed(
                 Location::file(path),
@@ -69,7 +78,7 @@ pub fn open_split(path: &Path, opts: &ReadOptions) -> Result<GgufSplit> {
     let paths: Vec<PathBuf> = (0..count).map(|i| split_path(&target, i, count)).collect();
     let missing: Vec<String> = paths
         .iter()
-        .filter(|p| !p.exists())
+        .filter(|p| *p != path && !opts.storage.exists(p))
         .map(|p| p.display().to_string())
         .collect();
     if !missing.is_empty() {
@@ -84,7 +93,10 @@ pub fn open_split(path: &Path, opts: &ReadOptions) -> Result<GgufSplit> {
     }
     let files = paths
         .iter()
-        .map(|p| GgufFile::open(p, opts))
+        .map(|p| match p == path {
+            true => GgufFile::from_source(src.clone(), opts),
+            false => GgufFile::open(p, opts),
+        })
         .collect::<Result<Vec<_>>>()?;
     GgufSplit::from_files(files)
 }

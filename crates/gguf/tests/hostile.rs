@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
+use weightport_core::bytes::InMemory;
 use weightport_core::{Error, Limits, MetaValue, ReadOptions};
-use weightport_gguf::header::{parse, GgufHeader};
+use weightport_gguf::header::{parse, parse_source, GgufHeader};
 
 /// A GGUF file under construction.
 #[derive(Clone)]
@@ -95,8 +96,18 @@ impl G {
     }
 }
 
+/// Parses `b`, mapped; the same bytes without a map (read by ranges, as a remote object is)
+/// must give the same header or the same error.
 fn read(b: &[u8]) -> Result<GgufHeader, Error> {
-    parse(Path::new("hostile.gguf"), b, &Limits::default())
+    let path = Path::new("hostile.gguf");
+    let mapped = parse(path, b, &Limits::default());
+    let ranged = parse_source(&InMemory::new(path, b).unmapped(), &Limits::default());
+    assert_eq!(
+        format!("{ranged:?}"),
+        format!("{mapped:?}"),
+        "read by ranges"
+    );
+    mapped
 }
 
 /// Asserts a malformed error naming the file, `tensor` (if given) and a byte offset, whose

@@ -1,13 +1,17 @@
 //! The importance-matrix reader against files the pinned `llama-imatrix` wrote (both formats,
 //! fixtures/good/imatrix/, made by fixtures/gen/gen_imatrix.py), whose weights were computed
 //! independently with numpy and gguf-py (fixtures/expected/imatrix/reference.json); and hostile
-//! variants of them, each refused with an error naming the file and the byte offset.
+//! variants of them, each refused with an error naming the file and the byte offset. Every file
+//! is read twice: mapped, and by ranged reads only (`read_imatrix_from` on a source without a
+//! map), with the same result.
 
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use weightport_core::bytes::InMemory;
+use weightport_core::mapped::LocalFile;
 use weightport_core::{Error, Limits};
-use weightport_gguf::imatrix::{parse_imatrix, read_imatrix};
+use weightport_gguf::imatrix::{parse_imatrix, read_imatrix, read_imatrix_from, Imatrix};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -27,9 +31,16 @@ fn weights_sha(w: &[f32]) -> String {
 }
 
 fn check_against(kind: &str, file: &str) {
+    let path = root().join(file);
+    let m = read_imatrix(&path, &Limits::default()).unwrap();
+    let pread = LocalFile::open_pread(&path, "").unwrap();
+    assert_eq!(read_imatrix_from(&pread, &Limits::default()).unwrap(), m);
+    check_matrix(kind, &m);
+}
+
+fn check_matrix(kind: &str, m: &Imatrix) {
     let r = reference();
     let want = &r["imatrix_weights"][kind]["entries"];
-    let m = read_imatrix(&root().join(file), &Limits::default()).unwrap();
     assert_eq!(m.legacy, kind == "dat");
     let names: Vec<&str> = m.entries.iter().map(|e| e.name.as_str()).collect();
     let mut want_names: Vec<&str> = want
@@ -79,8 +90,13 @@ fn dat() -> Vec<u8> {
     std::fs::read(root().join("fixtures/good/imatrix/imatrix.dat")).unwrap()
 }
 
+/// The error of `bytes`, which must be the same read by ranges.
 fn refuse(bytes: &[u8], limits: &Limits) -> Error {
-    parse_imatrix(Path::new("x.imatrix"), bytes, limits).expect_err("must be refused")
+    let name = Path::new("x.imatrix");
+    let e = parse_imatrix(name, bytes, limits).expect_err("must be refused");
+    let by_ranges = read_imatrix_from(&InMemory::new(name, bytes).unmapped(), limits);
+    assert_eq!(by_ranges.unwrap_err().to_string(), e.to_string());
+    e
 }
 
 #[test]

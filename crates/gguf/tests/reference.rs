@@ -1,14 +1,17 @@
 //! The reader against what gguf-py's `GGUFReader` reads (fixtures/expected/gguf, written by
 //! fixtures/gen/gen_gguf.py with pinned versions), the writer against the files themselves
 //! (byte for byte), split sets against llama.cpp's `llama-gguf-split`, and the truncation
-//! invariant over every fixture.
+//! invariant over every fixture. Every read is made twice: from a mapped file, and by ranged
+//! reads only (a storage that never maps), which must give the same bytes and the same errors.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use weightport_core::bytes::InMemory;
+use weightport_core::mapped::LocalFiles;
 use weightport_core::{MetaType, MetaValue, ReadOptions, TensorSink, TensorSource};
-use weightport_gguf::header::{align_up, parse};
+use weightport_gguf::header::{align_up, parse, parse_source};
 use weightport_gguf::split::{self, SplitOptions};
 use weightport_gguf::{
     layout_with, open, open_split, write_file, GgufFile, GgufSink, GgufTensorSpec, WriteOptions,
@@ -130,9 +133,34 @@ fn same_scalar(ours: &MetaValue, want: &Value) -> bool {
     }
 }
 
+/// Read options whose storage never maps: every byte comes through checked `pread`s, as a
+/// remote object's come through ranged requests.
+fn pread() -> ReadOptions {
+    let mut o = ReadOptions::default();
+    o.storage = std::sync::Arc::new(LocalFiles { pread_only: true });
+    o
+}
+
+/// Tensor `i`'s bytes through `read_into`, in two reads.
+fn read_all(g: &dyn TensorSource, i: usize) -> Vec<u8> {
+    let t = &g.tensors()[i];
+    let mut out = vec![0u8; t.byte_len as usize];
+    let half = (t.byte_len / 2 / t.dtype.granule() * t.dtype.granule()) as usize;
+    let (a, b) = out.split_at_mut(half);
+    g.read_into(i, half as u64, b).unwrap();
+    g.read_into(i, 0, a).unwrap();
+    out
+}
+
 fn check_against_reference(file: &Path, exp: &Path) -> GgufFile {
+    check_with(file, exp, &ReadOptions::default());
+    check_with(file, exp, &pread())
+}
+
+fn check_with(file: &Path, exp: &Path, opts: &ReadOptions) -> GgufFile {
     let want: Value = serde_json::from_slice(&std::fs::read(exp).unwrap()).unwrap();
-    let g = open(file, &ReadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let g = open(file, opts).unwrap_or_else(|e| panic!("{e}"));
+    let mapped = opts.storage.open(file, "").unwrap().map().is_some();
     let ctx = file.display().to_string();
     assert_eq!(g.version() as u64, want["version"], "{ctx}");
     assert_eq!(g.alignment() as u64, want["alignment"], "{ctx}");
@@ -181,14 +209,15 @@ fn check_against_reference(file: &Path, exp: &Path) -> GgufFile {
         assert_eq!(t.shape, shape, "{c}: shape is ne reversed");
         assert_eq!(g.tensor_offset(i), w["data_offset"], "{c}");
         assert_eq!(t.byte_len, w["n_bytes"], "{c}");
-        assert_eq!(hex(g.bytes(i).unwrap()), w["sha256"], "{c}");
-        let mut buf = vec![0u8; t.byte_len.min(64) as usize];
-        g.read_into(i, t.byte_len - buf.len() as u64, &mut buf)
-            .unwrap();
         assert_eq!(
-            &buf[..],
-            &g.bytes(i).unwrap()[t.byte_len as usize - buf.len()..]
+            g.bytes(i).is_some(),
+            mapped,
+            "{c}: zero-copy exactly when mapped"
         );
+        assert_eq!(hex(&read_all(&g, i)), w["sha256"], "{c}: read_into");
+        if let Some(b) = g.bytes(i) {
+            assert_eq!(hex(b), w["sha256"], "{c}: bytes");
+        }
     }
     g
 }
@@ -301,14 +330,16 @@ fn good(name: &str) -> PathBuf {
 #[test]
 fn split_set_reads_as_the_file_gguf_split_was_given() {
     let whole = open(&good("c_quant_q4_k_m.gguf"), &ReadOptions::default()).unwrap();
-    for member in 1..=3 {
+    for (member, opts) in (1..=3).flat_map(|m| [(m, ReadOptions::default()), (m, pread())]) {
         let p = good(&format!("c_split-{member:05}-of-00003.gguf"));
-        let set = open_split(&p, &ReadOptions::default()).unwrap();
+        let set = open_split(&p, &opts).unwrap();
         assert_eq!(set.splits().len(), 3);
         assert_eq!(set.tensors(), whole.tensors());
         assert_eq!(set.metadata(), whole.metadata());
+        let mapped = opts.storage.open(&p, "").unwrap().map().is_some();
         for i in 0..whole.tensors().len() {
-            assert_eq!(set.bytes(i), whole.bytes(i));
+            assert_eq!(read_all(&set, i), whole.bytes(i).unwrap());
+            assert_eq!(set.bytes(i).is_some(), mapped);
             assert_eq!(set.gguf_tensor(i).ne, whole.gguf_tensors()[i].ne);
         }
     }
@@ -373,6 +404,14 @@ fn check_cuts(file: &Path, bytes: &[u8], cuts: impl Iterator<Item = usize>) {
             s.spawn(move || {
                 for &cut in cuts.iter().skip(t).step_by(n) {
                     let r = parse(file, &bytes[..cut], &Default::default());
+                    let ranged = InMemory::new(file, &bytes[..cut]).unmapped();
+                    let by_ranges = parse_source(&ranged, &Default::default());
+                    assert_eq!(
+                        format!("{by_ranges:?}"),
+                        format!("{r:?}"),
+                        "{} cut at {cut}: read by ranges",
+                        file.display()
+                    );
                     assert_eq!(
                         r.is_ok(),
                         cut as u64 >= needed,
@@ -438,25 +477,23 @@ fn incomplete_or_misnumbered_split_sets_are_refused() {
         )
         .unwrap();
     };
+    // The same refusal, mapped or read by ranges.
+    let refused = |p: &Path| {
+        let e = open_split(p, &ReadOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(open_split(p, &pread()).unwrap_err().to_string(), e);
+        e
+    };
     copy(1, 1);
     copy(3, 3);
-    let e = open_split(
-        &dir.path().join("m-00001-of-00003.gguf"),
-        &ReadOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused(&dir.path().join("m-00001-of-00003.gguf"));
     assert!(
         e.contains("incomplete") && e.contains("m-00002-of-00003.gguf"),
         "{e}"
     );
     copy(3, 2);
-    let e = open_split(
-        &dir.path().join("m-00003-of-00003.gguf"),
-        &ReadOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused(&dir.path().join("m-00003-of-00003.gguf"));
     assert!(
         e.contains("m-00002-of-00003.gguf") && e.contains("`split.no` is Some(2), expected 1"),
         "{e}"
@@ -464,9 +501,7 @@ fn incomplete_or_misnumbered_split_sets_are_refused() {
     // A split renamed out of its set cannot find its siblings.
     let lone = dir.path().join("lone.gguf");
     std::fs::copy(good("c_split-00001-of-00003.gguf"), &lone).unwrap();
-    let e = open_split(&lone, &ReadOptions::default())
-        .unwrap_err()
-        .to_string();
+    let e = refused(&lone);
     assert!(e.contains("one of 3 splits"), "{e}");
 }
 

@@ -48,7 +48,7 @@ pub mod registration;
 
 pub use array::DEFAULT_SCRATCH;
 pub use npy::{open_npy, open_npy_dir, probe_npy, NpySource};
-pub use npz::{open_npz, probe_npz, NpzSource};
+pub use npz::{open_npz, probe_npz, probe_npz_source, NpzSource};
 
 #[cfg(doc)]
 use weightport_core::{Access, ReadOptions, TensorSource};

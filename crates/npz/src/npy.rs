@@ -9,18 +9,22 @@
 //! longer than its header says is not the file its header describes).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use weightport_core::bytes::InMemory;
+use weightport_core::mapped::LocalFile;
 use weightport_core::{
-    Access, Error, Format, Location, Metadata, ReadOptions, Result, TensorInfo, TensorSource,
+    Access, ByteSource, Error, Format, Location, Metadata, ReadOptions, Result, TensorInfo,
+    TensorSource,
 };
 
-use crate::array::{header_error, Array, Backing, Body, Origin};
+use crate::array::{header_error, read_header, Array, Body, Origin};
 use crate::header;
 
 /// One `.npy` file, or a directory of them, as a source.
 pub struct NpySource {
     files: Vec<PathBuf>,
-    backings: Vec<Backing>,
+    sources: Vec<Arc<dyn ByteSource>>,
     arrays: Vec<Array>,
     infos: Vec<TensorInfo>,
     metadata: Metadata,
@@ -51,22 +55,20 @@ fn tensor_name(path: &Path) -> Result<String> {
     Ok(name.strip_suffix(".npy").unwrap_or(name).to_string())
 }
 
-fn open_backing(path: &Path) -> Result<Backing> {
-    let (file, len) = weightport_core::mapped::open_input(path, "; open it with open_npy_dir")?;
-    Backing::map(&file, path, len)
+fn open_file(path: &Path, opts: &ReadOptions) -> Result<Arc<dyn ByteSource>> {
+    opts.storage.open(path, "; open it with open_npy_dir")
 }
 
 /// Opens and validates one `.npy` file (header only; no data is read). The tensor is named
 /// after the file, without `.npy`.
 pub fn open_npy(path: &Path, opts: &ReadOptions) -> Result<NpySource> {
     let name = tensor_name(path)?;
-    let backing = open_backing(path)?;
-    NpySource::build(vec![(path.to_path_buf(), name, backing)], opts)
+    NpySource::build(vec![(name, open_file(path, opts)?)], opts)
 }
 
 /// Opens every `*.npy` file directly inside `dir` as one source. Tensors are named after the
-/// files (without `.npy`) and sorted by name; other files are ignored. Each file is mapped
-/// separately.
+/// files (without `.npy`) and sorted by name; other files are ignored. Each file is opened
+/// separately, through [`ReadOptions::storage`].
 pub fn open_npy_dir(dir: &Path, opts: &ReadOptions) -> Result<NpySource> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "read directory", e))?;
     let mut found: Vec<(String, PathBuf)> = Vec::new();
@@ -102,8 +104,7 @@ pub fn open_npy_dir(dir: &Path, opts: &ReadOptions) -> Result<NpySource> {
     found.sort();
     let mut parts = Vec::with_capacity(found.len());
     for (name, path) in found {
-        let backing = open_backing(&path)?;
-        parts.push((path, name, backing));
+        parts.push((name, open_file(&path, opts)?));
     }
     NpySource::build(parts, opts)
 }
@@ -112,11 +113,7 @@ impl NpySource {
     /// Validates one `.npy` held in memory; `label` names it in messages and gives the tensor
     /// name (its file name without `.npy`).
     pub fn from_bytes(label: &Path, bytes: Vec<u8>, opts: &ReadOptions) -> Result<NpySource> {
-        let name = tensor_name(label)?;
-        NpySource::build(
-            vec![(label.to_path_buf(), name, Backing::Owned(bytes))],
-            opts,
-        )
+        NpySource::from_source(Arc::new(InMemory::new(label, bytes)), opts)
     }
 
     /// Validates one `.npy` already mapped (a member `scan` unpacked); `label` names it as in
@@ -126,18 +123,24 @@ impl NpySource {
         map: std::sync::Arc<memmap2::Mmap>,
         opts: &ReadOptions,
     ) -> Result<NpySource> {
-        let name = tensor_name(label)?;
-        NpySource::build(vec![(label.to_path_buf(), name, Backing::Map(map))], opts)
+        NpySource::from_source(Arc::new(LocalFile::from_map(label, map)), opts)
     }
 
-    fn build(parts: Vec<(PathBuf, String, Backing)>, opts: &ReadOptions) -> Result<NpySource> {
+    /// Validates the `.npy` file `src` (its header, read by ranges), named as in
+    /// [`NpySource::from_bytes`] by `src`'s name.
+    pub fn from_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<NpySource> {
+        let name = tensor_name(src.name())?;
+        NpySource::build(vec![(name, src)], opts)
+    }
+
+    fn build(parts: Vec<(String, Arc<dyn ByteSource>)>, opts: &ReadOptions) -> Result<NpySource> {
         let mut files = Vec::with_capacity(parts.len());
-        let mut backings = Vec::with_capacity(parts.len());
+        let mut sources = Vec::with_capacity(parts.len());
         let mut arrays = Vec::with_capacity(parts.len());
-        for (i, (path, name, backing)) in parts.into_iter().enumerate() {
-            let data = backing.bytes();
-            let len = data.len() as u64;
-            let header = header::parse(data, opts).map_err(|e| {
+        for (i, (name, src)) in parts.into_iter().enumerate() {
+            let path = src.name().to_path_buf();
+            let len = src.len();
+            let header = read_header(&*src, 0, len, opts)?.map_err(|e| {
                 header_error(e, &path, Some(&name), Format::Npy, Origin::File(0), len)
             })?;
             let at = Location::file(&path).tensor(name.clone());
@@ -186,12 +189,12 @@ impl NpySource {
                 file: i,
             });
             files.push(path);
-            backings.push(backing);
+            sources.push(src);
         }
         let infos = arrays.iter().map(|a| a.info.clone()).collect();
         Ok(NpySource {
             files,
-            backings,
+            sources,
             arrays,
             infos,
             metadata: Metadata::new(),
@@ -222,13 +225,13 @@ impl TensorSource for NpySource {
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
         let a = &self.arrays[index];
-        a.bytes(self.backings[a.file].bytes())
+        a.bytes(&*self.sources[a.file])
     }
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
         let a = &self.arrays[index];
         a.read_into(
-            self.backings[a.file].bytes(),
+            &*self.sources[a.file],
             &self.files[a.file],
             Format::Npy,
             crate::array::DEFAULT_SCRATCH,
@@ -238,16 +241,17 @@ impl TensorSource for NpySource {
     }
 
     fn access(&self, index: usize) -> Access {
-        self.arrays[index].access()
+        let a = &self.arrays[index];
+        a.access(self.sources[a.file].map().is_some())
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         let a = &self.arrays[index];
-        a.will_need(&self.backings[a.file], offset, len);
+        a.will_need(&*self.sources[a.file], offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
         let a = &self.arrays[index];
-        a.release(&self.backings[a.file], offset, len);
+        a.release(&*self.sources[a.file], offset, len);
     }
 }

@@ -16,24 +16,26 @@
 //! member's length and CRC-32 while streaming. This module adds names not ending in `.npy` and
 //! the npy header against the member's declared size.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use weightport_core::archive::{self, Concern, Method};
+use weightport_core::bytes::{InMemory, SourceReader};
+use weightport_core::mapped::LocalFile;
 use weightport_core::{
-    Access, Error, Format, Location, Metadata, ReadOptions, Result, TensorInfo, TensorSource,
+    Access, ByteSource, Error, Format, Location, Metadata, ReadOptions, Result, TensorInfo,
+    TensorSource,
 };
 use zip::ZipArchive;
 
 use crate::array::{
-    header_error, inflate_header, Array, Backing, Body, Deflated, Origin, DEFAULT_SCRATCH,
+    header_error, inflate_header, read_header, Array, Body, Deflated, Origin, DEFAULT_SCRATCH,
 };
-use crate::header;
 
 /// A validated `.npz` archive.
 pub struct NpzSource {
     path: PathBuf,
-    backing: Backing,
+    src: Arc<dyn ByteSource>,
     arrays: Vec<Array>,
     members: Vec<String>,
     infos: Vec<TensorInfo>,
@@ -53,25 +55,28 @@ impl std::fmt::Debug for NpzSource {
 /// Opens and validates an `.npz` archive (central directory and every member's npy header; no
 /// array data is read).
 pub fn open_npz(path: &Path, opts: &ReadOptions) -> Result<NpzSource> {
-    let (file, len) = weightport_core::mapped::open_input(
-        path,
-        ", expected an .npz file (use a directory of .npy files as such)",
-    )?;
-    let backing = Backing::map(&file, path, len)?;
-    NpzSource::build(path.to_path_buf(), backing, opts)
+    let expected = ", expected an .npz file (use a directory of .npy files as such)";
+    NpzSource::from_source(opts.storage.open(path, expected)?, opts)
 }
 
 /// True when `head` starts like a ZIP and the archive's central directory holds `.npy` members
 /// and no `data.pkl` (a PyTorch checkpoint). Decided by the central directory, not by the file
 /// name; any error reading it answers false.
 pub fn probe_npz(path: &Path, head: &[u8]) -> bool {
-    if !(head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06")) {
+    zip_head(head) && LocalFile::open(path, "").is_ok_and(|src| probe_npz_source(&src, head))
+}
+
+fn zip_head(head: &[u8]) -> bool {
+    head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06")
+}
+
+/// [`probe_npz`] of a source.
+pub fn probe_npz_source(src: &dyn ByteSource, head: &[u8]) -> bool {
+    if !zip_head(head) {
         return false;
     }
-    let Ok(file) = File::open(path) else {
-        return false;
-    };
-    let Ok(ar) = ZipArchive::new(std::io::BufReader::new(file)) else {
+    let reader = std::io::BufReader::new(SourceReader::new(src));
+    let Ok(ar) = ZipArchive::new(reader) else {
         return false;
     };
     let mut npy = false;
@@ -92,17 +97,40 @@ pub fn probe_npz(path: &Path, head: &[u8]) -> bool {
 impl NpzSource {
     /// Validates an `.npz` held in memory; `label` names it in messages.
     pub fn from_bytes(label: &Path, bytes: Vec<u8>, opts: &ReadOptions) -> Result<NpzSource> {
-        NpzSource::build(label.to_path_buf(), Backing::Owned(bytes), opts)
+        NpzSource::from_source(Arc::new(InMemory::new(label, bytes)), opts)
     }
 
     /// Validates an `.npz` already mapped (a member `scan` unpacked); `label` names it in
     /// messages.
     pub fn from_map(
         label: &Path,
-        map: std::sync::Arc<memmap2::Mmap>,
+        map: Arc<memmap2::Mmap>,
         opts: &ReadOptions,
     ) -> Result<NpzSource> {
-        NpzSource::build(label.to_path_buf(), Backing::Map(map), opts)
+        NpzSource::from_source(Arc::new(LocalFile::from_map(label, map)), opts)
+    }
+
+    /// Validates the `.npz` archive `src` (central directory and every member's npy header,
+    /// read by ranges; no array data is read).
+    pub fn from_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<NpzSource> {
+        let path = src.name().to_path_buf();
+        let table = table(&path, &*src, opts)?;
+        let mut arrays = Vec::with_capacity(table.entries.len());
+        let mut members = Vec::with_capacity(table.entries.len());
+        for e in &table.entries {
+            arrays.push(member(&path, &*src, e, opts)?);
+            members.push(e.name.clone());
+        }
+        let infos = arrays.iter().map(|a| a.info.clone()).collect();
+        Ok(NpzSource {
+            path,
+            src,
+            arrays,
+            members,
+            infos,
+            metadata: Metadata::new(),
+            scratch: DEFAULT_SCRATCH,
+        })
     }
 
     /// Sets the size of the buffer used to skip and scatter inflated bytes (default 256 KiB;
@@ -122,34 +150,13 @@ impl NpzSource {
     pub fn is_deflated(&self, index: usize) -> bool {
         matches!(self.arrays[index].body, Body::Deflated(_))
     }
-
-    fn build(path: PathBuf, backing: Backing, opts: &ReadOptions) -> Result<NpzSource> {
-        let data = backing.bytes();
-        let table = table(&path, data, opts)?;
-        let mut arrays = Vec::with_capacity(table.entries.len());
-        let mut members = Vec::with_capacity(table.entries.len());
-        for e in &table.entries {
-            arrays.push(member(&path, data, e, opts)?);
-            members.push(e.name.clone());
-        }
-        let infos = arrays.iter().map(|a| a.info.clone()).collect();
-        Ok(NpzSource {
-            path,
-            backing,
-            arrays,
-            members,
-            infos,
-            metadata: Metadata::new(),
-            scratch: DEFAULT_SCRATCH,
-        })
-    }
 }
 
 /// The archive's checked entry table; its first anomaly is the error (an ambiguous archive is
 /// malformed here: an npz holds no code, so a member two tools read differently is a broken
 /// file, not an attack on the reader).
-fn table(path: &Path, data: &[u8], opts: &ReadOptions) -> Result<archive::Table> {
-    let table = archive::entries(data, &opts.limits).map_err(|e| match e {
+fn table(path: &Path, src: &dyn ByteSource, opts: &ReadOptions) -> Result<archive::Table> {
+    let table = archive::entries(src, &opts.limits).map_err(|e| match e {
         archive::TableError::Malformed(m, o) => {
             Error::malformed(Location::file(path).at(o), Format::Npz, m)
         }
@@ -159,6 +166,7 @@ fn table(path: &Path, data: &[u8], opts: &ReadOptions) -> Result<archive::Table>
             needed: n,
             limit: cap,
         },
+        archive::TableError::Read(e) => e,
     })?;
     if let Some(a) = table.anomalies.first() {
         let at = Location::file(path).at(a.offset);
@@ -177,7 +185,12 @@ fn table(path: &Path, data: &[u8], opts: &ReadOptions) -> Result<archive::Table>
 }
 
 /// One `NAME.npy` member: its npy header (inflated as far as needed) against its declared size.
-fn member(path: &Path, data: &[u8], e: &archive::Entry, opts: &ReadOptions) -> Result<Array> {
+fn member(
+    path: &Path,
+    src: &dyn ByteSource,
+    e: &archive::Entry,
+    opts: &ReadOptions,
+) -> Result<Array> {
     // Messages name the tensor (the member name without `.npy`), or the member itself.
     let label = e.name.strip_suffix(".npy").unwrap_or(&e.name);
     let at = Location::file(path).tensor(label).at(e.header_start);
@@ -189,15 +202,16 @@ fn member(path: &Path, data: &[u8], e: &archive::Entry, opts: &ReadOptions) -> R
         )));
     };
     let deflated = e.method == Some(Method::Deflated);
-    let (comp, size) = (e.data(data), e.size);
+    let (comp, size) = (e.data(src), e.size);
     let header_error = |h, origin| header_error(h, path, Some(name), Format::Npz, origin, size);
     let header = if deflated {
         inflate_header(comp, size, opts).map_err(|err| match err {
             Ok(h) => header_error(h, Origin::Member(e.data_start)),
-            Err(reason) => bad(format!("deflated member: {reason} (in its npy header)")),
+            Err(z) => z.into_error(|z| bad(format!("deflated member: {z} (in its npy header)"))),
         })?
     } else {
-        header::parse(comp, opts).map_err(|h| header_error(h, Origin::File(e.data_start)))?
+        read_header(src, e.data_start, e.csize, opts)?
+            .map_err(|h| header_error(h, Origin::File(e.data_start)))?
     };
     if header.data_offset.checked_add(header.byte_len) != Some(size) {
         return Err(bad(format!(
@@ -254,14 +268,14 @@ impl TensorSource for NpzSource {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        self.arrays[index].bytes(self.backing.bytes())
+        self.arrays[index].bytes(&*self.src)
     }
 
     /// See the crate docs: for an [`Access::Sequential`] tensor, calls should continue where
     /// the previous one stopped; any other order is answered correctly but re-inflates.
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
         self.arrays[index].read_into(
-            self.backing.bytes(),
+            &*self.src,
             &self.path,
             Format::Npz,
             self.scratch,
@@ -271,14 +285,14 @@ impl TensorSource for NpzSource {
     }
 
     fn access(&self, index: usize) -> Access {
-        self.arrays[index].access()
+        self.arrays[index].access(self.src.map().is_some())
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        self.arrays[index].will_need(&self.backing, offset, len);
+        self.arrays[index].will_need(&*self.src, offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        self.arrays[index].release(&self.backing, offset, len);
+        self.arrays[index].release(&*self.src, offset, len);
     }
 }

@@ -6,15 +6,15 @@ use std::path::Path;
 use weightport_core::registry::{InputFormat, OpenFile, OpenRequest, RepoFormat, RepoInput};
 use weightport_core::{Format, ReadOptions, Result, TensorSource};
 
-use crate::{open_npy, open_npy_dir, open_npz, probe_npy, probe_npz};
+use crate::{open_npy_dir, probe_npy, probe_npz_source, NpySource, NpzSource};
 
 /// `.npz` (stored or deflated members, ZIP64).
 pub const NPZ: InputFormat = InputFormat {
     name: "npz",
     format: Format::Npz,
-    probe: probe_npz,
-    open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
-        Ok(Box::new(open_npz(path, opts)?))
+    probe: probe_npz_source,
+    open: |src, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+        Ok(Box::new(NpzSource::from_source(src, opts)?))
     },
 };
 
@@ -23,8 +23,8 @@ pub const NPY: InputFormat = InputFormat {
     name: "npy",
     format: Format::Npy,
     probe: |_, head| probe_npy(head),
-    open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
-        Ok(Box::new(open_npy(path, opts)?))
+    open: |src, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+        Ok(Box::new(NpySource::from_source(src, opts)?))
     },
 };
 

@@ -5,12 +5,17 @@
 //! logical little-endian row-major bytes. Every read path (zero-copy `bytes`, `read_into` in
 //! several chunk sizes, tiny scratch buffers so chunk boundaries are crossed everywhere, reads
 //! out of order) must give exactly those bytes. Every bad fixture must fail with the listed error
-//! kind; every fixture cut at every 37th byte must fail without panicking.
+//! kind; every fixture cut at every 37th byte must fail without panicking. Every file is read
+//! twice: mapped, and by ranged reads only (a storage that never maps, as a remote object is
+//! read), with the same bytes and the same errors.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use weightport_core::bytes::InMemory;
+use weightport_core::mapped::LocalFiles;
 use weightport_core::{Access, DType, Error, ReadOptions, TensorSource};
 use weightport_npz::{
     open_npy, open_npy_dir, open_npz, probe_npy, probe_npz, NpySource, NpzSource,
@@ -32,6 +37,12 @@ fn expected(name: &str) -> Value {
 fn opts(bf16: bool) -> ReadOptions {
     let mut o = ReadOptions::default();
     o.void2_as_bf16 = bf16;
+    o
+}
+
+/// `o` with a storage that never maps: every byte comes through checked `pread`s.
+fn pread(mut o: ReadOptions) -> ReadOptions {
+    o.storage = Arc::new(LocalFiles { pread_only: true });
     o
 }
 
@@ -81,8 +92,8 @@ fn read_all(src: &dyn TensorSource, i: usize, chunk: u64) -> Result<Vec<u8>, Err
     Ok(out)
 }
 
-/// Every check for one source against numpy's description of it.
-fn check_source(src: &dyn TensorSource, want: &[Value], label: &str) {
+/// Every check for one source (`mapped`: read from a map) against numpy's description of it.
+fn check_source(src: &dyn TensorSource, want: &[Value], label: &str, mapped: bool) {
     let got: Vec<&str> = src.tensors().iter().map(|t| t.name.as_str()).collect();
     let names: Vec<&str> = want.iter().map(|w| w["name"].as_str().unwrap()).collect();
     assert_eq!(got, names, "{label}: tensor names and order");
@@ -111,7 +122,8 @@ fn check_source(src: &dyn TensorSource, want: &[Value], label: &str) {
         let transposed = w["fortran_order"].as_bool().unwrap() && non_unit > 1 && t.byte_len > 0;
         let stored = w["stored"].as_bool().unwrap();
         let access = match (stored, little && !transposed, transposed) {
-            (true, true, _) => Access::Mapped,
+            (true, true, _) if mapped => Access::Mapped,
+            (true, true, _) => Access::Random,
             (true, false, _) => Access::Random,
             (false, _, true) => Access::Random,
             (false, _, false) => Access::Sequential,
@@ -166,37 +178,60 @@ fn every_npz_matches_numpy() {
     for (file, bf16) in npz_fixtures() {
         let e = expected(&format!("{file}.json"));
         let want = e["tensors"].as_array().unwrap();
-        for scratch in [3usize, 40, 1 << 20] {
-            let src = open_npz(&good(&file), &opts(bf16))
+        for (scratch, mapped) in [3usize, 40, 1 << 20]
+            .iter()
+            .flat_map(|&s| [(s, true), (s, false)])
+        {
+            let o = if mapped {
+                opts(bf16)
+            } else {
+                pread(opts(bf16))
+            };
+            let src = open_npz(&good(&file), &o)
                 .unwrap_or_else(|e| panic!("{file}: {e}"))
                 .with_scratch(scratch);
-            check_source(&src, want, &format!("{file} (scratch {scratch})"));
+            let label = format!("{file} (scratch {scratch}, mapped {mapped})");
+            check_source(&src, want, &label, mapped);
         }
-        // The same bytes through the in-memory constructor.
+        // The same bytes through the in-memory constructor, and in memory without a map.
         let bytes = std::fs::read(good(&file)).unwrap();
-        let src = NpzSource::from_bytes(&good(&file), bytes, &opts(bf16)).unwrap();
-        check_source(&src, want, &format!("{file} (from bytes)"));
+        let src = NpzSource::from_bytes(&good(&file), bytes.clone(), &opts(bf16)).unwrap();
+        check_source(&src, want, &format!("{file} (from bytes)"), true);
+        let ranged = Arc::new(InMemory::new(good(&file), bytes).unmapped());
+        let src = NpzSource::from_source(ranged, &opts(bf16))
+            .unwrap()
+            .with_scratch(40);
+        check_source(&src, want, &format!("{file} (in memory, by ranges)"), false);
     }
 }
 
 #[test]
 fn npy_files_and_directories_match_numpy() {
-    let e = expected("singles.json");
-    for w in e["tensors"].as_array().unwrap() {
-        let name = w["name"].as_str().unwrap();
-        let src = open_npy(&good(&format!("{name}.npy")), &opts(false)).unwrap();
-        check_source(&src, std::slice::from_ref(w), name);
-        assert_eq!(src.format(), weightport_core::Format::Npy);
-    }
-    let e = expected("bf16.npy.json");
-    let src = open_npy(&good("bf16.npy"), &opts(true)).unwrap();
-    check_source(&src, e["tensors"].as_array().unwrap(), "bf16.npy");
+    for mapped in [true, false] {
+        let o = |bf16| {
+            if mapped {
+                opts(bf16)
+            } else {
+                pread(opts(bf16))
+            }
+        };
+        let e = expected("singles.json");
+        for w in e["tensors"].as_array().unwrap() {
+            let name = w["name"].as_str().unwrap();
+            let src = open_npy(&good(&format!("{name}.npy")), &o(false)).unwrap();
+            check_source(&src, std::slice::from_ref(w), name, mapped);
+            assert_eq!(src.format(), weightport_core::Format::Npy);
+        }
+        let e = expected("bf16.npy.json");
+        let src = open_npy(&good("bf16.npy"), &o(true)).unwrap();
+        check_source(&src, e["tensors"].as_array().unwrap(), "bf16.npy", mapped);
 
-    let e = expected("npy_dir.json");
-    let src = open_npy_dir(&good("npy_dir"), &opts(false)).unwrap();
-    check_source(&src, e["tensors"].as_array().unwrap(), "npy_dir");
-    assert_eq!(src.files().len(), 3);
-    assert!(src.file_of(2).ends_with("npy_dir/c.npy"));
+        let e = expected("npy_dir.json");
+        let src = open_npy_dir(&good("npy_dir"), &o(false)).unwrap();
+        check_source(&src, e["tensors"].as_array().unwrap(), "npy_dir", mapped);
+        assert_eq!(src.files().len(), 3);
+        assert!(src.file_of(2).ends_with("npy_dir/c.npy"));
+    }
 }
 
 #[test]
@@ -259,14 +294,37 @@ fn bf16_needs_the_option() {
 }
 
 fn open_any(path: &Path, bytes: Option<Vec<u8>>) -> Result<Box<dyn TensorSource>, Error> {
-    let o = opts(false);
+    open_with(path, bytes, &opts(false))
+}
+
+fn open_with(
+    path: &Path,
+    bytes: Option<Vec<u8>>,
+    o: &ReadOptions,
+) -> Result<Box<dyn TensorSource>, Error> {
     let npz = path.extension().is_some_and(|e| e == "npz");
     Ok(match (npz, bytes) {
-        (true, None) => Box::new(open_npz(path, &o)?.with_scratch(13)),
-        (true, Some(b)) => Box::new(NpzSource::from_bytes(path, b, &o)?.with_scratch(13)),
-        (false, None) => Box::new(open_npy(path, &o)?),
-        (false, Some(b)) => Box::new(NpySource::from_bytes(path, b, &o)?),
+        (true, None) => Box::new(open_npz(path, o)?.with_scratch(13)),
+        (true, Some(b)) => Box::new(NpzSource::from_bytes(path, b, o)?.with_scratch(13)),
+        (false, None) => Box::new(open_npy(path, o)?),
+        (false, Some(b)) => Box::new(NpySource::from_bytes(path, b, o)?),
     })
+}
+
+/// `bytes` named `path`, in memory without a map: read by ranges only.
+fn open_ranged(path: &Path, bytes: &[u8]) -> Result<Box<dyn TensorSource>, Error> {
+    let src = Arc::new(InMemory::new(path, bytes.to_vec()).unmapped());
+    Ok(match path.extension().is_some_and(|e| e == "npz") {
+        true => Box::new(NpzSource::from_source(src, &opts(false))?.with_scratch(13)),
+        false => Box::new(NpySource::from_source(src, &opts(false))?),
+    })
+}
+
+/// What opening and reading everything gives: the error message, or nothing.
+fn outcome(r: Result<Box<dyn TensorSource>, Error>) -> Option<String> {
+    r.and_then(|src| read_everything(src.as_ref()))
+        .err()
+        .map(|e| e.to_string())
 }
 
 fn read_everything(src: &dyn TensorSource) -> Result<(), Error> {
@@ -289,6 +347,12 @@ fn every_bad_fixture_is_rejected_with_its_kind() {
     for (file, want) in listed {
         let path = dir.join(file);
         let kind = want["kind"].as_str().unwrap();
+        let by_ranges = outcome(open_with(&path, None, &pread(opts(false))));
+        assert_eq!(
+            by_ranges,
+            outcome(open_any(&path, None)),
+            "{file}: read by ranges"
+        );
         let err = match (open_any(&path, None), want["stage"].as_str().unwrap()) {
             (Err(e), "open") => e,
             (Ok(src), "read") => {
@@ -332,9 +396,10 @@ fn truncation_at_every_37th_byte_is_an_error() {
     for p in all_fixture_files() {
         let bytes = std::fs::read(&p).unwrap();
         for cut in (0..bytes.len()).step_by(37) {
-            let r = open_any(&p, Some(bytes[..cut].to_vec()))
-                .and_then(|src| read_everything(src.as_ref()));
-            assert!(r.is_err(), "{} cut at {cut} was accepted", p.display());
+            let r = outcome(open_any(&p, Some(bytes[..cut].to_vec())));
+            assert!(r.is_some(), "{} cut at {cut} was accepted", p.display());
+            let by_ranges = outcome(open_ranged(&p, &bytes[..cut]));
+            assert_eq!(by_ranges, r, "{} cut at {cut}: read by ranges", p.display());
         }
     }
 }

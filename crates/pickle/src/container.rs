@@ -21,7 +21,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use weightport_core::archive::{self, Concern, Method};
 use weightport_core::mapped;
-use weightport_core::{Error, Format, Location, ReadOptions, Result};
+use weightport_core::{ByteSource, Error, Format, Location, ReadOptions, Result};
 
 use crate::source::{inflate, kind_error, vm_error, Checkpoint, Record, RecordData};
 use crate::vm::{Parsed, PidStyle, Vm, VmErrorKind, VmLimits};
@@ -75,18 +75,25 @@ pub(crate) fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     Ok(Arc::new(mapped::map(&file, path)?))
 }
 
+/// How many first bytes tell the containers apart (a tar header's `ustar` ends at 262).
+pub(crate) const HEAD: usize = 512;
+
 /// What a non-ZIP file is, for messages.
 pub(crate) fn is_tar(b: &[u8]) -> bool {
     b.get(257..262) == Some(b"ustar")
 }
 
-/// Parses and checks the ZIP structure. Fatal structural errors (not a ZIP at all) are
-/// returned as errors; rule violations are collected as anomalies.
-pub fn layout(path: &Path, map: &[u8], limits: &weightport_core::Limits) -> Result<ZipLayout> {
+/// Parses and checks the ZIP structure of `src` (`path` names it). Fatal structural errors
+/// (not a ZIP at all) are returned as errors; rule violations are collected as anomalies.
+pub fn layout(
+    path: &Path,
+    src: &dyn ByteSource,
+    limits: &weightport_core::Limits,
+) -> Result<ZipLayout> {
     let malformed =
         |o: u64, m: String| Error::malformed(Location::file(path).at(o), Format::PytorchZip, m);
-    not_zip(path, map)?;
-    let table = archive::entries(map, limits).map_err(|e| match e {
+    not_zip(path, &src.head(HEAD)?)?;
+    let table = archive::entries(src, limits).map_err(|e| match e {
         archive::TableError::Malformed(m, o) => malformed(o, m),
         archive::TableError::TooMany(n, cap) => Error::Limit {
             at: Location::file(path),
@@ -94,6 +101,7 @@ pub fn layout(path: &Path, map: &[u8], limits: &weightport_core::Limits) -> Resu
             needed: n,
             limit: cap,
         },
+        archive::TableError::Read(e) => e,
     })?;
     let mut out = ZipLayout {
         anomalies: table.anomalies.iter().map(anomaly).collect(),
@@ -117,12 +125,12 @@ pub fn layout(path: &Path, map: &[u8], limits: &weightport_core::Limits) -> Resu
     Ok(out)
 }
 
-/// Refuses what is not a ZIP at byte 0, naming what it is.
-fn not_zip(path: &Path, map: &[u8]) -> Result<()> {
-    if map.starts_with(b"PK\x03\x04") {
+/// Refuses what is not a ZIP at byte 0 (`head`: its first bytes), naming what it is.
+fn not_zip(path: &Path, head: &[u8]) -> Result<()> {
+    if head.starts_with(b"PK\x03\x04") {
         return Ok(());
     }
-    if is_tar(map) {
+    if is_tar(head) {
         return Err(Error::Refused {
             at: Location::file(path),
             reason: "legacy tar-format PyTorch checkpoint (torch <= 0.1.9), which torch itself refuses under weights_only; re-save it with a current torch".into(),
@@ -235,10 +243,10 @@ impl ZipLayout {
     }
 }
 
-/// Reads a small or pickle entry into memory (bounded by `cap`).
+/// Reads a small or pickle entry of `src` into memory (bounded by `cap`).
 pub(crate) fn entry_bytes(
     path: &Path,
-    map: &Arc<Mmap>,
+    src: &dyn ByteSource,
     e: &ZipEntry,
     cap: u64,
     what: &'static str,
@@ -252,10 +260,10 @@ pub(crate) fn entry_bytes(
         });
     }
     if e.method == 0 {
-        Ok(map[e.data_start as usize..(e.data_start + e.csize) as usize].to_vec())
+        Ok(src.range(e.data_start, e.csize)?.into_owned())
     } else {
         let crc = (e.crc != 0).then_some(e.crc);
-        inflate(map, e.data_start, e.csize, e.usize, crc).map_err(|m| {
+        inflate(src, e.data_start, e.csize, e.usize, crc)?.map_err(|m| {
             Error::malformed(
                 Location::file(path).at(e.data_start),
                 Format::PytorchZip,
@@ -276,12 +284,12 @@ pub(crate) struct ZipParse {
 /// error in a deflated `data.pkl` names its offset in the inflated pickle.
 fn run_data_pkl(
     path: &Path,
-    map: &Arc<Mmap>,
+    src: &dyn ByteSource,
     pkl: &ZipEntry,
     limits: &VmLimits,
     inert: bool,
 ) -> Result<Parsed> {
-    let data = entry_bytes(path, map, pkl, limits.max_pickle_bytes, "data.pkl size")?;
+    let data = entry_bytes(path, src, pkl, limits.max_pickle_bytes, "data.pkl size")?;
     if pkl.crc != 0 {
         let mut c = flate2::Crc::new();
         c.update(&data);
@@ -318,12 +326,12 @@ fn run_data_pkl(
 /// ([`Vm::inert_foreign`]).
 pub(crate) fn parse(
     path: &Path,
-    map: &Arc<Mmap>,
+    src: &dyn ByteSource,
     opts: &ReadOptions,
     limits: &VmLimits,
 ) -> Result<ZipParse> {
     let inert = opts.inert_objects;
-    let layout = layout(path, map, &opts.limits)?;
+    let layout = layout(path, src, &opts.limits)?;
     if let Some(a) = layout.anomalies.first() {
         let at = Location::file(path).at(a.offset);
         return Err(if a.refused {
@@ -351,7 +359,7 @@ pub(crate) fn parse(
     }
     let big_endian = match layout.get("byteorder") {
         None => false,
-        Some(e) => match entry_bytes(path, map, e, 16, "byteorder record size")?.as_slice() {
+        Some(e) => match entry_bytes(path, src, e, 16, "byteorder record size")?.as_slice() {
             b"little" => false,
             b"big" => true,
             _ => {
@@ -362,7 +370,7 @@ pub(crate) fn parse(
             }
         },
     };
-    let parsed = run_data_pkl(path, map, &pkl, limits, inert)?;
+    let parsed = run_data_pkl(path, src, &pkl, limits, inert)?;
     Ok(ZipParse {
         layout,
         parsed: Some(parsed),
@@ -389,14 +397,10 @@ fn storage_record(e: &ZipEntry) -> Record {
     }
 }
 
-/// Opens a torch ZIP checkpoint mapped in `map`; `path` names it in messages.
-pub fn open(
-    path: &Path,
-    opts: &ReadOptions,
-    limits: &VmLimits,
-    map: Arc<Mmap>,
-) -> Result<Checkpoint> {
-    let zp = parse(path, &map, opts, limits)?;
+/// Opens the torch ZIP checkpoint `src`.
+pub fn open(opts: &ReadOptions, limits: &VmLimits, src: Arc<dyn ByteSource>) -> Result<Checkpoint> {
+    let path = &src.name().to_path_buf();
+    let zp = parse(path, &*src, opts, limits)?;
     let parsed = zp.parsed.expect("strict parse");
     let sel = crate::source::select_for(path, Format::PytorchZip, &parsed, opts, limits)?;
     // Each storage's record as torch finds it: `data/<key>` looked up ignoring case.
@@ -409,7 +413,7 @@ pub fn open(
     Checkpoint::build(
         path,
         Format::PytorchZip,
-        map,
+        src,
         keyed,
         &parsed.storages,
         sel,

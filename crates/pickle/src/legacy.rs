@@ -7,18 +7,23 @@
 //! then, for each key in that list, an `int64` element count followed by the raw storage.
 //! Pickles 1, 2, 3 and 5 may only hold constants: any global or persistent id in them is
 //! refused (payloads hide there: GHSA-97f8-7cmv-76j2).
+//!
+//! The file is a [`ByteSource`]. Each pickle runs over the file's bytes from its start on: the
+//! map when there is one; otherwise growing windows of them (64 KiB, then 4× larger), until the
+//! pickle ends inside a window or the window is the rest of the file. A run that succeeds read
+//! nothing past its window, so it is the run over the whole rest; a failed one is retried on a
+//! larger window, so its error is the one the whole rest gives. The size cap on a pickle is
+//! checked against the whole rest first, as the interpreter checks it.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use memmap2::Mmap;
-use weightport_core::{Error, Format, Location, ReadOptions, Result};
+use weightport_core::{ByteSource, Error, Format, Location, ReadOptions, Result};
 
 use crate::select;
 use crate::source::{vm_error, Checkpoint, Record, RecordData};
 use crate::value::Node;
-use crate::vm::{Parsed, PidStyle, Vm, VmLimits};
+use crate::vm::{Parsed, PidStyle, Vm, VmError, VmErrorKind, VmLimits};
 
 /// `0x1950A86A20F9469CFC6C` in decimal.
 pub const MAGIC: &str = "119547037146038801333356";
@@ -43,10 +48,67 @@ pub fn starts_with_magic(head: &[u8]) -> bool {
         .is_ok_and(|p| matches!(p.arena.get(p.root), Node::BigInt(s) if s == MAGIC))
 }
 
+/// The first window of an unmapped file a pickle runs over.
+const WINDOW: u64 = 64 << 10;
+
+/// `run` over the bytes of `src` from `pos` on, as the module docs describe: the map, or
+/// growing windows until `run` succeeds or the window is the whole rest. The outer error is a
+/// read failure.
+fn over_rest<T, E>(
+    src: &dyn ByteSource,
+    pos: u64,
+    mut run: impl FnMut(&[u8]) -> std::result::Result<T, E>,
+) -> Result<std::result::Result<T, E>> {
+    if let Some(map) = src.map() {
+        return Ok(run(map.get(pos as usize..).unwrap_or(&[])));
+    }
+    let rest = src.len().saturating_sub(pos);
+    let mut n = rest.min(WINDOW);
+    loop {
+        let r = run(&src.range(pos, n)?);
+        if r.is_ok() || n == rest {
+            return Ok(r);
+        }
+        n = rest.min(n.saturating_mul(4));
+    }
+}
+
+/// Runs one pickle of the stack, starting at `pos` of `src`: the interpreter's size cap
+/// against the whole rest, then `run` through [`over_rest`].
+fn run_pickle(
+    src: &dyn ByteSource,
+    pos: u64,
+    limits: &VmLimits,
+    run: impl FnMut(&[u8]) -> std::result::Result<Parsed, VmError>,
+) -> Result<std::result::Result<Parsed, VmError>> {
+    let rest = src.len().saturating_sub(pos);
+    if rest > limits.max_pickle_bytes {
+        return Ok(Err(VmError {
+            offset: 0,
+            kind: VmErrorKind::Limit {
+                what: "pickle size",
+                needed: rest,
+                limit: limits.max_pickle_bytes,
+            },
+        }));
+    }
+    over_rest(src, pos, run)
+}
+
 /// The refusal of a pickle that is not a checkpoint (no legacy magic number first), naming
 /// the globals a static walk of it finds so the user sees what it holds.
-fn raw_pickle(path: &Path, map: &[u8]) -> Error {
-    let walk = crate::walk::walk(map, VmLimits::default().max_opcodes);
+fn raw_pickle(src: &dyn ByteSource) -> Result<Error> {
+    let path = src.name();
+    let max = VmLimits::default().max_opcodes;
+    let walked = over_rest(src, 0, |data| {
+        let w = crate::walk::walk(data, max);
+        if w.end.is_some() {
+            Ok(w)
+        } else {
+            Err(w)
+        }
+    })?;
+    let walk = walked.unwrap_or_else(|w| w);
     let mut names: Vec<String> = walk
         .globals
         .iter()
@@ -67,13 +129,13 @@ fn raw_pickle(path: &Path, map: &[u8]) -> Error {
             if n > 5 { ", ..." } else { "" }
         ),
     };
-    Error::Refused {
+    Ok(Error::Refused {
         at: Location::file(path),
         reason: format!(
             "a raw pickle, not a PyTorch checkpoint (it is neither a torch ZIP nor begins with \
              the legacy magic number){named}; refused without running it"
         ),
-    }
+    })
 }
 
 /// The parsed pickles.
@@ -84,10 +146,13 @@ pub(crate) struct LegacyParse {
     pub little_endian: bool,
 }
 
-fn constant(path: &Path, data: &[u8], base: u64, limits: &VmLimits, what: &str) -> Result<Parsed> {
-    let p = Vm::new(data, limits.clone(), PidStyle::Forbidden, false)
-        .run(true)
-        .map_err(|e| vm_error(path, Format::PytorchLegacy, base, e))?;
+/// Pickle `what` at `base` of `src`, which may hold constants only.
+fn constant(src: &dyn ByteSource, base: u64, limits: &VmLimits, what: &str) -> Result<Parsed> {
+    let path = src.name();
+    let p = run_pickle(src, base, limits, |data| {
+        Vm::new(data, limits.clone(), PidStyle::Forbidden, false).run(true)
+    })?
+    .map_err(|e| vm_error(path, Format::PytorchLegacy, base, e))?;
     if let Some(g) = p.globals.first() {
         return Err(Error::Refused {
             at: Location::file(path).at(base + g.offset),
@@ -101,19 +166,15 @@ fn constant(path: &Path, data: &[u8], base: u64, limits: &VmLimits, what: &str) 
     Ok(p)
 }
 
-pub(crate) fn parse(
-    path: &Path,
-    map: &[u8],
-    limits: &VmLimits,
-    inert: bool,
-) -> Result<LegacyParse> {
+pub(crate) fn parse(src: &dyn ByteSource, limits: &VmLimits, inert: bool) -> Result<LegacyParse> {
+    let path = src.name();
     let bad =
         |o: u64, m: String| Error::malformed(Location::file(path).at(o), Format::PytorchLegacy, m);
     let mut pos = 0u64;
-    if !starts_with_magic(map) {
-        return Err(raw_pickle(path, map));
+    if !starts_with_magic(&src.head(64)?) {
+        return Err(raw_pickle(src)?);
     }
-    let p1 = constant(path, map, 0, limits, "magic-number")?;
+    let p1 = constant(src, 0, limits, "magic-number")?;
     if !matches!(p1.arena.get(p1.root), Node::BigInt(s) if s == MAGIC) {
         return Err(Error::Refused {
             at: Location::file(path),
@@ -121,12 +182,12 @@ pub(crate) fn parse(
         });
     }
     pos += p1.end as u64;
-    let p2 = constant(path, &map[pos as usize..], pos, limits, "protocol-version")?;
+    let p2 = constant(src, pos, limits, "protocol-version")?;
     if !matches!(p2.arena.get(p2.root), Node::Int(1001)) {
         return Err(bad(pos, "legacy protocol version is not 1001".into()));
     }
     pos += p2.end as u64;
-    let p3 = constant(path, &map[pos as usize..], pos, limits, "sys_info")?;
+    let p3 = constant(src, pos, limits, "sys_info")?;
     let mut little_endian = true;
     match select::dict_items(&p3.arena, p3.root) {
         Some(items) => {
@@ -139,17 +200,14 @@ pub(crate) fn parse(
         None => return Err(bad(pos, "sys_info is not a dict".into())),
     }
     pos += p3.end as u64;
-    let object = Vm::new(
-        &map[pos as usize..],
-        limits.clone(),
-        PidStyle::Legacy,
-        false,
-    )
-    .inert_foreign(inert)
-    .run(true)
+    let object = run_pickle(src, pos, limits, |data| {
+        Vm::new(data, limits.clone(), PidStyle::Legacy, false)
+            .inert_foreign(inert)
+            .run(true)
+    })?
     .map_err(|e| vm_error(path, Format::PytorchLegacy, pos, e))?;
     pos += object.end as u64;
-    let p5 = constant(path, &map[pos as usize..], pos, limits, "storage-key list")?;
+    let p5 = constant(src, pos, limits, "storage-key list")?;
     let keys = match p5.arena.get(p5.root) {
         Node::List(v) => v
             .iter()
@@ -180,14 +238,14 @@ pub(crate) fn parse(
 /// element count (in the file's byte order) that must match the storage's persistent id, then
 /// exactly the storage's bytes, inside the file.
 fn storage_records(
-    path: &Path,
-    map: &[u8],
+    src: &dyn ByteSource,
     lp: &LegacyParse,
     by_key: &HashMap<&str, &crate::torch::StorageRef>,
 ) -> Result<HashMap<String, Record>> {
+    let path = src.name();
     let mut keyed = HashMap::new();
     let mut pos = lp.data_start;
-    let len = map.len() as u64;
+    let len = src.len();
     for k in &lp.keys {
         let s = by_key.get(k.as_str()).ok_or_else(|| {
             Error::malformed(
@@ -196,15 +254,15 @@ fn storage_records(
                 format!("storage key `{k}` is listed but never used"),
             )
         })?;
-        let hdr = map.get(pos as usize..pos as usize + 8).ok_or_else(|| {
-            Error::malformed(
+        if pos.checked_add(8).is_none_or(|end| end > len) {
+            return Err(Error::malformed(
                 Location::file(path).at(pos),
                 Format::PytorchLegacy,
                 "truncated storage section",
-            )
-        })?;
+            ));
+        }
         let mut h = [0u8; 8];
-        h.copy_from_slice(hdr);
+        src.read_at(pos, &mut h)?;
         let numel = if lp.little_endian {
             u64::from_le_bytes(h)
         } else {
@@ -244,14 +302,10 @@ fn storage_records(
     Ok(keyed)
 }
 
-/// Opens a legacy checkpoint.
-pub fn open(
-    path: &Path,
-    opts: &ReadOptions,
-    limits: &VmLimits,
-    map: Arc<Mmap>,
-) -> Result<Checkpoint> {
-    let lp = parse(path, &map, limits, opts.inert_objects)?;
+/// Opens the legacy checkpoint `src`.
+pub fn open(opts: &ReadOptions, limits: &VmLimits, src: Arc<dyn ByteSource>) -> Result<Checkpoint> {
+    let path = &src.name().to_path_buf();
+    let lp = parse(&*src, limits, opts.inert_objects)?;
     let parsed = &lp.object;
     let sel = crate::source::select_for(path, Format::PytorchLegacy, parsed, opts, limits)?;
     let by_key: HashMap<&str, &crate::torch::StorageRef> = parsed
@@ -259,11 +313,11 @@ pub fn open(
         .iter()
         .map(|s| (s.key.as_str(), s))
         .collect();
-    let keyed = storage_records(path, &map, &lp, &by_key)?;
+    let keyed = storage_records(&*src, &lp, &by_key)?;
     Checkpoint::build(
         path,
         Format::PytorchLegacy,
-        map,
+        src,
         keyed,
         &parsed.storages,
         sel,
@@ -271,4 +325,48 @@ pub fn open(
         parsed.protocol,
         opts,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weightport_core::bytes::InMemory;
+
+    /// A protocol-2 pickle of a list of `n` small ints (2 bytes each), then other bytes.
+    fn list_pickle(n: usize) -> Vec<u8> {
+        let mut b = b"\x80\x02](".to_vec();
+        for _ in 0..n {
+            b.extend_from_slice(b"K\x07");
+        }
+        b.extend_from_slice(b"e.the next pickle");
+        b
+    }
+
+    /// A pickle longer than the first window of an unmapped file reads as from the map, whole
+    /// or cut anywhere (the error of a cut one is the whole rest's), and the size cap counts
+    /// the whole rest, not the window.
+    #[test]
+    fn pickles_past_the_first_window_read_as_from_the_map() {
+        let b = list_pickle(50_000);
+        let limits = VmLimits::default();
+        let run = |src: &dyn ByteSource, limits: &VmLimits| {
+            constant(src, 0, limits, "test")
+                .map(|p| p.end)
+                .map_err(|e| e.to_string())
+        };
+        for cut in [b.len(), 100_006, 100_005, 70_000, 65_536, 1_000, 3, 0] {
+            let mapped = run(&InMemory::new("l.pt", &b[..cut]), &limits);
+            let ranged = run(&InMemory::new("l.pt", &b[..cut]).unmapped(), &limits);
+            assert_eq!(ranged, mapped, "cut at {cut}");
+            assert_eq!(mapped.is_ok(), cut >= 100_006, "cut at {cut}: {mapped:?}");
+        }
+        let small = VmLimits {
+            max_pickle_bytes: 70_000,
+            ..VmLimits::default()
+        };
+        let mapped = run(&InMemory::new("l.pt", &b[..]), &small);
+        let ranged = run(&InMemory::new("l.pt", &b[..]).unmapped(), &small);
+        assert_eq!(ranged, mapped);
+        assert!(mapped.unwrap_err().contains("pickle size"));
+    }
 }

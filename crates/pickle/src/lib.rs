@@ -16,8 +16,11 @@
 #![deny(unsafe_code)]
 
 use std::path::Path;
+use std::sync::Arc;
 
-use weightport_core::{Error, Format, Location, ReadOptions, Result, TensorSource};
+use weightport_core::bytes::SourceReader;
+use weightport_core::mapped::LocalFile;
+use weightport_core::{ByteSource, Error, Format, Location, ReadOptions, Result, TensorSource};
 
 pub mod allow;
 pub mod census;
@@ -47,16 +50,20 @@ pub fn probe(path: &Path, head: &[u8]) -> bool {
 /// (told from `.npz`,
 /// whose entries are `*.npy`).
 pub fn probe_zip(path: &Path, head: &[u8]) -> bool {
+    head.starts_with(b"PK\x03\x04")
+        && LocalFile::open(path, "").is_ok_and(|src| probe_zip_source(&src, head))
+}
+
+/// [`probe_zip`] of a source.
+pub fn probe_zip_source(src: &dyn ByteSource, head: &[u8]) -> bool {
     if !head.starts_with(b"PK\x03\x04") {
         return false;
     }
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
     let config = zip::read::Config {
         archive_offset: zip::read::ArchiveOffset::Known(0),
     };
-    let Ok(ar) = zip::ZipArchive::with_config(config, std::io::BufReader::new(file)) else {
+    let reader = std::io::BufReader::new(SourceReader::new(src));
+    let Ok(ar) = zip::ZipArchive::with_config(config, reader) else {
         return false;
     };
     let found = ar.file_names().any(|n| {
@@ -126,26 +133,38 @@ pub fn open(path: &Path, opts: &ReadOptions) -> Result<Box<dyn TensorSource>> {
     Ok(Box::new(open_checkpoint(path, opts)?))
 }
 
+/// [`open`] of a source.
+pub fn open_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<Box<dyn TensorSource>> {
+    Ok(Box::new(open_checkpoint_source(src, opts)?))
+}
+
 /// Opens a PyTorch checkpoint, keeping the concrete type (for [`Checkpoint::report`]).
 pub fn open_checkpoint(path: &Path, opts: &ReadOptions) -> Result<Checkpoint> {
-    open_checkpoint_mapped(path, container::map_file(path)?, opts)
+    open_checkpoint_source(opts.storage.open(path, ", expected a file")?, opts)
 }
 
 /// [`open_checkpoint`] of a file already mapped (a member the scan unpacked); `path` names it in
 /// messages.
 pub fn open_checkpoint_mapped(
     path: &Path,
-    map: std::sync::Arc<memmap2::Mmap>,
+    map: Arc<memmap2::Mmap>,
     opts: &ReadOptions,
 ) -> Result<Checkpoint> {
+    open_checkpoint_source(Arc::new(LocalFile::from_map(path, map)), opts)
+}
+
+/// [`open_checkpoint`] of a source: told by its first bytes, read by ranges.
+pub fn open_checkpoint_source(src: Arc<dyn ByteSource>, opts: &ReadOptions) -> Result<Checkpoint> {
     let limits = vm_limits(opts);
-    if map.starts_with(b"PK\x03\x04") {
-        return container::open(path, opts, &limits, map);
+    let head = src.head(container::HEAD)?;
+    let path = &src.name().to_path_buf();
+    if head.starts_with(b"PK\x03\x04") {
+        return container::open(opts, &limits, src);
     }
-    if legacy::starts_with_magic(&map) || matches!(map.first(), Some(0x80 | b'c' | b'(')) {
-        return legacy::open(path, opts, &limits, map);
+    if legacy::starts_with_magic(&head) || matches!(head.first(), Some(0x80 | b'c' | b'(')) {
+        return legacy::open(opts, &limits, src);
     }
-    if container::is_tar(&map) {
+    if container::is_tar(&head) {
         return Err(Error::Refused {
             at: Location::file(path),
             reason: "legacy tar-format PyTorch checkpoint (torch <= 0.1.9), which torch itself refuses under weights_only; re-save it with a current torch".into(),

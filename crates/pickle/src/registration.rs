@@ -5,20 +5,20 @@
 use weightport_core::registry::InputFormat;
 use weightport_core::Format;
 
-use crate::{open, probe_legacy, probe_zip};
+use crate::{open_source, probe_legacy, probe_zip_source};
 
 /// torch ZIP checkpoints (`torch.save` since 1.6).
 pub const ZIP: InputFormat = InputFormat {
     name: "pytorch",
     format: Format::PytorchZip,
-    probe: probe_zip,
-    open,
+    probe: probe_zip_source,
+    open: open_source,
 };
 
 /// Legacy stacked-pickle checkpoints (and raw pickles / the tar format, which it refuses).
 pub const LEGACY: InputFormat = InputFormat {
     name: "pytorch-legacy",
     format: Format::PytorchLegacy,
-    probe: probe_legacy,
-    open,
+    probe: |src, head| probe_legacy(src.name(), head),
+    open: open_source,
 };

@@ -13,7 +13,8 @@ use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-use weightport_core::{Format, MetaValue, ReadOptions, Result};
+use weightport_core::mapped::LocalFile;
+use weightport_core::{ByteSource, Format, MetaValue, ReadOptions, Result};
 
 use crate::container;
 use crate::legacy;
@@ -375,8 +376,8 @@ impl Acc {
         }
     }
 
-    fn zip(&mut self, path: &Path, map: &Arc<Mmap>, limits: &VmLimits) -> Vec<ScanRecord> {
-        let layout = match container::layout(path, map, &weightport_core::Limits::default()) {
+    fn zip(&mut self, path: &Path, src: &dyn ByteSource, limits: &VmLimits) -> Vec<ScanRecord> {
+        let layout = match container::layout(path, src, &weightport_core::Limits::default()) {
             Ok(l) => l,
             Err(e) => {
                 self.push(finding(None, e.to_string(), true, rules::CONTAINER));
@@ -402,7 +403,7 @@ impl Acc {
         // finds ignoring case, may hide one); the one torch loads is marked.
         let loaded = layout.get("data.pkl").map(|e| e.header_start);
         for e in layout.entries.iter().filter(|e| is_pkl_name(&e.name)) {
-            match container::entry_bytes(path, map, e, limits.max_pickle_bytes, "pickle size") {
+            match container::entry_bytes(path, src, e, limits.max_pickle_bytes, "pickle size") {
                 Ok(data) => {
                     let base = if e.method == 0 { e.data_start } else { 0 };
                     let is_loaded = loaded == Some(e.header_start);
@@ -459,15 +460,17 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
 }
 
 /// Audits the file mapped in `map` (a file, or a member the directory scan unpacked); `path`
-/// names it in the report and messages.
+/// names it in the report and messages. (An audit reads every byte of a raw pickle, so it
+/// works on a map; its strict read goes through the reader's [`ByteSource`] path.)
 pub fn scan_mapped(path: &Path, map: Arc<Mmap>) -> ScanReport {
+    let src: Arc<dyn ByteSource> = Arc::new(LocalFile::from_map(path, map.clone()));
     let limits = VmLimits::default();
     let mut acc = Acc::new();
     let mut records = Vec::new();
     let mut format = None;
     if map.starts_with(b"PK\x03\x04") {
         format = Some(Format::PytorchZip);
-        records = acc.zip(path, &map, &limits);
+        records = acc.zip(path, &*src, &limits);
     } else if legacy::starts_with_magic(&map) {
         format = Some(Format::PytorchLegacy);
         acc.audited(None, &map, true);
@@ -494,7 +497,7 @@ pub fn scan_mapped(path: &Path, map: Arc<Mmap>) -> ScanReport {
         error: None,
         pickles: acc.pickles,
     };
-    strict_read(&mut report, map);
+    strict_read(&mut report, src);
     if let Some(note) = weights_only_note(&report) {
         report
             .findings
@@ -551,8 +554,8 @@ fn weights_only_note(r: &ScanReport) -> Option<String> {
 /// What the strict reader makes of the file. A refusal of what weightport does not convert
 /// (a quantized tensor, a top-level list) is a note: the pickle was read whole by both the
 /// interpreter and the walk. Any other failure means nothing vouches for the file.
-fn strict_read(report: &mut ScanReport, map: Arc<Mmap>) {
-    match crate::open_checkpoint_mapped(&report.path, map, &ReadOptions::default()) {
+fn strict_read(report: &mut ScanReport, src: Arc<dyn ByteSource>) {
+    match crate::open_checkpoint_source(src, &ReadOptions::default()) {
         Ok(c) => {
             report.entries = c.report().entries.clone();
             report.tensors = weightport_core::TensorSource::tensors(&c).len();

@@ -2,22 +2,23 @@
 //!
 //! A tensor is a view (offset, sizes, strides in elements) of a storage record. Contiguous
 //! little-endian views of stored (uncompressed) records are handed out zero-copy from the
-//! memory map; everything else (strided views, stride 0, big-endian records, conj/neg views,
-//! deflated records) is gathered into row-major order by [`TensorSource::read_into`], in
-//! chunks bounded by the caller's buffer. Deflated records are streamed front to back
-//! ([`Access::Sequential`]) when the view is contiguous, and inflated once (bounded) otherwise.
+//! map when the input's [`ByteSource`] has one; everything else (strided views, stride 0,
+//! big-endian records, conj/neg views, deflated records, and every view of an unmapped
+//! source) is gathered into row-major order by [`TensorSource::read_into`], in chunks bounded
+//! by the caller's buffer: from the map, or by ranged reads (one per contiguous run of a view).
+//! Deflated records are streamed front to back ([`Access::Sequential`]) when the view is
+//! contiguous, and inflated once (bounded) otherwise.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use memmap2::Mmap;
-use weightport_core::archive::{self, Member, SeqCursor};
-use weightport_core::mapped::Extent;
+use weightport_core::archive::{self, InflateError, Member, SeqCursor, Span};
+use weightport_core::bytes::Extent;
 use weightport_core::source::check_read;
 use weightport_core::{
-    Access, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result, TensorInfo,
-    TensorSource,
+    Access, ByteSource, Error, Format, Location, MetaValue, Metadata, ReadOptions, Result,
+    TensorInfo, TensorSource,
 };
 
 use crate::select::Selected;
@@ -84,7 +85,7 @@ pub struct CheckpointReport {
 pub struct Checkpoint {
     path: PathBuf,
     format: Format,
-    map: Arc<Mmap>,
+    src: Arc<dyn ByteSource>,
     records: Vec<Record>,
     entries: Vec<Entry>,
     infos: Vec<TensorInfo>,
@@ -231,19 +232,34 @@ pub(crate) fn kind_error(at: Location, format: Format, kind: VmErrorKind) -> Err
     }
 }
 
-/// Inflates a whole deflated record: exactly `len` bytes, with its CRC-32 when recorded.
+/// Inflates a whole deflated record of `src`: exactly `len` bytes, with its CRC-32 when
+/// recorded; the inner error says why the record is malformed, the outer one is the source's
+/// read error.
 pub(crate) fn inflate(
-    map: &Arc<Mmap>,
+    src: &dyn ByteSource,
     start: u64,
     csize: u64,
     len: u64,
     crc: Option<u32>,
-) -> std::result::Result<Vec<u8>, String> {
-    let comp = map
-        .get(start as usize..(start + csize) as usize)
-        .ok_or("record lies past the end of the file")?;
-    archive::inflate_all(comp, len, crc).map_err(|e| format!("deflated record: {e}"))
+) -> Result<std::result::Result<Vec<u8>, String>> {
+    if start.checked_add(csize).is_none_or(|end| end > src.len()) {
+        return Ok(Err("record lies past the end of the file".into()));
+    }
+    match archive::inflate_all(Span::new(src, start, csize), len, crc) {
+        Ok(v) => Ok(Ok(v)),
+        Err(InflateError::Read(e)) => Err(*e),
+        Err(e) => Ok(Err(format!("deflated record: {e}"))),
+    }
 }
+
+/// Why a gather stopped: the view reaches past its record, or the source could not be read.
+enum Gather {
+    Outside,
+    Read(Error),
+}
+
+/// Fills a buffer with a record's bytes from a byte position in it.
+type ReadRecord<'a> = dyn FnMut(u64, &mut [u8]) -> std::result::Result<(), Gather> + 'a;
 
 impl Checkpoint {
     /// Builds the source. `records` maps storage keys to their records; every storage the
@@ -252,7 +268,7 @@ impl Checkpoint {
     pub(crate) fn build(
         path: &Path,
         format: Format,
-        map: Arc<Mmap>,
+        src: Arc<dyn ByteSource>,
         keyed: HashMap<String, Record>,
         storages: &[StorageRef],
         sel: Selected,
@@ -291,7 +307,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             path: path.to_path_buf(),
             format,
-            map,
+            src,
             records,
             entries,
             infos,
@@ -354,7 +370,7 @@ impl Checkpoint {
         let RecordData::Deflated { start, csize, crc } = rec.data else {
             unreachable!("sequential reads are for deflated records")
         };
-        let comp = &self.map[start as usize..(start + csize) as usize];
+        let comp = Span::new(&*self.src, start, csize);
         let first = e.desc.offset * e.itemsize;
         let end = first + self.infos[index].byte_len;
         self.seq[index]
@@ -369,7 +385,9 @@ impl Checkpoint {
                 256 << 10,
                 end,
             )
-            .map_err(|(z, _)| self.err(index, start, format!("deflated record: {z}")))?;
+            .map_err(|(z, _)| {
+                z.into_error(|z| self.err(index, start, format!("deflated record: {z}")))
+            })?;
         self.fix(e, dst);
         Ok(())
     }
@@ -389,13 +407,19 @@ impl Checkpoint {
         ))
     }
 
-    fn record_bytes(&self, index: usize, e: &Entry) -> Result<&[u8]> {
+    /// The record of tensor `index` in memory: its bytes in the map, or the record inflated
+    /// once; `None` for a stored record of an unmapped source (read by ranges instead).
+    fn record_bytes(&self, index: usize, e: &Entry) -> Result<Option<&[u8]>> {
         let rec = &self.records[e.record];
         match rec.data {
-            RecordData::Stored { start } => self
-                .map
-                .get(start as usize..(start + rec.len) as usize)
-                .ok_or_else(|| self.err(index, start, "record lies past the end of the file")),
+            RecordData::Stored { start } => {
+                let Some(map) = self.src.map() else {
+                    return Ok(None);
+                };
+                map.get(start as usize..(start + rec.len) as usize)
+                    .map(Some)
+                    .ok_or_else(|| self.err(index, start, "record lies past the end of the file"))
+            }
             RecordData::Deflated { start, csize, crc } => {
                 if rec.len > self.max_inflate {
                     return Err(Error::Unsupported {
@@ -407,35 +431,78 @@ impl Checkpoint {
                         ),
                     });
                 }
-                let r = self.inflated[e.record]
-                    .get_or_init(|| inflate(&self.map, start, csize, rec.len, crc));
-                r.as_deref().map_err(|m| self.err(index, start, m.clone()))
+                let slot = &self.inflated[e.record];
+                if slot.get().is_none() {
+                    // A read error is not kept: it is the source's, not the record's.
+                    let r = inflate(&*self.src, start, csize, rec.len, crc)?;
+                    let _ = slot.set(r);
+                }
+                let r = slot.get().expect("set above");
+                r.as_deref()
+                    .map(Some)
+                    .map_err(|m| self.err(index, start, m.clone()))
+            }
+        }
+    }
+
+    /// Gathers elements `first..` of tensor `index`'s view into `dst`: from the record in
+    /// memory, or by ranged reads of a stored record of an unmapped source.
+    fn gather_into(&self, index: usize, e: &Entry, first: u64, dst: &mut [u8]) -> Result<()> {
+        let stop = |g: Gather| match g {
+            Gather::Outside => self.err(index, first * e.itemsize, "view reaches past its record"),
+            Gather::Read(err) => err,
+        };
+        match self.record_bytes(index, e)? {
+            Some(rec) => {
+                let mut from_memory = |pos: u64, out: &mut [u8]| {
+                    let at = usize::try_from(pos).map_err(|_| Gather::Outside)?;
+                    let end = at.checked_add(out.len()).ok_or(Gather::Outside)?;
+                    let chunk = rec.get(at..end).ok_or(Gather::Outside)?;
+                    out.copy_from_slice(chunk);
+                    Ok(())
+                };
+                gather(&mut from_memory, &e.desc, e.itemsize, first, dst).map_err(stop)
+            }
+            None => {
+                let rec = &self.records[e.record];
+                let RecordData::Stored { start } = rec.data else {
+                    unreachable!("only stored records are read by ranges")
+                };
+                let mut by_ranges = |pos: u64, out: &mut [u8]| {
+                    if pos
+                        .checked_add(out.len() as u64)
+                        .is_none_or(|end| end > rec.len)
+                    {
+                        return Err(Gather::Outside);
+                    }
+                    self.src.read_at(start + pos, out).map_err(Gather::Read)
+                };
+                gather(&mut by_ranges, &e.desc, e.itemsize, first, dst).map_err(stop)
             }
         }
     }
 }
 
-/// Copies elements `first..first + dst.len()/s` of the view, in row-major order.
+/// Copies elements `first..first + dst.len()/s` of the view, in row-major order; `read`
+/// fills a buffer with the record's bytes at a byte position.
 fn gather(
-    src: &[u8],
+    read: &mut ReadRecord<'_>,
     d: &TensorDesc,
     s: u64,
     first: u64,
     dst: &mut [u8],
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Gather> {
     let n = dst.len() as u64 / s;
     if n == 0 {
         return Ok(());
     }
-    let oob = || "view reaches past its record".to_string();
-    let copy =
-        |pos: u64, count: u64, out: u64, dst: &mut [u8]| -> std::result::Result<(), String> {
-            let a = (pos * s) as usize;
-            let b = ((pos + count) * s) as usize;
+    let mut copy =
+        |pos: u64, count: u64, out: u64, dst: &mut [u8]| -> std::result::Result<(), Gather> {
+            let a = pos.checked_mul(s).ok_or(Gather::Outside)?;
+            let len = count.checked_mul(s).ok_or(Gather::Outside)?;
             let o = (out * s) as usize;
-            let chunk = src.get(a..b).ok_or_else(oob)?;
-            dst[o..o + chunk.len()].copy_from_slice(chunk);
-            Ok(())
+            let to = dst.get_mut(o..o + len as usize).ok_or(Gather::Outside)?;
+            read(a, to)
         };
     let nd = d.shape.len();
     if nd == 0 {
@@ -501,13 +568,15 @@ impl TensorSource for Checkpoint {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        self.extent(index)?.of(&self.map)
+        self.extent(index)?.bytes(&*self.src)
     }
 
     fn access(&self, index: usize) -> Access {
         let e = &self.entries[index];
         match self.records[e.record].data {
-            RecordData::Stored { .. } if self.plain(e) => Access::Mapped,
+            RecordData::Stored { .. } if self.plain(e) && self.src.map().is_some() => {
+                Access::Mapped
+            }
             RecordData::Deflated { .. } if e.contiguous => Access::Sequential,
             _ => Access::Random,
         }
@@ -524,22 +593,20 @@ impl TensorSource for Checkpoint {
         if let (RecordData::Deflated { .. }, true) = (&self.records[e.record].data, e.contiguous) {
             return self.read_sequential(index, e, offset, dst);
         }
-        let src = self.record_bytes(index, e)?;
-        gather(src, &e.desc, e.itemsize, offset / e.itemsize, dst)
-            .map_err(|m| self.err(index, offset, m))?;
+        self.gather_into(index, e, offset / e.itemsize, dst)?;
         self.fix(e, dst);
         Ok(())
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
         if let Some(x) = self.extent(index) {
-            x.release(&self.map, offset, len);
+            x.release(&*self.src, offset, len);
         }
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         if let Some(x) = self.extent(index) {
-            x.will_need(&self.map, offset, len);
+            x.will_need(&*self.src, offset, len);
         }
     }
 }

@@ -51,7 +51,18 @@ fn every_hostile_file_is_refused() {
             failures.push(format!("{name}: not probed as a PyTorch checkpoint"));
         }
         let t = Instant::now();
-        match weightport_pickle::open_checkpoint(&path, &ReadOptions::default()) {
+        let r = weightport_pickle::open_checkpoint(&path, &ReadOptions::default());
+        // Read by ranges only (a storage that never maps): the same refusal.
+        let mut pread = ReadOptions::default();
+        pread.storage =
+            std::sync::Arc::new(weightport_core::mapped::LocalFiles { pread_only: true });
+        let by_ranges = weightport_pickle::open_checkpoint(&path, &pread);
+        assert_eq!(
+            by_ranges.as_ref().err().map(|e| e.to_string()),
+            r.as_ref().err().map(|e| e.to_string()),
+            "{name}: read by ranges"
+        );
+        match r {
             Ok(_) => failures.push(format!("{name}: opened")),
             Err(e) if e.exit_code() != 3 => {
                 failures.push(format!("{name}: exit {} ({e})", e.exit_code()))
@@ -110,7 +121,8 @@ fn checks_shared_with_the_npz_reader_apply_to_torch_zips() {
     let good = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/good/pickle/rezipped_deflate.pt");
     let bytes = std::fs::read(&good).unwrap();
-    let table = weightport_core::archive::entries(&bytes, &Default::default()).unwrap();
+    let view = weightport_core::bytes::InMemory::new(&good, &bytes[..]);
+    let table = weightport_core::archive::entries(&view, &Default::default()).unwrap();
     let rec = table
         .entries
         .iter()

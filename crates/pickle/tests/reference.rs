@@ -1,9 +1,12 @@
 //! Every good fixture (written by real torch) reads back exactly as `torch.load` returns it:
-//! same names, dtypes, shapes and sha256 of the little-endian row-major bytes.
+//! same names, dtypes, shapes and sha256 of the little-endian row-major bytes, from a mapped
+//! file and by ranged reads only (a storage that never maps, as a remote object is read).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+use weightport_core::mapped::LocalFiles;
 use weightport_core::{Access, DType, Error, MetaValue, ReadOptions, TensorSource};
 
 fn fixtures() -> PathBuf {
@@ -72,6 +75,12 @@ fn opts(key: Option<String>, shared_copy: bool) -> ReadOptions {
     o
 }
 
+/// `o` with a storage that never maps: every byte comes through checked `pread`s.
+fn pread(mut o: ReadOptions) -> ReadOptions {
+    o.storage = Arc::new(LocalFiles { pread_only: true });
+    o
+}
+
 /// Reads a tensor through `read_into` in chunks of `chunk` elements (front to back, as the
 /// executor does for sequential sources), returning the sha256 of the bytes.
 fn read_hash(src: &dyn TensorSource, i: usize, chunk_elems: u64) -> String {
@@ -101,50 +110,66 @@ fn every_fixture_matches_torch() {
         } else {
             None
         };
-        let src = weightport_pickle::open(&ex.file, &opts(key, true))
-            .unwrap_or_else(|e| panic!("{}: {e}", ex.name));
-        let want = ex.doc["tensors"].as_array().unwrap();
-        assert_eq!(src.tensors().len(), want.len(), "{}: tensor count", ex.name);
-        for (i, w) in want.iter().enumerate() {
-            let info = &src.tensors()[i];
-            assert_eq!(info.name, w["name"].as_str().unwrap(), "{}: order", ex.name);
-            let dt = core_dtype(w["dtype"].as_str().unwrap()).unwrap();
-            assert_eq!(info.dtype, dt, "{} {}", ex.name, info.name);
-            let shape: Vec<u64> = w["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap())
-                .collect();
-            assert_eq!(info.shape, shape, "{} {}", ex.name, info.name);
-            let sha = w["sha256"].as_str().unwrap();
-            for chunk in [u64::MAX / 64, 1, 3] {
-                assert_eq!(
-                    read_hash(src.as_ref(), i, chunk),
-                    sha,
-                    "{} {} chunk {chunk}",
-                    ex.name,
-                    info.name
-                );
-            }
-            if let Some(b) = src.bytes(i) {
-                assert_eq!(
-                    format!("{:x}", Sha256::digest(b)),
-                    sha,
-                    "{} {} zero-copy",
-                    ex.name,
-                    info.name
-                );
-                assert_eq!(src.access(i), Access::Mapped);
-            }
+        for o in [opts(key.clone(), true), pread(opts(key, true))] {
+            let mapped = o.storage.open(&ex.file, "").unwrap().map().is_some();
+            let src = weightport_pickle::open(&ex.file, &o)
+                .unwrap_or_else(|e| panic!("{}: {e}", ex.name));
+            check_fixture(&ex, src.as_ref(), mapped);
         }
+    }
+}
+
+fn check_fixture(ex: &Expected, src: &dyn TensorSource, mapped: bool) {
+    let want = ex.doc["tensors"].as_array().unwrap();
+    assert_eq!(src.tensors().len(), want.len(), "{}: tensor count", ex.name);
+    for (i, w) in want.iter().enumerate() {
+        let info = &src.tensors()[i];
+        assert_eq!(info.name, w["name"].as_str().unwrap(), "{}: order", ex.name);
+        let dt = core_dtype(w["dtype"].as_str().unwrap()).unwrap();
+        assert_eq!(info.dtype, dt, "{} {}", ex.name, info.name);
+        let shape: Vec<u64> = w["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(info.shape, shape, "{} {}", ex.name, info.name);
+        let sha = w["sha256"].as_str().unwrap();
+        for chunk in [u64::MAX / 64, 1, 3] {
+            assert_eq!(
+                read_hash(src, i, chunk),
+                sha,
+                "{} {} chunk {chunk}",
+                ex.name,
+                info.name
+            );
+        }
+        if let Some(b) = src.bytes(i) {
+            assert_eq!(
+                format!("{:x}", Sha256::digest(b)),
+                sha,
+                "{} {} zero-copy",
+                ex.name,
+                info.name
+            );
+            assert_eq!(src.access(i), Access::Mapped);
+        }
+        assert!(
+            mapped || src.bytes(i).is_none(),
+            "zero-copy only when mapped"
+        );
     }
 }
 
 #[test]
 fn random_offsets_read_the_same_bytes() {
     let f = fixtures().join("good/pickle/views.pt");
-    let src = weightport_pickle::open(&f, &opts(None, true)).unwrap();
+    for o in [opts(None, true), pread(opts(None, true))] {
+        random_offsets(weightport_pickle::open(&f, &o).unwrap().as_ref());
+    }
+}
+
+fn random_offsets(src: &dyn TensorSource) {
     for (i, info) in src.tensors().iter().enumerate() {
         let mut whole = vec![0u8; info.byte_len as usize];
         src.read_into(i, 0, &mut whole).unwrap();
@@ -300,6 +325,13 @@ fn truncation_at_every_37th_byte_errors_without_panic() {
             std::fs::write(&t, &bytes[..cut]).unwrap();
             let r = weightport_pickle::open(&t, &ReadOptions::default());
             assert!(r.is_err(), "{} cut at {cut} opened", ex.name);
+            let by_ranges = weightport_pickle::open(&t, &pread(ReadOptions::default()));
+            assert_eq!(
+                by_ranges.err().map(|e| e.to_string()),
+                r.err().map(|e| e.to_string()),
+                "{} cut at {cut}: read by ranges",
+                ex.name
+            );
             let _ = weightport_pickle::scan(&t);
         }
     }

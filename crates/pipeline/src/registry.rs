@@ -126,6 +126,18 @@ pub fn input_named(name: &str) -> Result<&'static InputFormat> {
 /// Reads up to 4 KiB from the start of `path`, refusing anything that is not a regular file.
 pub fn head_of(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
+    regular_file(path)?;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let mut buf = Vec::with_capacity(4096);
+    (&mut f)
+        .take(4096)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(buf)
+}
+
+/// Refuses anything that is not a regular file, as [`head_of`] does.
+fn regular_file(path: &Path) -> Result<()> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
     if !meta.is_file() {
         let what = if meta.is_dir() {
@@ -138,22 +150,19 @@ pub fn head_of(path: &Path) -> Result<Vec<u8>> {
             weightport_core::shown(path)
         )));
     }
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let mut buf = Vec::with_capacity(4096);
-    (&mut f)
-        .take(4096)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::io(path, "read", e))?;
-    Ok(buf)
+    Ok(())
 }
 
-/// Opens one weights file: the format `from` names (its probe must agree), or the first
-/// whose probe recognises the content.
+/// Opens one weights file through [`weightport_core::ReadOptions::storage`]: the format `from`
+/// names (its probe must agree), or the first whose probe recognises the content. The readers
+/// are handed the opened source.
 pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
-    let head = head_of(path)?;
+    regular_file(path)?;
+    let src = req.read.storage.open(path, ", expected a weights file")?;
+    let head = src.head(4096)?;
     if let Some(n) = &req.from {
         let f = input_named(n)?;
-        if !(f.probe)(path, &head) {
+        if !(f.probe)(&*src, &head) {
             return Err(Error::NotFormat {
                 path: path.to_path_buf(),
                 expected: f.format,
@@ -166,10 +175,10 @@ pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>
                 ),
             });
         }
-        return (f.open)(path, &req.read);
+        return (f.open)(src, &req.read);
     }
-    match inputs().into_iter().find(|f| (f.probe)(path, &head)) {
-        Some(f) => (f.open)(path, &req.read),
+    match inputs().into_iter().find(|f| (f.probe)(&*src, &head)) {
+        Some(f) => (f.open)(src, &req.read),
         None => Err(unrecognised(path, &head)),
     }
 }

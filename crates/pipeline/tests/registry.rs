@@ -5,14 +5,15 @@
 //! (the reference here: an identity conversion of this format must reproduce it) at 1, 2 and 7
 //! threads with chunks far smaller than the tensor.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use weightport_core::registry::{
     InputFormat, OutputFormat, OutputPlan, OutputRequest, PlannedFile,
 };
 use weightport_core::staging::TempFile;
 use weightport_core::{
-    hash, DType, Error, FinishedFile, Format, IoCounter, Metadata, Plan, ReadOptions, Result,
+    hash, ByteSource, DType, FinishedFile, Format, IoCounter, Metadata, Plan, ReadOptions, Result,
     StagedFile, TensorInfo, TensorSink, TensorSource,
 };
 use weightport_pipeline::registry::{register_input, register_output};
@@ -38,8 +39,9 @@ fn header(t: &TensorInfo) -> Vec<u8> {
     h
 }
 
-fn open(path: &Path, _: &ReadOptions) -> Result<Box<dyn TensorSource>> {
-    let b = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+fn open(src: Arc<dyn ByteSource>, _: &ReadOptions) -> Result<Box<dyn TensorSource>> {
+    let path = src.name();
+    let b = src.range(0, src.len())?.into_owned();
     let n = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
     let name = String::from_utf8(b[12..12 + n].to_vec()).unwrap();
     let dim = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());

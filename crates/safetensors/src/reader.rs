@@ -1,21 +1,22 @@
-//! Opening a safetensors file: header by positional reads, data by a read-only memory map.
+//! Opening a safetensors file: header by ranged reads, data zero-copy from the map when the
+//! source has one (a local file), by ranged reads otherwise.
 //!
-//! `open` reads the 8-byte prefix and the JSON header with `pread`, validates everything
-//! (docs/specs/safetensors.md §1.2, plus duplicate names), and maps the file without touching data pages, so
-//! inspecting a 100 GB file reads only its header. When the first checks fail, the file's
-//! first bytes are sniffed so that a Git LFS pointer, an HTML page or a ZIP checkpoint gets a
-//! message saying what it really is instead of "header too large".
+//! `from_source` reads the 8-byte prefix and the JSON header (at most the header cap) by
+//! ranges of the [`ByteSource`], validates everything (docs/specs/safetensors.md §1.2, plus
+//! duplicate names) and touches no data byte, so inspecting a 100 GB file reads only its
+//! header. When the first checks fail, the file's first bytes are sniffed so that a Git LFS
+//! pointer, an HTML page or a ZIP checkpoint gets a message saying what it really is instead
+//! of "header too large".
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use memmap2::Mmap;
-use weightport_core::mapped::{self, Extent};
+use weightport_core::bytes::{Extent, StoredTensors};
+use weightport_core::mapped::LocalFile;
 
 use weightport_core::{
-    sniff, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed, TensorInfo,
-    TensorSource,
+    sniff, ByteSource, Error, Format, Limits, Location, MetaValue, Metadata, Result, Sniffed,
+    TensorInfo, TensorSource,
 };
 
 use crate::header::{self, Header, HeaderError};
@@ -23,7 +24,7 @@ use crate::header::{self, Header, HeaderError};
 /// A validated safetensors file.
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: Mmap,
+    data: StoredTensors,
     header: Header,
     data_start: u64,
     infos: Vec<TensorInfo>,
@@ -47,29 +48,35 @@ fn not_format(path: &Path, what: &Sniffed) -> Error {
     }
 }
 
-fn read_prefix(file: &File, path: &Path, len: u64) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; len.min(64) as usize];
-    file.read_exact_at(&mut buf, 0)
-        .map_err(|e| Error::io(path, "read", e))?;
-    Ok(buf)
-}
-
 impl SafetensorsFile {
     /// Opens and validates `path` with default limits.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         Self::open_with(path.as_ref(), &Limits::default())
     }
 
-    /// Opens and validates `path`.
+    /// Opens (maps) and validates `path`.
     pub fn open_with(path: &Path, limits: &Limits) -> Result<Self> {
-        let (file, file_len) = mapped::open_input(path, ", expected a file")?;
-        let n = header_len(&file, path, file_len, limits)?;
-        let mut json = vec![0u8; n as usize];
-        file.read_exact_at(&mut json, 8)
-            .map_err(|e| Error::io(path, "read", e))?;
+        Self::from_source(
+            Arc::new(LocalFile::open(path, ", expected a file")?),
+            limits,
+        )
+    }
+
+    /// Validates the safetensors file `src`.
+    pub fn from_source(src: Arc<dyn ByteSource>, limits: &Limits) -> Result<Self> {
+        let path = src.name().to_path_buf();
+        let file_len = src.len();
+        let n = header_len(&*src, &path, file_len, limits)?;
+        let json = src.range(8, n)?;
         let header =
-            header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(path, n, e))?;
-        let map = mapped::map(&file, path)?;
+            header::parse(&json, file_len - 8 - n, limits).map_err(|e| to_error(&path, n, e))?;
+        drop(json);
+        let data_start = 8 + n;
+        let extents = header
+            .tensors
+            .iter()
+            .map(|t| Extent::new(data_start + t.begin, t.end - t.begin))
+            .collect();
         let infos = header
             .tensors
             .iter()
@@ -87,10 +94,10 @@ impl SafetensorsFile {
             .map(|(k, v)| (k.clone(), MetaValue::Str(v.clone())))
             .collect();
         Ok(SafetensorsFile {
-            path: path.to_path_buf(),
-            map,
+            path,
+            data: StoredTensors::new(src, Format::Safetensors, extents),
             header,
-            data_start: 8 + n,
+            data_start,
             infos,
             metadata,
         })
@@ -115,27 +122,16 @@ impl SafetensorsFile {
     pub fn tensor_offset(&self, index: usize) -> u64 {
         self.data_start + self.header.tensors[index].begin
     }
-
-    fn extent(&self, index: usize) -> Extent {
-        let t = &self.header.tensors[index];
-        Extent::new(self.data_start + t.begin, t.end - t.begin)
-    }
-
-    fn at(&self, index: usize) -> Location {
-        Location::file(&self.path)
-            .tensor(self.infos[index].name.clone())
-            .at(self.tensor_offset(index))
-    }
 }
 
 /// The header length `N` from the 8-byte prefix, checked against the limit and the file's
 /// length. A file that sniffs as something else (a Git LFS pointer, an HTML page, a ZIP
 /// checkpoint) is named as what it is.
-fn header_len(file: &File, path: &Path, file_len: u64, limits: &Limits) -> Result<u64> {
+fn header_len(src: &dyn ByteSource, path: &Path, file_len: u64, limits: &Limits) -> Result<u64> {
     let malformed = |offset: u64, reason: String| {
         Error::malformed(Location::file(path).at(offset), Format::Safetensors, reason)
     };
-    let prefix = read_prefix(file, path, file_len)?;
+    let prefix = src.head(64)?;
     let sniffed = sniff(&prefix);
     let impostor = !matches!(
         sniffed,
@@ -218,19 +214,19 @@ impl TensorSource for SafetensorsFile {
     }
 
     fn bytes(&self, index: usize) -> Option<&[u8]> {
-        self.extent(index).of(&self.map)
+        self.data.bytes(index)
     }
 
     fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let at = || self.at(index);
-        (self.extent(index)).read_into(&self.map, at, Format::Safetensors, offset, dst)
+        self.data
+            .read_into(index, &self.infos[index].name, offset, dst)
     }
 
     fn will_need(&self, index: usize, offset: u64, len: u64) {
-        self.extent(index).will_need(&self.map, offset, len);
+        self.data.will_need(index, offset, len);
     }
 
     fn release(&self, index: usize, offset: u64, len: u64) {
-        self.extent(index).release(&self.map, offset, len);
+        self.data.release(index, offset, len);
     }
 }

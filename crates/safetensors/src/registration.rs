@@ -18,17 +18,19 @@ use crate::{SafetensorsFile, SafetensorsSink};
 pub const INPUT: InputFormat = InputFormat {
     name: "safetensors",
     format: Format::Safetensors,
-    probe: |path, head| match sniff(head) {
+    probe: |src, head| match sniff(head) {
         Sniffed::Format(Format::Safetensors) | Sniffed::Empty => true,
         // Named .safetensors, or a length prefix a header could have: the reader says what is
         // wrong. Other unknown bytes are another format, which the registry names.
         Sniffed::Unknown => {
-            named_safetensors(path) || head.len() < 8 || header_length(head) <= MAX_HEADER_PROBE
+            named_safetensors(src.name())
+                || head.len() < 8
+                || header_length(head) <= MAX_HEADER_PROBE
         }
         _ => false,
     },
-    open: |path, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
-        Ok(Box::new(SafetensorsFile::open_with(path, &opts.limits)?))
+    open: |src, opts: &ReadOptions| -> Result<Box<dyn TensorSource>> {
+        Ok(Box::new(SafetensorsFile::from_source(src, &opts.limits)?))
     },
 };
 

@@ -96,6 +96,17 @@ fn mutated_headers_never_panic() {
                 };
             }
             std::fs::write(&out, &b).unwrap();
+            // Read by ranges only, the same outcome.
+            let src = weightport_core::mapped::LocalFile::open_pread(&out, "").unwrap();
+            let by_ranges =
+                SafetensorsFile::from_source(std::sync::Arc::new(src), &Limits::default());
+            assert_eq!(
+                format!("{:?}", by_ranges.map(|f| f.header().clone())),
+                format!(
+                    "{:?}",
+                    SafetensorsFile::open(&out).map(|f| f.header().clone())
+                )
+            );
             if let Ok(f) = SafetensorsFile::open(&out) {
                 accepted += 1;
                 use weightport_core::TensorSource;

@@ -1,13 +1,29 @@
 //! The reader against files written by safetensors-py (fixtures/gen, pinned versions), and the
-//! truncation invariant over every fixture.
+//! truncation invariant over every fixture. Every file is read twice: mapped, and by ranged
+//! reads only (a source without a map, as a remote object is), with the same bytes and errors.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use weightport_core::{Error, TensorSource};
+use weightport_core::mapped::LocalFile;
+use weightport_core::{Error, Limits, TensorSource};
 use weightport_safetensors::SafetensorsFile;
+
+/// `path` read by `pread` only.
+fn open_pread(path: &Path) -> Result<SafetensorsFile, Error> {
+    let src = Arc::new(LocalFile::open_pread(path, ", expected a file")?);
+    SafetensorsFile::from_source(src, &Limits::default())
+}
+
+/// Tensor `i`'s bytes through `read_into`.
+fn read_all(st: &SafetensorsFile, i: usize) -> Vec<u8> {
+    let mut out = vec![0u8; st.tensors()[i].byte_len as usize];
+    st.read_into(i, 0, &mut out).unwrap();
+    out
+}
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
@@ -53,9 +69,13 @@ fn reference_pairs() -> Vec<(PathBuf, PathBuf)> {
 fn reader_agrees_with_safetensors_py_on_every_good_fixture() {
     let pairs = reference_pairs();
     assert!(pairs.len() >= 12, "fixtures missing: {pairs:?}");
-    for (file, exp) in pairs {
-        let want: Value = serde_json::from_slice(&std::fs::read(&exp).unwrap()).unwrap();
-        let st = SafetensorsFile::open(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    for ((file, exp), mapped) in pairs.iter().flat_map(|p| [(p, true), (p, false)]) {
+        let want: Value = serde_json::from_slice(&std::fs::read(exp).unwrap()).unwrap();
+        let st = match mapped {
+            true => SafetensorsFile::open(file),
+            false => open_pread(file),
+        };
+        let st = st.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let meta: Option<BTreeMap<String, String>> =
             serde_json::from_value(want["metadata"].clone()).unwrap();
         assert_eq!(st.header().metadata, meta, "{}", file.display());
@@ -76,7 +96,12 @@ fn reader_agrees_with_safetensors_py_on_every_good_fixture() {
                 t.name
             );
             assert_eq!(
-                hex(st.bytes(i).unwrap()),
+                st.bytes(i).is_some(),
+                mapped,
+                "zero-copy exactly when mapped"
+            );
+            assert_eq!(
+                hex(&read_all(&st, i)),
                 w["sha256"],
                 "{} {}",
                 file.display(),
@@ -119,6 +144,13 @@ fn truncation_at_every_37th_byte_is_an_error_never_a_panic() {
         let file = std::fs::OpenOptions::new().write(true).open(&cut).unwrap();
         for len in (0..bytes.len()).step_by(37).rev() {
             file.set_len(len as u64).unwrap();
+            let mapped = SafetensorsFile::open(&cut).map(|_| ());
+            let by_ranges = open_pread(&cut).map(|_| ());
+            assert_eq!(
+                format!("{by_ranges:?}"),
+                format!("{mapped:?}"),
+                "read by ranges"
+            );
             match SafetensorsFile::open(&cut) {
                 Err(Error::Malformed { .. } | Error::NotFormat { .. }) => checked += 1,
                 Err(other) => panic!(

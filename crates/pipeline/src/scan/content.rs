@@ -237,8 +237,8 @@ impl Auditor<'_> {
 
     /// A ZIP, as its loader reads it.
     fn zip(&mut self, blob: &Blob) {
-        let bytes = blob.bytes();
-        let table = match archive::entries(bytes, &self.limits) {
+        let bytes = weightport_core::bytes::InMemory::new("", blob.bytes());
+        let table = match archive::entries(&bytes, &self.limits) {
             Ok(t) => t,
             // The pickle audit reports why the archive cannot be read (fail closed).
             Err(_) => return self.torch(blob),

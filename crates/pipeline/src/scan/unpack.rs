@@ -424,13 +424,18 @@ pub(crate) fn zip_members(
     budget: &mut Budget,
 ) -> Result<Vec<Member>, String> {
     use weightport_core::archive::{self, Method};
-    let table = archive::entries(src, limits).map_err(|e| match e {
+    let view = weightport_core::bytes::InMemory::new("", src);
+    let table = archive::entries(&view, limits).map_err(|e| match e {
         archive::TableError::Malformed(m, o) => format!("{m} (byte {o})"),
         archive::TableError::TooMany(n, cap) => format!("{n} entries, over the cap of {cap}"),
+        archive::TableError::Read(e) => e.to_string(),
     })?;
     let mut out = Vec::new();
     for e in table.entries.iter().filter(|e| !e.name.ends_with('/')) {
-        let data = e.data(src);
+        let data = e
+            .data(&view)
+            .bytes()
+            .expect("checked to lie in the archive");
         let body = match e.method {
             Some(Method::Stored) => spool(data, data.len() as u64, budget),
             Some(Method::Deflated) => spool(flate2::read::DeflateDecoder::new(data), data.len() as u64, budget),
