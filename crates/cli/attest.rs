@@ -44,6 +44,10 @@ fn recipe(a: &ConvertArgs) -> Value {
             "exclude_weights": q.exclude_weights,
             "arch": q.arch,
             "name": q.name,
+            "metadata": q.metadata.as_deref().map(|p| json!({
+                "path": p.to_string_lossy(),
+                "sha256": file_sha256(p),
+            })),
             "pre_tokenizer": q.pre_tokenizer,
             "from": a.read.from,
             "key": a.read.key,

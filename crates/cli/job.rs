@@ -172,6 +172,7 @@ with_options! {
     leave_output_tensor: bool,
     allow_requantize: bool,
     imatrix: String,
+    metadata: String,
     include_weights: Vec<String>,
     exclude_weights: Vec<String>,
     arch: String,
@@ -416,6 +417,12 @@ pub(crate) fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag>
     flags.extend(switch_flags(o));
     if let Some(m) = &o.imatrix {
         flags.push(("imatrix", Some(base.join(m).to_string_lossy().into_owned())));
+    }
+    if let Some(m) = &o.metadata {
+        flags.push((
+            "metadata",
+            Some(base.join(m).to_string_lossy().into_owned()),
+        ));
     }
     flags.extend(list_flags(o));
     flags.extend(number_flags(o));

@@ -108,6 +108,7 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
         quant: quant_options(&a.quant, a.dry_run)?,
         arch: a.quant.arch.clone(),
         name: a.quant.name.clone(),
+        metadata: a.quant.metadata.clone(),
         pre_tokenizer: a.quant.pre_tokenizer.clone(),
         measure_quality: false,
     })

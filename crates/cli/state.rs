@@ -217,6 +217,7 @@ pub fn listing(o: &PlannedOutput) -> Vec<PathBuf> {
         }
     }
     files.extend(o.args.quant.imatrix.iter().cloned());
+    files.extend(o.args.quant.metadata.iter().cloned());
     files.retain(|f| f.is_file());
     files.sort();
     files.dedup();
@@ -336,7 +337,12 @@ fn never_replaced(job: &Job) -> Vec<(PathBuf, String, bool)> {
             let what = format!("{} (a statement or report)", p(side));
             v.push((resolved(side), what, false));
         }
-        for i in a.inputs.iter().chain(&a.quant.imatrix) {
+        for i in a
+            .inputs
+            .iter()
+            .chain(&a.quant.imatrix)
+            .chain(&a.quant.metadata)
+        {
             v.push((resolved(i), format!("input {}", p(i)), true));
         }
     }

@@ -18,6 +18,7 @@
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
+pub mod card;
 pub mod config;
 pub mod gpt2;
 pub mod mix;

@@ -55,9 +55,10 @@ fn title(w: &str) -> String {
     out
 }
 
-/// `general.name` as the reference derives it from the directory; for an HF cache snapshot
-/// (`models--org--name/snapshots/<commit>`) the repo name instead of the commit hash.
-pub fn default_name(dir: &Path) -> Option<String> {
+/// The id the reference's directory heuristics read ([`crate::card`]): the directory's name;
+/// for an HF cache snapshot (`models--org--name/snapshots/<commit>`) the repo name instead of
+/// the commit hash.
+pub fn dir_id(dir: &Path) -> Option<String> {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let base = dir.file_name()?.to_string_lossy().into_owned();
     let parent = dir.parent();
@@ -71,7 +72,7 @@ pub fn default_name(dir: &Path) -> Option<String> {
         }
         _ => base,
     };
-    Some(id_to_title(&id))
+    Some(id)
 }
 
 /// Whether the reference reads a release's tensors sorted by name within each part (it does

@@ -64,8 +64,9 @@ impl OutType {
 pub struct PlanOptions {
     /// Output type (decides `general.file_type` and each tensor's dtype).
     pub outtype: OutType,
-    /// `general.name`; not written when `None`.
-    pub name: Option<String>,
+    /// Where `general.name` and the other authorship keys come from besides the release
+    /// (`--name`, `--metadata`, the directory's id): [`crate::card`].
+    pub card: crate::card::CardOptions,
     /// Pre-tokenizer name to use when the check hash is not in the known table (BPE only).
     pub pre_tokenizer: Option<String>,
     /// Export the tokenizer (`tokenizer.*` keys). Default true.
@@ -83,7 +84,7 @@ impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             outtype: OutType::F16,
-            name: None,
+            card: Default::default(),
             pre_tokenizer: None,
             vocab: true,
             sort_names: true,

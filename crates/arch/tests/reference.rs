@@ -391,7 +391,10 @@ fn plan_options(outtype: &str, ref_kv: &[Value], pre: Option<&str>) -> PlanOptio
             "q8_0" => OutType::Q8_0,
             _ => unreachable!(),
         },
-        name: ref_name,
+        card: weightport_arch::card::CardOptions {
+            name: ref_name,
+            ..Default::default()
+        },
         pre_tokenizer: pre.map(str::to_owned),
         vocab: true,
         sort_names: true,
@@ -558,10 +561,13 @@ fn legacy_configs_match_reference_hparams() {
         let ref_kv = exp["kv"].as_array().unwrap();
         let opts = PlanOptions {
             outtype: OutType::F16,
-            name: ref_kv
-                .iter()
-                .find(|e| e["key"] == "general.name")
-                .map(|e| e["value"].as_str().unwrap().to_owned()),
+            card: weightport_arch::card::CardOptions {
+                name: ref_kv
+                    .iter()
+                    .find(|e| e["key"] == "general.name")
+                    .map(|e| e["value"].as_str().unwrap().to_owned()),
+                ..Default::default()
+            },
             pre_tokenizer: exp["pre_override"].as_str().map(str::to_owned),
             vocab: true,
             sort_names: true,

@@ -272,7 +272,11 @@ fn arch_plan(
                 tensors,
                 sort_names,
             )?,
-            name: opts.name.clone().or_else(|| naming::default_name(dir)),
+            card: weightport_arch::card::CardOptions {
+                name: opts.name.clone(),
+                overrides: opts.metadata.clone(),
+                dir_id: naming::dir_id(dir),
+            },
             pre_tokenizer: opts.pre_tokenizer.clone(),
             vocab: true,
             sort_names,

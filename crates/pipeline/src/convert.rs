@@ -459,6 +459,8 @@ impl Started<'_> {
             let quant = opts.transform.quant.as_ref();
             let imatrix = quant.and_then(|q| q.imatrix.as_deref());
             inputs.extend(imatrix.map(|m| m.path.clone()));
+            // So does the metadata override file of an HF release → GGUF.
+            inputs.extend(opts.transform.metadata.clone());
             let p = provenance_of(
                 &inputs,
                 source,

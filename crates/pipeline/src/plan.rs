@@ -125,8 +125,12 @@ pub struct TransformOptions {
     /// `--arch`: `general.architecture` of a GGUF output. Given, an HF release is converted
     /// with its tensor names kept instead of through its architecture's table.
     pub arch: Option<String>,
-    /// HF release → GGUF: `general.name` (default: the reference's title of the directory name).
+    /// HF release → GGUF: `general.name`, over the model card, `_name_or_path` and the
+    /// directory name (the reference's `--model-name`).
     pub name: Option<String>,
+    /// HF release → GGUF: `--metadata FILE.json`, `general.*` keys over what the release's
+    /// model card, config and directory name say (the reference's `--metadata`).
+    pub metadata: Option<std::path::PathBuf>,
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
     /// Measure the quality figures of narrowing float casts and quantizations

@@ -85,7 +85,7 @@ pub(super) fn plan_kvs(
         arch: spec.arch,
         kv: Vec::new(),
     };
-    general_kvs(&mut kvs, opts, &planned.out, longrope);
+    general_kvs(&mut kvs, release.dir, opts, &planned.out, longrope)?;
     let put = &mut |k: String, v: MetaValue| kvs.put(k, v);
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
@@ -98,25 +98,28 @@ pub(super) fn plan_kvs(
     Ok(kvs.kv)
 }
 
-/// `general.architecture`, Phi-3's attention factor, `general.type`, `general.name`,
-/// `general.size_label`.
-fn general_kvs(kvs: &mut Kvs, opts: &PlanOptions, out: &[OutTensor], longrope: Option<&LongRope>) {
+/// `general.architecture`, Phi-3's attention factor, `general.type`, then the authorship keys
+/// ([`crate::card`]: sampling, `general.name`, …, `general.size_label`, licence, base models,
+/// datasets, tags, languages).
+fn general_kvs(
+    kvs: &mut Kvs,
+    dir: &Path,
+    opts: &PlanOptions,
+    out: &[OutTensor],
+    longrope: Option<&LongRope>,
+) -> Result<()> {
     kvs.put("general.architecture", MetaValue::Str(kvs.arch.into()));
     if let Some(lr) = longrope {
         // Written while the reference prepares tensors, before every other key.
         kvs.arch("rope.scaling.attn_factor", MetaValue::F32(lr.attn_factor));
     }
     kvs.put("general.type", MetaValue::Str("model".into()));
-    if let Some(name) = &opts.name {
-        kvs.put("general.name", MetaValue::Str(name.clone()));
-    }
     let total: u64 = out
         .iter()
         .map(|t| t.shape.iter().product::<u64>())
         .sum::<u64>();
-    if total > 0 {
-        kvs.put("general.size_label", MetaValue::Str(size_label_of(out)));
-    }
+    let card = crate::card::Authorship::load(dir, &opts.card, total, || size_label_of(out))?;
+    card.kvs(&mut |k, v| kvs.put(k, v))
 }
 
 /// `Gemma2Model.set_gguf_parameters` (and Gemma's): its own keys, in its own order, all
