@@ -83,6 +83,47 @@ fn one_pass_quant_equals_convert_then_llama_quantize() {
     assert_eq!(n, 32, "8 releases × 4 types");
 }
 
+/// transformers 5's fused experts (`mlp.experts.gate_up_proj` `[E, 2F, H]`, `down_proj`
+/// `[E, H, F]`; fixtures/gen/gen_arch_fused.py → fixtures/expected/arch/fused.json): the Qwen2-MoE
+/// and Qwen3-MoE releases written from `state_dict()`, converted under the unfused release's
+/// directory name, equal the reference's file for every output type (which the generator found
+/// equal to the per-expert release's), and one-pass `--quant` equals the reference chain of
+/// the per-expert release (moe.json: the same f16 file through llama-quantize).
+#[test]
+fn fused_experts_equal_the_reference() {
+    let fused = expected("fused.json");
+    let moe = expected("moe.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for (name, entry) in fused.as_object().unwrap() {
+        let unfused = name.trim_end_matches("_fused");
+        let root = tmp.path().join(name);
+        std::fs::create_dir(&root).unwrap();
+        let dir = copy_release(name, &root, unfused);
+        let quantized = moe[unfused]["quantized"].as_object().unwrap();
+        let outtypes = entry["outtypes"].as_object().unwrap();
+        let runs = outtypes
+            .iter()
+            .map(|(t, w)| (vec!["--dtype", t.as_str()], w))
+            .chain(
+                quantized
+                    .iter()
+                    .map(|(q, w)| (vec!["--outtype", "f16", "--quant", q.as_str()], w)),
+            );
+        for (args, want) in runs {
+            let out = root.join(format!("{}.gguf", args.join("_")));
+            convert(&dir, &out, unfused, &args);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} {args:?}: differs from the reference"
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 14, "2 releases × (4 output types + 3 quantizations)");
+}
+
 #[test]
 fn moe_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let n = against(

@@ -77,6 +77,17 @@ pub fn views(
             };
             Ok(vec![(format!("{hf}.weight"), view)])
         }
+        SplitRule::GateUpHalves => gate_up_halves(hf, t, dir),
+        SplitRule::DownAsIs => {
+            // [E, H, F] as is: (e, h, f) ← e·H·F + h·F + f.
+            let [e, h, f] = dims3(t, dir)?;
+            let view = View {
+                offset: 0,
+                dims: vec![(e, h * f), (h, f), (f, 1)],
+            };
+            let stem = hf.trim_end_matches(".weight");
+            Ok(vec![(format!("{stem}.weight"), view)])
+        }
         SplitRule::Mxfp4 { .. } => Err(refuse(dir, t, "MXFP4 scales without a repack".into())),
     }
 }
@@ -92,6 +103,34 @@ fn odd(f2: u64, t: &SourceTensor, dir: &Path) -> Result<()> {
         t,
         format!("{f2} gate/up columns do not alternate"),
     ))
+}
+
+/// transformers 5's `gate_up_proj` `[E, 2F, H]`: gate = rows `0..F` of each expert, up = rows
+/// `F..2F`: (e, f, h) ← e·2F·H + (part·F + f)·H + h.
+fn gate_up_halves(hf: &str, t: &SourceTensor, dir: &Path) -> Result<Vec<(String, View)>> {
+    let [e, f2, h] = dims3(t, dir)?;
+    if !f2.is_multiple_of(2) {
+        return Err(refuse(
+            dir,
+            t,
+            format!("{f2} gate/up rows cannot be halved"),
+        ));
+    }
+    let f = f2 / 2;
+    let stem = hf
+        .trim_end_matches(".weight")
+        .trim_end_matches("gate_up_proj");
+    Ok(["gate_proj", "up_proj"]
+        .iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let view = View {
+                offset: k as u64 * f * h,
+                dims: vec![(e, f2 * h), (f, h), (h, 1)],
+            };
+            (format!("{stem}{w}.weight"), view)
+        })
+        .collect())
 }
 
 /// The three dimensions of a fused expert tensor.

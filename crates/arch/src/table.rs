@@ -333,6 +333,14 @@ pub enum SplitRule {
     /// GPT-OSS's fused experts `down_proj` `[experts, ff, hidden]`, transposed to
     /// `down_proj.weight` `[experts, hidden, ff]`.
     DownTransposed,
+    /// transformers 5's fused experts `gate_up_proj` `[experts, 2·ff, hidden]` (Qwen2-MoE,
+    /// Qwen3-MoE): the first `ff` rows of each expert `gate_proj.weight`, the last `ff`
+    /// `up_proj.weight`, each `[experts, ff, hidden]` (`conversion/qwen.py`
+    /// `Qwen2MoeModel.modify_tensors`: `data_torch[..., :n_ff, :]`).
+    GateUpHalves,
+    /// transformers 5's fused experts `down_proj` `[experts, hidden, ff]`, written as is as
+    /// `down_proj.weight`.
+    DownAsIs,
     /// GPT-OSS's MXFP4 experts (`quantization_config.quant_method` "mxfp4"): `*_scales`
     /// `[experts, rows, cols/32]` with its `*_blocks` `[experts, rows, cols/32, 16]` repacked into
     /// GGUF MXFP4 blocks (the scale byte, then the 16 bytes with their nibbles reordered),
@@ -374,6 +382,27 @@ pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
     members: QWEN2MOE_EXPERTS.members,
     count: &["n_routed_experts"],
 };
+
+/// transformers 5's fused expert tensors (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`,
+/// with or without `.weight`), as Qwen2-MoE's converter splits them.
+pub const FUSED_EXPERT_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpHalves,
+    },
+    Split {
+        suffix: "mlp.experts.gate_up_proj.weight",
+        rule: SplitRule::GateUpHalves,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownAsIs,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj.weight",
+        rule: SplitRule::DownAsIs,
+    },
+];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub const GPTOSS_SPLITS: &[Split] = &[
@@ -626,14 +655,8 @@ const SHARED_EXPERTS: NameGroup = &[
     ),
 ];
 
-/// GPT-OSS: norms, router (with a bias), attention sinks, and the names its expert splits give.
-const GPTOSS: NameGroup = &[
-    (
-        "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.post_attention_norm",
-    ),
-    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
-    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),
+/// The names fused expert tensors are split into (GPT-OSS's and transformers 5's).
+const FUSED_EXPERTS: NameGroup = &[
     (
         "model.layers.{bid}.mlp.experts.gate_proj",
         "blk.{bid}.ffn_gate_exps",
@@ -646,6 +669,16 @@ const GPTOSS: NameGroup = &[
         "model.layers.{bid}.mlp.experts.down_proj",
         "blk.{bid}.ffn_down_exps",
     ),
+];
+
+/// GPT-OSS: norms, router (with a bias), attention sinks; its experts are [`FUSED_EXPERTS`].
+const GPTOSS: NameGroup = &[
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),
 ];
 
 /// Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`, gate rows first), which
@@ -707,10 +740,19 @@ const QWEN2MOE_TENSORS: &[NameGroup] = &[
     ROUTER,
     SHARED_EXPERT,
     MLP,
+    FUSED_EXPERTS,
 ];
 /// Qwen3-MoE: Qwen3 attention, a router, [`QWEN3MOE_EXPERTS`], dense MLP names.
 const QWEN3MOE_TENSORS: &[NameGroup] = &[
-    EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, QK_NORMS, FFN_NORM, ROUTER, MLP,
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    FFN_NORM,
+    ROUTER,
+    MLP,
+    FUSED_EXPERTS,
 ];
 /// OLMoE: every layer sparse (`MODEL_TENSORS[OLMOE]` has no dense FFN), [`OLMOE_EXPERTS`].
 const OLMOE_TENSORS: &[NameGroup] = &[
@@ -748,7 +790,7 @@ const DEEPSEEK2_TENSORS: &[NameGroup] = &[
     SHARED_EXPERTS,
 ];
 /// GPT-OSS: Llama attention with biases, [`GPTOSS`].
-const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, GPTOSS];
+const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, GPTOSS, FUSED_EXPERTS];
 /// Phi-3.
 const PHI3_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, FFN_NORM, PHI3_FUSED];
 /// OLMo 2 (`MODEL_TENSORS[OLMO2]`): no norm before attention or the feed-forward, norms after
@@ -1014,7 +1056,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
-        splits: &[],
+        splits: FUSED_EXPERT_SPLITS,
         hooks: &[],
     },
     ArchSpec {
@@ -1090,7 +1132,7 @@ pub const ARCHS: &[ArchSpec] = &[
         norm_plus_one: false,
         embd_rows_to_vocab: false,
         transposed: &[],
-        splits: &[],
+        splits: FUSED_EXPERT_SPLITS,
         hooks: &[],
     },
     ArchSpec {

@@ -142,14 +142,16 @@ impl Planner<'_, '_> {
                 return Ok(());
             }
         };
-        if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
-            return self.add_expert(ex, &hf, i);
-        }
         if mxfp4.consumed(&hf) {
             return Ok(());
         }
+        // Splits first: a fused expert tensor (`mlp.experts.gate_up_proj`) also holds the
+        // per-expert marker.
         if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
             return self.add_split(split, &hf, i, mxfp4);
+        }
+        if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
+            return self.add_expert(ex, &hf, i);
         }
         let one = self.single(&hf, i)?;
         self.out.push(one);
