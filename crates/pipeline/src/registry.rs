@@ -148,8 +148,14 @@ pub fn head_of(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// Opens one weights file: the format `from` names (its probe must agree), or the first
-/// whose probe recognises the content.
+/// whose probe recognises the content. Every file it reads is first settled and then held under
+/// a reader's lock for as long as the source lives ([`crate::guarded`]): an edit killed in place
+/// is rolled back before anything is read, and no edit starts while the file is read.
 pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
+    crate::guarded::guard(open_unguarded(path, req)?)
+}
+
+fn open_unguarded(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
     let head = head_of(path)?;
     if let Some(n) = &req.from {
         let f = input_named(n)?;
