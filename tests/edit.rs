@@ -1,0 +1,162 @@
+//! `weightport edit` against torch doing the same edit on a loaded copy (issue 32).
+//!
+//! fixtures/expected/edit/cases.json (fixtures/gen/gen_edit.py, torch 2.15) lists each case's
+//! arguments and torch's outcome: the file `save_file` writes for the tensors torch edited (the
+//! edited target must equal it byte for byte), or the error torch raised (the edit must be
+//! refused with exit 1 or 2 naming the tensor, and the file left byte-identical).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::{fixtures, wp};
+use serde_json::Value;
+
+fn edit_dir() -> PathBuf {
+    fixtures().join("good/edit")
+}
+
+fn cases() -> Vec<Value> {
+    let p = fixtures().join("expected/edit/cases.json");
+    let v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+    v["cases"].as_array().unwrap().clone()
+}
+
+/// The case's arguments with the aux file names made absolute.
+fn args_of(case: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = case["args"].as_array().unwrap().iter();
+    while let (Some(flag), Some(val)) = (it.next(), it.next()) {
+        let (flag, val) = (flag.as_str().unwrap(), val.as_str().unwrap());
+        out.push(flag.to_string());
+        out.push(match flag {
+            "--set" => val.to_string(),
+            _ => edit_dir().join(val).to_string_lossy().into_owned(),
+        });
+    }
+    out
+}
+
+fn run_edit(target: &Path, extra: &[String]) -> std::process::Output {
+    let mut a: Vec<&str> = vec!["edit", target.to_str().unwrap()];
+    a.extend(extra.iter().map(String::as_str));
+    wp(&a)
+}
+
+/// One case on a fresh copy of its target: the outcome torch had.
+fn check_case(case: &Value, tmp: &Path) -> Result<(), String> {
+    let id = case["id"].as_str().unwrap();
+    let src = edit_dir().join(case["target"].as_str().unwrap());
+    let target = tmp.join(format!("{id}.safetensors"));
+    fs::copy(&src, &target).unwrap();
+    let out = run_edit(&target, &args_of(case));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let got = fs::read(&target).unwrap();
+    if let Some(err) = case["torch_error"].as_str() {
+        let code = out.status.code();
+        if code == Some(0) || code.is_none() {
+            return Err(format!("{id}: torch refused ({err}) but edit exited {code:?}"));
+        }
+        let name = case["args"][1].as_str().unwrap().split('[').next().unwrap();
+        if !stderr.contains(&format!("`{name}`")) && !stderr.contains(name) {
+            return Err(format!("{id}: refusal does not name tensor {name}: {stderr}"));
+        }
+        if got != fs::read(&src).unwrap() {
+            return Err(format!("{id}: refused, but the file changed"));
+        }
+        return Ok(());
+    }
+    if !out.status.success() {
+        return Err(format!("{id}: edit failed where torch did not: {stderr}"));
+    }
+    let want = fs::read(
+        fixtures()
+            .join("expected/edit")
+            .join(case["expected"].as_str().unwrap()),
+    )
+    .unwrap();
+    if got != want {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b);
+        return Err(format!(
+            "{id}: differs from torch's save_file (first differing byte {at:?}, len {} vs {})",
+            got.len(),
+            want.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_case_equals_torch_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let all = cases();
+    assert!(all.len() > 100, "the fixture lists {} cases", all.len());
+    let failures: Vec<String> = all
+        .iter()
+        .filter_map(|c| check_case(c, tmp.path()).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from torch:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn dry_run_changes_nothing_and_reports_the_ranges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("t.safetensors");
+    fs::copy(edit_dir().join("base.safetensors"), &target).unwrap();
+    let before = fs::read(&target).unwrap();
+    let out = wp(&[
+        "--json",
+        "edit",
+        target.to_str().unwrap(),
+        "--set",
+        "f16[1:3]=0",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(&target).unwrap(), before);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["tensors"][0]["name"], "f16");
+    assert_eq!(v["tensors"][0]["elements"].as_u64(), Some(16));
+    let dir: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(dir.len(), 1, "a dry run leaves no side file");
+}
+
+#[test]
+fn repo_edit_changes_one_shard_as_torch_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    for e in fs::read_dir(edit_dir().join("repo")).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), repo.join(e.file_name())).unwrap();
+    }
+    let out = wp(&[
+        "edit",
+        repo.to_str().unwrap(),
+        "--set",
+        "f16[1:3]=0",
+        "--set",
+        "bf16[:, 0]=-inf",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s2 = "model-00002-of-00002.safetensors";
+    let want = fs::read(fixtures().join("expected/edit").join(format!("repo-{s2}"))).unwrap();
+    assert_eq!(fs::read(repo.join(s2)).unwrap(), want);
+    for f in ["model-00001-of-00002.safetensors", "model.safetensors.index.json"] {
+        assert_eq!(
+            fs::read(repo.join(f)).unwrap(),
+            fs::read(edit_dir().join("repo").join(f)).unwrap(),
+            "{f} changed"
+        );
+    }
+    let left: Vec<_> = fs::read_dir(&repo).unwrap().collect();
+    assert_eq!(left.len(), 3, "no journal left behind");
+}
