@@ -56,11 +56,15 @@ fn check_case(case: &Value, tmp: &Path) -> Result<(), String> {
     if let Some(err) = case["torch_error"].as_str() {
         let code = out.status.code();
         if code == Some(0) || code.is_none() {
-            return Err(format!("{id}: torch refused ({err}) but edit exited {code:?}"));
+            return Err(format!(
+                "{id}: torch refused ({err}) but edit exited {code:?}"
+            ));
         }
         let name = case["args"][1].as_str().unwrap().split('[').next().unwrap();
         if !stderr.contains(&format!("`{name}`")) && !stderr.contains(name) {
-            return Err(format!("{id}: refusal does not name tensor {name}: {stderr}"));
+            return Err(format!(
+                "{id}: refusal does not name tensor {name}: {stderr}"
+            ));
         }
         if got != fs::read(&src).unwrap() {
             return Err(format!("{id}: refused, but the file changed"));
@@ -119,7 +123,11 @@ fn dry_run_changes_nothing_and_reports_the_ranges() {
         "f16[1:3]=0",
         "--dry-run",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(fs::read(&target).unwrap(), before);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["dry_run"], true);
@@ -146,11 +154,18 @@ fn repo_edit_changes_one_shard_as_torch_does() {
         "--set",
         "bf16[:, 0]=-inf",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s2 = "model-00002-of-00002.safetensors";
     let want = fs::read(fixtures().join("expected/edit").join(format!("repo-{s2}"))).unwrap();
     assert_eq!(fs::read(repo.join(s2)).unwrap(), want);
-    for f in ["model-00001-of-00002.safetensors", "model.safetensors.index.json"] {
+    for f in [
+        "model-00001-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
         assert_eq!(
             fs::read(repo.join(f)).unwrap(),
             fs::read(edit_dir().join("repo").join(f)).unwrap(),

@@ -200,6 +200,7 @@ pub fn settle_noting(path: &Path) -> Result<(ReadGuard, Vec<String>)> {
             return Ok((ReadGuard::hold(f), notes));
         }
         flock(&f, libc::LOCK_SH, path)?;
+        crate::recover::sweep_stale_temps(&real);
         let Some(j) = crate::recover::pending_for(&real)? else {
             return Ok((ReadGuard::hold(f), notes));
         };

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use weightport_core::staging::{sync_dir, OutputLock};
+use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock};
 use weightport_core::{sanitize, shown, Error, Location, Result};
 
 use crate::journal::Journal;
@@ -20,6 +20,27 @@ pub fn pending_for(real: &Path) -> Result<Option<PathBuf>> {
     Ok(journals_for(real)
         .into_iter()
         .find(|j| std::fs::symlink_metadata(j).is_ok()))
+}
+
+/// Removes the half-written journal temp files (`.{journal}.{pid}.{random}.wp-tmp`) of edits
+/// killed before they published their journal: their process is gone, and the target was not
+/// touched yet (nothing is written to it before the journal is published). Best effort: a temp
+/// that cannot be removed is left for the next opener.
+pub fn sweep_stale_temps(real: &Path) {
+    let dir = real.parent().unwrap_or(Path::new("."));
+    let prefixes: Vec<String> = journals_for(real)
+        .iter()
+        .map(|j| format!(".{}.", crate::target::file_name(j)))
+        .collect();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if prefixes.iter().any(|p| n.starts_with(p)) && stale_temp_owner(&n).is_some() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Checks the journal's files are the ones it was written for and opens them for writing, in
