@@ -118,7 +118,7 @@ fn side_files(dir: &Path) -> Vec<String> {
 
 /// Settles the file after a kill: `edit --recover` or a reader (`slice`), by turn.
 fn settle(path: &Path, dir: &Path, i: usize) -> String {
-    let out = if i % 2 == 0 {
+    let out = if i.is_multiple_of(2) {
         Command::new(bin())
             .args(["edit", "--recover", path.to_str().unwrap()])
             .output()
