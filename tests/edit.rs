@@ -175,3 +175,72 @@ fn repo_edit_changes_one_shard_as_torch_does() {
     let left: Vec<_> = fs::read_dir(&repo).unwrap().collect();
     assert_eq!(left.len(), 3, "no journal left behind");
 }
+
+/// `diff`'s figures against numpy's (fixtures/expected/edit/diff.json: the base against
+/// edited files, with and without a tolerance, and against numpy's own .npz).
+#[test]
+fn diff_figures_equal_numpys() {
+    let p = fixtures().join("expected/edit/diff.json");
+    let v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+    let mut bad = Vec::new();
+    for pair in v["pairs"].as_array().unwrap() {
+        let (a, b) = (
+            fixtures().join(pair["a"].as_str().unwrap()),
+            fixtures().join(pair["b"].as_str().unwrap()),
+        );
+        let mut args = vec![
+            "--json".to_string(),
+            "diff".into(),
+            a.display().to_string(),
+            b.display().to_string(),
+        ];
+        for t in ["atol", "rtol"] {
+            if let Some(x) = pair[t].as_f64() {
+                args.extend([format!("--{t}"), x.to_string()]);
+            }
+        }
+        let o = wp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got: std::collections::HashMap<&str, &Value> = got["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap(), t))
+            .collect();
+        for (name, want) in pair["tensors"].as_object().unwrap() {
+            let what = format!("{} vs {} {name}", pair["a"], pair["b"]);
+            let Some(g) = got.get(name.as_str()) else {
+                bad.push(format!("{what}: missing"));
+                continue;
+            };
+            if g["status"] != want["status"] {
+                bad.push(format!(
+                    "{what}: status {} want {}",
+                    g["status"], want["status"]
+                ));
+                continue;
+            }
+            if want["status"] != "changed" && want["status"] != "dtype_changed" {
+                continue;
+            }
+            for k in ["changed", "rows", "nonfinite"] {
+                if g[k] != want[k] {
+                    bad.push(format!("{what}: {k} {} want {}", g[k], want[k]));
+                }
+            }
+            for k in ["max_abs", "max_rel"] {
+                let (x, y) = (g[k].as_f64(), want[k].as_f64().unwrap());
+                if x.is_none_or(|x| (x - y).abs() > 1e-12 * y.abs()) {
+                    bad.push(format!("{what}: {k} {} want {y}", g[k]));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

@@ -12,7 +12,7 @@ use crate::Failure;
 
 pub fn run(a: &DeltaArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let r = weightport_edit::patch::delta(&a.old, &a.new, &a.output, a.force)?;
-    let recovered = weightport_edit::take_notices();
+    let recovered = weightport_edit::notices();
     if json {
         let doc = json!({
             "ok": true,

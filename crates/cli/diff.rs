@@ -27,7 +27,7 @@ pub fn run(a: &DiffArgs, json: bool, out: &mut impl Write) -> Result<(), Failure
         rtol: a.rtol,
     };
     let r = diff(ia.source.as_ref(), ib.source.as_ref(), opts)?;
-    let recovered = weightport_edit::take_notices();
+    let recovered = weightport_edit::notices();
     if json {
         writeln!(
             out,

@@ -60,14 +60,7 @@ pub fn run(a: &EditArgs, json: bool, out: &mut impl Write) -> Result<(), Failure
     }
     if a.undo {
         let text = weightport_edit::undo(&a.target)?;
-        return simple(
-            a,
-            "undo",
-            &weightport_edit::take_notices(),
-            &text,
-            json,
-            out,
-        );
+        return simple(a, "undo", &weightport_edit::notices(), &text, json, out);
     }
     let opts = EditOptions {
         dry_run: a.dry_run,
@@ -78,11 +71,11 @@ pub fn run(a: &EditArgs, json: bool, out: &mut impl Write) -> Result<(), Failure
         Some(patch) => weightport_edit::patch::apply(&a.target, patch, opts)?,
         None => weightport_edit::edit(&a.target, &ops_in_order(a)?, opts)?,
     };
-    let recovered = weightport_edit::take_notices();
+    let recovered = weightport_edit::notices();
     if json {
         writeln!(out, "{}", document(a, &edited, &recovered))?;
     } else {
-        text(a, &edited, &recovered, out)?;
+        text(a, &edited, out)?;
     }
     Ok(())
 }
@@ -159,16 +152,9 @@ fn document(a: &EditArgs, e: &Edited, recovered: &[String]) -> Value {
     Value::Object(m)
 }
 
-fn text(
-    a: &EditArgs,
-    e: &Edited,
-    recovered: &[String],
-    out: &mut impl Write,
-) -> std::io::Result<()> {
+/// The table on stdout (what was rolled back on the way is on stderr, as for every command).
+fn text(a: &EditArgs, e: &Edited, out: &mut impl Write) -> std::io::Result<()> {
     let (t, r) = (&e.target, &e.report);
-    for n in recovered {
-        writeln!(out, "note: {}", sanitize(n))?;
-    }
     let elements: u64 = r.changes.iter().map(|c| c.elements).sum();
     let ranges: usize = r.changes.iter().map(|c| c.ranges.len()).sum();
     let verb = if a.dry_run {

@@ -15,7 +15,7 @@ pub fn run(a: &SliceArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
     let sel = Selection::parse(&a.selection).map_err(Error::Usage)?;
     let input = open_one(&a.input, &a.read)?;
     let s = weightport_edit::slice::slice(input.source.as_ref(), &sel, &a.output, a.force)?;
-    let recovered = weightport_edit::take_notices();
+    let recovered = weightport_edit::notices();
     if json {
         let doc = json!({
             "ok": true,

@@ -39,7 +39,7 @@ use weightport_core::staging::sync_dir;
 use weightport_core::{shown, Error, Location, Result};
 use xxhash_rust::xxh3::Xxh3;
 
-pub use lock::{settle, take_notices, ReadGuard};
+pub use lock::{notices, settle, take_notices, ReadGuard};
 pub use ops::Op;
 pub use select::Selection;
 pub use target::{Container, Target};

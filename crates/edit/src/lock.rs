@@ -32,6 +32,12 @@ pub fn notice(text: String) {
     }
 }
 
+/// The notices recorded so far, left in place for [`take_notices`] (a command's JSON document
+/// lists them; the CLI prints them all on stderr as it exits).
+pub fn notices() -> Vec<String> {
+    NOTICES.lock().map(|n| n.clone()).unwrap_or_default()
+}
+
 /// Takes the notices recorded so far (the CLI prints them on stderr).
 pub fn take_notices() -> Vec<String> {
     NOTICES
