@@ -244,3 +244,161 @@ fn diff_figures_equal_numpys() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// `slice` writes what numpy's `np.save` (and safetensors' `save_file`, and gguf-py's
+/// dequantization of Q4_K/Q6_K rows) write for the same selection, byte for byte.
+#[test]
+fn slices_equal_numpy_save_file_and_gguf_py() {
+    let p = fixtures().join("expected/edit/slice.json");
+    let v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bad = Vec::new();
+    for c in v["cases"].as_array().unwrap() {
+        let want_name = c["expected"].as_str().unwrap();
+        let ext = Path::new(want_name).extension().unwrap().to_str().unwrap();
+        let out = tmp.path().join(format!("out.{ext}"));
+        let _ = fs::remove_file(&out);
+        let input = fixtures().join(c["input"].as_str().unwrap());
+        let sel = c["sel"].as_str().unwrap();
+        let o = wp(&[
+            "slice",
+            input.to_str().unwrap(),
+            sel,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        if !o.status.success() {
+            bad.push(format!("{sel}: {}", String::from_utf8_lossy(&o.stderr)));
+            continue;
+        }
+        let want = fs::read(fixtures().join("expected/edit/slice").join(want_name)).unwrap();
+        if fs::read(&out).unwrap() != want {
+            bad.push(format!("{sel}: differs from {want_name}"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn slice_refuses_out_of_bounds_and_an_existing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o.npy");
+    let base = edit_dir().join("base.safetensors");
+    let b = base.to_str().unwrap();
+    for sel in [
+        "f32[6]",
+        "f32[0:9]",
+        "f32[:, :, 1]",
+        "missing[0]",
+        "f32[1:1]",
+    ] {
+        let o = wp(&["slice", b, sel, "-o", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{sel}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        let name = sel.split('[').next().unwrap();
+        assert!(e.contains(name), "{sel}: {e}");
+        assert!(!out.exists(), "{sel} wrote an output");
+    }
+    fs::write(&out, b"keep").unwrap();
+    let o = wp(&["slice", b, "f32[0]", "-o", out.to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(fs::read(&out).unwrap(), b"keep");
+}
+
+/// A real fine-tune pair (a tiny Llama before and after 3 AdamW steps, transformers'
+/// save_pretrained): the patch holds only the changed rows, applying it to a copy of OLD gives
+/// NEW byte for byte, and a base other than OLD is refused with nothing changed.
+#[test]
+fn delta_and_apply_round_trip_a_real_fine_tune() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ft = edit_dir().join("finetune");
+    let (old, new) = (
+        ft.join("old/model.safetensors"),
+        ft.join("new/model.safetensors"),
+    );
+    let patch = tmp.path().join("patch.safetensors");
+    let o = wp(&[
+        "--json",
+        "delta",
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "-o",
+        patch.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let model = fs::metadata(&new).unwrap().len();
+    let patch_len = fs::metadata(&patch).unwrap().len();
+    // 5 of 256 embedding rows and the 16 rows of one 16x16 o_proj changed (~1.5 KB of 27 KB).
+    assert!(
+        patch_len * 8 < model,
+        "patch {patch_len} of a {model}-byte model"
+    );
+    let target = tmp.path().join("model.safetensors");
+    fs::copy(&old, &target).unwrap();
+    let o = wp(&[
+        "edit",
+        target.to_str().unwrap(),
+        "--apply",
+        patch.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fs::read(&target).unwrap(), fs::read(&new).unwrap());
+    // Applied again (the base is now NEW) and to another file: refused, nothing changed.
+    for base in [target.clone(), {
+        let other = tmp.path().join("other.safetensors");
+        fs::copy(edit_dir().join("base.safetensors"), &other).unwrap();
+        other
+    }] {
+        let before = fs::read(&base).unwrap();
+        let o = wp(&[
+            "edit",
+            base.to_str().unwrap(),
+            "--apply",
+            patch.to_str().unwrap(),
+        ]);
+        assert_ne!(o.status.code(), Some(0));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("patch") && e.contains("nothing was changed"),
+            "{e}"
+        );
+        assert_eq!(fs::read(&base).unwrap(), before);
+    }
+}
+
+/// GGUF in place: F32/F16/BF16 slices and whole quantized rows (Q8_0 quantized as gguf-py
+/// quantizes, Q4_K rows zeroed), against the file gguf-py's reader and quantizer make
+/// (fixtures/expected/edit/gguf_edit.json); a slice that cuts a quantized row is refused.
+#[test]
+fn gguf_edits_equal_gguf_py_and_cut_rows_are_refused() {
+    let p = fixtures().join("expected/edit/gguf_edit.json");
+    let v: Value = serde_json::from_slice(&fs::read(p).unwrap()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("t.gguf");
+    let src = fixtures().join(v["input"].as_str().unwrap());
+    fs::copy(&src, &target).unwrap();
+    let strs = |a: &Value| -> Vec<String> {
+        a.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
+    };
+    for r in v["refused"].as_array().unwrap() {
+        let o = run_edit(&target, &strs(r));
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("cuts rows"));
+        assert_eq!(fs::read(&target).unwrap(), fs::read(&src).unwrap());
+    }
+    let o = run_edit(&target, &strs(&v["args"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = fs::read(fixtures().join("expected/edit/gguf_edit.gguf")).unwrap();
+    let got = fs::read(&target).unwrap();
+    let at = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert!(got == want, "differs from gguf-py's file at byte {at:?}");
+}
