@@ -402,3 +402,44 @@ fn gguf_edits_equal_gguf_py_and_cut_rows_are_refused() {
     let at = got.iter().zip(&want).position(|(a, b)| a != b);
     assert!(got == want, "differs from gguf-py's file at byte {at:?}");
 }
+
+/// A patch whose block bytes were changed after `delta` wrote it (one flipped byte in its data)
+/// no longer makes the file it names: refused before a byte is written.
+#[test]
+fn a_tampered_patch_is_refused_and_nothing_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ft = edit_dir().join("finetune");
+    let (old, new) = (
+        ft.join("old/model.safetensors"),
+        ft.join("new/model.safetensors"),
+    );
+    let patch = tmp.path().join("patch.safetensors");
+    let o = wp(&[
+        "delta",
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "-o",
+        patch.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut b = fs::read(&patch).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0x01;
+    fs::write(&patch, &b).unwrap();
+    let target = tmp.path().join("model.safetensors");
+    fs::copy(&old, &target).unwrap();
+    let o = wp(&[
+        "edit",
+        target.to_str().unwrap(),
+        "--apply",
+        patch.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not make the file"));
+    assert_eq!(fs::read(&target).unwrap(), fs::read(&old).unwrap());
+}

@@ -289,6 +289,61 @@ mod tests {
         Selection::parse(t)?.region(shape)
     }
 
+    /// Random texts from the selection alphabet (and a few hostile bytes) never panic the
+    /// parser, the region or the runs, and every region accepted lies inside the shape.
+    #[test]
+    fn random_selections_never_panic_and_stay_in_bounds() {
+        const ALPHABET: &[&str] = &[
+            "w",
+            "[",
+            "]",
+            ":",
+            ",",
+            "...",
+            "-",
+            "0",
+            "1",
+            "7",
+            "9",
+            " ",
+            "+",
+            "_",
+            ".",
+            "\u{0}",
+            "é",
+            "99999999999999999999",
+            "-9223372036854775808",
+            "]=",
+            "::",
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200_000 {
+            let n = 1 + next() % 12;
+            let mut t = String::from("w");
+            for _ in 0..n {
+                t.push_str(ALPHABET[(next() % ALPHABET.len() as u64) as usize]);
+            }
+            let Ok(sel) = Selection::parse(&t) else {
+                continue;
+            };
+            for shape in [&[6u64, 8][..], &[3], &[], &[2, 0, 4], &[u64::MAX / 2, 2]] {
+                let Ok(r) = sel.region(shape) else {
+                    continue;
+                };
+                for (k, &d) in shape.iter().enumerate() {
+                    assert!(r.start[k] + r.len[k] <= d, "{t} on {shape:?}: {r:?}");
+                }
+                let _ = r.runs(shape, 1 << 20);
+            }
+        }
+    }
+
     #[test]
     fn parses_numpy_basic_slices() {
         let s = Selection::parse("model.w[1024:1152]").unwrap();
