@@ -401,6 +401,22 @@ fn gguf_edits_equal_gguf_py_and_cut_rows_are_refused() {
     let got = fs::read(&target).unwrap();
     let at = got.iter().zip(&want).position(|(a, b)| a != b);
     assert!(got == want, "differs from gguf-py's file at byte {at:?}");
+    // Whole Q8_0 rows replaced from F32 rows: quantized as gguf-py's quantizer does.
+    fs::copy(&src, &target).unwrap();
+    let mut a = strs(&v["replace_args"]);
+    a[1] = edit_dir().join(&a[1]).to_string_lossy().into_owned();
+    let o = run_edit(&target, &a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = fs::read(
+        fixtures()
+            .join("expected/edit")
+            .join(v["replace_expected"].as_str().unwrap()),
+    )
+    .unwrap();
+    assert!(
+        fs::read(&target).unwrap() == want,
+        "--replace differs from gguf-py's Q8_0 rows"
+    );
 }
 
 /// A patch whose block bytes were changed after `delta` wrote it (one flipped byte in its data)
@@ -442,4 +458,27 @@ fn a_tampered_patch_is_refused_and_nothing_changes() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("does not make the file"));
     assert_eq!(fs::read(&target).unwrap(), fs::read(&old).unwrap());
+}
+
+/// `slice` reads only the bytes of the selection (the safetensors `get_slice` behaviour): rows
+/// of a tensor are one contiguous read, a column box one read per row.
+#[test]
+fn slice_reads_only_the_selected_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = edit_dir().join("base.safetensors");
+    for (sel, want) in [("f64[2:4]", 2 * 8 * 8), ("f32[1:3, 2:5]", 2 * 3 * 4)] {
+        let out = tmp.path().join("o.npy");
+        let _ = fs::remove_file(&out);
+        let o = wp(&[
+            "--json",
+            "slice",
+            base.to_str().unwrap(),
+            sel,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["bytes_read"].as_u64(), Some(want), "{sel}: {v}");
+    }
 }
