@@ -22,22 +22,24 @@ pub fn pending_for(real: &Path) -> Result<Option<PathBuf>> {
         .find(|j| std::fs::symlink_metadata(j).is_ok()))
 }
 
-/// Removes the half-written journal temp files (`.{journal}.{pid}.{random}.wp-tmp`) of edits
-/// killed before they published their journal: their process is gone, and the target was not
-/// touched yet (nothing is written to it before the journal is published). Best effort: a temp
-/// that cannot be removed is left for the next opener.
+/// Removes the half-written journal temp files (`.{journal}.{pid}.{random}.wp-tmp`, for any
+/// file of the directory) of edits killed before they published their journal: their process
+/// is gone, and the target was not touched yet (nothing is written to it before the journal is
+/// published). Best effort: a temp that cannot be removed is left for the next opener. Each
+/// directory is listed once per process (a repo of many shards is not listed once per shard).
 pub fn sweep_stale_temps(real: &Path) {
+    static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     let dir = real.parent().unwrap_or(Path::new("."));
-    let prefixes: Vec<String> = journals_for(real)
-        .iter()
-        .map(|j| format!(".{}.", crate::target::file_name(j)))
-        .collect();
+    match SWEPT.lock() {
+        Ok(mut seen) if !seen.iter().any(|d| d == dir) => seen.push(dir.to_path_buf()),
+        _ => return,
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
-        if prefixes.iter().any(|p| n.starts_with(p)) && stale_temp_owner(&n).is_some() {
+        if n.starts_with("..") && n.contains(".wp-journal.") && stale_temp_owner(&n).is_some() {
             let _ = std::fs::remove_file(e.path());
         }
     }
