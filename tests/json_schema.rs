@@ -76,6 +76,49 @@ const RUNS: &[(&str, &[&str], &str)] = &[
         &["F/good/hf_repo_sharded", "--against", "T/repo"],
         "verify --against",
     ),
+    (
+        "diff",
+        &[
+            "F/good/edit/base.safetensors",
+            "F/expected/edit/set_cols_bf16.safetensors",
+        ],
+        "diff with infinities",
+    ),
+    (
+        "diff",
+        &[
+            "F/good/edit/base.safetensors",
+            "F/good/edit/add.npz",
+            "--atol",
+            "0.01",
+        ],
+        "diff across formats",
+    ),
+    (
+        "edit",
+        &[
+            "F/good/edit/base.safetensors",
+            "--set",
+            "f16[1:3]=0",
+            "--dry-run",
+        ],
+        "edit --dry-run",
+    ),
+    (
+        "delta",
+        &[
+            "F/good/edit/finetune/old/model.safetensors",
+            "F/good/edit/finetune/new/model.safetensors",
+            "-o",
+            "T/patch.safetensors",
+        ],
+        "delta of a fine-tune",
+    ),
+    (
+        "slice",
+        &["F/good/edit/base.safetensors", "f32[1:3]", "-o", "T/s.npy"],
+        "slice",
+    ),
     ("scan", &["F/good/scan"], "scan a safe tree"),
     ("scan", &["F/hostile/scan"], "scan a hostile tree"),
     (

@@ -48,6 +48,117 @@ pub enum Command {
     Unit(UnitArgs),
     /// Check every unit of a plan, assemble, verify and commit the output.
     Finish(FinishArgs),
+    /// Change tensors of a safetensors file, HF repo or GGUF in place: only the changed bytes
+    /// are written, behind an undo journal made durable first; a killed edit is rolled back by
+    /// the next command that opens the file.
+    Edit(Box<EditArgs>),
+    /// Compare two checkpoints tensor by tensor, across formats and sharding: exit 0 when
+    /// equal, 1 when not (as cmp).
+    Diff(DiffArgs),
+    /// Write the changed row blocks of NEW against OLD as a safetensors patch, which
+    /// `edit OLD --apply PATCH` turns into a file byte-identical to NEW.
+    Delta(DeltaArgs),
+    /// Write a slice of one tensor as .npy or .safetensors, reading only its bytes.
+    Slice(SliceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EditArgs {
+    /// A safetensors file, an HF repo of safetensors shards (directory or index), or a GGUF.
+    #[arg(value_name = "TARGET")]
+    pub target: PathBuf,
+    /// Set elements: numpy basic slicing on any axes (`a:b`, `:`, negative indices, an int,
+    /// `...`), VALUE cast as torch casts a Python number into the tensor's dtype (`0`, `-inf`,
+    /// `1e-3`). A quantized GGUF tensor: whole rows only. Repeatable.
+    #[arg(long = "set", value_name = "NAME[SLICE]=VALUE")]
+    pub set: Vec<String>,
+    /// A safetensors file of masks named like the target's tensors (bool, ints or floats,
+    /// broadcast to their shapes): elements whose mask is not > 0 become 0. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub mask: Vec<PathBuf>,
+    /// A safetensors file of tensors to add, named like the target's (computed in f32 and cast
+    /// back as torch's .to() does; F64 in f64). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub add: Vec<PathBuf>,
+    /// Take tensors (`FILE`) or one tensor's selection (`FILE::NAME[SLICE]`) from another file
+    /// of the same dtype and shape (for a quantized GGUF tensor: float rows, quantized as
+    /// convert --quant does). Repeatable.
+    #[arg(long, value_name = "FILE[::NAME[SLICE]]")]
+    pub replace: Vec<String>,
+    /// Apply a patch from `weightport delta`: the result is byte-identical to the file it was
+    /// made from; a base whose sha256 differs is refused.
+    #[arg(long, value_name = "PATCH", conflicts_with_all = ["set", "mask", "add", "replace"])]
+    pub apply: Option<PathBuf>,
+    /// Report what would change (tensors, byte ranges, elements); write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep the undo journal, so `--undo` can revert this edit.
+    #[arg(long)]
+    pub keep_undo: bool,
+    /// After the edit, re-hash every byte outside the changed ranges and compare with before.
+    #[arg(long)]
+    pub verify_rest: bool,
+    /// Roll back an edit that was killed (any command opening the file does it too).
+    #[arg(long, conflicts_with_all = ["set", "mask", "add", "replace", "apply", "undo", "dry_run", "keep_undo", "verify_rest"])]
+    pub recover: bool,
+    /// Revert the last edit made with --keep-undo, if the bytes it wrote are still there.
+    #[arg(long, conflicts_with_all = ["set", "mask", "add", "replace", "apply", "dry_run", "keep_undo", "verify_rest"])]
+    pub undo: bool,
+    /// The command line (kept after parsing: the order of the operations).
+    #[arg(skip)]
+    pub argv: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// A weights file, an index or an HF repo directory.
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The other one (any format weightport reads).
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// Absolute tolerance: elements with |a - b| <= atol + rtol*|b| count as the same.
+    #[arg(long, value_name = "X")]
+    pub atol: Option<f64>,
+    /// Relative tolerance (see --atol).
+    #[arg(long, value_name = "X")]
+    pub rtol: Option<f64>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DeltaArgs {
+    /// The base file (safetensors or GGUF).
+    #[arg(value_name = "OLD")]
+    pub old: PathBuf,
+    /// The changed file (same header and length).
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// The patch to write (`.safetensors`).
+    #[arg(short = 'o', long = "output", value_name = "PATCH.safetensors")]
+    pub output: PathBuf,
+    /// Replace an existing patch file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SliceArgs {
+    /// A weights file, an index or an HF repo directory (any format weightport reads).
+    #[arg(value_name = "INPUT")]
+    pub input: PathBuf,
+    /// The tensor and the slice: `NAME[a:b, :, 3]` (numpy basic slicing).
+    #[arg(value_name = "NAME[SLICE]")]
+    pub selection: String,
+    /// The output: `.npy` or `.safetensors`.
+    #[arg(short = 'o', long = "output", value_name = "OUT.npy|OUT.safetensors")]
+    pub output: PathBuf,
+    /// Replace an existing output file.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 #[derive(Args, Debug)]

@@ -12,6 +12,9 @@
 
 mod args;
 mod attest;
+mod delta;
+mod diff;
+mod edit;
 mod imatrix;
 mod job;
 mod multi;
@@ -21,6 +24,7 @@ mod progress;
 mod report;
 mod run;
 mod scan;
+mod slice;
 mod state;
 mod units;
 
@@ -61,6 +65,10 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
         Ok(())
     }))
     .unwrap_or(Err(Failure::Internal));
+    // What opening the inputs did on the way: killed edits rolled back.
+    for n in weightport_edit::take_notices() {
+        eprintln!("weightport: {}", weightport_core::sanitize(&n));
+    }
     match outcome {
         Ok(()) | Err(Failure::BrokenPipe) => 0,
         Err(Failure::Internal) => {
@@ -272,5 +280,9 @@ fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Resul
         Command::Plan(a) => units::plan(&a, json, out),
         Command::Unit(a) => units::unit(&a, &global, json, progress, out),
         Command::Finish(a) => units::finish(&a, &global, json, progress, out),
+        Command::Edit(a) => edit::run(&a, json, out),
+        Command::Diff(a) => diff::run(&a, json, out),
+        Command::Delta(a) => delta::run(&a, json, out),
+        Command::Slice(a) => slice::run(&a, json, out),
     }
 }

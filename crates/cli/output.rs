@@ -87,6 +87,15 @@ fn open_request(r: &ReadArgs) -> OpenRequest {
     }
 }
 
+/// Opens one input (a file, an index or a repo) through the registry: the one call `diff` and
+/// `slice` make into the readers.
+pub fn open_one(path: &Path, read: &ReadArgs) -> Result<Input, Error> {
+    open_inputs(
+        std::slice::from_ref(&path.to_path_buf()),
+        &open_request(read),
+    )
+}
+
 fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
     let renames = a
         .rename

@@ -31,6 +31,7 @@ pub fn keep_argv(mut cli: Cli, argv: &[OsString]) -> Cli {
             a.argv = argv.to_vec();
             a.output = a.outputs[0].clone();
         }
+        Command::Edit(a) => a.argv = argv.to_vec(),
         _ => {}
     }
     cli

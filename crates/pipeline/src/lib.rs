@@ -24,6 +24,7 @@ pub mod cast;
 pub mod compose;
 pub mod convert;
 pub mod exec;
+pub mod guarded;
 pub mod importance;
 pub mod input;
 pub mod many;

@@ -155,8 +155,14 @@ fn regular_file(path: &Path) -> Result<()> {
 
 /// Opens one weights file through [`weightport_core::ReadOptions::storage`]: the format `from`
 /// names (its probe must agree), or the first whose probe recognises the content. The readers
-/// are handed the opened source.
+/// are handed the opened source. Every file it reads is first settled and then held under a
+/// reader's lock for as long as the source lives ([`crate::guarded`]): an edit killed in place
+/// is rolled back before anything is read, and no edit starts while the file is read.
 pub fn open_file(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
+    crate::guarded::guard(open_unguarded(path, req)?)
+}
+
+fn open_unguarded(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource>> {
     regular_file(path)?;
     let src = req.read.storage.open(path, ", expected a weights file")?;
     let head = src.head(4096)?;
