@@ -482,3 +482,55 @@ fn slice_reads_only_the_selected_bytes() {
         assert_eq!(v["bytes_read"].as_u64(), Some(want), "{sel}: {v}");
     }
 }
+
+/// `diff` across formats and sharding: the `llama` release as transformers wrote it (safetensors
+/// shards) against the same tensors saved by torch.save as `.bin` shards in the state dict's order
+/// (fixtures/gen/gen_arch_files.py) compares tensor by tensor by name: all 21 the same, exit 0;
+/// against gguf-py's v2 copy of its own v3 file, the same; a release against another model's
+/// release differs (exit 1, `--json` says so).
+#[test]
+fn diff_across_formats_and_sharding() {
+    let arch = fixtures().join("good/arch");
+    let o = wp(&[
+        "diff",
+        arch.join("llama_bin").to_str().unwrap(),
+        arch.join("llama").to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["equal"], true, "{v}");
+    assert_eq!(v["counts"]["same"], 21, "{v}");
+    assert_eq!(
+        (v["a"]["format"].as_str(), v["b"]["format"].as_str()),
+        (Some("pytorch-zip"), Some("safetensors"))
+    );
+    let gguf = fixtures().join("good/gguf");
+    let o = wp(&[
+        "diff",
+        gguf.join("py_tensors.gguf").to_str().unwrap(),
+        gguf.join("py_tensors_v2.gguf").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = wp(&[
+        "diff",
+        arch.join("llama").to_str().unwrap(),
+        arch.join("mistral").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
