@@ -33,7 +33,6 @@ pub mod planned;
 pub mod quality;
 pub mod quantize;
 pub mod registry;
-pub mod scan;
 pub mod shared_read;
 pub mod side;
 pub mod transform;

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use weightport_core::mapped::regular_file;
 use weightport_core::registry::{InputFormat, OpenRequest, OutputFormat, RepoFormat, RepoInput};
 use weightport_core::{Error, Format, Result, TensorSource};
 
@@ -121,36 +122,6 @@ pub fn input_named(name: &str) -> Result<&'static InputFormat> {
                 names(&all, |f| f.name)
             ))
         })
-}
-
-/// Reads up to 4 KiB from the start of `path`, refusing anything that is not a regular file.
-pub fn head_of(path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read;
-    regular_file(path)?;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
-    let mut buf = Vec::with_capacity(4096);
-    (&mut f)
-        .take(4096)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::io(path, "read", e))?;
-    Ok(buf)
-}
-
-/// Refuses anything that is not a regular file, as [`head_of`] does.
-fn regular_file(path: &Path) -> Result<()> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
-    if !meta.is_file() {
-        let what = if meta.is_dir() {
-            "is a directory, expected a weights file"
-        } else {
-            "is not a regular file (a FIFO, socket or device): weightport reads weights files only"
-        };
-        return Err(Error::Usage(format!(
-            "{}: {what}",
-            weightport_core::shown(path)
-        )));
-    }
-    Ok(())
 }
 
 /// Opens one weights file through [`weightport_core::ReadOptions::storage`]: the format `from`

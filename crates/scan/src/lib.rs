@@ -7,6 +7,10 @@
 //! the scanned directory or its Hugging Face cache entry's `blobs/`), so an HF cache snapshot,
 //! which is all symlinks, is scanned. Fail-closed: a file that could not be read, or a symlink
 //! that was not followed, is *unverified*, and a scan with an unverified file is not a pass.
+//!
+//! Its own crate beside the pickle audit it drives: it drives the pickle and the npz readers
+//! both, so inside either format crate it would make one format crate depend on another.
+#![deny(missing_docs)]
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +21,7 @@ use weightport_core::{Limits, Result};
 use weightport_pickle::scan::{rules, ScanFinding};
 pub use weightport_pickle::scan::{AuditedPickle, ScanReport, Verdict};
 
-use crate::registry::head_of;
+use weightport_core::mapped::head_of;
 
 mod content;
 mod unpack;
