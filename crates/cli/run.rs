@@ -110,7 +110,7 @@ fn record_holds(
     }
     for f in &rec.files {
         let path = rec.root.join(&f.name);
-        match weightport_pipeline::attest::sha256_file(&path) {
+        match weightport_provenance::sha256_file(&path) {
             Ok(h) if h == f.sha256 => {}
             Ok(_) => return Err(format!("{} changed", p(&path))),
             Err(_) => return Err(format!("{} is missing", p(&path))),
@@ -136,7 +136,7 @@ fn digests(
         let name = f.strip_prefix(&root).unwrap_or(&f).to_string_lossy().into();
         let sha256 = match known.get(&f) {
             Some(h) => h.clone(),
-            None => weightport_pipeline::attest::sha256_file(&f)?,
+            None => weightport_provenance::sha256_file(&f)?,
         };
         v.push(FileDigest { name, sha256 });
     }
@@ -165,7 +165,7 @@ fn hash_made(
         .filter(|r| !r.dry_run && r.provenance.is_none())
         .flat_map(files_made)
         .collect();
-    let sums = weightport_pipeline::attest::sha256_files(&files, threads)?;
+    let sums = weightport_pipeline::lineage::sha256_files(&files, threads)?;
     Ok(files.into_iter().zip(sums).collect())
 }
 

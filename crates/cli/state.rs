@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weightport_core::staging::OutputLock;
 use weightport_core::Error;
-use weightport_pipeline::attest::{sha256_file, sha256_files};
+use weightport_pipeline::lineage::sha256_files;
 use weightport_pipeline::side::SideFile;
+use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
 use crate::output::p;

@@ -10,10 +10,10 @@ use weightport_core::{
     hash, Error, Format, IoCounts, Result, StagedFile, TensorSink, TensorSource,
 };
 
-use crate::attest::{self, Provenance};
 use crate::by_arch;
 use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads};
 use crate::input::{open_inputs, Input};
+use crate::lineage;
 use crate::plan::{OutTensor, TransformOptions};
 use crate::planned::{self, ArchReport, Planned};
 use crate::quality::Quality;
@@ -21,6 +21,7 @@ use crate::registry::output_for;
 use crate::side::{self, SideFile};
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
+use weightport_provenance::{Provenance, TensorProvenance};
 
 /// The default `--max-memory`: 1 GiB, or a quarter of physical memory if that is less.
 pub fn default_max_memory() -> u64 {
@@ -436,7 +437,7 @@ impl Started<'_> {
         let (job, data_bytes) = (&self.job, self.report.data_bytes);
         let (source, outs) = (job.source(), &job.outs);
         let read = match opts.provenance {
-            true => Some(attest::source_hashes(source, outs, hashes, opts.chunk)?),
+            true => Some(lineage::source_hashes(source, outs, hashes, opts.chunk)?),
             false => None,
         };
         if opts.verify {
@@ -452,7 +453,7 @@ impl Started<'_> {
         let prepared = self.prepared.take().expect("finished once");
         let committed = txn::commit(prepared, &job.plan, finished, opts.force, &job.io)?;
         if let Some(r) = read {
-            let tensors = attest::tensors_of(source, outs, hashes, &r);
+            let tensors = lineage::tensors_of(source, outs, hashes, &r);
             let by_arch = job.fmt.by_architecture;
             let mut inputs = opts.inputs.clone();
             // The importance matrix decides the quantized bytes: a material too.
@@ -514,7 +515,7 @@ fn provenance_of(
     by_arch: bool,
     plan: &OutputPlan,
     committed: &txn::Committed,
-    tensors: Vec<attest::TensorProvenance>,
+    tensors: Vec<TensorProvenance>,
 ) -> Provenance {
     let mut materials = source.files();
     for e in &plan.extras {

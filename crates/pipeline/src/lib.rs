@@ -17,7 +17,6 @@
 //! Only this crate schedules threads; it never prints (progress goes through [`Progress`]).
 #![deny(missing_docs)]
 
-pub mod attest;
 pub mod by_arch;
 pub mod cancel;
 pub mod cast;
@@ -26,6 +25,7 @@ pub mod convert;
 pub mod exec;
 pub mod importance;
 pub mod input;
+pub mod lineage;
 pub mod many;
 pub use weightport_arch::mix;
 pub mod plan;

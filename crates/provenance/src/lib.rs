@@ -15,6 +15,12 @@
 //!
 //! Everything but the recipe depends only on the input bytes and options, so two runs at any
 //! thread count give the same subjects, materials and tensors.
+//!
+//! No dependency on the engine: a conversion hands this crate plain data ([`Provenance`]: the
+//! files it read and wrote, and per output tensor its hash and the hashes of the source tensors
+//! it read), collected by the engine while it ran. Files are hashed in parallel on the rayon
+//! pool the caller runs in.
+#![deny(missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -23,10 +29,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use weightport_core::{hash, ContentHash, Error, Result, TensorSource};
-
-use crate::exec::{identity_plan, run, Hashes, NoProgress};
-use crate::plan::OutTensor;
+use weightport_core::{ContentHash, Error, Result};
 
 /// The in-toto Statement type.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
@@ -63,65 +66,6 @@ pub struct Provenance {
     pub tensors: Vec<TensorProvenance>,
 }
 
-/// Content hashes of the source tensors `outs` read: the output's own hash where the output
-/// is an unchanged copy hashed with the same leaves, else one more pass over those tensors.
-pub fn source_hashes(
-    source: &dyn TensorSource,
-    outs: &[OutTensor],
-    hashes: &Hashes,
-    chunk: u64,
-) -> Result<BTreeMap<usize, ContentHash>> {
-    let mut known = BTreeMap::new();
-    let mut todo = BTreeSet::new();
-    for (o, h) in outs.iter().zip(&hashes.out) {
-        let Some(&first) = o.inputs.first() else {
-            continue;
-        };
-        let s = &source.tensors()[first];
-        let same = o.op.is_none()
-            && chunk == hash::HASH_CHUNK
-            && (s.dtype, &s.shape, s.byte_len) == (o.info.dtype, &o.info.shape, o.info.byte_len);
-        if same {
-            known.insert(first, *h);
-        } else {
-            todo.extend(o.inputs.iter().copied());
-        }
-    }
-    todo.retain(|i| !known.contains_key(i));
-    let all = identity_plan(source);
-    let idx: Vec<usize> = todo.into_iter().collect();
-    let plan: Vec<OutTensor> = idx.iter().map(|&i| all[i].clone()).collect();
-    let h = run(source, &plan, hash::HASH_CHUNK, &NoProgress, |_, _, _| {
-        Ok(())
-    })?;
-    known.extend(idx.into_iter().zip(h.out));
-    Ok(known)
-}
-
-/// Per output tensor: what it is and what it was computed from.
-pub fn tensors_of(
-    source: &dyn TensorSource,
-    outs: &[OutTensor],
-    hashes: &Hashes,
-    read: &BTreeMap<usize, ContentHash>,
-) -> Vec<TensorProvenance> {
-    outs.iter()
-        .zip(&hashes.out)
-        .map(|(o, h)| TensorProvenance {
-            name: o.info.name.clone(),
-            dtype: o.info.dtype.name().to_string(),
-            shape: o.info.shape.clone(),
-            hash: *h,
-            op: o.op.as_ref().map(|op| op.describe()),
-            sources: o
-                .inputs
-                .iter()
-                .map(|&i| (source.tensors()[i].name.clone(), read[&i]))
-                .collect(),
-        })
-        .collect()
-}
-
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
@@ -135,15 +79,6 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex(&h.finalize()))
-}
-
-/// The sha256 (hex) of each of `paths`, several files at once on `threads` worker threads (one
-/// per CPU when `None`): each file is read front to back by one thread.
-pub fn sha256_files(paths: &[PathBuf], threads: Option<usize>) -> Result<Vec<String>> {
-    let n = threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, crate::convert::MAX_THREADS);
-    crate::convert::pool_of(n)?.install(|| paths.par_iter().map(|p| sha256_file(p)).collect())
 }
 
 fn hex(b: &[u8]) -> String {
