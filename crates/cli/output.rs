@@ -622,7 +622,7 @@ fn tensor_table(tensors: &[TensorInfo], out: &mut impl Write) -> std::io::Result
 }
 
 /// A tensor's quality figures in `--json`.
-fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
+fn quality_json(q: weightport_pipeline::transform::quality::Quality) -> Value {
     json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
            "relative_error": q.relative, "clipped_share": q.clipped,
            "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})

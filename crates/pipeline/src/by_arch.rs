@@ -19,8 +19,14 @@ use weightport_core::{
     sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
 };
 
-use crate::compose::{Chain, Gather, Interleave, PermuteRows, PlusOne, Slice, Stack};
 use crate::plan::{op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
+use crate::transform::chain::Chain;
+use crate::transform::gather::Gather;
+use crate::transform::interleave::Interleave;
+use crate::transform::permute::PermuteRows;
+use crate::transform::plus_one::PlusOne;
+use crate::transform::slice::Slice;
+use crate::transform::stack::Stack;
 use weightport_arch::mix::{self, TypedTensor};
 use weightport_arch::naming;
 

@@ -565,7 +565,7 @@ mod tests {
     use weightport_core::{DType, Format, Metadata, TensorInfo};
 
     use super::*;
-    use crate::compose::PermuteRows;
+    use crate::transform::permute::PermuteRows;
 
     /// One mapped (in-memory) tensor that counts the page hints it is given.
     struct Counted {
@@ -717,7 +717,11 @@ mod tests {
         let outs = [OutTensor {
             info: info.clone(),
             inputs: vec![0, 1, 2, 3],
-            op: Some(Arc::new(crate::compose::Stack::new(4, part as u64, 2))),
+            op: Some(Arc::new(crate::transform::stack::Stack::new(
+                4,
+                part as u64,
+                2,
+            ))),
             note: None,
         }];
         let written = Mutex::new(vec![0u8; all.len()]);

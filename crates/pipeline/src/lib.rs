@@ -19,8 +19,6 @@
 
 pub mod by_arch;
 pub mod cancel;
-pub mod cast;
-pub mod compose;
 pub mod convert;
 pub mod exec;
 pub mod importance;
@@ -30,8 +28,6 @@ pub mod many;
 pub use weightport_arch::mix;
 pub mod plan;
 pub mod planned;
-pub mod quality;
-pub mod quantize;
 pub mod registry;
 pub mod shared_read;
 pub mod side;

@@ -13,9 +13,9 @@ use weightport_core::{
     sanitize, CastRule, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
 };
 
-use crate::cast::{is_float, Cast};
-use crate::quality::Measured;
-use crate::quantize::{Dequantize, Quantize, Requantize};
+use crate::transform::cast::{is_float, Cast, Measured};
+use crate::transform::quality::narrowing;
+use crate::transform::quantize::{Dequantize, Quantize, Requantize};
 use weightport_arch::mix::{self, TypedTensor};
 
 pub use crate::transform::Transform;
@@ -130,7 +130,7 @@ pub struct TransformOptions {
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
     /// Measure the quality figures of narrowing float casts and quantizations
-    /// ([`crate::quality`]): costs a decode of both sides of every cast chunk and a per-block
+    /// ([`crate::transform::quality`]): costs a decode of both sides of every cast chunk and a per-block
     /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their
     /// plain RMSE and max abs error).
     pub measure_quality: bool,
@@ -215,17 +215,15 @@ pub(crate) fn op_for(
         return Ok(None);
     }
     let op: Arc<dyn Transform> = match (from.is_block(), to.is_block()) {
-        (false, false) if opts.measure_quality && crate::quality::narrowing(from, to) => {
-            Arc::new(Measured::new(
-                Arc::new(
-                    Cast::new(from, to, name, opts.allow_lossy)?
-                        .rule(stage.rule)
-                        .finite_only(stage.validates),
-                ),
-                from,
-                to,
-            ))
-        }
+        (false, false) if opts.measure_quality && narrowing(from, to) => Arc::new(Measured::new(
+            Arc::new(
+                Cast::new(from, to, name, opts.allow_lossy)?
+                    .rule(stage.rule)
+                    .finite_only(stage.validates),
+            ),
+            from,
+            to,
+        )),
         (false, false) => Arc::new(
             Cast::new(from, to, name, opts.allow_lossy)?
                 .rule(stage.rule)

@@ -13,11 +13,11 @@ use weightport_core::{
     sanitize, ContentHash, DType, Error, Location, Result, StagedFile, TensorInfo, TensorSource,
 };
 
-use crate::cast::{is_float, Cast};
 use crate::exec::{identity_plan, leaf_of, run, Hashes, Progress};
 use crate::plan::{OutTensor, Transform};
-use crate::quantize::Dequantize;
 use crate::registry::open_file;
+use crate::transform::cast::{is_float, Cast};
+use crate::transform::quantize::Dequantize;
 
 fn fail(path: &std::path::Path, tensor: Option<&str>, reason: String) -> Error {
     Error::Verify {

@@ -3,7 +3,7 @@
 //! bytes, a dequantized one's the elements of one block; rows are whole numbers of blocks (the
 //! plan's fallback guarantees it), so a chunk never splits a block or crosses a row mid-block.
 //!
-//! A quantized tensor also reports its error against its source ([`crate::quality`]: RMSE, max
+//! A quantized tensor also reports its error against its source ([`super::quality`]: RMSE, max
 //! abs and relative error, share clipped; computed while the bytes pass through by dequantizing
 //! each chunk it wrote): no reference
 //! tool prints it, and it tells a user which tensors a mix hurt.
@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use weightport_core::{CastRule, DType, Error, Layout, Result};
 use weightport_quant::cast::{decode_f32, encode_f32};
 
-use crate::quality::{Accum, Quality};
-use crate::transform::Transform;
+use super::quality::{Accum, Quality};
+use super::Transform;
 
 fn block(d: DType) -> (u64, u64) {
     match d.layout() {

@@ -1,11 +1,31 @@
 //! The operation interface of the output plan: a [`Transform`] computes any unit-aligned range
 //! of an output tensor from the input byte ranges it names. Casts, (de)quantization, row
 //! permutations, stacking and their compositions implement it; the executor schedules them.
+//!
+//! One file per transform: [`cast`] (with [`cast::Measured`], a narrowing cast whose error is
+//! measured), [`quantize`] (quantize, dequantize, requantize), [`permute`], [`stack`], [`slice`],
+//! [`gather`], [`interleave`], [`plus_one`], and [`chain`] (one transform after another).
+//! [`quality`] is the error measurement the lossy ones accumulate; it knows nothing of the trait.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use weightport_core::Result;
+
+pub mod cast;
+pub mod chain;
+pub mod gather;
+pub mod interleave;
+pub mod permute;
+pub mod plus_one;
+pub mod quality;
+pub mod quantize;
+pub mod slice;
+pub mod stack;
+#[cfg(test)]
+mod tests;
+
+use quality::Quality;
 
 /// An operation producing an output tensor from input bytes.
 pub trait Transform: Send + Sync {
@@ -38,8 +58,8 @@ pub trait Transform: Send + Sync {
         None
     }
     /// For a lossy float operation (quantization, narrowing cast): its error against the
-    /// source values ([`crate::quality`]), once the job has run.
-    fn quality(&self) -> Option<crate::quality::Quality> {
+    /// source values ([`quality`]), once the job has run.
+    fn quality(&self) -> Option<Quality> {
         None
     }
     /// Single-thread CPU nanoseconds per output value the kernel costs beyond moving the bytes
@@ -47,5 +67,15 @@ pub trait Transform: Send + Sync {
     /// balances units by. 0 for casts and copies.
     fn cost_ns(&self) -> f64 {
         0.0
+    }
+}
+
+/// The output of a concatenating transform ([`Transform::concatenates`]): the input pieces its
+/// `needs` named, one after another.
+pub(crate) fn concatenate(inputs: &[&[u8]], dst: &mut [u8]) {
+    let mut at = 0;
+    for s in inputs {
+        dst[at..at + s.len()].copy_from_slice(s);
+        at += s.len();
     }
 }

@@ -18,15 +18,7 @@
 //!   `sqrt(Σ v_j (x - y)² / Σ v_j)` and weighted max abs error `max sqrt(v_j) |x - y|`, over
 //!   the compared values. Equal weights give the plain figures.
 
-use std::cell::RefCell;
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
-
-use weightport_core::{DType, Result};
-
-use crate::transform::Transform;
-use weightport_core::CastRule;
-use weightport_quant::cast::decode_f32;
+use weightport_core::DType;
 
 /// Running sums of one tensor's error.
 #[derive(Debug, Default, Clone, Copy)]
@@ -360,80 +352,6 @@ pub fn narrowing(from: DType, to: DType) -> bool {
             | (DType::F16, DType::BF16)
             | (DType::BF16, DType::F16)
     )
-}
-
-thread_local! {
-    static DECODED: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// A narrowing elementwise cast with its error measured: the source and written values are
-/// decoded to f32 after each chunk and compared.
-pub struct Measured {
-    inner: Arc<dyn Transform>,
-    from: DType,
-    to: DType,
-    acc: Mutex<Accum>,
-}
-
-impl Measured {
-    /// Wraps `inner`, an elementwise cast `from` → `to` (both F32, F16 or BF16).
-    pub fn new(inner: Arc<dyn Transform>, from: DType, to: DType) -> Measured {
-        Measured {
-            inner,
-            from,
-            to,
-            acc: Mutex::new(Accum::default()),
-        }
-    }
-}
-
-impl Transform for Measured {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn unit(&self) -> u64 {
-        self.inner.unit()
-    }
-    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
-        self.inner.needs(out)
-    }
-    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
-        self.inner.apply(out, inputs, dst)?;
-        let mut a = Accum::default();
-        DECODED.with(|cell| {
-            let (x, y) = &mut *cell.borrow_mut();
-            to_f32(self.from, inputs[0], x);
-            to_f32(self.to, dst, y);
-            a.add(x, y, 1);
-        });
-        self.acc.lock().expect("quality lock").merge(&a);
-        Ok(())
-    }
-    fn lossless(&self) -> bool {
-        self.inner.lossless()
-    }
-    fn inverse(&self) -> Option<Arc<dyn Transform>> {
-        self.inner.inverse()
-    }
-    fn outcome(&self) -> Option<String> {
-        self.inner.outcome()
-    }
-    fn quality(&self) -> Option<Quality> {
-        self.acc.lock().ok()?.quality()
-    }
-    fn cost_ns(&self) -> f64 {
-        self.inner.cost_ns()
-    }
-}
-
-/// `src` (F64/F32/F16/BF16) widened to f32 into `out`; the widening is exact, so the rule only
-/// picks NaN bits, which the figures ignore.
-fn to_f32(d: DType, src: &[u8], out: &mut Vec<f32>) {
-    let n = d.elem_bytes().map_or(0, |e| src.len() / e as usize);
-    out.resize(n, 0.0);
-    if decode_f32(d, src, out, CastRule::Ggml).is_err() {
-        out.clear();
-    }
 }
 
 #[cfg(test)]
