@@ -219,7 +219,8 @@ fn small_chunks_give_the_same_files_and_read_once() {
             .map(|(name, _, flags)| {
                 let mut o = ConvertOptions::new(vec![input.clone()], dir.join(name));
                 o.chunk = 640;
-                o.threads = Some(threads);
+                o.workers =
+                    weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
                 if flags[0] == "--shard-size" {
                     o.shard_size = Some(30_000);
                 } else {

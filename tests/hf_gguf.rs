@@ -160,7 +160,7 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
         let small = tmp.path().join(format!("cut-{t}-small.gguf"));
         let mut o = ConvertOptions::new(vec![dir.clone()], small.clone());
         o.chunk = 700;
-        o.threads = Some(2);
+        o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
         run(&o, &weightport_pipeline::NoProgress).unwrap();
         assert_eq!(sha_file(&small), want, "{t} in small chunks");
@@ -213,7 +213,7 @@ fn moe_stacks_in_small_chunks_are_the_same_file() {
         let out = tmp.path().join(format!("mixtral-{t}.gguf"));
         let mut o = ConvertOptions::new(vec![release("mixtral")], out.clone());
         o.chunk = 3000;
-        o.threads = Some(2);
+        o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
         run(&o, &weightport_pipeline::NoProgress).unwrap();
         assert_eq!(

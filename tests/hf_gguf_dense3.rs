@@ -84,7 +84,7 @@ fn gpt2_transposed_in_small_chunks_is_the_same_file() {
         let out = tmp.path().join(format!("gpt2-{t}.gguf"));
         let mut o = ConvertOptions::new(vec![release("gpt2")], out.clone());
         o.chunk = 700;
-        o.threads = Some(2);
+        o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
         o.transform.pre_tokenizer = Some("gpt-2".into());
         run(&o, &weightport_pipeline::NoProgress).unwrap();

@@ -132,7 +132,7 @@ fn moe2_views_in_small_chunks_are_the_same_file() {
             let out = tmp.path().join(format!("{name}-{t}.gguf"));
             let mut o = ConvertOptions::new(vec![release(name)], out.clone());
             o.chunk = 1000;
-            o.threads = Some(2);
+            o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
             o.transform.dtype = DtypeChoice::To(dtype);
             o.transform.pre_tokenizer = pre(name).map(str::to_owned);
             run(&o, &weightport_pipeline::NoProgress).unwrap();

@@ -606,7 +606,7 @@ fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
         let out = tmp.path().join(format!("small-{ty}.gguf"));
         let mut o = ConvertOptions::new(vec![f16.clone()], out.clone());
         o.chunk = 1000;
-        o.threads = Some(2);
+        o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
         o.transform.quant = Some(QuantOptions {
             ftype: Ftype::parse(ty).unwrap(),
             pure: false,

@@ -13,6 +13,7 @@ use weightport_pipeline::mix::Ftype;
 use weightport_pipeline::mix::Importance;
 use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
 use weightport_pipeline::verify::{comparable_hashes, compare};
+use weightport_pipeline::workers::Workers;
 use weightport_pipeline::{
     convert as run_convert, open_inputs, ConvertReport, Input, OpenRequest, Progress,
 };
@@ -70,8 +71,8 @@ fn paths(v: &[PathBuf]) -> Value {
 
 /// Options that apply to every command.
 pub struct Global {
-    pub threads: Option<usize>,
-    pub max_memory: Option<u64>,
+    /// `--threads` and `--max-memory`, validated once.
+    pub workers: Workers,
 }
 
 fn open_request(r: &ReadArgs) -> OpenRequest {
@@ -187,8 +188,7 @@ pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<Conver
     opts.dry_run = a.dry_run;
     opts.open = open_request(&a.read);
     opts.transform = transform_options(a)?;
-    opts.threads = g.threads;
-    opts.max_memory = g.max_memory;
+    opts.workers = g.workers;
     opts.provenance = a.attest.is_some();
     opts.side_files = crate::attest::side_files(a);
     opts.transform.measure_quality = json || a.report.is_some();

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{Error, IoCounts};
+use weightport_pipeline::workers::{ThreadsOutOfRange, Workers, MAX_THREADS};
 use weightport_pipeline::{
     convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress,
@@ -157,7 +158,7 @@ fn files_made(r: &ConvertReport) -> Vec<PathBuf> {
 /// records (one pass per file; a 2.4 GB repo and two GGUFs took 5.5 s one after another).
 fn hash_made(
     results: &[Result<ConvertReport, Error>],
-    threads: Option<usize>,
+    workers: &Workers,
 ) -> Result<BTreeMap<PathBuf, String>, Error> {
     let files: Vec<PathBuf> = results
         .iter()
@@ -165,7 +166,7 @@ fn hash_made(
         .filter(|r| !r.dry_run && r.provenance.is_none())
         .flat_map(files_made)
         .collect();
-    let sums = weightport_pipeline::lineage::sha256_files(&files, threads)?;
+    let sums = weightport_pipeline::lineage::sha256_files(&files, workers)?;
     Ok(files.into_iter().zip(sums).collect())
 }
 
@@ -228,21 +229,23 @@ struct Decide {
 /// The pipeline's options of every output of `job`, or the first refused (labelled with its
 /// output): the whole job is checked before any of it runs.
 fn job_options(job: &Job, cx: &Ctx) -> Result<Vec<ConvertOptions>, Error> {
-    let max = weightport_pipeline::convert::MAX_THREADS;
     let mut all = Vec::with_capacity(job.outputs.len());
     for o in &job.outputs {
         let label = |e: Error| match e {
             Error::Usage(m) => Error::Usage(format!("{}: {m}", o.label(&job.file))),
             e => e,
         };
-        let g = Global {
-            threads: cx.global.threads.or(o.threads),
-            max_memory: cx.global.max_memory.or(o.max_memory),
-        };
-        if let Some(n) = g.threads.filter(|&n| n == 0 || n > max) {
-            let e = format!("threads = {n}: must be between 1 and {max}");
-            return Err(label(Error::Usage(e)));
-        }
+        let asked = &cx.global.workers;
+        let workers = Workers::new(
+            asked.threads().or(o.threads),
+            asked.max_memory().or(o.max_memory),
+        )
+        .map_err(|ThreadsOutOfRange(n)| {
+            label(Error::Usage(format!(
+                "threads = {n}: must be between 1 and {MAX_THREADS}"
+            )))
+        })?;
+        let g = Global { workers };
         all.push(convert_options(&o.args, &g, cx.json).map_err(label)?);
     }
     Ok(all)
@@ -362,14 +365,14 @@ fn hash_inputs(
     job: &Job,
     results: &Results,
     rec: &mut Recorder,
-    threads: Option<usize>,
+    workers: &Workers,
 ) -> Result<(), Error> {
     for (m, r) in g.members.iter().zip(results) {
         if let (Ok(_), Some(a)) = (r, &job.outputs[m.index].args.attest) {
             rec.inputs.seed_from_statement(a);
         }
     }
-    rec.inputs.fill(&inputs_of(&g.members, results), threads)
+    rec.inputs.fill(&inputs_of(&g.members, results), workers)
 }
 
 /// Every input file the made outputs of a group listed or read, to hash for their records.
@@ -569,8 +572,8 @@ pub fn run_job(
         let results = side_files(&g, job, &cx, results);
         let known = match rec.path {
             Some(_) => {
-                hash_inputs(&g, job, &results, &mut rec, global.threads)?;
-                hash_made(&results, global.threads)?
+                hash_inputs(&g, job, &results, &mut rec, &global.workers)?;
+                hash_made(&results, &global.workers)?
             }
             None => BTreeMap::new(),
         };

@@ -23,6 +23,7 @@ use weightport_core::staging::OutputLock;
 use weightport_core::Error;
 use weightport_pipeline::lineage::sha256_files;
 use weightport_pipeline::side::SideFile;
+use weightport_pipeline::workers::Workers;
 use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
@@ -186,14 +187,14 @@ impl Hashes {
     }
 
     /// Hashes `paths` not yet hashed at their current stat, several at once.
-    pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, threads: Option<usize>) -> Result<(), Error> {
+    pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, workers: &Workers) -> Result<(), Error> {
         let todo: Vec<(PathBuf, Stat)> = paths
             .iter()
             .filter_map(|p| Some((p.clone(), stat_of(p)?)))
             .filter(|(p, s)| self.0.get(p).is_none_or(|(had, _)| had != s))
             .collect();
         let files: Vec<PathBuf> = todo.iter().map(|(p, _)| p.clone()).collect();
-        let sums = sha256_files(&files, threads)?;
+        let sums = sha256_files(&files, workers)?;
         for ((path, before), h) in todo.into_iter().zip(sums) {
             if stat_of(&path) == Some(before) {
                 self.0.insert(path, (before, h));

@@ -10,6 +10,7 @@ use serde_json::json;
 use weightport_core::Error;
 use weightport_pipeline::convert::ConvertOptions;
 use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
+use weightport_pipeline::workers::Workers;
 use weightport_pipeline::Progress;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
@@ -97,8 +98,7 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
         .collect::<Result<_, _>>()?;
     let output = absolute(&c.output)?;
     let g = Global {
-        threads: None,
-        max_memory: None,
+        workers: Workers::default(),
     };
     let opts = options_of(c, inputs, output.clone(), &g)?;
     let how = match (a.units, a.unit_size) {

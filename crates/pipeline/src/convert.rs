@@ -21,23 +21,8 @@ use crate::side::{self, SideFile};
 use crate::transform::quality::Quality;
 use crate::txn::{self, Prepared};
 use crate::verify::verify_staged;
+use crate::workers::{pool_of, Workers};
 use weightport_provenance::{Provenance, TensorProvenance};
-
-/// The default `--max-memory`: 1 GiB, or a quarter of physical memory if that is less.
-pub fn default_max_memory() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let phys = (pages.max(0) as u64).saturating_mul(size.max(0) as u64);
-    (1u64 << 30).min(if phys > 0 { phys / 4 } else { u64::MAX })
-}
-
-/// Largest `--threads` accepted.
-pub const MAX_THREADS: usize = 256;
 
 /// What to convert, and how.
 #[derive(Debug, Clone)]
@@ -60,10 +45,8 @@ pub struct ConvertOptions {
     pub open: OpenRequest,
     /// Casts and renames.
     pub transform: TransformOptions,
-    /// Worker threads (default: one per core), at most [`MAX_THREADS`].
-    pub threads: Option<usize>,
-    /// Memory budget for buffers and mapped chunks (default [`default_max_memory`]).
-    pub max_memory: Option<u64>,
+    /// Worker threads and the memory budget for buffers and mapped chunks.
+    pub workers: Workers,
     /// Chunk (hash leaf) target size; [`hash::HASH_CHUNK`] except in tests.
     pub chunk: u64,
     /// Collect what the output was made of ([`ConvertReport::provenance`], for `--attest`).
@@ -86,8 +69,7 @@ impl ConvertOptions {
             dry_run: false,
             open: OpenRequest::default(),
             transform: TransformOptions::default(),
-            threads: None,
-            max_memory: None,
+            workers: Workers::default(),
             chunk: hash::HASH_CHUNK,
             provenance: false,
             side_files: Vec::new(),
@@ -244,31 +226,6 @@ pub fn convert_input(
     Ok(r)
 }
 
-/// Threads for this job: as asked (or one per core), reduced to fit the memory budget.
-pub(crate) fn threads_for(
-    source: &dyn TensorSource,
-    outs: &[OutTensor],
-    opts: &ConvertOptions,
-) -> Result<(usize, u64)> {
-    let asked = opts
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if asked == 0 || asked > MAX_THREADS {
-        return Err(Error::Usage(format!(
-            "--threads {asked}: must be between 1 and {MAX_THREADS}"
-        )));
-    }
-    let budget = opts.max_memory.unwrap_or_else(default_max_memory);
-    let worker = worker_bytes(source, outs, opts.chunk).max(1);
-    if worker > budget {
-        return Err(Error::Usage(format!(
-            "--max-memory {budget}: one worker needs {worker} bytes for this job"
-        )));
-    }
-    let threads = asked.min((budget / worker) as usize).max(1);
-    Ok((threads, threads as u64 * worker))
-}
-
 /// Runs a conversion of an already opened source (`opts.inputs` is ignored). `repo_dir` is the
 /// input repo whose companion files are copied into a repo output.
 pub fn convert_source(
@@ -278,7 +235,8 @@ pub fn convert_source(
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let mut out = start(source, repo_dir, opts)?;
-    let (threads, memory) = threads_for(out.job.source(), &out.job.outs, opts)?;
+    let worker = worker_bytes(out.job.source(), &out.job.outs, opts.chunk);
+    let (threads, memory) = opts.workers.fit(worker, None, "this job")?;
     out.report.threads = threads;
     out.report.memory_bytes = memory;
     if opts.dry_run {
@@ -500,13 +458,6 @@ fn file_report(w: weightport_core::WrittenFile) -> FileReport {
 }
 
 /// A worker pool of `threads` threads.
-pub(crate) fn pool_of(threads: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))
-}
-
 /// Inputs and outputs of a committed conversion.
 fn provenance_of(
     inputs: &[PathBuf],

@@ -35,6 +35,7 @@ pub mod transform;
 pub mod txn;
 pub mod units;
 pub mod verify;
+pub mod workers;
 
 pub use convert::{
     convert, convert_input, convert_source, input_request, ConvertOptions, ConvertReport,

@@ -12,6 +12,7 @@ use weightport_provenance::{sha256_file, TensorProvenance};
 
 use crate::exec::{identity_plan, run, Hashes, NoProgress};
 use crate::plan::OutTensor;
+use crate::workers::{pool_of, Workers};
 
 /// Content hashes of the source tensors `outs` read: the output's own hash where the output
 /// is an unchanged copy hashed with the same leaves, else one more pass over those tensors.
@@ -72,11 +73,8 @@ pub fn tensors_of(
         .collect()
 }
 
-/// The sha256 (hex) of each of `paths`, several files at once on `threads` worker threads (one
-/// per CPU when `None`): each file is read front to back by one thread.
-pub fn sha256_files(paths: &[PathBuf], threads: Option<usize>) -> Result<Vec<String>> {
-    let n = threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, crate::convert::MAX_THREADS);
-    crate::convert::pool_of(n)?.install(|| paths.par_iter().map(|p| sha256_file(p)).collect())
+/// The sha256 (hex) of each of `paths`, several files at once on the threads `workers` wants
+/// (one per CPU when it names none): each file is read front to back by one thread.
+pub fn sha256_files(paths: &[PathBuf], workers: &Workers) -> Result<Vec<String>> {
+    pool_of(workers.wanted())?.install(|| paths.par_iter().map(|p| sha256_file(p)).collect())
 }

@@ -7,12 +7,11 @@ use std::path::PathBuf;
 
 use weightport_core::{Error, Result, TensorSink};
 
-use crate::convert::{
-    default_max_memory, pool_of, start, ConvertOptions, ConvertReport, Started, MAX_THREADS,
-};
+use crate::convert::{start, ConvertOptions, ConvertReport, Started};
 use crate::exec::{worker_bytes, Progress, Reads};
 use crate::input::Input;
 use crate::shared_read::{run_shared, Output, AHEAD};
+use crate::workers::{pool_of, Workers};
 
 /// What a [`convert_many`] run did.
 #[derive(Debug)]
@@ -150,20 +149,8 @@ fn execute(
 /// Threads for the run: as the first output asks (or one per core), reduced to fit the
 /// smallest budget given with the resident windows; and the memory they hold.
 fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> {
-    let first = opts.first().map(|o| (o.threads, o.chunk));
-    let (threads, chunk) = first.unwrap_or((None, weightport_core::hash::HASH_CHUNK));
-    let asked =
-        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if asked == 0 || asked > MAX_THREADS {
-        return Err(Error::Usage(format!(
-            "--threads {asked}: must be between 1 and {MAX_THREADS}"
-        )));
-    }
-    let budget = opts
-        .iter()
-        .map(|o| o.max_memory.unwrap_or_else(default_max_memory))
-        .min()
-        .unwrap_or_else(default_max_memory);
+    let first = opts.first().map(|o| o.chunk);
+    let chunk = first.unwrap_or(weightport_core::hash::HASH_CHUNK);
     let worker = slots
         .iter()
         .filter_map(|s| match s {
@@ -183,13 +170,5 @@ fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> 
         })
         .unwrap_or(0);
     let windows = (AHEAD as u64 * chunk + worker).min(input);
-    if worker + windows > budget {
-        return Err(Error::Usage(format!(
-            "--max-memory {budget}: one worker and the shared read's windows need {} bytes \
-             for these outputs",
-            worker + windows
-        )));
-    }
-    let threads = asked.min(((budget - windows) / worker) as usize).max(1);
-    Ok((threads, threads as u64 * worker + windows))
+    Workers::tightest(opts.iter().map(|o| o.workers)).fit(worker, Some(windows), "these outputs")
 }

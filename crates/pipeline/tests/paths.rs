@@ -134,7 +134,7 @@ fn every_read_path_and_thread_count_writes_the_reference_reshard() {
             let out = tmp.path().join("out");
             let mut o = opts(&out);
             o.chunk = 1024;
-            o.threads = Some(threads);
+            o.workers = weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
             let inner = open_input(&repo, &req()).unwrap().source;
             match mode {
                 "mapped" => convert_source(inner.as_ref(), None, &o, &NoProgress),

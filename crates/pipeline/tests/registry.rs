@@ -207,7 +207,7 @@ fn a_format_registered_in_a_test_converts_inspects_and_verifies() {
         let out = tmp.path().join(format!("out{threads}.wptest"));
         let mut o = ConvertOptions::new(vec![input.clone()], out.clone());
         o.chunk = chunk;
-        o.threads = Some(threads);
+        o.workers = weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
         let r = convert(&o, &NoProgress).unwrap();
         assert!(r.verified);
         assert_eq!(r.output_format, "wptest");

@@ -66,7 +66,7 @@ fn safetensors_from(data: &[u8]) -> Option<Vec<u8>> {
 fn convert_to(input: &Path, output: &Path, shard_size: Option<u64>) -> bool {
     let mut o = ConvertOptions::new(vec![input.to_path_buf()], output.to_path_buf());
     o.shard_size = shard_size;
-    o.threads = Some(2);
+    o.workers = weightport_pipeline::workers::Workers::new(Some(2), None).unwrap();
     o.chunk = 24;
     o.force = true;
     convert(&o, &NoProgress).is_ok()

@@ -19,6 +19,7 @@ use crate::convert::{ConvertOptions, FileReport};
 use crate::exec::{Hashes, Progress};
 use crate::txn;
 use crate::verify::verify_staged;
+use crate::workers::pool_of;
 
 /// What `finish` committed.
 #[derive(Debug, Clone)]
@@ -204,14 +205,7 @@ pub fn finish(
     progress: &dyn Progress,
 ) -> Result<FinishReport> {
     let records = records(plan)?;
-    let threads = opts
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, crate::convert::MAX_THREADS);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))?;
+    let pool = pool_of(opts.workers.wanted())?;
     let report = with_planned_job(plan, opts, |job| {
         let hashes = recorded_hashes(plan, &records)?;
         check_parts(plan)?;

@@ -11,9 +11,10 @@ use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result}
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
-use crate::convert::{default_max_memory, ConvertOptions, MAX_THREADS};
+use crate::convert::ConvertOptions;
 use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
 use crate::plan::OutTensor;
+use crate::workers::pool_of;
 
 /// What running a unit did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,22 +190,8 @@ fn report_of(
 }
 
 fn threads_for(job: &Job, outs: &[OutTensor], opts: &ConvertOptions) -> Result<usize> {
-    let asked = opts
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if asked == 0 || asked > MAX_THREADS {
-        return Err(Error::Usage(format!(
-            "--threads {asked}: must be between 1 and {MAX_THREADS}"
-        )));
-    }
-    let budget = opts.max_memory.unwrap_or_else(default_max_memory);
-    let worker = worker_bytes(job.source(), outs, opts.chunk).max(1);
-    if worker > budget {
-        return Err(Error::Usage(format!(
-            "--max-memory {budget}: one worker needs {worker} bytes for this unit"
-        )));
-    }
-    Ok(asked.min((budget / worker) as usize).max(1))
+    let worker = worker_bytes(job.source(), outs, opts.chunk);
+    Ok(opts.workers.fit(worker, None, "this unit")?.0)
 }
 
 /// Where each of the unit's tensors goes: (its part, offset in the part).
@@ -251,13 +238,6 @@ fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<OutTen
         )));
     }
     Ok(outs)
-}
-
-fn pool_of(threads: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| Error::Internal(format!("cannot start {threads} worker threads: {e}")))
 }
 
 /// The completion record of unit `index`: its parts (none `in_place`), its tensors' hashes.
