@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use weightport_pipeline::plan::DtypeChoice;
-use weightport_pipeline::{convert_many, input_request, open_inputs, ConvertOptions, NoProgress};
+use weightport_pipeline::{convert_many, open_inputs, route, ConvertOptions, NoProgress};
 
 /// Every file under `dir` (one level) with its sha256, sorted by name; a file: itself.
 fn digests(p: &Path) -> Vec<(String, String)> {
@@ -231,8 +231,15 @@ fn small_chunks_give_the_same_files_and_read_once() {
                 o
             })
             .collect();
-        let input = open_inputs(&opts[1].inputs, &input_request(&opts[1]).unwrap()).unwrap();
-        let r = convert_many(&input, &opts, &NoProgress).unwrap();
+        let outputs: Vec<_> = opts
+            .into_iter()
+            .map(|o| {
+                let r = route(&o).unwrap();
+                (o, r)
+            })
+            .collect();
+        let input = open_inputs(&outputs[1].0.inputs, &outputs[1].1.open).unwrap();
+        let r = convert_many(&input, &outputs, &NoProgress).unwrap();
         for o in &r.outputs {
             assert!(o.is_ok(), "{o:?}");
         }

@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use weightport_core::{Error, IoCounts};
 use weightport_pipeline::workers::{ThreadsOutOfRange, Workers, MAX_THREADS};
 use weightport_pipeline::{
-    convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
-    OpenRequest, Progress,
+    convert_input, convert_many, open_inputs, route, ConvertOptions, ConvertReport, Input,
+    OpenRequest, Progress, Route,
 };
 
 use crate::args::RunArgs;
@@ -211,7 +211,8 @@ struct Pending {
     opts: ConvertOptions,
     /// The opened input it reads: its paths and open request.
     key: String,
-    request: OpenRequest,
+    /// Its route: how its input is opened, the output format.
+    route: Route,
     redone: Option<String>,
     /// The stat of each file it lists, taken before it is made.
     before: BTreeMap<PathBuf, Stat>,
@@ -291,12 +292,12 @@ fn pending(
             rec.is_some_and(|r| [&r.attestation, &r.report].contains(&&Some(s.path.clone())));
         s.replace |= cx.force || recorded;
     }
-    let request = input_request(&opts).map_err(failed)?;
+    let route = route(&opts).map_err(failed)?;
     Ok(Pending {
         index,
-        key: group_key(o.job, &opts, &request),
+        key: group_key(o.job, &opts, &route.open),
         opts,
-        request,
+        route,
         redone,
         before,
     })
@@ -442,11 +443,11 @@ fn convert_group(g: &Group, progress: &dyn Progress) -> Result<Converted, Error>
     let mut opened: Vec<(bool, Result<Input, Error>)> = Vec::new();
     let mut which = Vec::with_capacity(n);
     for m in &g.members {
-        let sc = m.request.read.shared_copy;
+        let sc = m.route.open.read.shared_copy;
         let at = match opened.iter().position(|(s, _)| *s == sc) {
             Some(i) => i,
             None => {
-                opened.push((sc, open_inputs(&m.opts.inputs, &m.request)));
+                opened.push((sc, open_inputs(&m.opts.inputs, &m.route.open)));
                 opened.len() - 1
             }
         };
@@ -495,7 +496,7 @@ fn convert_members(
 ) -> Result<(Results, Option<GroupRead>), Error> {
     let indices: Vec<usize> = members.iter().map(|m| m.index).collect();
     if let [one] = members {
-        let r = convert_input(input, &one.opts, progress);
+        let r = convert_input(input, &one.opts, &one.route, progress);
         let read = r.as_ref().ok().filter(|r| !r.dry_run).map(|r| GroupRead {
             outputs: indices,
             read_bytes: r.read_bytes,
@@ -503,9 +504,12 @@ fn convert_members(
         });
         return Ok((vec![r], read));
     }
-    let opts: Vec<ConvertOptions> = members.iter().map(|m| m.opts.clone()).collect();
-    let many = convert_many(input, &opts, progress)?;
-    let read = (!opts[0].dry_run).then(|| GroupRead {
+    let outputs: Vec<(ConvertOptions, Route)> = members
+        .iter()
+        .map(|m| (m.opts.clone(), m.route.clone()))
+        .collect();
+    let many = convert_many(input, &outputs, progress)?;
+    let read = (!outputs[0].0.dry_run).then(|| GroupRead {
         outputs: indices,
         read_bytes: many.read_bytes,
         files: many.reads.clone(),

@@ -51,41 +51,9 @@ pub struct ArchJob {
     pub rewrites: Option<weightport_core::Format>,
 }
 
-/// The release directory when this job is planned by architecture: the output format plans by
-/// architecture, the input is a repo with a `config.json`, and `--arch` (names kept) was not given.
-pub fn wanted<'a>(
-    repo_dir: Option<&'a Path>,
-    by_architecture: bool,
-    opts: &TransformOptions,
-) -> Option<&'a Path> {
-    let dir = repo_dir?;
-    (by_architecture && opts.arch.is_none() && dir.join("config.json").is_file()).then_some(dir)
-}
-
-/// Refuses an unsupported architecture from `config.json` alone, before any input file is
-/// opened: `inputs` is one release directory going to a format that plans by architecture.
-pub fn precheck(
-    inputs: &[PathBuf],
-    by_architecture: bool,
-    opts: &TransformOptions,
-    limits: &Limits,
-) -> Result<()> {
-    if let Some(dir) = release_dir(inputs, by_architecture, opts) {
-        weightport_arch::check_supported_within(dir, limits)?;
-    }
-    Ok(())
-}
-
-/// The release directory when `inputs` is one going to a format that plans by architecture.
-pub fn release_dir<'a>(
-    inputs: &'a [PathBuf],
-    by_architecture: bool,
-    opts: &TransformOptions,
-) -> Option<&'a Path> {
-    match inputs {
-        [dir] => wanted(Some(dir), by_architecture, opts),
-        _ => None,
-    }
+/// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
+pub(crate) fn is_release(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
 }
 
 fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {

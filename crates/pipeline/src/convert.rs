@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weightport_core::registry::{ExtraContent, OpenRequest, OutputPlan};
+use weightport_core::registry::{ExtraContent, OpenRequest, OutputFormat, OutputPlan};
 use weightport_core::{
     hash, Error, Format, IoCounts, Result, StagedFile, TensorSink, TensorSource,
 };
@@ -185,56 +185,84 @@ pub struct ConvertReport {
 
 /// Runs a conversion of `opts.inputs`.
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
-    let open = input_request(opts)?;
-    let input = open_inputs(&opts.inputs, &open)?;
-    convert_input(&input, opts, progress)
+    let route = route(opts)?;
+    let input = open_inputs(&opts.inputs, &route.open)?;
+    convert_input(&input, opts, &route, progress)
 }
 
-/// How [`convert`] opens `opts.inputs` for `opts.output`, after the checks it makes before
-/// an input is opened (an HF release's architecture, from its config.json). Outputs whose
-/// requests are equal can share one opened input ([`convert_input`]).
-pub fn input_request(opts: &ConvertOptions) -> Result<OpenRequest> {
-    let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let by_arch = fmt.by_architecture;
-    by_arch::precheck(
-        &opts.inputs,
-        by_arch,
-        &opts.transform,
-        &opts.open.read.limits,
-    )?;
+/// The route of one conversion, decided once before any input is opened: how the inputs are
+/// opened, the output format, and whether an architecture plan applies. Planning consumes it.
+#[derive(Clone)]
+pub struct Route {
+    /// How the inputs are opened. Outputs whose requests are equal can share one opened input
+    /// ([`convert_input`], [`crate::convert_many`]).
+    pub open: OpenRequest,
+    /// The output format (from `--to`, or the output's name).
+    pub(crate) output: &'static OutputFormat,
+    /// The output format plans by architecture and `--arch` (names kept) was not given: an
+    /// input read as a release directory (a repo with a `config.json`) is planned by its
+    /// architecture.
+    by_architecture: bool,
+}
+
+impl Route {
+    /// The release directory the architecture plan reads, when one applies to an input whose
+    /// repo directory is `repo_dir`.
+    pub(crate) fn arch_release<'a>(&self, repo_dir: Option<&'a Path>) -> Option<&'a Path> {
+        repo_dir.filter(|d| self.by_architecture && by_arch::is_release(d))
+    }
+}
+
+/// Decides the route of `opts` (see [`Route`]), after the checks made before an input is
+/// opened: an HF release going to a format that plans by architecture is refused from its
+/// config.json alone when its architecture is not supported.
+pub fn route(opts: &ConvertOptions) -> Result<Route> {
+    let output = output_for(&opts.output, opts.to.as_deref())?;
+    let by_architecture = output.by_architecture && opts.transform.arch.is_none();
     let mut open = opts.open.clone();
-    // The reference reads a release with torch.load/safe_open, which give every name of tied
-    // weights; its architecture code decides what to write.
-    open.read.shared_copy |= by_arch::release_dir(&opts.inputs, by_arch, &opts.transform).is_some();
-    Ok(open)
+    if let [dir] = opts.inputs.as_slice() {
+        if by_architecture && by_arch::is_release(dir) {
+            weightport_arch::check_supported_within(dir, &opts.open.read.limits)?;
+            // The reference reads a release with torch.load/safe_open, which give every name
+            // of tied weights; its architecture code decides what to write.
+            open.read.shared_copy = true;
+        }
+    }
+    Ok(Route {
+        open,
+        output,
+        by_architecture,
+    })
 }
 
-/// Runs a conversion of an input opened with [`input_request`]'s request (`opts.inputs` is
-/// not opened again).
+/// Runs a conversion of an input opened with the request of `route` (`opts.inputs` is not
+/// opened again).
 pub fn convert_input(
     input: &Input,
     opts: &ConvertOptions,
+    route: &Route,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let mut r = convert_source(
         input.source.as_ref(),
         input.repo_dir.as_deref(),
-        opts,
+        (opts, route),
         progress,
     )?;
     r.notes = input.notes.clone();
     Ok(r)
 }
 
-/// Runs a conversion of an already opened source (`opts.inputs` is ignored). `repo_dir` is the
-/// input repo whose companion files are copied into a repo output.
+/// Runs a conversion of an already opened source (`opts.inputs` is ignored) on the route
+/// [`route`] decided for `opts`. `repo_dir` is the input repo whose companion files are copied
+/// into a repo output.
 pub fn convert_source(
     source: &dyn TensorSource,
     repo_dir: Option<&Path>,
-    opts: &ConvertOptions,
+    (opts, route): (&ConvertOptions, &Route),
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    let mut out = start(source, repo_dir, opts)?;
+    let mut out = start(source, repo_dir, opts, route)?;
     let worker = worker_bytes(out.job.source(), &out.job.outs, opts.chunk);
     let (threads, memory) = opts.workers.fit(worker, None, "this job")?;
     out.report.threads = threads;
@@ -272,13 +300,14 @@ pub(crate) struct Started<'s> {
     staged: Vec<StagedFile>,
 }
 
-/// Plans `opts.output` from `source` and prepares it (lock, refusals, disk space).
+/// Plans `opts.output` from `source` on `route` and prepares it (lock, refusals, disk space).
 pub(crate) fn start<'s>(
     source: &'s dyn TensorSource,
     repo_dir: Option<&'s Path>,
     opts: &ConvertOptions,
+    route: &Route,
 ) -> Result<Started<'s>> {
-    let job = planned::plan(source, repo_dir, opts)?;
+    let job = planned::plan(source, repo_dir, opts, route)?;
     check_side_files(&job, opts, &opts.side_files)?;
     let prepared = prepare_output(&job, opts, opts.dry_run)?;
     let mut report = report_of(

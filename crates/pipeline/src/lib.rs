@@ -38,8 +38,7 @@ pub mod verify;
 pub mod workers;
 
 pub use convert::{
-    convert, convert_input, convert_source, input_request, ConvertOptions, ConvertReport,
-    FileReport,
+    convert, convert_input, convert_source, route, ConvertOptions, ConvertReport, FileReport, Route,
 };
 pub use exec::{hash_source, NoProgress, Progress};
 pub use input::{open_input, open_inputs, Input};

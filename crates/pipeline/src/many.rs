@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use weightport_core::{Error, Result, TensorSink};
 
-use crate::convert::{start, ConvertOptions, ConvertReport, Started};
+use crate::convert::{start, ConvertOptions, ConvertReport, Route, Started};
 use crate::exec::{worker_bytes, Progress, Reads};
 use crate::input::Input;
 use crate::shared_read::{run_shared, Output, AHEAD};
@@ -34,20 +34,22 @@ enum Slot<'s> {
     Live(Box<Started<'s>>, Option<Box<dyn TensorSink>>),
 }
 
-/// Converts `input` (opened with the [`crate::input_request`] of every entry of `opts`, which
-/// are equal) into every output of `opts`. Threads, memory budget and chunk size are the first
+/// Converts `input` (opened with the request of every route in `outputs`, which are equal)
+/// into every output of `outputs` (each its options and the [`crate::route`] decided for them). Threads, memory budget and chunk size are the first
 /// output's (the budget the smallest given). `Err` only when the run as a whole cannot go on:
 /// an interruption, worker threads that cannot start, a budget too small for one worker.
 pub fn convert_many(
     input: &Input,
-    opts: &[ConvertOptions],
+    outputs: &[(ConvertOptions, Route)],
     progress: &dyn Progress,
 ) -> Result<ManyReport> {
+    let opts: Vec<ConvertOptions> = outputs.iter().map(|(o, _)| o.clone()).collect();
+    let opts = opts.as_slice();
     let source = input.source.as_ref();
     let repo = input.repo_dir.as_deref();
-    let mut slots: Vec<Slot> = opts
+    let mut slots: Vec<Slot> = outputs
         .iter()
-        .map(|o| match start(source, repo, o) {
+        .map(|(o, r)| match start(source, repo, o, r) {
             Ok(s) => Slot::Live(Box::new(s), None),
             Err(e) => Slot::Failed(e),
         })

@@ -9,9 +9,8 @@ use weightport_core::registry::{OutputFormat, OutputPlan, OutputRequest};
 use weightport_core::{DType, Format, IoCounter, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::by_arch::{self, WithGenerated};
-use crate::convert::ConvertOptions;
+use crate::convert::{ConvertOptions, Route};
 use crate::plan::{build, output_metadata, DtypeChoice, OutTensor};
-use crate::registry::output_for;
 
 /// The source a plan reads: the opened input, or (an HF release planned by its architecture)
 /// the input followed by the tensors the architecture generates.
@@ -60,82 +59,121 @@ impl Planned<'_> {
 
     /// The output request the plan and the sink are made from.
     pub fn request<'r>(&'r self, opts: &'r ConvertOptions) -> OutputRequest<'r> {
-        OutputRequest {
-            target: &opts.output,
-            tensors: &self.infos,
-            metadata: &self.metadata,
-            shard_size: opts.shard_size,
-            companions_from: self.repo_dir,
-            source_format: self.source_format,
-            float_dtype: self.float_dtype,
-            io: self.io.clone(),
-        }
+        let what = (self.source_format, self.float_dtype);
+        request_of(
+            opts,
+            (&self.infos, &self.metadata),
+            self.repo_dir,
+            what,
+            &self.io,
+        )
     }
 }
 
-/// Plans the conversion of `source` (opened from `opts.inputs`; `repo_dir` its repo directory)
-/// into `opts.output`.
+/// The output request for `infos` and `metadata` planned from `opts`.
+fn request_of<'r>(
+    opts: &'r ConvertOptions,
+    (tensors, metadata): (&'r [TensorInfo], &'r Metadata),
+    repo_dir: Option<&'r Path>,
+    (source_format, float_dtype): (Format, Option<DType>),
+    io: &IoCounter,
+) -> OutputRequest<'r> {
+    OutputRequest {
+        target: &opts.output,
+        tensors,
+        metadata,
+        shard_size: opts.shard_size,
+        companions_from: repo_dir,
+        source_format,
+        float_dtype,
+        io: io.clone(),
+    }
+}
+
+/// The output tensors of a plan and what they are read from, before the output format plans
+/// the files.
+struct Tensors<'s> {
+    src: Src<'s>,
+    outs: Vec<OutTensor>,
+    metadata: Metadata,
+    source_format: Format,
+    architecture: Option<ArchReport>,
+}
+
+/// The tensors of a release planned by its architecture (`dir`: the release directory).
+fn by_architecture<'s>(
+    source: &'s dyn TensorSource,
+    dir: &Path,
+    opts: &ConvertOptions,
+) -> Result<Tensors<'s>> {
+    let arch = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
+    let with = WithGenerated::new(source, arch.generated, dir.join("config.json"));
+    Ok(Tensors {
+        source_format: arch.rewrites.unwrap_or_else(|| with.format()),
+        src: Src::Generated(with),
+        outs: arch.outs,
+        metadata: arch.metadata,
+        architecture: Some((arch.architecture, arch.dropped, arch.from)),
+    })
+}
+
+/// The tensors of `source` as the transform options name them, for the output format `fmt`.
+fn by_options<'s>(
+    source: &'s dyn TensorSource,
+    fmt: &OutputFormat,
+    opts: &ConvertOptions,
+) -> Result<Tensors<'s>> {
+    Ok(Tensors {
+        outs: build(source, &opts.transform, fmt.stores, fmt.cast_rule)?,
+        metadata: output_metadata(source, &opts.transform, fmt.by_architecture),
+        source_format: source.format(),
+        src: Src::Plain(source),
+        architecture: None,
+    })
+}
+
+/// Plans the conversion of `source` (opened from `opts.inputs` with `route`'s request;
+/// `repo_dir` its repo directory) into `opts.output`, on the route decided for it.
 pub fn plan<'s>(
     source: &'s dyn TensorSource,
     repo_dir: Option<&'s Path>,
     opts: &ConvertOptions,
+    route: &Route,
 ) -> Result<Planned<'s>> {
-    let fmt = output_for(&opts.output, opts.to.as_deref())?;
-    let by_arch = fmt.by_architecture;
-    let float_dtype = float_dtype(opts, by_arch);
-    let mut job = match by_arch::wanted(repo_dir, by_arch, &opts.transform) {
-        Some(dir) => {
-            let arch = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
-            let with = WithGenerated::new(source, arch.generated, dir.join("config.json"));
-            Planned {
-                source_format: arch.rewrites.unwrap_or_else(|| with.format()),
-                src: Src::Generated(with),
-                input_tensors: source.tensors().len(),
-                infos: arch.outs.iter().map(|o| o.info.clone()).collect(),
-                outs: arch.outs,
-                metadata: arch.metadata,
-                plan: empty_plan(),
-                fmt,
-                repo_dir,
-                architecture: Some((arch.architecture, arch.dropped, arch.from)),
-                float_dtype,
-                io: IoCounter::new(),
-            }
-        }
-        None => {
-            let outs = build(source, &opts.transform, fmt.stores, fmt.cast_rule)?;
-            Planned {
-                source_format: source.format(),
-                src: Src::Plain(source),
-                input_tensors: source.tensors().len(),
-                infos: outs.iter().map(|o| o.info.clone()).collect(),
-                outs,
-                metadata: output_metadata(source, &opts.transform, by_arch),
-                plan: empty_plan(),
-                fmt,
-                repo_dir,
-                architecture: None,
-                float_dtype,
-                io: IoCounter::new(),
-            }
-        }
+    let fmt = route.output;
+    let t = match route.arch_release(repo_dir) {
+        Some(dir) => by_architecture(source, dir, opts)?,
+        None => by_options(source, fmt, opts)?,
     };
-    job.plan = (fmt.plan)(&job.request(opts))?;
-    for (i, shape) in &job.plan.reshaped {
-        job.outs[*i].info.shape = shape.clone();
+    let infos: Vec<TensorInfo> = t.outs.iter().map(|o| o.info.clone()).collect();
+    let float_dtype = float_dtype(opts, fmt.by_architecture);
+    let io = IoCounter::new();
+    let what = (t.source_format, float_dtype);
+    let plan = (fmt.plan)(&request_of(
+        opts,
+        (&infos, &t.metadata),
+        repo_dir,
+        what,
+        &io,
+    ))?;
+    let mut outs = t.outs;
+    for (i, shape) in &plan.reshaped {
+        outs[*i].info.shape = shape.clone();
     }
-    Ok(job)
-}
-
-fn empty_plan() -> OutputPlan {
-    OutputPlan {
-        dir: Default::default(),
-        is_repo: false,
-        files: Vec::new(),
-        extras: Vec::new(),
-        is_own_file: |_| false,
-        reshaped: Vec::new(),
-    }
+    Ok(Planned {
+        src: t.src,
+        input_tensors: source.tensors().len(),
+        outs,
+        infos,
+        metadata: t.metadata,
+        plan,
+        fmt,
+        repo_dir,
+        architecture: t.architecture,
+        source_format: t.source_format,
+        float_dtype,
+        io,
+    })
 }
 
 /// The dtype every floating tensor was cast to, when `--dtype` applied to all of them.

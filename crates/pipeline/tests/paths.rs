@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use weightport_core::{
     Access, Error, Format, Location, Metadata, Result, TensorInfo, TensorSource,
 };
-use weightport_pipeline::{convert_source, open_input, ConvertOptions, NoProgress, OpenRequest};
+use weightport_pipeline::{
+    convert_source, open_input, route, ConvertOptions, NoProgress, OpenRequest,
+};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -137,11 +139,13 @@ fn every_read_path_and_thread_count_writes_the_reference_reshard() {
             o.workers = weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
             let inner = open_input(&repo, &req()).unwrap().source;
             match mode {
-                "mapped" => convert_source(inner.as_ref(), None, &o, &NoProgress),
+                "mapped" => {
+                    convert_source(inner.as_ref(), None, (&o, &route(&o).unwrap()), &NoProgress)
+                }
                 m => convert_source(
                     &streaming(inner, None, m == "sequential"),
                     None,
-                    &o,
+                    (&o, &route(&o).unwrap()),
                     &NoProgress,
                 ),
             }
@@ -163,7 +167,13 @@ fn a_failure_part_way_leaves_no_output() {
     let last = inner.tensors().len() - 1;
     let src = streaming(inner, Some(last), false);
     let out = tmp.path().join("out");
-    let err = convert_source(&src, None, &opts(&out), &NoProgress).unwrap_err();
+    let err = convert_source(
+        &src,
+        None,
+        (&opts(&out), &route(&opts(&out)).unwrap()),
+        &NoProgress,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("injected failure"), "{err}");
     assert!(
         !out.exists(),
@@ -177,10 +187,22 @@ fn a_failure_part_way_leaves_no_output() {
 
     // Into an existing directory: nothing may appear in it either.
     std::fs::create_dir(&out).unwrap();
-    convert_source(&src, None, &opts(&out), &NoProgress).unwrap_err();
+    convert_source(
+        &src,
+        None,
+        (&opts(&out), &route(&opts(&out)).unwrap()),
+        &NoProgress,
+    )
+    .unwrap_err();
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     let single = tmp.path().join("one.safetensors");
-    convert_source(&src, None, &opts(&single), &NoProgress).unwrap_err();
+    convert_source(
+        &src,
+        None,
+        (&opts(&single), &route(&opts(&single)).unwrap()),
+        &NoProgress,
+    )
+    .unwrap_err();
     assert!(!single.exists());
 }
 

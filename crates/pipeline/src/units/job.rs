@@ -74,8 +74,14 @@ impl Job<'_> {
 
 /// Opens `opts.inputs` and plans the job exactly as `convert` does, then calls `f` with it.
 pub fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
-    let input = open_inputs(&opts.inputs, &crate::convert::input_request(opts)?)?;
-    let job = crate::planned::plan(input.source.as_ref(), input.repo_dir.as_deref(), opts)?;
+    let route = crate::convert::route(opts)?;
+    let input = open_inputs(&opts.inputs, &route.open)?;
+    let job = crate::planned::plan(
+        input.source.as_ref(),
+        input.repo_dir.as_deref(),
+        opts,
+        &route,
+    )?;
     if job.outs.is_empty() {
         return Err(Error::Usage("the input holds no tensors to convert".into()));
     }
