@@ -17,6 +17,7 @@
 //! computes them (the executor is deterministic per chunk), so two processes racing on one
 //! unit publish identical parts and only one completion record.
 
+mod balance;
 mod finish;
 mod job;
 mod planfile;
