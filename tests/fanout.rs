@@ -13,8 +13,8 @@ use common::{fixtures, wp};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use weightport_pipeline::plan::DtypeChoice;
-use weightport_pipeline::{convert_many, open_inputs, route, ConvertOptions, NoProgress};
+use weightport_engine::DtypeChoice;
+use weightport_engine::{convert_many, open_inputs, route, ConvertOptions, NoProgress};
 
 /// Every file under `dir` (one level) with its sha256, sorted by name; a file: itself.
 fn digests(p: &Path) -> Vec<(String, String)> {
@@ -219,8 +219,7 @@ fn small_chunks_give_the_same_files_and_read_once() {
             .map(|(name, _, flags)| {
                 let mut o = ConvertOptions::new(vec![input.clone()], dir.join(name));
                 o.chunk = 640;
-                o.workers =
-                    weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
+                o.workers = weightport_engine::Workers::new(Some(threads), None).unwrap();
                 if flags[0] == "--shard-size" {
                     o.shard_size = Some(30_000);
                 } else {
@@ -250,9 +249,9 @@ fn small_chunks_give_the_same_files_and_read_once() {
     }
 }
 
-fn quant(name: &str) -> weightport_pipeline::mix::QuantOptions {
-    weightport_pipeline::mix::QuantOptions {
-        ftype: weightport_pipeline::mix::Ftype::parse(name).unwrap(),
+fn quant(name: &str) -> weightport_engine::mix::QuantOptions {
+    weightport_engine::mix::QuantOptions {
+        ftype: weightport_engine::mix::Ftype::parse(name).unwrap(),
         pure: false,
         tensor_types: Vec::new(),
         output_type: None,

@@ -8,8 +8,8 @@ use std::path::Path;
 use serde_json::{json, Value};
 use weightport_core::staging::OutputLock;
 use weightport_core::Error;
-use weightport_pipeline::side::{self, SideFile};
-use weightport_pipeline::{ConvertOptions, ConvertReport};
+use weightport_engine::side::{self, SideFile};
+use weightport_engine::{ConvertOptions, ConvertReport};
 use weightport_provenance as provenance;
 
 use crate::args::{ConvertArgs, VerifyArgs};

@@ -29,8 +29,8 @@ use std::io::Write;
 
 use clap::Parser;
 use weightport_core::Error;
-use weightport_pipeline::workers::{ThreadsOutOfRange, Workers, MAX_THREADS};
-use weightport_pipeline::Progress;
+use weightport_engine::Progress;
+use weightport_engine::{ThreadsOutOfRange, Workers, MAX_THREADS};
 
 use crate::args::{Cli, Command};
 
@@ -217,7 +217,7 @@ fn raise_fd_limit() {
 /// What only the command does to its own process: signal handlers, the open-files limit, the
 /// global thread pool.
 fn setup_process(cli: &Cli) -> Result<(), Failure> {
-    weightport_pipeline::cancel::install(cli.json)
+    weightport_engine::cancel::install(cli.json)
         .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
     raise_fd_limit();
     if let Some(b) = thread_pool(&workers_of(cli)?) {

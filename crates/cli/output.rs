@@ -7,16 +7,16 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{sanitize, Error, IoCounts, MetaValue, TensorInfo};
-use weightport_pipeline::convert::ConvertOptions;
-use weightport_pipeline::importance;
-use weightport_pipeline::mix::Ftype;
-use weightport_pipeline::mix::Importance;
-use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
-use weightport_pipeline::verify::{comparable_hashes, compare};
-use weightport_pipeline::workers::Workers;
-use weightport_pipeline::{
+use weightport_engine::importance;
+use weightport_engine::mix::Ftype;
+use weightport_engine::mix::Importance;
+use weightport_engine::ConvertOptions;
+use weightport_engine::Workers;
+use weightport_engine::{comparable_hashes, compare};
+use weightport_engine::{
     convert as run_convert, open_inputs, ConvertReport, Input, OpenRequest, Progress,
 };
+use weightport_engine::{QuantOptions, Rename, TransformOptions};
 
 use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
 use crate::Failure;
@@ -416,7 +416,7 @@ fn convert_transforms(r: &ConvertReport, out: &mut impl Write) -> std::io::Resul
 
 /// The dry run's per-tensor plan: name (and source name), type, shape, size, fallback reason.
 fn plan_lines(
-    r: &weightport_pipeline::ConvertReport,
+    r: &weightport_engine::ConvertReport,
     iv: Option<&crate::imatrix::ImatrixView>,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
@@ -622,7 +622,7 @@ fn tensor_table(tensors: &[TensorInfo], out: &mut impl Write) -> std::io::Result
 }
 
 /// A tensor's quality figures in `--json`.
-fn quality_json(q: weightport_pipeline::transform::quality::Quality) -> Value {
+fn quality_json(q: weightport_engine::Quality) -> Value {
     json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
            "relative_error": q.relative, "clipped_share": q.clipped,
            "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})
@@ -654,7 +654,7 @@ pub fn verify(
             mine
         }
         None => {
-            let h = weightport_pipeline::hash_source(src.as_ref(), bar)?;
+            let h = weightport_engine::hash_source(src.as_ref(), bar)?;
             src.tensors()
                 .iter()
                 .map(|t| t.name.clone())

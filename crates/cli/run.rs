@@ -21,11 +21,11 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{Error, IoCounts};
-use weightport_pipeline::workers::{ThreadsOutOfRange, Workers, MAX_THREADS};
-use weightport_pipeline::{
+use weightport_engine::{
     convert_input, convert_many, open_inputs, route, ConvertOptions, ConvertReport, Input,
     OpenRequest, Progress, Route,
 };
+use weightport_engine::{ThreadsOutOfRange, Workers, MAX_THREADS};
 
 use crate::args::RunArgs;
 use crate::job::{self, Job, PlannedOutput};
@@ -166,7 +166,7 @@ fn hash_made(
         .filter(|r| !r.dry_run && r.provenance.is_none())
         .flat_map(files_made)
         .collect();
-    let sums = weightport_pipeline::lineage::sha256_files(&files, workers)?;
+    let sums = weightport_engine::sha256_files(&files, workers)?;
     Ok(files.into_iter().zip(sums).collect())
 }
 

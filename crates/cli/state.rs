@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weightport_core::staging::OutputLock;
 use weightport_core::Error;
-use weightport_pipeline::lineage::sha256_files;
-use weightport_pipeline::side::SideFile;
-use weightport_pipeline::workers::Workers;
+use weightport_engine::sha256_files;
+use weightport_engine::side::SideFile;
+use weightport_engine::Workers;
 use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
@@ -431,5 +431,5 @@ pub fn update(
     let mut text = serde_json::to_vec_pretty(&state)
         .map_err(|e| Error::Internal(format!("job state: {e}")))?;
     text.push(b'\n');
-    weightport_pipeline::side::write(&SideFile::new("state", path).replacing(true), &text)
+    weightport_engine::side::write(&SideFile::new("state", path).replacing(true), &text)
 }

@@ -8,10 +8,10 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 use weightport_core::Error;
-use weightport_pipeline::convert::ConvertOptions;
-use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
-use weightport_pipeline::workers::Workers;
-use weightport_pipeline::Progress;
+use weightport_engine::units::{self, UnitOutcome, UnitPlan, UnitSplit};
+use weightport_engine::ConvertOptions;
+use weightport_engine::Progress;
+use weightport_engine::Workers;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
 use crate::output::{convert_options, human, io_json, p, Global};

@@ -16,8 +16,8 @@ use weightport_core::{
     hash, ByteSource, DType, FinishedFile, Format, IoCounter, Metadata, Plan, ReadOptions, Result,
     StagedFile, TensorInfo, TensorSink, TensorSource,
 };
-use weightport_pipeline::registry::{register_input, register_output};
-use weightport_pipeline::{
+use weightport_engine::registry::{register_input, register_output};
+use weightport_engine::{
     convert, hash_source, open_input, ConvertOptions, NoProgress, OpenRequest,
 };
 
@@ -207,7 +207,7 @@ fn a_format_registered_in_a_test_converts_inspects_and_verifies() {
         let out = tmp.path().join(format!("out{threads}.wptest"));
         let mut o = ConvertOptions::new(vec![input.clone()], out.clone());
         o.chunk = chunk;
-        o.workers = weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
+        o.workers = weightport_engine::Workers::new(Some(threads), None).unwrap();
         let r = convert(&o, &NoProgress).unwrap();
         assert!(r.verified);
         assert_eq!(r.output_format, "wptest");

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use weightport_core::{
     Access, Error, Format, Location, Metadata, Result, TensorInfo, TensorSource,
 };
-use weightport_pipeline::{
+use weightport_engine::{
     convert_source, open_input, route, ConvertOptions, NoProgress, OpenRequest,
 };
 
@@ -136,7 +136,7 @@ fn every_read_path_and_thread_count_writes_the_reference_reshard() {
             let out = tmp.path().join("out");
             let mut o = opts(&out);
             o.chunk = 1024;
-            o.workers = weightport_pipeline::workers::Workers::new(Some(threads), None).unwrap();
+            o.workers = weightport_engine::Workers::new(Some(threads), None).unwrap();
             let inner = open_input(&repo, &req()).unwrap().source;
             match mode {
                 "mapped" => {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 use weightport_core::mapped::LocalFile;
 use weightport_core::{ByteSource, Identity, Result, Storage, TensorSource};
-use weightport_pipeline::{convert, ConvertOptions, NoProgress, OpenRequest};
+use weightport_engine::{convert, ConvertOptions, NoProgress, OpenRequest};
 use weightport_safetensors::SafetensorsFile;
 
 fn fixture(rel: &str) -> PathBuf {
