@@ -41,7 +41,8 @@
 //!
 //! # Inside
 //!
-//! `convert` (the route, and one output's prepare, verify and commit around the executor),
+//! `route` (the options and the route decided for them), `convert` (one output's prepare,
+//! verify and commit around the executor),
 //! `planned` (the plan: `plan` for option-driven tensors, `by_arch` for an architecture's),
 //! `transform/` (one file per operation, the trait in its `mod.rs`), `exec` (the executor),
 //! `many`/`shared_read` (many outputs, one read), `verify`, `txn` (prepare and commit),
@@ -61,6 +62,7 @@ pub use weightport_arch::mix;
 mod plan;
 mod planned;
 pub mod registry;
+mod route;
 mod shared_read;
 pub mod side;
 mod transform;
@@ -70,14 +72,15 @@ mod verify;
 mod workers;
 
 pub use convert::{
-    convert, convert_input, convert_source, route, ConvertOptions, ConvertReport, FileReport,
-    Route, TensorReport, TransformReport,
+    convert, convert_input, convert_source, ConvertReport, FileReport, TensorReport,
+    TransformReport,
 };
 pub use exec::{hash_source, NoProgress, Progress};
 pub use input::{open_input, open_inputs, Input};
 pub use lineage::sha256_files;
 pub use many::{convert_many, ManyReport};
 pub use plan::{DtypeChoice, QuantOptions, Rename, TransformOptions};
+pub use route::{route, ConvertOptions, Route};
 pub use transform::quality::Quality;
 pub use transform::Transform;
 pub use verify::{comparable_hashes, compare, NamedHashes};

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use weightport_core::{Error, Result, TensorSink};
 
-use crate::convert::{start, ConvertOptions, ConvertReport, Route, Started};
+use crate::convert::{start, ConvertReport, Started};
 use crate::exec::{worker_bytes, Progress, Reads};
 use crate::input::Input;
+use crate::route::{ConvertOptions, Route};
 use crate::shared_read::{run_shared, Output, AHEAD};
 use crate::workers::{pool_of, Workers};
 

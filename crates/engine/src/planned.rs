@@ -9,8 +9,8 @@ use weightport_core::registry::{OutputFormat, OutputPlan, OutputRequest};
 use weightport_core::{DType, Format, IoCounter, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::by_arch::{self, WithGenerated};
-use crate::convert::{ConvertOptions, Route};
 use crate::plan::{build, output_metadata, DtypeChoice, OutTensor};
+use crate::route::{ConvertOptions, Route};
 
 /// The source a plan reads: the opened input, or (an HF release planned by its architecture)
 /// the input followed by the tensors the architecture generates.

@@ -6,7 +6,16 @@
 use weightport_core::{Error, Result};
 
 use super::job::Job;
-use super::planfile::{Layout, UnitSplit};
+use super::layout::Layout;
+
+/// How many units: `--units N` or `--unit-size SIZE` (bytes read + written per unit).
+#[derive(Debug, Clone, Copy)]
+pub enum UnitSplit {
+    /// Exactly this many units.
+    Count(usize),
+    /// As many units as needed for each to cost at most about this many bytes.
+    Size(u64),
+}
 
 /// Splits the job into `n` contiguous, non-empty groups of atoms (`n` from `--units`, or from
 /// `--unit-size` over the bytes moved), the slowest group as fast as a contiguous cut allows by

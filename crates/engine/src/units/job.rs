@@ -6,8 +6,8 @@ use sha2::{Digest, Sha256};
 use weightport_core::registry::ExtraContent;
 use weightport_core::{Error, Result};
 
-use crate::convert::ConvertOptions;
 use crate::input::open_inputs;
+use crate::route::ConvertOptions;
 
 /// CPU nanoseconds per byte read plus written of a conversion without a kernel (mapping,
 /// hashing, writing durably, verifying): 9 CPU-s for the 2.4 GiB bench release copied into a
@@ -74,7 +74,7 @@ impl Job<'_> {
 
 /// Opens `opts.inputs` and plans the job exactly as `convert` does, then calls `f` with it.
 pub fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
-    let route = crate::convert::route(opts)?;
+    let route = crate::route::route(opts)?;
     let input = open_inputs(&opts.inputs, &route.open)?;
     let job = crate::planned::plan(
         input.source.as_ref(),

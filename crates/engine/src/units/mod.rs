@@ -20,10 +20,12 @@
 mod balance;
 mod finish;
 mod job;
+mod layout;
 mod planfile;
 mod shared;
 mod unit;
 
+pub use balance::UnitSplit;
 pub use finish::{finish, FinishReport};
-pub use planfile::{plan_units, read_plan, PlannedUnits, UnitPlan, UnitSplit, PLAN_VERSION};
+pub use planfile::{plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
 pub use unit::{run_unit, UnitOutcome, UnitReport};

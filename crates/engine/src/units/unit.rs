@@ -11,9 +11,9 @@ use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result}
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
-use crate::convert::ConvertOptions;
 use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
 use crate::plan::OutTensor;
+use crate::route::ConvertOptions;
 use crate::workers::pool_of;
 
 /// What running a unit did.
