@@ -19,7 +19,7 @@ use weightport_core::{
     sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
 };
 
-use crate::plan::{op_for, DtypeChoice, OutTensor, Stage, Transform, TransformOptions};
+use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
@@ -36,7 +36,7 @@ pub struct ArchJob {
     /// the output plan refers to them as source tensors after the release's own.
     pub generated: Vec<(TensorInfo, Vec<u8>)>,
     /// The output tensors, in the plan's order (the type mix's with `--quant`).
-    pub outs: Vec<OutTensor>,
+    pub outs: Vec<TensorRecipe>,
     /// The output's metadata, in the plan's order.
     pub metadata: Metadata,
     /// `general.architecture (HF architectures[0])`.
@@ -175,12 +175,12 @@ fn out_tensor(
     source: &dyn TensorSource,
     tensors: &[SourceTensor],
     opts: &TransformOptions,
-) -> Result<OutTensor> {
+) -> Result<TensorRecipe> {
     let input = inputs[0];
     let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
     let op =
         op_of(t, src, to, opts).map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
-    Ok(OutTensor {
+    Ok(TensorRecipe {
         info: TensorInfo {
             name: t.name.clone(),
             dtype: to,

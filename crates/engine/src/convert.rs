@@ -1,17 +1,17 @@
 //! A conversion job: open → output plan → prepare (lock, checks) → execute → verify → commit.
 //!
 //! Nothing here knows a format: inputs and outputs come from the registry, tensors from the
-//! output plan ([`crate::plan`]), publishing from the transaction ([`crate::txn`]).
+//! output plan ([`crate::by_options`]), publishing from the transaction ([`crate::txn`]).
 
 use std::path::{Path, PathBuf};
 
 use weightport_core::registry::{ExtraContent, OutputPlan};
 use weightport_core::{Error, Format, IoCounts, Result, StagedFile, TensorSink, TensorSource};
 
+use crate::by_options::TensorRecipe;
 use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads};
 use crate::input::{open_inputs, Input};
 use crate::lineage;
-use crate::plan::OutTensor;
 use crate::planned::{self, ArchReport, Planned};
 use crate::route::{route, ConvertOptions, Route};
 use crate::side::{self, SideFile};
@@ -432,7 +432,7 @@ fn companions(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn transforms_of(outs: &[OutTensor]) -> Vec<TransformReport> {
+fn transforms_of(outs: &[TensorRecipe]) -> Vec<TransformReport> {
     outs.iter()
         .filter_map(|o| {
             o.op.as_ref().map(|op| TransformReport {
@@ -449,7 +449,7 @@ fn report_of(
     source: &dyn TensorSource,
     output_format: &'static str,
     plan: &OutputPlan,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     prepared: &Prepared,
     opts: &ConvertOptions,
 ) -> ConvertReport {

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::{Access, ContentHash, Error, Result, TensorSource};
 
-use crate::plan::OutTensor;
+use crate::by_options::TensorRecipe;
 use crate::transform::Transform;
 
 /// Bytes hashed and then written per call: a piece is still in cache when the kernel copies it
@@ -118,7 +118,7 @@ pub(crate) struct Ctx<'a> {
     pub progress: &'a dyn Progress,
     pub reads: &'a Reads,
     /// Every input range of the chunk in this input tensor lies in a window the scheduler
-    /// made resident, counts and releases ([`crate::shared_read`]): the chunk neither counts
+    /// made resident, counts and releases ([`crate::one_read`]): the chunk neither counts
     /// nor releases them.
     pub windowed: Option<usize>,
 }
@@ -140,12 +140,12 @@ impl Ctx<'_> {
 }
 
 /// The leaf (chunk) size of an output tensor.
-pub fn leaf_of(o: &OutTensor, base: u64) -> u64 {
+pub fn leaf_of(o: &TensorRecipe, base: u64) -> u64 {
     hash::leaf_bytes(o.info.dtype, base)
 }
 
 /// Bytes one worker holds at most for `outs` (output chunk + input staging or mapped chunk).
-pub fn worker_bytes(source: &dyn TensorSource, outs: &[OutTensor], base: u64) -> u64 {
+pub fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], base: u64) -> u64 {
     outs.iter()
         .map(|o| {
             let leaf = leaf_of(o, base).min(o.info.byte_len.max(1));
@@ -167,7 +167,7 @@ pub fn worker_bytes(source: &dyn TensorSource, outs: &[OutTensor], base: u64) ->
 /// `k`, with chunks of `base`-sized leaves. Runs on the current rayon pool.
 pub fn run<F>(
     source: &dyn TensorSource,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     base: u64,
     progress: &dyn Progress,
     emit: F,
@@ -182,7 +182,7 @@ where
 /// [`run`], counting the input bytes taken in `reads`.
 pub fn run_counted<F>(
     source: &dyn TensorSource,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     base: u64,
     reads: &Reads,
     progress: &dyn Progress,
@@ -226,7 +226,7 @@ where
 pub(crate) type Leaf = (u128, Option<u128>);
 
 /// Whether output tensor `o` reads a source only front to back.
-pub(crate) fn sequential(source: &dyn TensorSource, o: &OutTensor) -> bool {
+pub(crate) fn sequential(source: &dyn TensorSource, o: &TensorRecipe) -> bool {
     o.inputs
         .iter()
         .any(|&i| source.access(i) == Access::Sequential)
@@ -235,7 +235,7 @@ pub(crate) fn sequential(source: &dyn TensorSource, o: &OutTensor) -> bool {
 /// Chunk `c` of output tensor `k`, or (`None`) all its chunks in order.
 pub(crate) fn chunks<F>(
     cx: &Ctx,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     k: usize,
     c: Option<u64>,
     buf: &mut Buffers,
@@ -258,7 +258,7 @@ where
 /// The hashes of `outs` from their leaves, in order.
 pub(crate) fn hashes_of(
     source: &dyn TensorSource,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     leaves: &[Vec<Leaf>],
 ) -> Hashes {
     let mut h = Hashes {
@@ -283,7 +283,7 @@ pub(crate) fn hashes_of(
 }
 
 /// The input ranges chunk `start..start + n` of `o` reads: `(input position, byte range)`.
-pub(crate) fn needs_of(o: &OutTensor, start: u64, n: u64) -> Vec<(usize, std::ops::Range<u64>)> {
+pub(crate) fn needs_of(o: &TensorRecipe, start: u64, n: u64) -> Vec<(usize, std::ops::Range<u64>)> {
     match &o.op {
         None => vec![(0, start..start + n)],
         Some(op) => op.needs(start..start + n),
@@ -292,7 +292,14 @@ pub(crate) fn needs_of(o: &OutTensor, start: u64, n: u64) -> Vec<(usize, std::op
 
 /// Processes chunk `c` of output tensor `k`: returns its leaf digest and, for lossless
 /// transforms, the digest of the input bytes it read.
-fn chunk<F>(cx: &Ctx, o: &OutTensor, k: usize, c: u64, buf: &mut Buffers, emit: &F) -> Result<Leaf>
+fn chunk<F>(
+    cx: &Ctx,
+    o: &TensorRecipe,
+    k: usize,
+    c: u64,
+    buf: &mut Buffers,
+    emit: &F,
+) -> Result<Leaf>
 where
     F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
 {
@@ -325,7 +332,7 @@ where
 #[allow(clippy::too_many_arguments)]
 fn transformed<F>(
     cx: &Ctx,
-    o: &OutTensor,
+    o: &TensorRecipe,
     op: &dyn Transform,
     k: usize,
     start: u64,
@@ -393,7 +400,7 @@ pub(crate) fn spans(needs: &[(usize, Range<u64>)]) -> Vec<(usize, Range<u64>)> {
 #[allow(clippy::too_many_arguments)]
 fn concatenate<F>(
     cx: &Ctx,
-    o: &OutTensor,
+    o: &TensorRecipe,
     op: &dyn Transform,
     k: usize,
     start: u64,
@@ -509,7 +516,7 @@ where
 }
 
 /// Fills in the input file and tensor of a transform's error.
-fn locate(e: Error, source: &dyn TensorSource, o: &OutTensor) -> Error {
+fn locate(e: Error, source: &dyn TensorSource, o: &TensorRecipe) -> Error {
     let fill = |mut at: weightport_core::Location| {
         if at.path.as_os_str().is_empty() {
             at.path = source.file_of(o.inputs[0]);
@@ -543,12 +550,12 @@ pub fn hash_source(source: &dyn TensorSource, progress: &dyn Progress) -> Result
 }
 
 /// Every tensor of `source` unchanged.
-pub fn identity_plan(source: &dyn TensorSource) -> Vec<OutTensor> {
+pub fn identity_plan(source: &dyn TensorSource) -> Vec<TensorRecipe> {
     source
         .tensors()
         .iter()
         .enumerate()
-        .map(|(i, t)| OutTensor {
+        .map(|(i, t)| TensorRecipe {
             info: t.clone(),
             inputs: vec![i],
             op: None,
@@ -633,7 +640,7 @@ mod tests {
             hints: AtomicUsize::new(0),
         };
         let op = PermuteRows::new(order.clone(), row_bytes as u64, 2);
-        let outs = [OutTensor {
+        let outs = [TensorRecipe {
             info,
             inputs: vec![0],
             op: Some(Arc::new(op)),
@@ -714,7 +721,7 @@ mod tests {
             shape: vec![4, (part / 2) as u64],
             byte_len: all.len() as u64,
         };
-        let outs = [OutTensor {
+        let outs = [TensorRecipe {
             info: info.clone(),
             inputs: vec![0, 1, 2, 3],
             op: Some(Arc::new(crate::transform::stack::Stack::new(

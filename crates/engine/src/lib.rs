@@ -43,27 +43,28 @@
 //!
 //! `route` (the options and the route decided for them), `convert` (one output's prepare,
 //! verify and commit around the executor),
-//! `planned` (the plan: `plan` for option-driven tensors, `by_arch` for an architecture's),
+//! `planned` (the plan: `by_options` for option-driven tensors, `by_arch` for an
+//! architecture's),
 //! `transform/` (one file per operation, the trait in its `mod.rs`), `exec` (the executor),
-//! `many`/`shared_read` (many outputs, one read), `verify`, `txn` (prepare and commit),
+//! `fanout`/`one_read` (many outputs, one read), `verify`, `txn` (prepare and commit),
 //! `lineage` (what provenance is handed), `workers` (threads, budget, pool). None of them is
 //! public.
 #![deny(missing_docs)]
 
 mod by_arch;
+mod by_options;
 pub mod cancel;
 mod convert;
 mod exec;
+mod fanout;
 pub mod importance;
 mod input;
 mod lineage;
-mod many;
 pub use weightport_arch::mix;
-mod plan;
+mod one_read;
 mod planned;
 pub mod registry;
 mod route;
-mod shared_read;
 pub mod side;
 mod transform;
 mod txn;
@@ -71,15 +72,15 @@ pub mod units;
 mod verify;
 mod workers;
 
+pub use by_options::{DtypeChoice, QuantOptions, Rename, TransformOptions};
 pub use convert::{
     convert, convert_input, convert_source, ConvertReport, FileReport, TensorReport,
     TransformReport,
 };
 pub use exec::{hash_source, NoProgress, Progress};
+pub use fanout::{convert_many, ManyReport};
 pub use input::{open_input, open_inputs, Input};
 pub use lineage::sha256_files;
-pub use many::{convert_many, ManyReport};
-pub use plan::{DtypeChoice, QuantOptions, Rename, TransformOptions};
 pub use route::{route, ConvertOptions, Route};
 pub use transform::quality::Quality;
 pub use transform::Transform;

@@ -10,15 +10,15 @@ use rayon::prelude::*;
 use weightport_core::{hash, ContentHash, Result, TensorSource};
 use weightport_provenance::{sha256_file, TensorProvenance};
 
+use crate::by_options::TensorRecipe;
 use crate::exec::{identity_plan, run, Hashes, NoProgress};
-use crate::plan::OutTensor;
 use crate::workers::{pool_of, Workers};
 
 /// Content hashes of the source tensors `outs` read: the output's own hash where the output
 /// is an unchanged copy hashed with the same leaves, else one more pass over those tensors.
 pub fn source_hashes(
     source: &dyn TensorSource,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &Hashes,
     chunk: u64,
 ) -> Result<BTreeMap<usize, ContentHash>> {
@@ -41,7 +41,7 @@ pub fn source_hashes(
     todo.retain(|i| !known.contains_key(i));
     let all = identity_plan(source);
     let idx: Vec<usize> = todo.into_iter().collect();
-    let plan: Vec<OutTensor> = idx.iter().map(|&i| all[i].clone()).collect();
+    let plan: Vec<TensorRecipe> = idx.iter().map(|&i| all[i].clone()).collect();
     let h = run(source, &plan, hash::HASH_CHUNK, &NoProgress, |_, _, _| {
         Ok(())
     })?;
@@ -52,7 +52,7 @@ pub fn source_hashes(
 /// Per output tensor: what it is and what it was computed from.
 pub fn tensors_of(
     source: &dyn TensorSource,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &Hashes,
     read: &BTreeMap<usize, ContentHash>,
 ) -> Vec<TensorProvenance> {

@@ -9,7 +9,7 @@ use weightport_core::registry::{OutputFormat, OutputPlan, OutputRequest};
 use weightport_core::{DType, Format, IoCounter, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::by_arch::{self, WithGenerated};
-use crate::plan::{build, output_metadata, DtypeChoice, OutTensor};
+use crate::by_options::{build, output_metadata, DtypeChoice, TensorRecipe};
 use crate::route::{ConvertOptions, Route};
 
 /// The source a plan reads: the opened input, or (an HF release planned by its architecture)
@@ -29,7 +29,7 @@ pub struct Planned<'s> {
     /// Tensors of the opened input (the source's first tensors; generated ones follow).
     pub input_tensors: usize,
     /// Output tensors, in output order (shapes as stored).
-    pub outs: Vec<OutTensor>,
+    pub outs: Vec<TensorRecipe>,
     /// Their infos, as the output plan and the sink are given them.
     pub infos: Vec<TensorInfo>,
     /// The output's metadata.
@@ -94,7 +94,7 @@ fn request_of<'r>(
 /// the files.
 struct Tensors<'s> {
     src: Src<'s>,
-    outs: Vec<OutTensor>,
+    outs: Vec<TensorRecipe>,
     metadata: Metadata,
     source_format: Format,
     architecture: Option<ArchReport>,

@@ -10,7 +10,7 @@ use weightport_core::registry::{OpenRequest, OutputFormat};
 use weightport_core::Result;
 
 use crate::by_arch;
-use crate::plan::TransformOptions;
+use crate::by_options::TransformOptions;
 use crate::registry::output_for;
 use crate::side::SideFile;
 use crate::workers::Workers;

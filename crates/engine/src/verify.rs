@@ -13,8 +13,8 @@ use weightport_core::{
     sanitize, ContentHash, DType, Error, Location, Result, StagedFile, TensorInfo, TensorSource,
 };
 
+use crate::by_options::{TensorRecipe, Transform};
 use crate::exec::{identity_plan, leaf_of, run, Hashes, Progress};
-use crate::plan::{OutTensor, Transform};
 use crate::registry::open_file;
 use crate::transform::cast::{is_float, Cast};
 use crate::transform::quantize::Dequantize;
@@ -34,7 +34,7 @@ fn fail(path: &std::path::Path, tensor: Option<&str>, reason: String) -> Error {
 /// source's tensors, for lossless operations).
 pub fn verify_staged(
     file: &StagedFile,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &Hashes,
     source: &dyn TensorSource,
     req: &OpenRequest,
@@ -88,7 +88,7 @@ fn reopen(file: &StagedFile, req: &OpenRequest) -> Result<Box<dyn TensorSource>>
 /// file, refusing a count, name, type, shape or length other than planned.
 fn match_planned(
     file: &StagedFile,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     reopened: &dyn TensorSource,
 ) -> Result<Vec<(usize, usize)>> {
     let shown = &file.path;
@@ -140,14 +140,14 @@ fn match_planned(
 fn check_hashes(
     reopened: &dyn TensorSource,
     check: &[(usize, usize)],
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &Hashes,
     shown: &std::path::Path,
     base: u64,
     progress: &dyn Progress,
 ) -> Result<()> {
     let all = identity_plan(reopened);
-    let plan: Vec<OutTensor> = check.iter().map(|&(_, i)| all[i].clone()).collect();
+    let plan: Vec<TensorRecipe> = check.iter().map(|&(_, i)| all[i].clone()).collect();
     let got = run(reopened, &plan, base, progress, |_, _, _| Ok(()))?;
     for (k, &(p, _)) in check.iter().enumerate() {
         if got.out[k] != hashes.out[p] {
@@ -169,7 +169,7 @@ fn check_hashes(
 fn verify_lossless(
     reopened: &dyn TensorSource,
     check: &[(usize, usize)],
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &Hashes,
     source: &dyn TensorSource,
     base: u64,
@@ -177,7 +177,7 @@ fn verify_lossless(
 ) -> Result<()> {
     let sources = source.tensors();
     // Group by the inverse's leaf size so each group runs with one base.
-    let mut groups: BTreeMap<u64, Vec<(usize, OutTensor)>> = BTreeMap::new();
+    let mut groups: BTreeMap<u64, Vec<(usize, TensorRecipe)>> = BTreeMap::new();
     for &(p, i) in check {
         let (Some(op), Some(want)) = (&outs[p].op, hashes.src[p]) else {
             continue;
@@ -194,7 +194,7 @@ fn verify_lossless(
         let _ = want;
         groups.entry(in_leaf).or_default().push((
             p,
-            OutTensor {
+            TensorRecipe {
                 info: sources[s].clone(),
                 inputs: vec![i],
                 op: Some(inv),
@@ -203,7 +203,7 @@ fn verify_lossless(
         ));
     }
     for (leaf, items) in groups {
-        let plan: Vec<OutTensor> = items.iter().map(|(_, o)| o.clone()).collect();
+        let plan: Vec<TensorRecipe> = items.iter().map(|(_, o)| o.clone()).collect();
         let got = run(reopened, &plan, leaf, progress, |_, _, _| Ok(()))?;
         for ((p, o), h) in items.iter().zip(&got.out) {
             // A signalling NaN comes back quieted: bytes differ, values do not. Only then
@@ -241,7 +241,7 @@ fn same_values(
     reopened: &dyn TensorSource,
     written: usize,
     source: &dyn TensorSource,
-    o: &OutTensor,
+    o: &TensorRecipe,
     base: u64,
 ) -> Result<bool> {
     let (Some(op), &[s]) = (&o.op, o.inputs.as_slice()) else {
@@ -355,7 +355,7 @@ pub fn comparable_hashes(
     let side = |s: &dyn TensorSource,
                 other: &HashMap<&str, DType>|
      -> Result<Vec<(String, ContentHash)>> {
-        let plan: Vec<OutTensor> = s
+        let plan: Vec<TensorRecipe> = s
             .tensors()
             .iter()
             .enumerate()
@@ -365,7 +365,7 @@ pub fn comparable_hashes(
                     .and_then(|&o| common(t.dtype, o))
                     .unwrap_or(t.dtype);
                 let op = compare_op(t.dtype, to, &t.name)?;
-                Ok(OutTensor {
+                Ok(TensorRecipe {
                     info: TensorInfo {
                         dtype: to,
                         byte_len: to

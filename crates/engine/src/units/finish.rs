@@ -11,9 +11,9 @@ use weightport_core::{
     ContentHash, Error, FinishedFile, IoCounter, IoCounts, Location, Result, StagedFile,
 };
 
+use super::in_place::in_place_path;
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
-use super::shared::shared_path;
 use super::unit::{check_staging, failed_path, part_path, read_record};
 use crate::convert::FileReport;
 use crate::exec::{Hashes, Progress};
@@ -180,7 +180,7 @@ fn check_parts(plan: &UnitPlan) -> Result<()> {
 /// `in_place`: each output file's shared staging file, a plain file of exactly its size.
 fn check_shared(plan: &UnitPlan) -> Result<()> {
     for (f, pf) in plan.files.iter().enumerate() {
-        let p = shared_path(plan, f);
+        let p = in_place_path(plan, f);
         let m = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, "stat", e))?;
         if !m.is_file() || m.len() != pf.size {
             return Err(Error::Verify {
@@ -358,7 +358,7 @@ fn padding_altered(plan: &UnitPlan, f: usize, off: u64, got: u8, want: u8) -> Er
         plan.files[f].path.display()
     );
     if plan.in_place {
-        let path = shared_path(plan, f);
+        let path = in_place_path(plan, f);
         return Error::Verify {
             reason: format!(
                 "the shared staging file changed after the units wrote it ({what}); delete \

@@ -19,10 +19,10 @@
 
 mod balance;
 mod finish;
+mod in_place;
 mod job;
 mod layout;
 mod planfile;
-mod shared;
 mod unit;
 
 pub use balance::UnitSplit;

@@ -11,8 +11,8 @@ use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result}
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
+use crate::by_options::TensorRecipe;
 use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
-use crate::plan::OutTensor;
 use crate::route::ConvertOptions;
 use crate::workers::pool_of;
 
@@ -53,7 +53,7 @@ pub struct UnitReport {
 /// staging file of that output file).
 pub(crate) fn part_path(plan: &UnitPlan, i: usize, j: usize) -> PathBuf {
     match plan.segments.get(i).and_then(|s| s.get(j)) {
-        Some(s) if plan.in_place => super::shared::shared_path(plan, s.file),
+        Some(s) if plan.in_place => super::in_place::in_place_path(plan, s.file),
         _ => plan.staging.join(format!("unit-{i:05}.{j}.part")),
     }
 }
@@ -189,7 +189,7 @@ fn report_of(
     }
 }
 
-fn threads_for(job: &Job, outs: &[OutTensor], opts: &ConvertOptions) -> Result<usize> {
+fn threads_for(job: &Job, outs: &[TensorRecipe], opts: &ConvertOptions) -> Result<usize> {
     let worker = worker_bytes(job.source(), outs, opts.chunk);
     Ok(opts.workers.fit(worker, None, "this unit")?.0)
 }
@@ -225,8 +225,8 @@ struct UnitRun<'a> {
 }
 
 /// The unit's output tensors, each checked against the plan's length.
-fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<OutTensor>> {
-    let outs: Vec<OutTensor> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
+fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<TensorRecipe>> {
+    let outs: Vec<TensorRecipe> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
     if let Some((k, o)) = tensors
         .iter()
         .zip(&outs)
@@ -245,7 +245,7 @@ fn record_of(
     plan: &UnitPlan,
     index: usize,
     tensors: &[usize],
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &[ContentHash],
     parts: Vec<Value>,
 ) -> Value {
@@ -277,7 +277,7 @@ fn complete(u: &UnitRun, record: &Value, threads: usize) -> Result<UnitReport> {
 /// The unit's tensors `outs` computed on `threads` workers, each chunk handed to `emit`.
 fn compute<F>(
     job: &Job,
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     (opts, threads): (&ConvertOptions, usize),
     progress: &dyn Progress,
     emit: F,
@@ -293,14 +293,14 @@ where
 }
 
 /// `plan --in-place`: the unit's tensors written at their offsets into the shared staging
-/// files ([`super::shared`]), fsynced, read back and checked, then recorded.
+/// files ([`super::in_place`]), fsynced, read back and checked, then recorded.
 fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     let outs = unit_outs(u.plan, u.job, u.tensors)?;
     let at: Vec<(usize, u64)> = u.tensors.iter().map(|&k| u.plan.at[k]).collect();
     let mut files: Vec<usize> = at.iter().map(|&(f, _)| f).collect();
     files.sort_unstable();
     files.dedup();
-    let shared = super::shared::SharedFiles::open(u.plan, &files, &u.job.io)?;
+    let shared = super::in_place::InPlaceFiles::open(u.plan, &files, &u.job.io)?;
     let threads = threads_for(u.job, &outs, u.opts)?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
     let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
@@ -354,7 +354,7 @@ fn check_parts(
     u: &UnitRun,
     temps: &[TempFile],
     place: &[(usize, u64)],
-    outs: &[OutTensor],
+    outs: &[TensorRecipe],
     hashes: &[ContentHash],
 ) -> Result<Vec<Value>> {
     let (plan, index, opts, progress) = (u.plan, u.index, u.opts, u.progress);
@@ -364,7 +364,7 @@ fn check_parts(
         t.sync()?;
         let mut mine: Vec<usize> = (0..outs.len()).filter(|&i| place[i].0 == j).collect();
         mine.sort_by_key(|&i| place[i].1);
-        let items: Vec<(u64, &OutTensor, ContentHash)> = mine
+        let items: Vec<(u64, &TensorRecipe, ContentHash)> = mine
             .iter()
             .map(|&i| (place[i].1, &outs[i], hashes[i]))
             .collect();
@@ -414,7 +414,7 @@ fn verify_part(
     path: &Path,
     shown_as: &Path,
     len: u64,
-    items: &[(u64, &OutTensor, ContentHash)],
+    items: &[(u64, &TensorRecipe, ContentHash)],
     base: u64,
     progress: &dyn Progress,
 ) -> Result<String> {

@@ -1,6 +1,6 @@
 //! Many outputs of one opened input from one read: every output planned and prepared as
 //! `convert` does, the chunks of all of them run in one executor pass that takes each input
-//! range once ([`crate::shared_read`]), then each output verified and committed on its own (a
+//! range once ([`crate::one_read`]), then each output verified and committed on its own (a
 //! failed output does not undo the others).
 
 use std::path::PathBuf;
@@ -10,8 +10,8 @@ use weightport_core::{Error, Result, TensorSink};
 use crate::convert::{start, ConvertReport, Started};
 use crate::exec::{worker_bytes, Progress, Reads};
 use crate::input::Input;
+use crate::one_read::{run_one_read, Output, AHEAD};
 use crate::route::{ConvertOptions, Route};
-use crate::shared_read::{run_shared, Output, AHEAD};
 use crate::workers::{pool_of, Workers};
 
 /// What a [`convert_many`] run did.
@@ -137,7 +137,7 @@ fn execute(
     };
     let total = live.iter().map(|(s, _)| s.report.data_bytes).sum();
     progress.start("write", total);
-    let r = run_shared(
+    let r = run_one_read(
         first.job.input_tensors,
         &outputs,
         opts[0].chunk,

@@ -22,7 +22,7 @@ pub use crate::transform::Transform;
 
 /// One output tensor.
 #[derive(Clone)]
-pub struct OutTensor {
+pub struct TensorRecipe {
     /// Name, dtype, shape and byte length as written.
     pub info: TensorInfo,
     /// Source tensor indices it reads.
@@ -276,7 +276,7 @@ pub fn build(
     opts: &TransformOptions,
     stores: fn(DType) -> bool,
     rule: CastRule,
-) -> Result<Vec<OutTensor>> {
+) -> Result<Vec<TensorRecipe>> {
     let names = renamed(source, opts)?;
     if let DtypeChoice::To(d) = opts.dtype {
         if d.is_block() {
@@ -325,7 +325,7 @@ pub fn build(
         let byte_len = to
             .byte_len(&t.shape)
             .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&names[i]))))?;
-        outs.push(OutTensor {
+        outs.push(TensorRecipe {
             op: op_for(t.dtype, to, &names[i], &t.shape, opts, stage)
                 .map_err(|e| in_file(e, source, i))?,
             info: TensorInfo {

@@ -27,10 +27,10 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 use weightport_core::{hash, Error, Result, TensorSource};
 
+use crate::by_options::TensorRecipe;
 use crate::exec::{
     chunks, hashes_of, leaf_of, needs_of, sequential, Buffers, Ctx, Hashes, Leaf, Progress, Reads,
 };
-use crate::plan::OutTensor;
 
 /// Windows resident at most at once.
 pub const AHEAD: usize = 4;
@@ -41,7 +41,7 @@ pub struct Output<'a> {
     /// The opened input, possibly with generated tensors after its own.
     pub source: &'a dyn TensorSource,
     /// Output tensors.
-    pub outs: &'a [OutTensor],
+    pub outs: &'a [TensorRecipe],
 }
 
 /// Chunk `c` (`None`: every chunk, in order) of tensor `k` of output `p`, in window `window`.
@@ -66,7 +66,7 @@ struct Window {
 /// ones of every output's source), calling `emit(p, k, offset, bytes)` for chunk bytes of
 /// tensor `k` of output `p`. Returns each output's hashes, or the error that stopped it (the
 /// other outputs go on); only an interruption stops them all. Runs on the current rayon pool.
-pub fn run_shared<F>(
+pub fn run_one_read<F>(
     input_tensors: usize,
     outputs: &[Output],
     base: u64,
@@ -214,7 +214,7 @@ fn schedule(
 }
 
 /// The input tensor of a chunk's first range, and the span of its ranges in that tensor.
-fn span_of(t: &OutTensor, start: u64, n: u64) -> Option<(usize, Range<u64>)> {
+fn span_of(t: &TensorRecipe, start: u64, n: u64) -> Option<(usize, Range<u64>)> {
     let needs = needs_of(t, start, n);
     let i = t.inputs[needs.first()?.0];
     let mut ranges = needs

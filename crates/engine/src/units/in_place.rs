@@ -19,11 +19,11 @@ use weightport_core::io_counts::{write_all_at, Writeback};
 use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
 
 use super::planfile::UnitPlan;
+use crate::by_options::TensorRecipe;
 use crate::exec::{leaf_of, Progress};
-use crate::plan::OutTensor;
 
 /// The staging file output file `f` is written into.
-pub(crate) fn shared_path(plan: &UnitPlan, f: usize) -> PathBuf {
+pub(crate) fn in_place_path(plan: &UnitPlan, f: usize) -> PathBuf {
     let tag = plan.plan_sha256.get(..16).unwrap_or(&plan.plan_sha256);
     plan.staging.join(format!("file-{f:05}.{tag}.data"))
 }
@@ -32,7 +32,7 @@ pub(crate) fn shared_path(plan: &UnitPlan, f: usize) -> PathBuf {
 /// file's planned size if shorter (never cut: other units may have written past this one).
 /// Refuses a symlink, a non-file, or a file with another link (already published).
 pub(crate) fn open_shared(plan: &UnitPlan, f: usize) -> Result<File> {
-    let p = shared_path(plan, f);
+    let p = in_place_path(plan, f);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -68,14 +68,14 @@ struct Shared {
 
 /// The shared files a unit writes (by output file index), open; their writes, opens and syncs
 /// counted in `io`.
-pub(crate) struct SharedFiles {
+pub(crate) struct InPlaceFiles {
     files: Vec<Shared>,
     io: IoCounter,
 }
 
-impl SharedFiles {
+impl InPlaceFiles {
     /// Opens the staging file of every output file in `files`.
-    pub(crate) fn open(plan: &UnitPlan, files: &[usize], io: &IoCounter) -> Result<SharedFiles> {
+    pub(crate) fn open(plan: &UnitPlan, files: &[usize], io: &IoCounter) -> Result<InPlaceFiles> {
         let files = files
             .iter()
             .map(|&f| {
@@ -83,13 +83,13 @@ impl SharedFiles {
                 io.first_open();
                 Ok(Shared {
                     file: f,
-                    path: shared_path(plan, f),
+                    path: in_place_path(plan, f),
                     fd,
                     writeback: Writeback::default(),
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(SharedFiles {
+        Ok(InPlaceFiles {
             files,
             io: io.clone(),
         })
@@ -123,7 +123,7 @@ impl SharedFiles {
     /// Re-reads each tensor `(file, offset, tensor, hash written)` and checks its content hash.
     pub(crate) fn verify(
         &self,
-        items: &[(usize, u64, &OutTensor, ContentHash)],
+        items: &[(usize, u64, &TensorRecipe, ContentHash)],
         base: u64,
         progress: &dyn Progress,
     ) -> Result<()> {
@@ -148,7 +148,7 @@ fn read_back(
     file: &File,
     path: &Path,
     off: u64,
-    o: &OutTensor,
+    o: &TensorRecipe,
     base: u64,
     buf: &mut Vec<u8>,
     progress: &dyn Progress,
