@@ -101,17 +101,17 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
             regex::Regex::new(f).map_err(|e| Error::Usage(format!("--dtype-filter `{f}`: {e}")))
         })
         .transpose()?;
-    Ok(TransformOptions {
-        dtype: a.dtype,
-        dtype_filter,
-        allow_lossy: a.allow_lossy,
-        renames,
-        quant: quant_options(&a.quant, a.dry_run)?,
-        arch: a.quant.arch.clone(),
-        name: a.quant.name.clone(),
-        pre_tokenizer: a.quant.pre_tokenizer.clone(),
-        measure_quality: false,
-    })
+    let mut t = TransformOptions::default();
+    t.dtype = a.dtype;
+    t.dtype_filter = dtype_filter;
+    t.allow_lossy = a.allow_lossy;
+    t.renames = renames;
+    t.quant = quant_options(&a.quant, a.dry_run)?;
+    t.arch = a.quant.arch.clone();
+    t.name = a.quant.name.clone();
+    t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.measure_quality = false;
+    Ok(t)
 }
 
 fn ggml_type(s: &str) -> Result<weightport_core::DType, Error> {

@@ -110,6 +110,7 @@ impl Rename {
 }
 
 /// How source tensors become output tensors.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default)]
 pub struct TransformOptions {
     /// `--dtype`.

@@ -22,6 +22,7 @@ use crate::workers::pool_of;
 use weightport_provenance::{Provenance, TensorProvenance};
 
 /// One file of the plan or of the result.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct FileReport {
     /// Final path.
@@ -33,6 +34,7 @@ pub struct FileReport {
 }
 
 /// A tensor that was transformed, and what happened.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct TransformReport {
     /// Output tensor name.
@@ -46,6 +48,7 @@ pub struct TransformReport {
 }
 
 /// One output tensor as planned.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct TensorReport {
     /// Output name.
@@ -64,6 +67,7 @@ pub struct TensorReport {
 }
 
 /// What a conversion did (or, with `dry_run`, would do).
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct ConvertReport {
     /// Input files actually read.

@@ -15,6 +15,7 @@ use crate::route::{ConvertOptions, Route};
 use crate::workers::{pool_of, Workers};
 
 /// What a [`convert_many`] run did.
+#[non_exhaustive]
 #[derive(Debug)]
 pub struct ManyReport {
     /// Per output, in the order given: its report, or why it failed.

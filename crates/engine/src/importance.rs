@@ -99,6 +99,7 @@ fn refused(name: &str, reason: String) -> Error {
 /// What an importance matrix covered in a plan: its entries that name no tensor of the output
 /// (llama-quantize ignores them silently), and the quantized tensors that get no weights
 /// (llama-quantize's "did not find weights for …").
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Coverage {
     /// Entries naming no tensor of the output.

@@ -10,6 +10,7 @@ use weightport_core::{shown, Error, MultiSource, Result, TensorSource};
 use crate::registry::{open_file, open_repo};
 
 /// An opened input.
+#[non_exhaustive]
 pub struct Input {
     /// The tensors.
     pub source: Box<dyn TensorSource>,

@@ -16,6 +16,7 @@ use crate::side::SideFile;
 use crate::workers::Workers;
 
 /// What to convert, and how.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct ConvertOptions {
     /// Input files or repo directories.

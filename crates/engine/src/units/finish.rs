@@ -23,6 +23,7 @@ use crate::verify::verify_staged;
 use crate::workers::pool_of;
 
 /// What `finish` committed.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct FinishReport {
     /// Output weights files.

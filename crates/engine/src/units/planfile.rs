@@ -21,6 +21,7 @@ const WHOLE: u64 = 16 << 20;
 const HEAD: u64 = 1 << 20;
 
 /// What `plan` wrote.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct PlannedUnits {
     /// The plan file.

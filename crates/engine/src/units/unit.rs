@@ -29,6 +29,7 @@ pub enum UnitOutcome {
 }
 
 /// A unit's result.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub struct UnitReport {
     /// Unit index.
