@@ -13,8 +13,8 @@ use common::{fixtures, wp};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use weightport_pipeline::plan::DtypeChoice;
-use weightport_pipeline::{convert_many, input_request, open_inputs, ConvertOptions, NoProgress};
+use weightport_engine::DtypeChoice;
+use weightport_engine::{convert_many, open_inputs, route, ConvertOptions, NoProgress};
 
 /// Every file under `dir` (one level) with its sha256, sorted by name; a file: itself.
 fn digests(p: &Path) -> Vec<(String, String)> {
@@ -219,7 +219,7 @@ fn small_chunks_give_the_same_files_and_read_once() {
             .map(|(name, _, flags)| {
                 let mut o = ConvertOptions::new(vec![input.clone()], dir.join(name));
                 o.chunk = 640;
-                o.threads = Some(threads);
+                o.workers = weightport_engine::Workers::new(Some(threads), None).unwrap();
                 if flags[0] == "--shard-size" {
                     o.shard_size = Some(30_000);
                 } else {
@@ -230,8 +230,15 @@ fn small_chunks_give_the_same_files_and_read_once() {
                 o
             })
             .collect();
-        let input = open_inputs(&opts[1].inputs, &input_request(&opts[1]).unwrap()).unwrap();
-        let r = convert_many(&input, &opts, &NoProgress).unwrap();
+        let outputs: Vec<_> = opts
+            .into_iter()
+            .map(|o| {
+                let r = route(&o).unwrap();
+                (o, r)
+            })
+            .collect();
+        let input = open_inputs(&outputs[1].0.inputs, &outputs[1].1.open).unwrap();
+        let r = convert_many(&input, &outputs, &NoProgress).unwrap();
         for o in &r.outputs {
             assert!(o.is_ok(), "{o:?}");
         }
@@ -242,9 +249,9 @@ fn small_chunks_give_the_same_files_and_read_once() {
     }
 }
 
-fn quant(name: &str) -> weightport_pipeline::mix::QuantOptions {
-    weightport_pipeline::mix::QuantOptions {
-        ftype: weightport_pipeline::mix::Ftype::parse(name).unwrap(),
+fn quant(name: &str) -> weightport_engine::mix::QuantOptions {
+    weightport_engine::mix::QuantOptions {
+        ftype: weightport_engine::mix::Ftype::parse(name).unwrap(),
         pure: false,
         tensor_types: Vec::new(),
         output_type: None,

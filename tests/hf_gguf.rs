@@ -179,8 +179,8 @@ fn dense_one_pass_quant_equals_convert_then_llama_quantize() {
 /// range by range (also in 700-byte chunks, 2 threads, which end inside rows), byte-identical.
 #[test]
 fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
-    use weightport_pipeline::plan::DtypeChoice;
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::DtypeChoice;
+    use weightport_engine::{convert as run, ConvertOptions};
     let cut = &expected("dense.json")["gemma3"]["vocab_cut"];
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_release("gemma3", tmp.path(), "gemma3");
@@ -201,9 +201,9 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
         let small = tmp.path().join(format!("cut-{t}-small.gguf"));
         let mut o = ConvertOptions::new(vec![dir.clone()], small.clone());
         o.chunk = 700;
-        o.threads = Some(2);
+        o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
-        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        run(&o, &weightport_engine::NoProgress).unwrap();
         assert_eq!(sha_file(&small), want, "{t} in small chunks");
     }
 }
@@ -214,13 +214,13 @@ fn gemma3_embedding_cut_to_the_vocabulary_equals_the_reference() {
 /// nothing is written either way, and the default converts.
 #[test]
 fn a_lowered_side_file_limit_is_enforced_by_the_architecture_plan() {
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::{convert as run, ConvertOptions};
     let tmp = tempfile::tempdir().unwrap();
     for (cap, file) in [(500, "config.json"), (4000, "tokenizer.model")] {
         let out = tmp.path().join(format!("cap-{cap}.gguf"));
         let mut o = ConvertOptions::new(vec![release("llama")], out.clone());
         o.open.read.limits.max_side_file = cap;
-        let err = run(&o, &weightport_pipeline::NoProgress)
+        let err = run(&o, &weightport_engine::NoProgress)
             .unwrap_err()
             .to_string();
         assert!(
@@ -231,7 +231,7 @@ fn a_lowered_side_file_limit_is_enforced_by_the_architecture_plan() {
     }
     let out = tmp.path().join("default.gguf");
     let o = ConvertOptions::new(vec![release("llama")], out.clone());
-    run(&o, &weightport_pipeline::NoProgress).unwrap();
+    run(&o, &weightport_engine::NoProgress).unwrap();
     assert!(out.is_file());
 }
 
@@ -240,8 +240,8 @@ fn a_lowered_side_file_limit_is_enforced_by_the_architecture_plan() {
 /// Q8_0: the same files.
 #[test]
 fn moe_stacks_in_small_chunks_are_the_same_file() {
-    use weightport_pipeline::plan::DtypeChoice;
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::DtypeChoice;
+    use weightport_engine::{convert as run, ConvertOptions};
     let exp = expected("moe.json");
     let tmp = tempfile::tempdir().unwrap();
     // bf16 from the BF16 release is the stack alone: each expert's mapped bytes are hashed and
@@ -254,9 +254,9 @@ fn moe_stacks_in_small_chunks_are_the_same_file() {
         let out = tmp.path().join(format!("mixtral-{t}.gguf"));
         let mut o = ConvertOptions::new(vec![release("mixtral")], out.clone());
         o.chunk = 3000;
-        o.threads = Some(2);
+        o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
-        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        run(&o, &weightport_engine::NoProgress).unwrap();
         assert_eq!(
             sha_file(&out),
             exp["mixtral"]["outtypes"][t]["sha256"].as_str().unwrap(),

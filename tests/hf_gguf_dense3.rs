@@ -72,8 +72,8 @@ fn dense3_one_pass_quant_equals_convert_then_llama_quantize() {
 #[test]
 fn gpt2_transposed_in_small_chunks_is_the_same_file() {
     use weightport_core::DType;
-    use weightport_pipeline::plan::DtypeChoice;
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::DtypeChoice;
+    use weightport_engine::{convert as run, ConvertOptions};
     let exp = expected("dense3.json");
     let tmp = tempfile::tempdir().unwrap();
     for (t, dtype) in [
@@ -84,10 +84,10 @@ fn gpt2_transposed_in_small_chunks_is_the_same_file() {
         let out = tmp.path().join(format!("gpt2-{t}.gguf"));
         let mut o = ConvertOptions::new(vec![release("gpt2")], out.clone());
         o.chunk = 700;
-        o.threads = Some(2);
+        o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
         o.transform.dtype = DtypeChoice::To(dtype);
         o.transform.pre_tokenizer = Some("gpt-2".into());
-        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        run(&o, &weightport_engine::NoProgress).unwrap();
         assert_eq!(
             sha_file(&out),
             exp["gpt2"]["outtypes"][t]["sha256"].as_str().unwrap(),

@@ -120,8 +120,8 @@ fn moe2_quant_refuses_what_llama_quantize_refuses() {
 /// is computed from many ranges, each from the pieces of the source under it.
 #[test]
 fn moe2_views_in_small_chunks_are_the_same_file() {
-    use weightport_pipeline::plan::DtypeChoice;
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::DtypeChoice;
+    use weightport_engine::{convert as run, ConvertOptions};
     let exp = expected();
     let tmp = tempfile::tempdir().unwrap();
     for (name, e) in exp.as_object().unwrap() {
@@ -132,10 +132,10 @@ fn moe2_views_in_small_chunks_are_the_same_file() {
             let out = tmp.path().join(format!("{name}-{t}.gguf"));
             let mut o = ConvertOptions::new(vec![release(name)], out.clone());
             o.chunk = 1000;
-            o.threads = Some(2);
+            o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
             o.transform.dtype = DtypeChoice::To(dtype);
             o.transform.pre_tokenizer = pre(name).map(str::to_owned);
-            run(&o, &weightport_pipeline::NoProgress).unwrap();
+            run(&o, &weightport_engine::NoProgress).unwrap();
             assert_eq!(
                 sha_file(&out),
                 e["outtypes"][t]["sha256"].as_str().unwrap(),

@@ -591,14 +591,14 @@ fn weight_filters_are_substrings_as_llama_quantize() {
 #[test]
 fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
     use std::sync::Arc;
-    use weightport_pipeline::mix::{Ftype, QuantOptions};
-    use weightport_pipeline::{convert as run, ConvertOptions};
+    use weightport_engine::mix::{Ftype, QuantOptions};
+    use weightport_engine::{convert as run, ConvertOptions};
     let r = reference();
     let tmp = tempfile::tempdir().unwrap();
     let (_, f16) = release(tmp.path(), &r);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let limits = weightport_core::Limits::default();
-    let im = weightport_pipeline::importance::load(&root.join(IMATRIX), IMATRIX, &[], &[], &limits)
+    let im = weightport_engine::importance::load(&root.join(IMATRIX), IMATRIX, &[], &[], &limits)
         .unwrap();
     let im = Arc::new(im);
     for ty in ["IQ4_NL", "IQ3_M", "IQ2_XXS", "Q4_K_M"] {
@@ -606,7 +606,7 @@ fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
         let out = tmp.path().join(format!("small-{ty}.gguf"));
         let mut o = ConvertOptions::new(vec![f16.clone()], out.clone());
         o.chunk = 1000;
-        o.threads = Some(2);
+        o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
         o.transform.quant = Some(QuantOptions {
             ftype: Ftype::parse(ty).unwrap(),
             pure: false,
@@ -618,7 +618,7 @@ fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
             imatrix: Some(im.clone()),
             dry_run: false,
         });
-        run(&o, &weightport_pipeline::NoProgress).unwrap();
+        run(&o, &weightport_engine::NoProgress).unwrap();
         assert_eq!(sha_file(&out), want, "{ty} in 1000-byte chunks");
     }
 }

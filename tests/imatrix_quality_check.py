@@ -4,7 +4,7 @@ usage: imatrix_quality_check.py SOURCE.gguf OUTPUT.gguf IMATRIX.dat REPORT.json
 
 The source values are the F16 GGUF's tensors, the reconstruction the written file's tensors
 dequantized by gguf-py (gguf.quants.dequantize), the weights the legacy imatrix read with numpy
-(values / ncall). Definitions: crates/pipeline/src/quality.rs (v = w / mean(w) per column;
+(values / ncall). Definitions: crates/engine/src/transform/quality.rs (v = w / mean(w) per column;
 weighted RMSE sqrt(sum(v d^2) / sum(v)), weighted max abs error max(sqrt(v) |d|)). Exits 1 on
 any disagreement beyond 1e-6 relative, or when a tensor without weights reports some.
 """

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use common::{fixtures, wp};
-use weightport_pipeline::{NoProgress, Progress};
+use weightport_engine::{NoProgress, Progress};
 
 fn argv(args: &[&str]) -> Vec<OsString> {
     std::iter::once("weightport")

@@ -4,7 +4,7 @@ usage: quality_check.py SOURCE.safetensors OUTPUT(.gguf|.safetensors) REPORT.jso
 
 The source values come from the safetensors reader, the reconstruction from the written file:
 a GGUF's tensors dequantized by gguf-py (gguf.quants.dequantize), a safetensors' F16/BF16 bytes
-decoded by numpy. The definitions are those of crates/pipeline/src/quality.rs. Prints one line
+decoded by numpy. The definitions are those of crates/engine/src/transform/quality.rs. Prints one line
 per tensor and exits 1 on any disagreement.
 """
 import json

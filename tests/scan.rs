@@ -599,7 +599,7 @@ fn a_passing_scan_audited_the_bytes_torch_unpickles() {
         let path = dir.path().join(format!("case{case}.pt"));
         std::fs::write(&path, &bytes).unwrap();
         let torch = weightport_miniz_oracle::torch_data_pkl(&bytes);
-        let outcome = weightport_pipeline::scan::scan(&path).unwrap();
+        let outcome = weightport_scan::scan(&path).unwrap();
         if torch.as_deref() == Ok(&evil[..]) {
             torch_runs_evil += 1;
             assert!(

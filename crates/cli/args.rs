@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use weightport_core::DType;
-use weightport_pipeline::plan::DtypeChoice;
+use weightport_engine::DtypeChoice;
 
 /// Move model weights between formats safely and fast.
 #[derive(Parser, Debug)]
@@ -432,7 +432,7 @@ pub struct VerifyArgs {
 fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {
-        use weightport_pipeline::registry::{INPUTS, OUTPUTS, REPOS};
+        use weightport_engine::registry::{INPUTS, OUTPUTS, REPOS};
         let reads: Vec<&str> = INPUTS.iter().map(|f| f.name).collect();
         let repos: Vec<&str> = REPOS.iter().map(|f| f.name).collect();
         let writes: Vec<&str> = OUTPUTS.iter().map(|f| f.name).collect();

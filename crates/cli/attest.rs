@@ -8,9 +8,9 @@ use std::path::Path;
 use serde_json::{json, Value};
 use weightport_core::staging::OutputLock;
 use weightport_core::Error;
-use weightport_pipeline::attest;
-use weightport_pipeline::side::{self, SideFile};
-use weightport_pipeline::{ConvertOptions, ConvertReport};
+use weightport_engine::side::{self, SideFile};
+use weightport_engine::{ConvertOptions, ConvertReport};
+use weightport_provenance as provenance;
 
 use crate::args::{ConvertArgs, VerifyArgs};
 use crate::output::p;
@@ -109,7 +109,7 @@ pub fn write_outputs(
         if let Some(j) = job {
             recipe["job"] = j;
         }
-        let st = attest::statement(prov, recipe)?;
+        let st = provenance::statement(prov, recipe)?;
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');
@@ -164,7 +164,7 @@ pub fn verify(
         .map_err(|e| Error::Usage(format!("{}: not JSON: {e}", p(file))))?;
     let (st, signatures) = statement_of(doc, file)?;
     let subjects = st["subject"].as_array().map_or(0, Vec::len);
-    let found = attest::check(&st, &a.path, &[file.to_path_buf()])?;
+    let found = provenance::check(&st, &a.path, &[file.to_path_buf()])?;
     let diffs: Vec<String> = found.iter().map(|m| m.to_string()).collect();
     let ok = diffs.is_empty();
     if let Some(n) = signatures {

@@ -3,9 +3,9 @@
 //! quantized tensors without data, and those llama-quantize would refuse to write without it.
 
 use serde_json::{json, Value};
-use weightport_pipeline::importance::coverage;
-use weightport_pipeline::mix::{self, QuantOptions};
-use weightport_pipeline::ConvertReport;
+use weightport_engine::importance::coverage;
+use weightport_engine::mix::{self, QuantOptions};
+use weightport_engine::ConvertReport;
 
 /// The importance-matrix view of a `--quant` conversion.
 pub struct ImatrixView {

@@ -33,7 +33,8 @@ use std::io::Write;
 
 use clap::Parser;
 use weightport_core::Error;
-use weightport_pipeline::Progress;
+use weightport_engine::Progress;
+use weightport_engine::{ThreadsOutOfRange, Workers, MAX_THREADS};
 
 use crate::args::{Cli, Command};
 
@@ -224,25 +225,29 @@ fn raise_fd_limit() {
 /// What only the command does to its own process: signal handlers, the open-files limit, the
 /// global thread pool.
 fn setup_process(cli: &Cli) -> Result<(), Failure> {
-    weightport_pipeline::cancel::install(cli.json)
+    weightport_engine::cancel::install(cli.json)
         .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
     raise_fd_limit();
-    if let Some(b) = thread_pool(cli.threads)? {
+    if let Some(b) = thread_pool(&workers_of(cli)?) {
         b.build_global().map_err(pool_error)?;
     }
     Ok(())
 }
 
+/// The worker policy of `--threads` and `--max-memory`, built once.
+fn workers_of(cli: &Cli) -> Result<Workers, Failure> {
+    Workers::new(cli.threads, cli.max_memory).map_err(|ThreadsOutOfRange(n)| {
+        Error::Usage(format!(
+            "--threads {n}: must be between 1 and {MAX_THREADS}"
+        ))
+        .into()
+    })
+}
+
 /// A `--threads` pool: `None` when not asked for (rayon's global pool, one thread per core).
-fn thread_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPoolBuilder>, Failure> {
-    let Some(n) = threads else {
-        return Ok(None);
-    };
-    let max = weightport_pipeline::convert::MAX_THREADS;
-    if n == 0 || n > max {
-        return Err(Error::Usage(format!("--threads {n}: must be between 1 and {max}")).into());
-    }
-    Ok(Some(rayon::ThreadPoolBuilder::new().num_threads(n)))
+fn thread_pool(workers: &Workers) -> Option<rayon::ThreadPoolBuilder> {
+    let n = workers.threads()?;
+    Some(rayon::ThreadPoolBuilder::new().num_threads(n))
 }
 
 fn pool_error(e: rayon::ThreadPoolBuildError) -> Failure {
@@ -252,7 +257,7 @@ fn pool_error(e: rayon::ThreadPoolBuildError) -> Failure {
 /// Runs one parsed command line in a `--threads` pool of its own (not the process's global
 /// one, which a Python caller may use for something else), printing its result on `out`.
 fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failure> {
-    match thread_pool(cli.threads)? {
+    match thread_pool(&workers_of(&cli)?) {
         None => run_command(cli, progress, out),
         Some(b) => {
             let pool = b.build().map_err(pool_error)?;
@@ -264,8 +269,7 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
 fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
     let global = output::Global {
-        threads: cli.threads,
-        max_memory: cli.max_memory,
+        workers: workers_of(&cli)?,
     };
     match cli.command {
         Command::Convert(a) if multi::is_multi(&a) => {

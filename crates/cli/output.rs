@@ -7,15 +7,16 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{sanitize, Error, IoCounts, MetaValue, TensorInfo};
-use weightport_pipeline::convert::ConvertOptions;
-use weightport_pipeline::importance;
-use weightport_pipeline::mix::Ftype;
-use weightport_pipeline::mix::Importance;
-use weightport_pipeline::plan::{QuantOptions, Rename, TransformOptions};
-use weightport_pipeline::verify::{comparable_hashes, compare};
-use weightport_pipeline::{
+use weightport_engine::importance;
+use weightport_engine::mix::Ftype;
+use weightport_engine::mix::Importance;
+use weightport_engine::ConvertOptions;
+use weightport_engine::Workers;
+use weightport_engine::{comparable_hashes, compare};
+use weightport_engine::{
     convert as run_convert, open_inputs, ConvertReport, Input, OpenRequest, Progress,
 };
+use weightport_engine::{QuantOptions, Rename, TransformOptions};
 
 use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
 use crate::Failure;
@@ -70,8 +71,8 @@ fn paths(v: &[PathBuf]) -> Value {
 
 /// Options that apply to every command.
 pub struct Global {
-    pub threads: Option<usize>,
-    pub max_memory: Option<u64>,
+    /// `--threads` and `--max-memory`, validated once.
+    pub workers: Workers,
 }
 
 fn open_request(r: &ReadArgs) -> OpenRequest {
@@ -109,18 +110,18 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
             regex::Regex::new(f).map_err(|e| Error::Usage(format!("--dtype-filter `{f}`: {e}")))
         })
         .transpose()?;
-    Ok(TransformOptions {
-        dtype: a.dtype,
-        dtype_filter,
-        allow_lossy: a.allow_lossy,
-        renames,
-        quant: quant_options(&a.quant, a.dry_run)?,
-        arch: a.quant.arch.clone(),
-        name: a.quant.name.clone(),
-        metadata: a.quant.metadata.clone(),
-        pre_tokenizer: a.quant.pre_tokenizer.clone(),
-        measure_quality: false,
-    })
+    let mut t = TransformOptions::default();
+    t.dtype = a.dtype;
+    t.dtype_filter = dtype_filter;
+    t.allow_lossy = a.allow_lossy;
+    t.renames = renames;
+    t.quant = quant_options(&a.quant, a.dry_run)?;
+    t.arch = a.quant.arch.clone();
+    t.name = a.quant.name.clone();
+    t.metadata = a.quant.metadata.clone();
+    t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.measure_quality = false;
+    Ok(t)
 }
 
 fn ggml_type(s: &str) -> Result<weightport_core::DType, Error> {
@@ -197,8 +198,7 @@ pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<Conver
     opts.dry_run = a.dry_run;
     opts.open = open_request(&a.read);
     opts.transform = transform_options(a)?;
-    opts.threads = g.threads;
-    opts.max_memory = g.max_memory;
+    opts.workers = g.workers;
     opts.provenance = a.attest.is_some();
     opts.side_files = crate::attest::side_files(a);
     opts.transform.measure_quality = json || a.report.is_some();
@@ -426,7 +426,7 @@ fn convert_transforms(r: &ConvertReport, out: &mut impl Write) -> std::io::Resul
 
 /// The dry run's per-tensor plan: name (and source name), type, shape, size, fallback reason.
 fn plan_lines(
-    r: &weightport_pipeline::ConvertReport,
+    r: &weightport_engine::ConvertReport,
     iv: Option<&crate::imatrix::ImatrixView>,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
@@ -632,7 +632,7 @@ fn tensor_table(tensors: &[TensorInfo], out: &mut impl Write) -> std::io::Result
 }
 
 /// A tensor's quality figures in `--json`.
-fn quality_json(q: weightport_pipeline::quality::Quality) -> Value {
+fn quality_json(q: weightport_engine::Quality) -> Value {
     json!({"values": q.values, "rmse": q.rmse, "max_abs_error": q.max_abs,
            "relative_error": q.relative, "clipped_share": q.clipped,
            "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})
@@ -664,7 +664,7 @@ pub fn verify(
             mine
         }
         None => {
-            let h = weightport_pipeline::hash_source(src.as_ref(), bar)?;
+            let h = weightport_engine::hash_source(src.as_ref(), bar)?;
             src.tensors()
                 .iter()
                 .map(|t| t.name.clone())

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use weightport_core::Error;
-use weightport_pipeline::side::resolved;
+use weightport_engine::side::resolved;
 
 use crate::job::Job;
 use crate::output::p;

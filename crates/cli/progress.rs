@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use weightport_pipeline::Progress;
+use weightport_engine::Progress;
 
 /// Draws one bar per phase.
 pub struct Bar {

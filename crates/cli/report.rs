@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use weightport_pipeline::convert::TransformReport;
-use weightport_pipeline::ConvertReport;
+use weightport_engine::ConvertReport;
+use weightport_engine::TransformReport;
 
 fn esc(s: &str) -> String {
     s.chars()

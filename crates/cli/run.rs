@@ -21,10 +21,11 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use weightport_core::{Error, IoCounts};
-use weightport_pipeline::{
-    convert_input, convert_many, input_request, open_inputs, ConvertOptions, ConvertReport, Input,
-    OpenRequest, Progress,
+use weightport_engine::{
+    convert_input, convert_many, open_inputs, route, ConvertOptions, ConvertReport, Input,
+    OpenRequest, Progress, Route,
 };
+use weightport_engine::{ThreadsOutOfRange, Workers, MAX_THREADS};
 
 use crate::args::RunArgs;
 use crate::job::{self, Job, PlannedOutput};
@@ -110,7 +111,7 @@ fn record_holds(
     }
     for f in &rec.files {
         let path = rec.root.join(&f.name);
-        match weightport_pipeline::attest::sha256_file(&path) {
+        match weightport_provenance::sha256_file(&path) {
             Ok(h) if h == f.sha256 => {}
             Ok(_) => return Err(format!("{} changed", p(&path))),
             Err(_) => return Err(format!("{} is missing", p(&path))),
@@ -136,7 +137,7 @@ fn digests(
         let name = f.strip_prefix(&root).unwrap_or(&f).to_string_lossy().into();
         let sha256 = match known.get(&f) {
             Some(h) => h.clone(),
-            None => weightport_pipeline::attest::sha256_file(&f)?,
+            None => weightport_provenance::sha256_file(&f)?,
         };
         v.push(FileDigest { name, sha256 });
     }
@@ -157,7 +158,7 @@ fn files_made(r: &ConvertReport) -> Vec<PathBuf> {
 /// records (one pass per file; a 2.4 GB repo and two GGUFs took 5.5 s one after another).
 fn hash_made(
     results: &[Result<ConvertReport, Error>],
-    threads: Option<usize>,
+    workers: &Workers,
 ) -> Result<BTreeMap<PathBuf, String>, Error> {
     let files: Vec<PathBuf> = results
         .iter()
@@ -165,7 +166,7 @@ fn hash_made(
         .filter(|r| !r.dry_run && r.provenance.is_none())
         .flat_map(files_made)
         .collect();
-    let sums = weightport_pipeline::attest::sha256_files(&files, threads)?;
+    let sums = weightport_engine::sha256_files(&files, workers)?;
     Ok(files.into_iter().zip(sums).collect())
 }
 
@@ -210,7 +211,8 @@ struct Pending {
     opts: ConvertOptions,
     /// The opened input it reads: its paths and open request.
     key: String,
-    request: OpenRequest,
+    /// Its route: how its input is opened, the output format.
+    route: Route,
     redone: Option<String>,
     /// The stat of each file it lists, taken before it is made.
     before: BTreeMap<PathBuf, Stat>,
@@ -228,21 +230,23 @@ struct Decide {
 /// The pipeline's options of every output of `job`, or the first refused (labelled with its
 /// output): the whole job is checked before any of it runs.
 fn job_options(job: &Job, cx: &Ctx) -> Result<Vec<ConvertOptions>, Error> {
-    let max = weightport_pipeline::convert::MAX_THREADS;
     let mut all = Vec::with_capacity(job.outputs.len());
     for o in &job.outputs {
         let label = |e: Error| match e {
             Error::Usage(m) => Error::Usage(format!("{}: {m}", o.label(&job.file))),
             e => e,
         };
-        let g = Global {
-            threads: cx.global.threads.or(o.threads),
-            max_memory: cx.global.max_memory.or(o.max_memory),
-        };
-        if let Some(n) = g.threads.filter(|&n| n == 0 || n > max) {
-            let e = format!("threads = {n}: must be between 1 and {max}");
-            return Err(label(Error::Usage(e)));
-        }
+        let asked = &cx.global.workers;
+        let workers = Workers::new(
+            asked.threads().or(o.threads),
+            asked.max_memory().or(o.max_memory),
+        )
+        .map_err(|ThreadsOutOfRange(n)| {
+            label(Error::Usage(format!(
+                "threads = {n}: must be between 1 and {MAX_THREADS}"
+            )))
+        })?;
+        let g = Global { workers };
         all.push(convert_options(&o.args, &g, cx.json).map_err(label)?);
     }
     Ok(all)
@@ -288,12 +292,12 @@ fn pending(
             rec.is_some_and(|r| [&r.attestation, &r.report].contains(&&Some(s.path.clone())));
         s.replace |= cx.force || recorded;
     }
-    let request = input_request(&opts).map_err(failed)?;
+    let route = route(&opts).map_err(failed)?;
     Ok(Pending {
         index,
-        key: group_key(o.job, &opts, &request),
+        key: group_key(o.job, &opts, &route.open),
         opts,
-        request,
+        route,
         redone,
         before,
     })
@@ -362,14 +366,14 @@ fn hash_inputs(
     job: &Job,
     results: &Results,
     rec: &mut Recorder,
-    threads: Option<usize>,
+    workers: &Workers,
 ) -> Result<(), Error> {
     for (m, r) in g.members.iter().zip(results) {
         if let (Ok(_), Some(a)) = (r, &job.outputs[m.index].args.attest) {
             rec.inputs.seed_from_statement(a);
         }
     }
-    rec.inputs.fill(&inputs_of(&g.members, results), threads)
+    rec.inputs.fill(&inputs_of(&g.members, results), workers)
 }
 
 /// Every input file the made outputs of a group listed or read, to hash for their records.
@@ -439,11 +443,11 @@ fn convert_group(g: &Group, progress: &dyn Progress) -> Result<Converted, Error>
     let mut opened: Vec<(bool, Result<Input, Error>)> = Vec::new();
     let mut which = Vec::with_capacity(n);
     for m in &g.members {
-        let sc = m.request.read.shared_copy;
+        let sc = m.route.open.read.shared_copy;
         let at = match opened.iter().position(|(s, _)| *s == sc) {
             Some(i) => i,
             None => {
-                opened.push((sc, open_inputs(&m.opts.inputs, &m.request)));
+                opened.push((sc, open_inputs(&m.opts.inputs, &m.route.open)));
                 opened.len() - 1
             }
         };
@@ -492,7 +496,7 @@ fn convert_members(
 ) -> Result<(Results, Option<GroupRead>), Error> {
     let indices: Vec<usize> = members.iter().map(|m| m.index).collect();
     if let [one] = members {
-        let r = convert_input(input, &one.opts, progress);
+        let r = convert_input(input, &one.opts, &one.route, progress);
         let read = r.as_ref().ok().filter(|r| !r.dry_run).map(|r| GroupRead {
             outputs: indices,
             read_bytes: r.read_bytes,
@@ -500,9 +504,12 @@ fn convert_members(
         });
         return Ok((vec![r], read));
     }
-    let opts: Vec<ConvertOptions> = members.iter().map(|m| m.opts.clone()).collect();
-    let many = convert_many(input, &opts, progress)?;
-    let read = (!opts[0].dry_run).then(|| GroupRead {
+    let outputs: Vec<(ConvertOptions, Route)> = members
+        .iter()
+        .map(|m| (m.opts.clone(), m.route.clone()))
+        .collect();
+    let many = convert_many(input, &outputs, progress)?;
+    let read = (!outputs[0].0.dry_run).then(|| GroupRead {
         outputs: indices,
         read_bytes: many.read_bytes,
         files: many.reads.clone(),
@@ -569,8 +576,8 @@ pub fn run_job(
         let results = side_files(&g, job, &cx, results);
         let known = match rec.path {
             Some(_) => {
-                hash_inputs(&g, job, &results, &mut rec, global.threads)?;
-                hash_made(&results, global.threads)?
+                hash_inputs(&g, job, &results, &mut rec, &global.workers)?;
+                hash_made(&results, &global.workers)?
             }
             None => BTreeMap::new(),
         };

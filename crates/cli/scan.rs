@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::sanitize;
 use weightport_pickle::scan::rules;
-use weightport_pipeline::scan::{ScanOutcome, ScanReport, Skipped, Verdict};
+use weightport_scan::{ScanOutcome, ScanReport, Skipped, Verdict};
 
 use crate::args::{ScanArgs, ScanFormat};
 use crate::output::{meta_json, p};
@@ -15,7 +15,7 @@ use crate::Failure;
 
 /// Runs the scan and prints it; exit 3 unless every file is safe and none was left unread.
 pub fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    let outcome = weightport_pipeline::scan::scan(&a.input)?;
+    let outcome = weightport_scan::scan(&a.input)?;
     let format = if json && a.format == ScanFormat::Text {
         ScanFormat::Json
     } else {

@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weightport_core::staging::OutputLock;
 use weightport_core::Error;
-use weightport_pipeline::attest::{sha256_file, sha256_files};
-use weightport_pipeline::side::SideFile;
+use weightport_engine::sha256_files;
+use weightport_engine::side::SideFile;
+use weightport_engine::Workers;
+use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
 use crate::output::p;
@@ -185,14 +187,14 @@ impl Hashes {
     }
 
     /// Hashes `paths` not yet hashed at their current stat, several at once.
-    pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, threads: Option<usize>) -> Result<(), Error> {
+    pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, workers: &Workers) -> Result<(), Error> {
         let todo: Vec<(PathBuf, Stat)> = paths
             .iter()
             .filter_map(|p| Some((p.clone(), stat_of(p)?)))
             .filter(|(p, s)| self.0.get(p).is_none_or(|(had, _)| had != s))
             .collect();
         let files: Vec<PathBuf> = todo.iter().map(|(p, _)| p.clone()).collect();
-        let sums = sha256_files(&files, threads)?;
+        let sums = sha256_files(&files, workers)?;
         for ((path, before), h) in todo.into_iter().zip(sums) {
             if stat_of(&path) == Some(before) {
                 self.0.insert(path, (before, h));
@@ -435,5 +437,5 @@ pub fn update(
     let mut text = serde_json::to_vec_pretty(&state)
         .map_err(|e| Error::Internal(format!("job state: {e}")))?;
     text.push(b'\n');
-    weightport_pipeline::side::write(&SideFile::new("state", path).replacing(true), &text)
+    weightport_engine::side::write(&SideFile::new("state", path).replacing(true), &text)
 }

@@ -8,9 +8,10 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 use weightport_core::Error;
-use weightport_pipeline::convert::ConvertOptions;
-use weightport_pipeline::units::{self, UnitOutcome, UnitPlan, UnitSplit};
-use weightport_pipeline::Progress;
+use weightport_engine::units::{self, UnitOutcome, UnitPlan, UnitSplit};
+use weightport_engine::ConvertOptions;
+use weightport_engine::Progress;
+use weightport_engine::Workers;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
 use crate::output::{convert_options, human, io_json, p, Global};
@@ -98,8 +99,7 @@ pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failur
         .collect::<Result<_, _>>()?;
     let output = absolute(&c.output)?;
     let g = Global {
-        threads: None,
-        max_memory: None,
+        workers: Workers::default(),
     };
     let opts = options_of(c, inputs, output.clone(), &g)?;
     let how = match (a.units, a.unit_size) {

@@ -19,6 +19,33 @@ use memmap2::{Advice, Mmap, UncheckedAdvice};
 use crate::bytes::{changed, past_end, ByteSource, Identity, Storage};
 use crate::error::{Error, Result};
 
+/// Reads up to 4 KiB from the start of `path`, refusing anything that is not a regular file.
+pub fn head_of(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    regular_file(path)?;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let mut buf = Vec::with_capacity(4096);
+    (&mut f)
+        .take(4096)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(buf)
+}
+
+/// Refuses anything that is not a regular file, as [`head_of`] does.
+pub fn regular_file(path: &Path) -> Result<()> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "is a directory, expected a weights file"
+        } else {
+            "is not a regular file (a FIFO, socket or device): weightport reads weights files only"
+        };
+        return Err(Error::Usage(format!("{}: {what}", crate::shown(path))));
+    }
+    Ok(())
+}
+
 /// Opens the input `path` for reading and returns it with its length. A directory is a usage
 /// error, "`path`: is a directory" followed by `expected` (each reader says what it wants).
 pub fn open_input(path: &Path, expected: &str) -> Result<(std::fs::File, u64)> {

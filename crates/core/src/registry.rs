@@ -1,4 +1,4 @@
-//! The shapes of format registrations (the lists live in weightport-pipeline).
+//! The shapes of format registrations (the lists live in weightport-engine).
 //!
 //! * An [`InputFormat`] is a content probe (first bytes, and for ZIP the central directory:
 //!   never the extension) plus an `open` that validates headers and returns a

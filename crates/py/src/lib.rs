@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use weightport_pipeline::Progress;
+use weightport_engine::Progress;
 
 /// How often the waiting thread wakes.
 const POLL: Duration = Duration::from_millis(100);
@@ -56,7 +56,7 @@ fn run_json(
                 None => Ok(()),
             };
             if let Err(e) = step.and_then(|()| py.check_signals()) {
-                weightport_pipeline::cancel::request();
+                weightport_engine::cancel::request();
                 raised = Some(e);
             }
         }
@@ -64,7 +64,7 @@ fn run_json(
             Ok(result) => {
                 return match raised {
                     Some(e) => {
-                        weightport_pipeline::cancel::clear();
+                        weightport_engine::cancel::clear();
                         Err(e)
                     }
                     None => Ok(result),

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
 use weightport_core::DType;
-use weightport_pipeline::verify::{comparable_hashes, compare};
-use weightport_pipeline::{convert, open_input, ConvertOptions, NoProgress, OpenRequest};
+use weightport_engine::{comparable_hashes, compare};
+use weightport_engine::{convert, open_input, ConvertOptions, NoProgress, OpenRequest};
 
 const DTYPES: [DType; 10] = [
     DType::F32,
@@ -66,7 +66,7 @@ fn safetensors_from(data: &[u8]) -> Option<Vec<u8>> {
 fn convert_to(input: &Path, output: &Path, shard_size: Option<u64>) -> bool {
     let mut o = ConvertOptions::new(vec![input.to_path_buf()], output.to_path_buf());
     o.shard_size = shard_size;
-    o.threads = Some(2);
+    o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
     o.chunk = 24;
     o.force = true;
     convert(&o, &NoProgress).is_ok()

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use weightport_core::sniff;
-use weightport_pipeline::{hash_source, open_input, NoProgress, OpenRequest};
+use weightport_engine::{hash_source, open_input, NoProgress, OpenRequest};
 
 const NAMES: [&str; 8] = [
     "model.safetensors",

@@ -139,7 +139,7 @@ fuzz_target!(|data: &[u8]| {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("model.pt");
     std::fs::write(&path, &bytes).unwrap();
-    let Ok(outcome) = weightport_pipeline::scan::scan(&path) else {
+    let Ok(outcome) = weightport_scan::scan(&path) else {
         return;
     };
     if !outcome.passed() {

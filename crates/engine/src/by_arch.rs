@@ -1,0 +1,548 @@
+//! Architecture-planned conversions: when the output format plans by architecture (a
+//! registration capability, today GGUF's) and the input is a release directory with a
+//! `config.json`, the plan of `weightport-arch` (names, KVs, tokenizer, and per output tensor its
+//! origin and operations) becomes the pipeline's output tensors. This module executes what the
+//! plan names, without knowing why: `Origin::{Hf, Rows, View, Stack, Blocks, Generated}` become
+//! `compose` transforms, chained with a row permutation, `1 + w`, the casts under the rule of
+//! each stage and `--quant` with the types `arch::mix` chose. Which tensors, names, keys, types
+//! and cast rules, and that the result equals `convert_hf_to_gguf.py` (and `llama-quantize`)
+//! byte for byte, is the arch crate's knowledge, not this module's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weightport_arch::split::BlockMap;
+use weightport_arch::{
+    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor,
+};
+use weightport_core::{
+    sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
+};
+
+use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
+use crate::transform::chain::Chain;
+use crate::transform::gather::Gather;
+use crate::transform::interleave::Interleave;
+use crate::transform::permute::PermuteRows;
+use crate::transform::plus_one::PlusOne;
+use crate::transform::slice::Slice;
+use crate::transform::stack::Stack;
+use weightport_arch::mix::{self, TypedTensor};
+use weightport_arch::naming;
+
+/// What the architecture plan adds to a job.
+pub struct ArchJob {
+    /// Tensors computed from the hyper-parameters (Llama 3's `rope_freqs.weight`), as F32 bytes;
+    /// the output plan refers to them as source tensors after the release's own.
+    pub generated: Vec<(TensorInfo, Vec<u8>)>,
+    /// The output tensors, in the plan's order (the type mix's with `--quant`).
+    pub outs: Vec<TensorRecipe>,
+    /// The output's metadata, in the plan's order.
+    pub metadata: Metadata,
+    /// `general.architecture (HF architectures[0])`.
+    pub architecture: String,
+    /// HF tensors not written, with the reason.
+    pub dropped: Vec<(String, String)>,
+    /// Per output tensor: the HF tensor(s) it comes from (`None`: generated).
+    pub from: Vec<Option<String>>,
+    /// The format the output is written as a rewrite of, when not the source's: with `--quant`,
+    /// what llama-quantize rewrites ([`mix::QUANTIZE_REWRITES`]), whose dims convention the
+    /// output keeps.
+    pub rewrites: Option<weightport_core::Format>,
+}
+
+/// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
+pub(crate) fn is_release(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+}
+
+fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
+    source
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| SourceTensor {
+            name: t.name.clone(),
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            file: source
+                .file_of(i)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Plans the conversion of the release at `dir` (opened as `source`) by its architecture.
+pub fn build(
+    source: &dyn TensorSource,
+    dir: &Path,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<ArchJob> {
+    refuse_name_options(opts)?;
+    let tensors = source_tensors(source);
+    let plan = arch_plan(source, &tensors, dir, opts, limits)?;
+    let mut metadata = plan_metadata(&plan);
+    let (inputs, generated) = inputs_of(&plan, tensors.len());
+    let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
+    check_types(&plan, dir, &order, &finals, opts, &mut metadata)?;
+    let mut outs = Vec::with_capacity(order.len());
+    let mut from = Vec::with_capacity(order.len());
+    for i in order {
+        let t = &plan.tensors[i];
+        outs.push(out_tensor(
+            t,
+            &inputs[i],
+            finals[i],
+            notes[i].take(),
+            source,
+            &tensors,
+            opts,
+        )?);
+        from.push(origin_text(&t.origin));
+    }
+    Ok(ArchJob {
+        generated,
+        outs,
+        metadata,
+        architecture: format!("{} ({})", plan.arch, plan.hf_arch),
+        dropped: plan
+            .dropped
+            .into_iter()
+            .map(|(n, why)| (n, why.to_string()))
+            .collect(),
+        from,
+        rewrites: opts.quant.as_ref().map(|_| mix::QUANTIZE_REWRITES),
+    })
+}
+
+/// Refuses the options that choose names or types, which the architecture decides.
+fn refuse_name_options(opts: &TransformOptions) -> Result<()> {
+    if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
+        return Err(Error::Usage(
+            "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
+             (its architecture decides names and types; pass --arch NAME to keep names)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The plan's KVs as the output's metadata, in the plan's order.
+fn plan_metadata(plan: &ArchPlan) -> Metadata {
+    let mut metadata = Metadata::new();
+    for (k, v) in &plan.kv {
+        metadata.insert(k.clone(), v.clone());
+    }
+    metadata
+}
+
+/// Checks the final types (a requantization of the release's own types, and with `--quant`
+/// the importance data the mix needs) and, with `--quant`, adds its KVs to `metadata`.
+fn check_types(
+    plan: &ArchPlan,
+    dir: &Path,
+    order: &[usize],
+    finals: &[DType],
+    opts: &TransformOptions,
+    metadata: &mut Metadata,
+) -> Result<()> {
+    let before: Vec<(&str, DType)> = plan
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    mix::check_requantize(dir, &before, finals)?;
+    if let Some(q) = &opts.quant {
+        let planned = order.iter().map(|&i| {
+            let t = &plan.tensors[i];
+            (t.name.as_str(), t.shape.as_slice(), t.dtype, finals[i])
+        });
+        crate::importance::check_plan(q, planned).map_err(|e| in_release(e, dir))?;
+        mix::quantized_metadata(metadata, q);
+    }
+    Ok(())
+}
+
+/// The output tensor for planned tensor `t` read from source tensors `inputs`, written as `to`.
+fn out_tensor(
+    t: &PlannedTensor,
+    inputs: &[usize],
+    to: DType,
+    note: Option<String>,
+    source: &dyn TensorSource,
+    tensors: &[SourceTensor],
+    opts: &TransformOptions,
+) -> Result<TensorRecipe> {
+    let input = inputs[0];
+    let src = tensors.get(input).map_or(DType::F32, |s| s.dtype);
+    let op =
+        op_of(t, src, to, opts).map_err(|e| in_tensor(e, source, input, tensors.len(), &t.name))?;
+    Ok(TensorRecipe {
+        info: TensorInfo {
+            name: t.name.clone(),
+            dtype: to,
+            byte_len: to
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Usage(format!("tensor `{}`: {e}", sanitize(&t.name))))?,
+            shape: t.shape.clone(),
+        },
+        inputs: inputs.to_vec(),
+        op,
+        note,
+    })
+}
+
+/// The HF tensor(s) an origin names, as the job shows them (`None`: generated).
+fn origin_text(origin: &Origin) -> Option<String> {
+    match origin {
+        Origin::Hf { name, .. } => Some(name.clone()),
+        Origin::Generated(_) => None,
+        Origin::Rows { name, rows, .. } => {
+            Some(format!("{name} rows {}..{}", rows.start, rows.end))
+        }
+        Origin::Blocks { parts, .. } => Some(format!(
+            "blocks of {}",
+            parts
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        )),
+        Origin::View { name, view, .. } => Some(format!(
+            "{name} view {:?} from element {}",
+            view.dims, view.offset
+        )),
+        Origin::Stack { sources } => Some(format!(
+            "{} stacked: {} … {}",
+            sources.len(),
+            sources[0].0,
+            sources[sources.len() - 1].0
+        )),
+    }
+}
+
+/// The architecture plan, with the reference's tensor order for the source's format (a
+/// safetensors part's tensors by name, a `.bin` part's in the state dict's order).
+fn arch_plan(
+    source: &dyn TensorSource,
+    tensors: &[SourceTensor],
+    dir: &Path,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<ArchPlan> {
+    let sort_names = naming::sorts_names(source.format());
+    weightport_arch::plan(
+        dir,
+        tensors,
+        &PlanOptions {
+            outtype: naming::outtype_for(
+                match opts.dtype {
+                    DtypeChoice::Keep => None,
+                    DtypeChoice::To(d) => Some(d),
+                },
+                tensors,
+                sort_names,
+            )?,
+            card: weightport_arch::card::CardOptions {
+                name: opts.name.clone(),
+                overrides: opts.metadata.clone(),
+                dir_id: naming::dir_id(dir),
+            },
+            pre_tokenizer: opts.pre_tokenizer.clone(),
+            vocab: true,
+            sort_names,
+            limits: limits.clone(),
+        },
+    )
+}
+
+/// Tensors computed in memory: their info and F32 bytes.
+type Generated = Vec<(TensorInfo, Vec<u8>)>;
+
+/// Each planned tensor's source indices (several for a stack); generated tensors become F32
+/// sources numbered after the release's `n` tensors.
+fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
+    let mut generated = Vec::new();
+    let inputs = plan
+        .tensors
+        .iter()
+        .map(|t| match &t.origin {
+            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+                vec![*index]
+            }
+            Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
+            Origin::Blocks { parts, .. } => parts.iter().map(|p| p.index).collect(),
+            Origin::Generated(v) => {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let info = TensorInfo {
+                    name: t.name.clone(),
+                    dtype: DType::F32,
+                    shape: t.shape.clone(),
+                    byte_len: bytes.len() as u64,
+                };
+                generated.push((info, bytes));
+                vec![n + generated.len() - 1]
+            }
+        })
+        .collect();
+    (inputs, generated)
+}
+
+/// The output order and each tensor's final type and fallback note: the plan's own without
+/// `--quant`; with it, llama-quantize's order and mix over the types the reference writes.
+fn quant_targets(
+    plan: &ArchPlan,
+    metadata: &Metadata,
+    opts: &TransformOptions,
+) -> (Vec<usize>, Vec<DType>, Vec<Option<String>>) {
+    let Some(q) = &opts.quant else {
+        let finals: Vec<DType> = plan.tensors.iter().map(|t| t.dtype).collect();
+        let n = finals.len();
+        return ((0..n).collect(), finals, vec![None; n]);
+    };
+    let typed: Vec<TypedTensor> = plan
+        .tensors
+        .iter()
+        .map(|t| TypedTensor {
+            name: &t.name,
+            shape: &t.shape,
+            dtype: t.dtype,
+        })
+        .collect();
+    let p = mix::plan_types(&typed, metadata, q);
+    (p.order, p.types, p.notes)
+}
+
+/// The one-pass operation for tensor `t` stored as `src`: the stack of its parts, the rows it
+/// keeps of its source, or the q/k permutation, `1 + w`, the cast to the reference's output type, the quantization to `to`;
+/// `None` when the bytes pass as is.
+fn op_of(
+    t: &PlannedTensor,
+    src: DType,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    if let Origin::Blocks { parts, map } = &t.origin {
+        return blocks_op(t, parts, *map, to, opts);
+    }
+    let layout = layout_op(t, src)?;
+    let permute = permute_op(t, src)?;
+    let (plus_one, mid) = plus_one_op(t, src)?;
+    // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
+    let converter = Stage {
+        rule: naming::CONVERT_CASTS,
+        validates: false,
+    };
+    let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
+    let quant = quantize_op(t, to, opts)?;
+    Ok(Chain::of(
+        Chain::of(Chain::of(Chain::of(layout, permute), plus_one), cast),
+        quant,
+    ))
+}
+
+/// The stack of `t`'s parts, the rows it keeps of its source or the view it gathers of it;
+/// `None` for a tensor read whole (an HF or generated one).
+fn layout_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>> {
+    Ok(match &t.origin {
+        Origin::Stack { sources } => {
+            let part = src
+                .byte_len(&t.shape[1..])
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            Some(Arc::new(Stack::new(sources.len(), part, src.granule())) as Arc<dyn Transform>)
+        }
+        Origin::Rows { rows, .. } => {
+            let n = t.shape.first().copied().unwrap_or(1).max(1);
+            let row = src
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Internal(e.to_string()))?
+                / n;
+            Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
+        }
+        Origin::View { view, .. } => Some(Arc::new(Gather::new(
+            view.offset,
+            view.dims.clone(),
+            src.granule(),
+        )) as Arc<dyn Transform>),
+        _ => None,
+    })
+}
+
+/// The interleave of `t`'s block parts, then the quantization to `to`.
+fn blocks_op(
+    t: &PlannedTensor,
+    parts: &[BlockPart],
+    map: BlockMap,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    let gathers = parts
+        .iter()
+        .map(|p| Gather::new(p.view.offset, p.view.dims.clone(), 1))
+        .collect();
+    let widths = parts.iter().map(|p| p.width).collect();
+    let op = Interleave::new(gathers, widths, Arc::new(move |b: &mut [u8]| map.apply(b)));
+    // The parts already hold the output type's bytes: nothing is cast.
+    let quant = quantize_op(t, to, opts)?;
+    Ok(Chain::of(Some(Arc::new(op) as Arc<dyn Transform>), quant))
+}
+
+/// The q/k row permutation of `t` stored as `src`, when the plan asks for one.
+fn permute_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>> {
+    let Some(p) = &t.permute else {
+        return Ok(None);
+    };
+    let rows = t.shape.first().copied().unwrap_or(1).max(1);
+    let bytes = src
+        .byte_len(&t.shape)
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let order = p
+        .rows(rows as usize)
+        .map_err(|e| Error::Internal(format!("`{}`: {e}", sanitize(&t.name))))?;
+    Ok(Some(
+        Arc::new(PermuteRows::new(order, bytes / rows, src.granule())) as Arc<dyn Transform>,
+    ))
+}
+
+/// `1 + w` when the plan asks for it, and the type its result is stored as (`src` without).
+fn plus_one_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
+    if !t.plus_one {
+        return Ok((None, src));
+    }
+    let p = PlusOne::new(src)?;
+    let mid = p.out;
+    Ok((Some(Arc::new(p) as Arc<dyn Transform>), mid))
+}
+
+/// llama-quantize's conversion of `t` from its planned type to `to` (with its NaN bits).
+fn quantize_op(
+    t: &PlannedTensor,
+    to: DType,
+    opts: &TransformOptions,
+) -> Result<Option<Arc<dyn Transform>>> {
+    let quantizer = Stage {
+        rule: mix::QUANTIZE_CASTS,
+        validates: true,
+    };
+    op_for(t.dtype, to, &t.name, &t.shape, opts, quantizer)
+}
+
+/// A refusal of the plan, located in the release directory.
+fn in_release(e: Error, dir: &Path) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            at.path = dir.to_path_buf();
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
+}
+
+fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str) -> Error {
+    match e {
+        Error::Refused { mut at, reason } => {
+            if i < n {
+                at.path = source.file_of(i);
+                at.tensor = Some(source.tensors()[i].name.clone());
+            } else {
+                at.tensor = Some(name.to_string());
+            }
+            Error::Refused { at, reason }
+        }
+        other => other,
+    }
+}
+
+/// A source plus tensors computed in memory (appended after the source's own).
+pub struct WithGenerated<'a> {
+    inner: &'a dyn TensorSource,
+    tensors: Vec<TensorInfo>,
+    data: Vec<Vec<u8>>,
+    origin: PathBuf,
+}
+
+impl<'a> WithGenerated<'a> {
+    /// `inner`'s tensors followed by `generated` (computed from `origin`, e.g. a config.json).
+    pub fn new(
+        inner: &'a dyn TensorSource,
+        generated: Vec<(TensorInfo, Vec<u8>)>,
+        origin: PathBuf,
+    ) -> Self {
+        let mut tensors = inner.tensors().to_vec();
+        let mut data = Vec::with_capacity(generated.len());
+        for (info, bytes) in generated {
+            tensors.push(info);
+            data.push(bytes);
+        }
+        WithGenerated {
+            inner,
+            tensors,
+            data,
+            origin,
+        }
+    }
+
+    fn own(&self, index: usize) -> Option<&[u8]> {
+        let n = self.inner.tensors().len();
+        (index >= n).then(|| self.data[index - n].as_slice())
+    }
+}
+
+impl TensorSource for WithGenerated<'_> {
+    fn format(&self) -> weightport_core::Format {
+        self.inner.format()
+    }
+    fn metadata(&self) -> &Metadata {
+        self.inner.metadata()
+    }
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.inner.files()
+    }
+    fn file_of(&self, index: usize) -> PathBuf {
+        match self.own(index) {
+            Some(_) => self.origin.clone(),
+            None => self.inner.file_of(index),
+        }
+    }
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        match self.own(index) {
+            Some(b) => Some(b),
+            None => self.inner.bytes(index),
+        }
+    }
+    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
+        match self.own(index) {
+            Some(b) => {
+                let s = offset as usize;
+                dst.copy_from_slice(&b[s..s + dst.len()]);
+                Ok(())
+            }
+            None => self.inner.read_into(index, offset, dst),
+        }
+    }
+    fn unconverted(&self) -> Vec<(String, String)> {
+        self.inner.unconverted()
+    }
+    fn access(&self, index: usize) -> Access {
+        match self.own(index) {
+            Some(_) => Access::Mapped,
+            None => self.inner.access(index),
+        }
+    }
+    fn release(&self, index: usize, offset: u64, len: u64) {
+        if self.own(index).is_none() {
+            self.inner.release(index, offset, len)
+        }
+    }
+    fn will_need(&self, index: usize, offset: u64, len: u64) {
+        if self.own(index).is_none() {
+            self.inner.will_need(index, offset, len)
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Many outputs of one opened input from one read: every output planned and prepared as
+//! `convert` does, the chunks of all of them run in one executor pass that takes each input
+//! range once ([`crate::one_read`]), then each output verified and committed on its own (a
+//! failed output does not undo the others).
+
+use std::path::PathBuf;
+
+use weightport_core::{Error, Result, TensorSink};
+
+use crate::convert::{start, ConvertReport, Started};
+use crate::exec::{worker_bytes, Progress, Reads};
+use crate::input::Input;
+use crate::one_read::{run_one_read, Output, AHEAD};
+use crate::route::{ConvertOptions, Route};
+use crate::workers::{pool_of, Workers};
+
+/// What a [`convert_many`] run did.
+#[non_exhaustive]
+#[derive(Debug)]
+pub struct ManyReport {
+    /// Per output, in the order given: its report, or why it failed.
+    pub outputs: Vec<Result<ConvertReport>>,
+    /// Bytes of input tensor data taken from the input, for all outputs together.
+    pub read_bytes: u64,
+    /// The same per input file.
+    pub reads: Vec<(PathBuf, u64)>,
+    /// Worker threads used.
+    pub threads: usize,
+    /// Buffer, mapped-chunk and window memory the executor holds at most.
+    pub memory_bytes: u64,
+}
+
+/// An output during the run: failed, or started with its sink once open.
+enum Slot<'s> {
+    Failed(Error),
+    Live(Box<Started<'s>>, Option<Box<dyn TensorSink>>),
+}
+
+/// Converts `input` (opened with the request of every route in `outputs`, which are equal)
+/// into every output of `outputs` (each its options and the [`crate::route`] decided for them). Threads, memory budget and chunk size are the first
+/// output's (the budget the smallest given). `Err` only when the run as a whole cannot go on:
+/// an interruption, worker threads that cannot start, a budget too small for one worker.
+pub fn convert_many(
+    input: &Input,
+    outputs: &[(ConvertOptions, Route)],
+    progress: &dyn Progress,
+) -> Result<ManyReport> {
+    let opts: Vec<ConvertOptions> = outputs.iter().map(|(o, _)| o.clone()).collect();
+    let opts = opts.as_slice();
+    let source = input.source.as_ref();
+    let repo = input.repo_dir.as_deref();
+    let mut slots: Vec<Slot> = outputs
+        .iter()
+        .map(|(o, r)| match start(source, repo, o, r) {
+            Ok(s) => Slot::Live(Box::new(s), None),
+            Err(e) => Slot::Failed(e),
+        })
+        .collect();
+    let (threads, memory) = threads_for(&slots, opts)?;
+    for slot in &mut slots {
+        if let Slot::Live(s, _) = slot {
+            s.report.threads = threads;
+            s.report.memory_bytes = memory;
+            s.report.notes = input.notes.clone();
+        }
+    }
+    let mut report = ManyReport {
+        outputs: Vec::new(),
+        read_bytes: 0,
+        reads: Vec::new(),
+        threads,
+        memory_bytes: memory,
+    };
+    if opts.first().is_none_or(|o| o.dry_run) {
+        report.outputs = slots.into_iter().map(planned).collect();
+        return Ok(report);
+    }
+    for (slot, o) in slots.iter_mut().zip(opts) {
+        if let Slot::Live(s, sink) = slot {
+            match s.open_sink(o) {
+                Ok(k) => *sink = Some(k),
+                Err(e) => *slot = Slot::Failed(e),
+            }
+        }
+    }
+    let reads = Reads::new(source.tensors().len());
+    let pool = pool_of(threads)?;
+    let hashes = pool.install(|| execute(&slots, opts, &reads, progress))?;
+    report.read_bytes = reads.total();
+    report.reads = reads.by_file(source);
+    let mut hashes = hashes.into_iter();
+    for (slot, o) in slots.into_iter().zip(opts) {
+        let r = match slot {
+            Slot::Failed(e) => Err(e),
+            Slot::Live(mut s, Some(sink)) => {
+                s.report.read_bytes = report.read_bytes;
+                s.report.reads = report.reads.clone();
+                let h = hashes.next().expect("one result per live output");
+                h.and_then(|h| pool.install(|| s.finish(sink, &h, o, progress)))
+            }
+            Slot::Live(..) => Err(Error::Internal("an output without its sink".into())),
+        };
+        report.outputs.push(r);
+    }
+    Ok(report)
+}
+
+fn planned(slot: Slot) -> Result<ConvertReport> {
+    match slot {
+        Slot::Failed(e) => Err(e),
+        Slot::Live(s, _) => Ok(s.report),
+    }
+}
+
+/// One executor pass over the live outputs; their hashes (or errors) in order.
+fn execute(
+    slots: &[Slot],
+    opts: &[ConvertOptions],
+    reads: &Reads,
+    progress: &dyn Progress,
+) -> Result<Vec<Result<crate::exec::Hashes>>> {
+    let live: Vec<(&Started, &dyn TensorSink)> = slots
+        .iter()
+        .filter_map(|s| match s {
+            Slot::Live(s, Some(k)) => Some((s.as_ref(), k.as_ref())),
+            _ => None,
+        })
+        .collect();
+    let outputs: Vec<Output> = live
+        .iter()
+        .map(|(s, _)| Output {
+            source: s.job.source(),
+            outs: &s.job.outs,
+        })
+        .collect();
+    let Some((first, _)) = live.first() else {
+        return Ok(Vec::new());
+    };
+    let total = live.iter().map(|(s, _)| s.report.data_bytes).sum();
+    progress.start("write", total);
+    let r = run_one_read(
+        first.job.input_tensors,
+        &outputs,
+        opts[0].chunk,
+        reads,
+        progress,
+        |p, k, off, b| live[p].1.write_at(k, off, b),
+    );
+    progress.finish();
+    r
+}
+
+/// Threads for the run: as the first output asks (or one per core), reduced to fit the
+/// smallest budget given with the resident windows; and the memory they hold.
+fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> {
+    let first = opts.first().map(|o| o.chunk);
+    let chunk = first.unwrap_or(weightport_core::hash::HASH_CHUNK);
+    let worker = slots
+        .iter()
+        .filter_map(|s| match s {
+            Slot::Live(s, _) => Some(worker_bytes(s.job.source(), &s.job.outs, chunk)),
+            Slot::Failed(_) => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    // Windows resident, the last one's span past its start at most one chunk's input; never
+    // more than the input's tensor data.
+    let input: u64 = slots
+        .iter()
+        .find_map(|s| match s {
+            Slot::Live(s, _) => Some(s.job.source().tensors().iter().map(|t| t.byte_len).sum()),
+            Slot::Failed(_) => None,
+        })
+        .unwrap_or(0);
+    let windows = (AHEAD as u64 * chunk + worker).min(input);
+    Workers::tightest(opts.iter().map(|o| o.workers)).fit(worker, Some(windows), "these outputs")
+}

@@ -1,0 +1,115 @@
+//! What a conversion is asked to do ([`ConvertOptions`]) and the route decided for it once,
+//! before any input is opened ([`route`]): how the inputs are opened, the output format, and
+//! whether an architecture plan applies. Planning ([`crate::planned`]) and the conversion
+//! ([`crate::convert`]) consume both; this module calls neither.
+
+use std::path::{Path, PathBuf};
+
+use weightport_core::hash;
+use weightport_core::registry::{OpenRequest, OutputFormat};
+use weightport_core::Result;
+
+use crate::by_arch;
+use crate::by_options::TransformOptions;
+use crate::registry::output_for;
+use crate::side::SideFile;
+use crate::workers::Workers;
+
+/// What to convert, and how.
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Input files or repo directories.
+    pub inputs: Vec<PathBuf>,
+    /// Output path; its format is the one that claims it, or `to`.
+    pub output: PathBuf,
+    /// `--to`: the output format by name.
+    pub to: Option<String>,
+    /// Largest shard for repo output.
+    pub shard_size: Option<u64>,
+    /// Replace existing outputs.
+    pub force: bool,
+    /// Re-open and hash every emitted file before committing it (default on).
+    pub verify: bool,
+    /// Plan and check only: write nothing.
+    pub dry_run: bool,
+    /// How inputs are opened.
+    pub open: OpenRequest,
+    /// Casts and renames.
+    pub transform: TransformOptions,
+    /// Worker threads and the memory budget for buffers and mapped chunks.
+    pub workers: Workers,
+    /// Chunk (hash leaf) target size; [`hash::HASH_CHUNK`] except in tests.
+    pub chunk: u64,
+    /// Collect what the output was made of ([`ConvertReport::provenance`], for `--attest`).
+    pub provenance: bool,
+    /// Files the caller writes beside the output (`--attest`, `--report`): checked with the
+    /// output, before anything is written ([`crate::side::check`]).
+    pub side_files: Vec<SideFile>,
+}
+
+impl ConvertOptions {
+    /// Options for converting `inputs` into `output` with every default.
+    pub fn new(inputs: Vec<PathBuf>, output: PathBuf) -> Self {
+        ConvertOptions {
+            inputs,
+            output,
+            to: None,
+            shard_size: None,
+            force: false,
+            verify: true,
+            dry_run: false,
+            open: OpenRequest::default(),
+            transform: TransformOptions::default(),
+            workers: Workers::default(),
+            chunk: hash::HASH_CHUNK,
+            provenance: false,
+            side_files: Vec::new(),
+        }
+    }
+}
+
+/// The route of one conversion, decided once before any input is opened: how the inputs are
+/// opened, the output format, and whether an architecture plan applies. Planning consumes it.
+#[derive(Clone)]
+pub struct Route {
+    /// How the inputs are opened. Outputs whose requests are equal can share one opened input
+    /// ([`convert_input`], [`crate::convert_many`]).
+    pub open: OpenRequest,
+    /// The output format (from `--to`, or the output's name).
+    pub(crate) output: &'static OutputFormat,
+    /// The output format plans by architecture and `--arch` (names kept) was not given: an
+    /// input read as a release directory (a repo with a `config.json`) is planned by its
+    /// architecture.
+    by_architecture: bool,
+}
+
+impl Route {
+    /// The release directory the architecture plan reads, when one applies to an input whose
+    /// repo directory is `repo_dir`.
+    pub(crate) fn arch_release<'a>(&self, repo_dir: Option<&'a Path>) -> Option<&'a Path> {
+        repo_dir.filter(|d| self.by_architecture && by_arch::is_release(d))
+    }
+}
+
+/// Decides the route of `opts` (see [`Route`]), after the checks made before an input is
+/// opened: an HF release going to a format that plans by architecture is refused from its
+/// config.json alone when its architecture is not supported.
+pub fn route(opts: &ConvertOptions) -> Result<Route> {
+    let output = output_for(&opts.output, opts.to.as_deref())?;
+    let by_architecture = output.by_architecture && opts.transform.arch.is_none();
+    let mut open = opts.open.clone();
+    if let [dir] = opts.inputs.as_slice() {
+        if by_architecture && by_arch::is_release(dir) {
+            weightport_arch::check_supported_within(dir, &opts.open.read.limits)?;
+            // The reference reads a release with torch.load/safe_open, which give every name
+            // of tied weights; its architecture code decides what to write.
+            open.read.shared_copy = true;
+        }
+    }
+    Ok(Route {
+        open,
+        output,
+        by_architecture,
+    })
+}

@@ -1,0 +1,178 @@
+//! `plan --in-place`: every unit writes its tensors straight into one staging file per output
+//! file, at their offsets in it, and `finish` writes the header into that file and publishes
+//! it: no part is copied or appended. Units write disjoint byte ranges of one file, so the
+//! staging directory must be on a filesystem where processes (on different machines) may do
+//! that: a local disk, NFS, Lustre, GPFS, CephFS; not an object-store mount that uploads a
+//! file whole, nor runners that share no filesystem (those use the default parts).
+//!
+//! A unit never shrinks the file and writes only its own tensors' bytes; every unit of the
+//! plan writes the same bytes at the same places on every run (the output is deterministic),
+//! so a rerun, or two runs of one unit at once, write what is already there. The file's name
+//! carries the plan's hash: units of another plan of the same output never share it.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use weightport_core::hash::{self, LeafHasher};
+use weightport_core::io_counts::{write_all_at, Writeback};
+use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
+
+use super::planfile::UnitPlan;
+use crate::by_options::TensorRecipe;
+use crate::exec::{leaf_of, Progress};
+
+/// The staging file output file `f` is written into.
+pub(crate) fn in_place_path(plan: &UnitPlan, f: usize) -> PathBuf {
+    let tag = plan.plan_sha256.get(..16).unwrap_or(&plan.plan_sha256);
+    plan.staging.join(format!("file-{f:05}.{tag}.data"))
+}
+
+/// Opens (creating it) the staging file of output file `f` for writing, extended to the
+/// file's planned size if shorter (never cut: other units may have written past this one).
+/// Refuses a symlink, a non-file, or a file with another link (already published).
+pub(crate) fn open_shared(plan: &UnitPlan, f: usize) -> Result<File> {
+    let p = in_place_path(plan, f);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .map_err(|e| Error::io(&p, "open shared staging file", e))?;
+    let m = file.metadata().map_err(|e| Error::io(&p, "stat", e))?;
+    if !m.is_file() || m.nlink() > 1 {
+        return Err(Error::Verify {
+            at: Location::file(&p),
+            reason: "the staging file is not a plain file of its own (published already?); \
+                     check the output, then remove the staging directory"
+                .into(),
+        });
+    }
+    let size = plan.files[f].size;
+    if m.len() < size {
+        file.set_len(size).map_err(|e| Error::io(&p, "size", e))?;
+    }
+    Ok(file)
+}
+
+/// One shared staging file a unit writes, open.
+struct Shared {
+    file: usize,
+    path: PathBuf,
+    fd: File,
+    writeback: Writeback,
+}
+
+/// The shared files a unit writes (by output file index), open; their writes, opens and syncs
+/// counted in `io`.
+pub(crate) struct InPlaceFiles {
+    files: Vec<Shared>,
+    io: IoCounter,
+}
+
+impl InPlaceFiles {
+    /// Opens the staging file of every output file in `files`.
+    pub(crate) fn open(plan: &UnitPlan, files: &[usize], io: &IoCounter) -> Result<InPlaceFiles> {
+        let files = files
+            .iter()
+            .map(|&f| {
+                let fd = open_shared(plan, f)?;
+                io.first_open();
+                Ok(Shared {
+                    file: f,
+                    path: in_place_path(plan, f),
+                    fd,
+                    writeback: Writeback::default(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(InPlaceFiles {
+            files,
+            io: io.clone(),
+        })
+    }
+
+    fn get(&self, f: usize) -> Result<&Shared> {
+        self.files
+            .iter()
+            .find(|s| s.file == f)
+            .ok_or_else(|| Error::Internal(format!("output file {f} is not open")))
+    }
+
+    /// Writes `bytes` at `offset` of output file `f`'s staging file.
+    pub(crate) fn write_at(&self, f: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let s = self.get(f)?;
+        write_all_at(&s.fd, &s.path, bytes, offset, &self.io)?;
+        s.writeback.wrote(&s.fd, bytes.len() as u64, &self.io);
+        Ok(())
+    }
+
+    /// fsyncs every file.
+    pub(crate) fn sync(&self) -> Result<()> {
+        for s in &self.files {
+            self.io.synced();
+            s.fd.sync_data()
+                .map_err(|e| Error::io(&s.path, "fsync", e))?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads each tensor `(file, offset, tensor, hash written)` and checks its content hash.
+    pub(crate) fn verify(
+        &self,
+        items: &[(usize, u64, &TensorRecipe, ContentHash)],
+        base: u64,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let mut buf = Vec::new();
+        for &(f, off, o, want) in items {
+            let s = self.get(f)?;
+            let (file, p) = (&s.fd, &s.path);
+            let got = read_back(file, p, off, o, base, &mut buf, progress)?;
+            if got != want {
+                return Err(Error::Verify {
+                    at: Location::file(p).tensor(o.info.name.clone()),
+                    reason: format!("read back as {got}, written as {want}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The content hash of tensor `o` as stored at `off` of `file`.
+fn read_back(
+    file: &File,
+    path: &Path,
+    off: u64,
+    o: &TensorRecipe,
+    base: u64,
+    buf: &mut Vec<u8>,
+    progress: &dyn Progress,
+) -> Result<ContentHash> {
+    let leaf = leaf_of(o, base).max(1);
+    let (mut leaves, mut at) = (Vec::new(), 0u64);
+    loop {
+        let n = (o.info.byte_len - at).min(leaf);
+        buf.resize(n as usize, 0);
+        file.read_exact_at(buf, off + at)
+            .map_err(|e| Error::io(path, "read back", e))?;
+        let mut h = LeafHasher::new();
+        h.update(buf);
+        leaves.push(h.finish());
+        progress.advance(n);
+        at += n;
+        if at >= o.info.byte_len {
+            break;
+        }
+    }
+    Ok(hash::root(
+        o.info.dtype,
+        &o.info.shape,
+        o.info.byte_len,
+        &leaves,
+    ))
+}

@@ -1,0 +1,755 @@
+//! The plan file: what `weightport plan` writes and `unit`/`finish` read.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use weightport_core::registry::ExtraContent;
+use weightport_core::{shown, Error, Location, Result};
+
+use super::balance::{split, UnitSplit};
+use super::job::{with_job, Job};
+use super::layout::{layout, Layout};
+use crate::route::ConvertOptions;
+
+/// Version of the plan file (`weightport_plan`).
+pub const PLAN_VERSION: u64 = 3;
+/// Input files up to this size are hashed whole; larger ones by their first [`HEAD`] bytes.
+const WHOLE: u64 = 16 << 20;
+const HEAD: u64 = 1 << 20;
+
+/// What `plan` wrote.
+#[non_exhaustive]
+#[derive(Debug, Clone)]
+pub struct PlannedUnits {
+    /// The plan file.
+    pub plan: PathBuf,
+    /// The output it plans.
+    pub output: PathBuf,
+    /// The staging directory units write into.
+    pub staging: PathBuf,
+    /// Output weights files (path, size).
+    pub files: Vec<(PathBuf, u64)>,
+    /// Per unit: tensors, part bytes, output files it writes whole.
+    pub units: Vec<(usize, u64, Vec<PathBuf>)>,
+    /// Output tensors.
+    pub tensors: usize,
+    /// Input files whose identity the plan records.
+    pub input_files: usize,
+}
+
+/// A plan file as read back.
+#[derive(Debug, Clone)]
+pub struct UnitPlan {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The convert arguments (after the command name) the plan was made from.
+    pub command: Vec<String>,
+    /// The inputs, absolute.
+    pub inputs: Vec<PathBuf>,
+    /// The output, absolute.
+    pub output: PathBuf,
+    /// Where units stage their parts.
+    pub staging: PathBuf,
+    pub(crate) fingerprint: String,
+    pub(crate) identities: Vec<Value>,
+    /// Per unit, the output tensors (indices in output order) it writes.
+    pub units: Vec<Vec<usize>>,
+    /// sha256 of the plan document (without this field): what unit records must name.
+    pub(crate) plan_sha256: String,
+    /// Output weights files, in plan order.
+    pub(crate) files: Vec<PlanFile>,
+    /// Per output tensor: (file, absolute offset of its data in that file).
+    pub(crate) at: Vec<(usize, u64)>,
+    /// Per output tensor: its length in bytes.
+    pub(crate) bytes: Vec<u64>,
+    /// Per output tensor: its name.
+    pub(crate) tensor_names: Vec<String>,
+    /// Per unit: the byte ranges of output files it writes, each staged as one part file
+    /// (or, `in_place`, written into the output file's one shared staging file).
+    pub(crate) segments: Vec<Vec<Segment>>,
+    /// `plan --in-place`: units write their tensors straight into one staging file per output
+    /// file, at their offsets in it, and `finish` publishes that file (no parts to append).
+    pub in_place: bool,
+}
+
+/// An output weights file of a plan.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// Exact size.
+    pub size: u64,
+    /// Bytes before its first tensor's data (header, alignment padding).
+    pub data_start: u64,
+}
+
+/// A unit's share of one output file: its bytes `[start, end)`. The segments of a file
+/// partition it; the first (from 0) leaves the header's room as zeros, `finish` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// Index into the plan's files.
+    pub file: usize,
+    /// First byte, in the output file.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+impl UnitPlan {
+    /// The segments of output file `f` in file order, as (unit, index in the unit, segment).
+    pub(crate) fn segments_of_file(&self, f: usize) -> Vec<(usize, usize, Segment)> {
+        let mut v: Vec<(usize, usize, Segment)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .flat_map(|(u, segs)| segs.iter().enumerate().map(move |(j, s)| (u, j, *s)))
+            .filter(|(_, _, s)| s.file == f)
+            .collect();
+        v.sort_by_key(|(_, _, s)| (s.start, s.end));
+        v
+    }
+}
+
+/// The staging directory of `output`: `.NAME.wp-units` beside it.
+pub fn staging_of(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    dir.join(format!(".{name}.wp-units"))
+}
+
+fn sha256_of(path: &Path, limit: u64) -> Result<String> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let mut h = Sha256::new();
+    let mut r = f.take(limit);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = r.read(&mut buf).map_err(|e| Error::io(path, "read", e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// Size, mtime, ctime, inode and sha256 (whole for small files, of the first MiB for large
+/// ones) of `path`.
+fn identity(path: &Path) -> Result<Value> {
+    let m = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?;
+    let whole = m.len() <= WHOLE;
+    Ok(json!({
+        "path": path.display().to_string(),
+        "size": m.len(),
+        "mtime_ns": m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+        "ctime_ns": m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        "ino": m.ino(),
+        "sha256": sha256_of(path, if whole { WHOLE } else { HEAD })?,
+        "hashed": if whole { "whole" } else { "first-mib" },
+    }))
+}
+
+/// Every file the job's output depends on: weights, copied companions, the repo's top-level
+/// files (config, tokenizer, index), deduplicated and sorted.
+fn input_files(job: &Job) -> Vec<PathBuf> {
+    let mut v = job.source().files();
+    for e in &job.plan.extras {
+        if let ExtraContent::CopyOf(p) = &e.content {
+            v.push(p.clone());
+        }
+    }
+    if let Some(dir) = job.repo_dir {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            v.extend(rd.flatten().map(|e| e.path()).filter(|p| {
+                p.is_file()
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            }));
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Checks every input file is still the one planned: the same size, mtime and sha256 (of the
+/// whole file up to 16 MiB), and for a larger file, whose sha256 covers only its first MiB, the
+/// same inode and ctime too. A write anywhere in the file sets its ctime (which, unlike the
+/// mtime, no `touch -r` puts back) and a replacement changes its inode, so a file that kept
+/// both is the planned one without reading it; one that did not cannot be shown to be.
+pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
+    for (i, id) in plan.identities.iter().enumerate() {
+        let path = PathBuf::from(id["path"].as_str().unwrap_or_default());
+        let now = identity(&path).map_err(|e| Error::Verify {
+            at: Location::file(&path),
+            reason: format!("input of the plan is gone or unreadable: {e}"),
+        })?;
+        let whole = id["hashed"] == "whole";
+        let fields: &[&str] = match whole {
+            true => &["size", "mtime_ns", "sha256"],
+            false => &["size", "mtime_ns", "sha256", "ino", "ctime_ns"],
+        };
+        if let Some(field) = fields.iter().find(|f| now[**f] != id[**f]) {
+            let why = match whole {
+                false if ["ino", "ctime_ns"].contains(field) => {
+                    ": rewritten in place, replaced or its metadata changed; the plan hashed \
+                     its first MiB only, so the rest cannot be shown to be the planned bytes"
+                }
+                _ => "",
+            };
+            return Err(Error::Verify {
+                at: Location::file(&path),
+                reason: format!(
+                    "changed since the plan {} was made ({field} {} → {}; input_files[{i}]{why}); \
+                     make a new plan",
+                    shown(&plan.path),
+                    id[*field],
+                    now[*field]
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Each unit's segments: per file, its tensors by offset, a new segment wherever the unit
+/// changes; the first segment starts at 0 (the header), each ends where the next starts.
+fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> {
+    let mut unit_of = vec![0usize; job.outs.len()];
+    for (u, ts) in units.iter().enumerate() {
+        ts.iter().for_each(|&k| unit_of[k] = u);
+    }
+    let mut out = vec![Vec::new(); units.len()];
+    for (f, pf) in job.plan.files.iter().enumerate() {
+        let mut ts = pf.tensors.clone();
+        ts.sort_by_key(|&k| lay.at[k].1);
+        let mut cur: Option<(usize, u64)> = None;
+        for &k in &ts {
+            let (u, off) = (unit_of[k], lay.at[k].1);
+            match cur {
+                Some((cu, _)) if cu == u => {}
+                Some((cu, start)) => {
+                    out[cu].push(Segment {
+                        file: f,
+                        start,
+                        end: off,
+                    });
+                    cur = Some((u, off));
+                }
+                None => cur = Some((u, 0)),
+            }
+        }
+        let (u, start) = cur.unwrap_or((0, 0));
+        out[u].push(Segment {
+            file: f,
+            start,
+            end: pf.size,
+        });
+    }
+    out
+}
+
+/// What unit `tensors` reads: per output tensor, the input file, tensor and byte ranges (the
+/// ranges an operation needs, sorted and merged where they touch: a permutation of rows reads
+/// a whole tensor as one range, not one per row).
+fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
+    let mut v = Vec::new();
+    for &k in tensors {
+        let o = &job.outs[k];
+        let needs = match &o.op {
+            None => vec![(0, 0..o.info.byte_len)],
+            Some(op) => op.needs(0..o.info.byte_len),
+        };
+        let mut by_input: Vec<(usize, Vec<std::ops::Range<u64>>)> = Vec::new();
+        for (j, r) in needs {
+            match by_input.iter_mut().find(|(i, _)| *i == j) {
+                Some((_, rs)) => rs.push(r),
+                None => by_input.push((j, vec![r])),
+            }
+        }
+        for (j, mut rs) in by_input {
+            rs.sort_by_key(|r| (r.start, r.end));
+            let mut merged: Vec<std::ops::Range<u64>> = Vec::with_capacity(rs.len());
+            for r in rs {
+                match merged.last_mut() {
+                    Some(m) if r.start <= m.end => m.end = m.end.max(r.end),
+                    _ => merged.push(r),
+                }
+            }
+            let i = o.inputs[j];
+            for r in merged {
+                v.push(json!({
+                    "file": job.source().file_of(i).display().to_string(),
+                    "tensor": job.source().tensors()[i].name,
+                    "range": [r.start, r.end],
+                }));
+            }
+        }
+    }
+    v
+}
+
+fn unit_docs(job: &Job, units: &[Vec<usize>], segs: &[Vec<Segment>]) -> Vec<Value> {
+    units
+        .iter()
+        .zip(segs)
+        .enumerate()
+        .map(|(u, (ts, segs))| {
+            let bytes: u64 = ts.iter().map(|&k| job.outs[k].info.byte_len).sum();
+            let whole: Vec<String> = job
+                .plan
+                .files
+                .iter()
+                .filter(|f| !f.tensors.is_empty() && f.tensors.iter().all(|k| ts.contains(k)))
+                .map(|f| f.path.display().to_string())
+                .collect();
+            json!({
+                "index": u,
+                "tensors": ts,
+                "part_bytes": bytes,
+                "cost_bytes": ts.iter().map(|&k| job.cost(k)).sum::<u64>(),
+                "whole_files": whole,
+                "segments": segs.iter().map(|s| json!({"file": s.file, "start": s.start, "end": s.end})).collect::<Vec<_>>(),
+                "reads": reads(job, ts),
+            })
+        })
+        .collect()
+}
+
+fn plan_doc(
+    job: &Job,
+    opts: &ConvertOptions,
+    command: &[String],
+    lay: &Layout,
+    units: &[Vec<usize>],
+) -> Result<Value> {
+    let files: Vec<Value> = job
+        .plan
+        .files
+        .iter()
+        .zip(&lay.data_start)
+        .map(|(f, start)| {
+            json!({"path": f.path.display().to_string(), "size": f.size, "data_start": start, "tensors": f.tensors})
+        })
+        .collect();
+    let extras: Vec<Value> = job
+        .plan
+        .extras
+        .iter()
+        .map(|e| json!({"path": e.path.display().to_string(), "size": e.size(), "index": e.is_index}))
+        .collect();
+    let mut unit_of = vec![0usize; job.outs.len()];
+    for (u, ts) in units.iter().enumerate() {
+        ts.iter().for_each(|&k| unit_of[k] = u);
+    }
+    let tensors: Vec<Value> = job
+        .outs
+        .iter()
+        .zip(&unit_of)
+        .zip(&lay.at)
+        .map(|((o, u), (f, off))| {
+            json!({
+                "name": o.info.name, "dtype": o.info.dtype.to_string(), "shape": o.info.shape,
+                "bytes": o.info.byte_len, "op": o.op.as_ref().map(|op| op.describe()), "unit": u,
+                "file": f, "offset": off,
+            })
+        })
+        .collect();
+    let identities = input_files(job)
+        .iter()
+        .map(|p| identity(p))
+        .collect::<Result<Vec<_>>>()?;
+    let mut doc = json!({
+        "weightport_plan": PLAN_VERSION,
+        "command": command,
+        "inputs": opts.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "output": opts.output.display().to_string(),
+        "format": job.fmt.name,
+        "staging": staging_of(&opts.output).display().to_string(),
+        "fingerprint": job.fingerprint(),
+        "input_files": identities,
+        "files": files,
+        "extras": extras,
+        "tensors": tensors,
+        "units": unit_docs(job, units, &segments(job, lay, units)),
+    });
+    let sha = doc_sha256(&doc);
+    doc["plan_sha256"] = sha.into();
+    Ok(doc)
+}
+
+/// sha256 (hex) of a plan document without its `plan_sha256` field, as compact JSON.
+fn doc_sha256(doc: &Value) -> String {
+    let mut d = doc.clone();
+    if let Some(m) = d.as_object_mut() {
+        m.remove("plan_sha256");
+    }
+    format!("{:x}", Sha256::digest(d.to_string().as_bytes()))
+}
+
+/// Plans the conversion `opts` (inputs and output absolute) split into units and writes the
+/// plan file `plan_path` (replacing one only with `opts.force`). `command` is the convert
+/// arguments the plan was made from; unit and finish rebuild the job from them.
+pub fn plan_units(
+    opts: &ConvertOptions,
+    how: UnitSplit,
+    in_place: bool,
+    command: &[String],
+    plan_path: &Path,
+) -> Result<PlannedUnits> {
+    if !opts.force && plan_path.exists() {
+        return Err(Error::Usage(format!(
+            "{}: already exists; pass --force to replace it",
+            shown(plan_path)
+        )));
+    }
+    let (doc, report) = with_job(opts, |job| {
+        let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
+        crate::convert::check_side_files(job, opts, &[plan_file])?;
+        // Refuse now what `finish` would refuse (an existing output without --force, ...).
+        crate::convert::prepare_output(job, opts, true)?;
+        let lay = layout(job, opts)?;
+        let units = split(job, &lay, how, in_place)?;
+        let mut doc = plan_doc(job, opts, command, &lay, &units)?;
+        if in_place {
+            doc["in_place"] = true.into();
+            doc["plan_sha256"] = doc_sha256(&doc).into();
+        }
+        let report = PlannedUnits {
+            plan: plan_path.to_path_buf(),
+            output: opts.output.clone(),
+            staging: staging_of(&opts.output),
+            files: job
+                .plan
+                .files
+                .iter()
+                .map(|f| (f.path.clone(), f.size))
+                .collect(),
+            units: units
+                .iter()
+                .zip(doc["units"].as_array().into_iter().flatten())
+                .map(|(ts, u)| {
+                    let whole = u["whole_files"].as_array().into_iter().flatten();
+                    let whole = whole
+                        .filter_map(|p| p.as_str().map(PathBuf::from))
+                        .collect();
+                    (ts.len(), u["part_bytes"].as_u64().unwrap_or(0), whole)
+                })
+                .collect(),
+            tensors: job.outs.len(),
+            input_files: doc["input_files"].as_array().map_or(0, |a| a.len()),
+        };
+        Ok((doc, report))
+    })?;
+    let mut text =
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
+    text.push('\n');
+    let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
+    crate::side::write(&plan_file, text.as_bytes())?;
+    Ok(report)
+}
+
+fn field_error(path: &Path, field: &str, what: &str) -> Error {
+    Error::malformed(
+        Location::file(path),
+        None,
+        format!("plan file field `{field}`: {what}"),
+    )
+}
+
+fn strings(doc: &Value, path: &Path, field: &str) -> Result<Vec<String>> {
+    doc[field]
+        .as_array()
+        .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_string)).collect())
+        .ok_or_else(|| field_error(path, field, "expected an array of strings"))
+}
+
+fn string(doc: &Value, path: &Path, field: &str) -> Result<String> {
+    doc[field]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| field_error(path, field, "expected a string"))
+}
+
+/// Unit tensor lists; each output tensor in exactly one unit.
+fn units_of(doc: &Value, path: &Path) -> Result<Vec<Vec<usize>>> {
+    let n = doc["tensors"]
+        .as_array()
+        .ok_or_else(|| field_error(path, "tensors", "expected an array"))?
+        .len();
+    let units = doc["units"]
+        .as_array()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| field_error(path, "units", "expected a non-empty array"))?;
+    let mut seen = vec![false; n];
+    let mut out = Vec::with_capacity(units.len());
+    for (u, unit) in units.iter().enumerate() {
+        let field = format!("units[{u}].tensors");
+        let ts: Vec<usize> = unit["tensors"]
+            .as_array()
+            .and_then(|a| a.iter().map(|k| k.as_u64().map(|k| k as usize)).collect())
+            .ok_or_else(|| field_error(path, &field, "expected an array of tensor indices"))?;
+        for &k in &ts {
+            if k >= n || std::mem::replace(&mut seen[k], true) {
+                return Err(field_error(
+                    path,
+                    &field,
+                    &format!("tensor {k} is out of range or in two units"),
+                ));
+            }
+        }
+        out.push(ts);
+    }
+    if let Some(k) = seen.iter().position(|s| !s) {
+        return Err(field_error(
+            path,
+            "units",
+            &format!("tensor {k} is in no unit"),
+        ));
+    }
+    Ok(out)
+}
+
+fn uint(v: &Value, path: &Path, field: &str) -> Result<u64> {
+    v.as_u64()
+        .ok_or_else(|| field_error(path, field, "expected a non-negative integer"))
+}
+
+/// The plan's output files.
+fn files_of(doc: &Value, path: &Path) -> Result<Vec<PlanFile>> {
+    let files = doc["files"]
+        .as_array()
+        .ok_or_else(|| field_error(path, "files", "expected an array"))?;
+    let mut out = Vec::with_capacity(files.len());
+    for (f, file) in files.iter().enumerate() {
+        let field = |n: &str| format!("files[{f}].{n}");
+        let p = file["path"].as_str();
+        let p = p.ok_or_else(|| field_error(path, &field("path"), "expected a string"))?;
+        let size = uint(&file["size"], path, &field("size"))?;
+        let data_start = uint(&file["data_start"], path, &field("data_start"))?;
+        if data_start > size {
+            return Err(field_error(
+                path,
+                &field("data_start"),
+                "past the file's end",
+            ));
+        }
+        out.push(PlanFile {
+            path: PathBuf::from(p),
+            size,
+            data_start,
+        });
+    }
+    Ok(out)
+}
+
+/// Per tensor (file, offset), length and name.
+type TensorLayout = (Vec<(usize, u64)>, Vec<u64>, Vec<String>);
+
+fn tensors_of(doc: &Value, path: &Path, files: &[PlanFile]) -> Result<TensorLayout> {
+    let ts = doc["tensors"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let (mut at, mut bytes, mut names) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, t) in ts.iter().enumerate() {
+        let field = |n: &str| format!("tensors[{k}].{n}");
+        let f = uint(&t["file"], path, &field("file"))? as usize;
+        let off = uint(&t["offset"], path, &field("offset"))?;
+        let len = uint(&t["bytes"], path, &field("bytes"))?;
+        let inside = files.get(f).is_some_and(|pf| {
+            off >= pf.data_start && off.checked_add(len).is_some_and(|e| e <= pf.size)
+        });
+        if !inside {
+            return Err(field_error(
+                path,
+                &field("offset"),
+                "not inside its file's data section",
+            ));
+        }
+        let name = t["name"].as_str();
+        let name = name.ok_or_else(|| field_error(path, &field("name"), "expected a string"))?;
+        at.push((f, off));
+        bytes.push(len);
+        names.push(name.to_string());
+    }
+    Ok((at, bytes, names))
+}
+
+/// Per unit its segments, checked: the segments of each file partition it, and every tensor of
+/// a unit lies in one of that unit's segments.
+fn segments_of(doc: &Value, path: &Path, p: &UnitPlan) -> Result<Vec<Vec<Segment>>> {
+    let mut out = Vec::with_capacity(p.units.len());
+    for u in 0..p.units.len() {
+        let field = format!("units[{u}].segments");
+        let segs = doc["units"][u]["segments"].as_array();
+        let segs = segs.ok_or_else(|| field_error(path, &field, "expected an array"))?;
+        let mut v = Vec::with_capacity(segs.len());
+        for s in segs {
+            let seg = Segment {
+                file: uint(&s["file"], path, &field)? as usize,
+                start: uint(&s["start"], path, &field)?,
+                end: uint(&s["end"], path, &field)?,
+            };
+            if seg.file >= p.files.len() || seg.start > seg.end {
+                return Err(field_error(
+                    path,
+                    &field,
+                    "a segment outside the plan's files",
+                ));
+            }
+            v.push(seg);
+        }
+        out.push(v);
+    }
+    let mut whole = UnitPlan {
+        segments: out,
+        ..p.clone()
+    };
+    for f in 0..p.files.len() {
+        let mut pos = 0;
+        for (_, _, s) in whole.segments_of_file(f) {
+            if s.start != pos {
+                let what =
+                    format!("the segments of files[{f}] do not cover it once (at byte {pos})");
+                return Err(field_error(path, "units", &what));
+            }
+            pos = s.end;
+        }
+        if pos != p.files[f].size {
+            return Err(field_error(
+                path,
+                "units",
+                &format!("the segments of files[{f}] end at byte {pos}"),
+            ));
+        }
+    }
+    for (u, ts) in p.units.iter().enumerate() {
+        for &k in ts {
+            let (f, off) = p.at[k];
+            let end = off + p.bytes[k];
+            if !whole.segments[u]
+                .iter()
+                .any(|s| s.file == f && s.start <= off && end <= s.end)
+            {
+                let what = format!("tensor {k} is in none of the unit's segments");
+                return Err(field_error(path, &format!("units[{u}].segments"), &what));
+            }
+        }
+    }
+    Ok(std::mem::take(&mut whole.segments))
+}
+
+/// `in_place` of a plan document: absent (plans of earlier weightports) is false.
+fn in_place_of(doc: &Value, path: &Path) -> Result<bool> {
+    match &doc["in_place"] {
+        Value::Null => Ok(false),
+        Value::Bool(b) => Ok(*b),
+        _ => Err(field_error(path, "in_place", "expected true or false")),
+    }
+}
+
+/// Reads and checks a plan file.
+pub fn read_plan(path: &Path) -> Result<UnitPlan> {
+    let text = std::fs::read(path).map_err(|e| Error::io(path, "read plan file", e))?;
+    let doc: Value = serde_json::from_slice(&text).map_err(|e| {
+        Error::malformed(
+            Location::file(path),
+            None,
+            format!("plan file is not JSON: {e}"),
+        )
+    })?;
+    match doc["weightport_plan"].as_u64() {
+        Some(PLAN_VERSION) => {}
+        Some(v) => {
+            return Err(field_error(
+                path,
+                "weightport_plan",
+                &format!("version {v}; this weightport reads version {PLAN_VERSION}"),
+            ))
+        }
+        None => {
+            return Err(field_error(
+                path,
+                "weightport_plan",
+                "missing: not a weightport plan file",
+            ))
+        }
+    }
+    let identities = doc["input_files"]
+        .as_array()
+        .filter(|a| a.iter().all(|i| i["path"].is_string()))
+        .cloned()
+        .ok_or_else(|| {
+            field_error(
+                path,
+                "input_files",
+                "expected an array of {path, size, mtime_ns, sha256}",
+            )
+        })?;
+    let files = files_of(&doc, path)?;
+    let (at, bytes, tensor_names) = tensors_of(&doc, path, &files)?;
+    let mut plan = UnitPlan {
+        path: path.to_path_buf(),
+        command: strings(&doc, path, "command")?,
+        inputs: strings(&doc, path, "inputs")?
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        output: PathBuf::from(string(&doc, path, "output")?),
+        staging: PathBuf::from(string(&doc, path, "staging")?),
+        fingerprint: string(&doc, path, "fingerprint")?,
+        identities,
+        units: units_of(&doc, path)?,
+        plan_sha256: string(&doc, path, "plan_sha256")?,
+        files,
+        at,
+        bytes,
+        tensor_names,
+        segments: Vec::new(),
+        in_place: in_place_of(&doc, path)?,
+    };
+    plan.segments = segments_of(&doc, path, &plan)?;
+    let sha = doc_sha256(&doc);
+    if sha != plan.plan_sha256 {
+        return Err(Error::Verify {
+            at: Location::file(path),
+            reason: format!(
+                "the plan file was edited after `weightport plan` wrote it (its content hashes \
+                 to {sha}, `plan_sha256` says {}); units and finish run only the plan as \
+                 written: make a new plan",
+                plan.plan_sha256
+            ),
+        });
+    }
+    Ok(plan)
+}
+
+/// Rebuilds the job of `plan` (`opts` made from its command) and checks it is the planned one.
+pub(crate) fn with_planned_job<R>(
+    plan: &UnitPlan,
+    opts: &ConvertOptions,
+    f: impl FnOnce(&Job) -> Result<R>,
+) -> Result<R> {
+    check_inputs(plan)?;
+    with_job(opts, |job| {
+        if job.fingerprint() != plan.fingerprint {
+            return Err(Error::Verify {
+                at: Location::file(&plan.path),
+                reason: "the job planned from its command differs from the plan (fingerprint); \
+                         make a new plan with this weightport"
+                    .into(),
+            });
+        }
+        f(job)
+    })
+}
