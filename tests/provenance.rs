@@ -332,7 +332,9 @@ fn the_statement_is_a_valid_in_toto_statement() {
     ] {
         let out = t.path().join(target);
         // One statement per conversion: a side file is never replaced without --force.
-        let att = t.path().join(format!("{}.intoto.json", target.replace('/', "_")));
+        let att = t
+            .path()
+            .join(format!("{}.intoto.json", target.replace('/', "_")));
         convert(&fixtures().join(input), &out, &att, 2, &extra);
         let root = if target.ends_with(".gguf") {
             out.parent().unwrap().to_path_buf()
