@@ -181,7 +181,9 @@ impl Authorship {
         }
     }
 
-    /// `config.json`'s `_name_or_path` when it names a Hub model (at most one `/`).
+    /// `config.json`'s `_name_or_path` when it names a Hub model (at most one `/`). Read from
+    /// the file as written, not from the normalized hyper-parameters, which merge a VLM's
+    /// `text_config` (its own `_name_or_path` included) over the top level.
     fn apply_name_or_path(&mut self, dir: &Path, total_params: u64) -> Result<()> {
         let path = dir.join("config.json");
         let config = crate::config::read_json(&path)?;
