@@ -77,6 +77,13 @@ fn python_splitlines(text: &str) -> Vec<&str> {
     out
 }
 
+/// The most values a front matter may build, aliases expanded: a real card has a few hundred;
+/// PyYAML shares an aliased object where this builder copies it, so without a cap a "billion
+/// laughs" card (aliases of aliases) would take exponential memory here.
+const MAX_NODES: u64 = 100_000;
+/// The deepest nesting of sequences and mappings (a JSON value is dropped recursively).
+const MAX_DEPTH: usize = 64;
+
 /// PyYAML's `safe_load`: the one document's value (`None` for an empty stream); more than one
 /// document is an error, as in PyYAML.
 fn parse(yaml: &str) -> std::result::Result<Option<Value>, String> {
@@ -84,6 +91,11 @@ fn parse(yaml: &str) -> std::result::Result<Option<Value>, String> {
     Parser::new_from_str(yaml)
         .load(&mut b, true)
         .map_err(|e| e.to_string())?;
+    if b.over {
+        return Err(format!(
+            "more than {MAX_NODES} values (aliases expanded) or nesting deeper than {MAX_DEPTH}"
+        ));
+    }
     match b.docs.len() {
         0 => Ok(None),
         1 => Ok(b.docs.pop()),
@@ -93,27 +105,40 @@ fn parse(yaml: &str) -> std::result::Result<Option<Value>, String> {
 
 /// A node still open: a sequence or a mapping (with the key awaiting its value: `None` for a
 /// key that is not a string, whose entry is dropped as no string lookup can reach it).
+/// Each with its anchor id and the node count when it opened.
 enum Open {
-    Seq(Vec<Value>, usize),
-    Map(Map<String, Value>, Option<Option<String>>, usize),
+    Seq(Vec<Value>, usize, u64),
+    Map(Map<String, Value>, Option<Option<String>>, usize, u64),
 }
 
 #[derive(Default)]
 struct Builder {
     stack: Vec<Open>,
-    anchors: HashMap<usize, Value>,
+    /// Anchored values and their node counts.
+    anchors: HashMap<usize, (Value, u64)>,
     docs: Vec<Value>,
+    /// Values built so far, aliases expanded.
+    nodes: u64,
+    /// Past [`MAX_NODES`] or [`MAX_DEPTH`]: every later event is ignored.
+    over: bool,
 }
 
 impl Builder {
-    fn done(&mut self, v: Value, anchor: usize) {
+    /// Counts `n` more values; false (and `over`) past the cap.
+    fn grow(&mut self, n: u64) -> bool {
+        self.nodes = self.nodes.saturating_add(n);
+        self.over |= self.nodes > MAX_NODES || self.stack.len() > MAX_DEPTH;
+        !self.over
+    }
+
+    fn done(&mut self, v: Value, anchor: usize, size: u64) {
         if anchor > 0 {
-            self.anchors.insert(anchor, v.clone());
+            self.anchors.insert(anchor, (v.clone(), size));
         }
         match self.stack.last_mut() {
             None => self.docs.push(v),
-            Some(Open::Seq(items, _)) => items.push(v),
-            Some(Open::Map(m, key, _)) => match key.take() {
+            Some(Open::Seq(items, ..)) => items.push(v),
+            Some(Open::Map(m, key, ..)) => match key.take() {
                 None => *key = Some(v.as_str().map(String::from)),
                 Some(Some(k)) => {
                     m.insert(k, v);
@@ -126,29 +151,49 @@ impl Builder {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, _: Marker) {
+        if self.over {
+            return;
+        }
         match ev {
             Event::Scalar(s, style, anchor, tag) => {
+                if !self.grow(1) {
+                    return;
+                }
                 let is_str = tag.is_some_and(|t| t.suffix == "str");
                 let v = if is_str || style != TScalarStyle::Plain {
                     Value::String(s)
                 } else {
                     resolve_plain(&s)
                 };
-                self.done(v, anchor);
+                self.done(v, anchor, 1);
             }
             Event::Alias(id) => {
-                let v = self.anchors.get(&id).cloned();
-                self.done(v.unwrap_or_else(|| odd("an unknown alias")), 0);
+                let size = self.anchors.get(&id).map_or(1, |(_, size)| *size);
+                if !self.grow(size) {
+                    return;
+                }
+                let v = self.anchors.get(&id).map(|(v, _)| v.clone());
+                self.done(v.unwrap_or_else(|| odd("an unknown alias")), 0, size);
             }
-            Event::SequenceStart(anchor, _) => self.stack.push(Open::Seq(Vec::new(), anchor)),
+            Event::SequenceStart(anchor, _) => {
+                self.stack.push(Open::Seq(Vec::new(), anchor, self.nodes));
+                self.grow(0);
+            }
             Event::MappingStart(anchor, _) => {
-                self.stack.push(Open::Map(Map::new(), None, anchor));
+                self.stack
+                    .push(Open::Map(Map::new(), None, anchor, self.nodes));
+                self.grow(0);
             }
-            Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
-                Some(Open::Seq(items, anchor)) => self.done(Value::Array(items), anchor),
-                Some(Open::Map(m, _, anchor)) => self.done(Value::Object(m), anchor),
-                None => {}
-            },
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (v, anchor, start) = match self.stack.pop() {
+                    Some(Open::Seq(items, anchor, start)) => (Value::Array(items), anchor, start),
+                    Some(Open::Map(m, _, anchor, start)) => (Value::Object(m), anchor, start),
+                    None => return,
+                };
+                if self.grow(1) {
+                    self.done(v, anchor, self.nodes - start);
+                }
+            }
             _ => {}
         }
     }
@@ -281,6 +326,23 @@ mod tests {
             m.get("7").is_none(),
             "an integer key is not the string \"7\""
         );
+    }
+
+    /// A "billion laughs" card (each level an alias list of the one before: 10^9 values if
+    /// expanded) and a deeply nested one are refused quickly, in bounded memory.
+    #[test]
+    fn aliases_of_aliases_and_deep_nesting_are_refused() {
+        let mut y = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let p = i - 1;
+            y += &format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n");
+        }
+        let e = parse(&y).unwrap_err();
+        assert!(e.contains("aliases expanded"), "{e}");
+        let deep = format!("k: {}{}\n", "[".repeat(500), "]".repeat(500));
+        assert!(parse(&deep).is_err());
+        // A real card's size passes.
+        assert!(parse("a: &a [1, 2]\nb: *a\n").is_ok());
     }
 
     #[test]
