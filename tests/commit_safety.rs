@@ -841,3 +841,32 @@ fn force_never_replaces_or_removes_an_input() {
     assert!(repo.join("model.safetensors.index.json").exists());
     assert!(!repo.join("model.safetensors").exists());
 }
+
+/// The `--metadata` overrides file (issue 30) is an input too: an HF → GGUF output at its path
+/// is refused even with `--force`, and the file keeps its bytes.
+#[test]
+fn force_never_replaces_the_metadata_file() {
+    let d = tempfile::tempdir().unwrap();
+    let meta = d.path().join("m.gguf");
+    std::fs::write(&meta, br#"{"general.name": "Kept"}"#).unwrap();
+    let before = std::fs::read(&meta).unwrap();
+    let release = fixtures().join("good/arch/qwen2");
+    let o = wp(&[
+        "convert",
+        s(&release),
+        "-o",
+        s(&meta),
+        "--metadata",
+        s(&meta),
+        "--pre-tokenizer",
+        "qwen2",
+        "--force",
+    ]);
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(
+        err(&o).contains("is an input of this conversion"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(std::fs::read(&meta).unwrap(), before);
+}

@@ -245,6 +245,7 @@ fn input_files(job: &Planned, opts: &ConvertOptions) -> Vec<PathBuf> {
             .and_then(|q| q.imatrix.as_ref())
             .map(|m| PathBuf::from(&m.file)),
     );
+    inputs.extend(opts.transform.metadata.clone());
     inputs
 }
 
