@@ -2,7 +2,7 @@
 //! parameter count of fixtures/expected/arch/card_ids.json, which
 //! fixtures/gen/gen_arch_card.py wrote by calling the pinned tree's
 //! `Metadata.get_model_id_components`. (The whole-file comparison of releases with model cards is
-//! tests/hf_gguf.rs's `model_cards_*`.)
+//! tests/it/hf_gguf.rs's `model_cards_*`.)
 
 use std::path::Path;
 

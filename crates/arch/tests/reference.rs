@@ -443,7 +443,7 @@ impl Case<'_> {
         let same16 = t.dtype == src_dtype && matches!(t.dtype, DType::F16 | DType::BF16);
         // Repacked blocks are the release's bytes rearranged, whatever the output type.
         let same16 = same16 || matches!(t.origin, Origin::Blocks { .. });
-        // `1 + w` norms are compared as whole files (tests/hf_gguf.rs).
+        // `1 + w` norms are compared as whole files (tests/it/hf_gguf.rs).
         if !(self.f32_out || same16) || t.plus_one {
             return false;
         }

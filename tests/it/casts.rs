@@ -3,7 +3,7 @@
 //! 2.15 (fixtures/gen/gen_cast_repo.py). Our output must be the same file, bit for bit, except
 //! that a NaN only has to stay a NaN (torch's NaN payload depends on its code path).
 
-mod common;
+use crate::common;
 use common::{fixtures, wp};
 
 use std::path::Path;

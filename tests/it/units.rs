@@ -3,7 +3,8 @@
 //! output must be byte-identical to the one-process `convert` of the same command (whose own
 //! identity to torch / llama.cpp is tested elsewhere).
 
-mod common;
+use crate::common;
+use common::tmpfs::Tmpfs;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -734,52 +735,6 @@ fn plan_file_offsets_are_those_of_the_convert_output() {
     }
 }
 
-/// A tmpfs of `size` mounted under a new temp dir, unmounted when dropped (root only: `None`
-/// with a printed reason otherwise).
-struct Tmpfs {
-    _dir: tempfile::TempDir,
-    mnt: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let tmp = tempfile::tempdir().unwrap();
-        let mnt = tmp.path().join("small");
-        std::fs::create_dir(&mnt).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&mnt)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
-            return None;
-        }
-        Some(Tmpfs { _dir: tmp, mnt })
-    }
-    fn free(&self) -> u64 {
-        let o = Command::new("df")
-            .args(["-B1", "--output=avail"])
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        text.lines().nth(1).unwrap().trim().parse().unwrap()
-    }
-    /// Fills the disk to `left` free bytes.
-    fn fill_to(&self, left: u64) -> PathBuf {
-        let p = self.mnt.join("ballast");
-        let n = self.free().saturating_sub(left);
-        std::fs::write(&p, vec![1u8; n as usize]).unwrap();
-        p
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-    }
-}
 
 fn staged_names(job: &Job) -> Vec<String> {
     names_in(&job.staging())

@@ -9,7 +9,7 @@
 //!   (`ggml_validate_row_data`), so weightport refuses it too, naming it;
 //! * the shard → safetensors `--dtype f16|bf16`: the tensor's bytes equal torch's `.to()`.
 
-mod common;
+use crate::common;
 use common::{fixtures, wp};
 
 use std::path::{Path, PathBuf};

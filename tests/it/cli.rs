@@ -2,7 +2,7 @@
 //! libraries (see fixtures/README.md): byte identity with safetensors-py and
 //! huggingface_hub's sharding, exit codes, JSON output, and the refusal cases.
 
-mod common;
+use crate::common;
 use common::{fixtures, wp};
 
 use std::path::Path;

@@ -127,7 +127,7 @@ fn safetensors_py_reads_our_output_back_equal_to_the_source() {
 
 /// `--dtype f16/f32` output read back by safetensors-py equals torch's `.to()` of the source
 /// (fixtures/expected/casts, written by torch; BF16 is not readable by numpy, so the bf16 case
-/// is checked by tests/casts.rs only).
+/// is checked by tests/it/casts.rs only).
 #[test]
 fn safetensors_py_reads_casts_equal_to_torch() {
     let Some(py) = python() else { return };

@@ -3,7 +3,8 @@
 //! (a rewrite of a `save_file` file is byte-identical to it) or a property (no partial file,
 //! input untouched, no temp left).
 
-mod common;
+use crate::common;
+use common::tmpfs::Tmpfs;
 use common::{fixtures, wp};
 
 use std::os::unix::fs::PermissionsExt;
@@ -84,7 +85,7 @@ fn concurrent_writers_never_mix_or_silently_replace() {
 
 fn big_input(dir: &Path) -> PathBuf {
     // A few-MB model in save_file's layout (weightport's writer is byte-identical to it for
-    // metadata-free files, checked against the fixtures in tests/tests.rs).
+    // metadata-free files, checked against the fixtures in tests/it/cli.rs).
     use weightport_core::{DType, TensorInfo};
     let mut tensors = Vec::new();
     let data: Vec<Vec<u8>> = (0..6)
@@ -632,30 +633,15 @@ fn the_memory_budget_reduces_threads_or_refuses() {
     assert!(!tmp.path().join("c.safetensors").exists());
 }
 
-struct Mount(PathBuf);
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// Item 2: a disk with room for the new shards but not for the index (or the companions):
 /// refused before anything is written, the old repo untouched. Needs a small tmpfs (root).
 #[test]
 fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("small");
-    std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=160k", "tmpfs"])
-        .arg(&mnt)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+    let Some(disk) = Tmpfs::mount("160k") else {
         return;
-    }
-    let _guard = Mount(mnt.clone());
+    };
+    let mnt = disk.mnt.clone();
     let repo = mnt.join("repo");
     copy_dir(&fixtures().join("good/hf_repo_sharded"), &repo);
     let before = files_of(&repo);
@@ -664,8 +650,7 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     let src = tmp.path().join("src");
     copy_dir(&repo, &src);
     // Fill the disk so the new shards (~56 kB) fit but not shards + index + block rounding.
-    let ballast = free_bytes(&mnt).saturating_sub(60 * 1024);
-    std::fs::write(mnt.join("ballast"), vec![1u8; ballast as usize]).unwrap();
+    let ballast = disk.fill_to(60 * 1024);
     let o = wp(&[
         "convert",
         s(&src),
@@ -679,7 +664,7 @@ fn a_nearly_full_disk_refuses_up_front_and_keeps_the_old_repo() {
     assert!(err(&o).contains("free"), "{}", err(&o));
     assert_eq!(files_of(&repo), before, "the old repo must be untouched");
     // With the ballast gone the same reshard succeeds and verifies.
-    std::fs::remove_file(mnt.join("ballast")).unwrap();
+    std::fs::remove_file(ballast).unwrap();
     let o = wp(&[
         "convert",
         s(&src),
@@ -711,20 +696,6 @@ fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The bytes free on the file system of `dir` (`df`).
-fn free_bytes(dir: &Path) -> u64 {
-    let o = Command::new("df")
-        .args(["-B1", "--output=avail"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .nth(1)
-        .unwrap()
-        .trim()
-        .parse::<u64>()
-        .unwrap()
-}
 
 /// Runs the weightport binary with at most 256 open descriptors (`ulimit -n 256` sets the soft
 /// and the hard limit).

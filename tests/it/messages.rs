@@ -4,7 +4,7 @@
 //! directory; the `__main__` hint. Inputs from `fixtures/bad/misc` (numpy, torch.save,
 //! safetensors, via `gen_scan.py`) and signature headers as the tools write them.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -13,7 +13,7 @@
 //! tokenizer, the tensor order, names, types, GPT-2's transposed Conv1D weights, the quantized
 //! bytes and the layout.
 
-mod common;
+use crate::common;
 use common::arch::{self, copy_release, edit_config, expected, release, sha_file};
 
 use std::path::Path;

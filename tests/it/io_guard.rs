@@ -9,7 +9,7 @@
 //! The counts are weightport's own; `benches/README.md` holds the `strace -f -c` figures they
 //! were checked against on the bench release.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! it runs. Every case is an attack made through the command line, as a user would make it;
 //! the reference is the bytes of the files before the command (the fixtures as committed).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

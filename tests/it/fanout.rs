@@ -1,12 +1,12 @@
 //! Many outputs from one read (`convert IN -o A -o B:quant=… …`, a job's outputs of one
 //! input): every output is byte for byte the file a separate `convert` run makes (those runs
-//! are checked against convert_hf_to_gguf.py + llama-quantize in tests/hf_gguf.rs and
-//! tests/jobs.rs; the Llama Q8_0/Q4_K_M files here also against the reference sha256 directly),
+//! are checked against convert_hf_to_gguf.py + llama-quantize in tests/it/hf_gguf.rs and
+//! tests/it/jobs.rs; the Llama Q8_0/Q4_K_M files here also against the reference sha256 directly),
 //! at 1 and 2 threads and in small chunks; each mapped input byte is taken once where separate
 //! runs take it once per output; a failed output (refused when planned, or failing while the
 //! shared read runs) does not undo the others and is named.
 
-mod common;
+use crate::common;
 use common::arch::{reference, sha_file};
 use common::{fixtures, wp};
 

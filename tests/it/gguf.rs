@@ -4,7 +4,7 @@
 //! fixtures/gen/gen_mix.py). That covers the mix, the tensor order, the KV edits, the layout
 //! and every quantization kernel on real data.
 
-mod common;
+use crate::common;
 use common::{fixtures, wp};
 
 use serde_json::Value;

@@ -6,7 +6,7 @@
 //! `llama-quantize --imatrix`'s; the refusals without an importance matrix (exit 3, the tensor
 //! llama-quantize names) and `--dry-run`'s per-tensor types are checked too.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;
@@ -137,7 +137,7 @@ fn release(dir: &Path, r: &Value) -> (std::path::PathBuf, std::path::PathBuf) {
     assert_eq!(
         format!("{:x}", Sha256::digest(&st)),
         r["safetensors_sha256"].as_str().unwrap(),
-        "the generator of tests/imatrix.rs differs from gen_imatrix.py's"
+        "the generator of tests/it/imatrix.rs differs from gen_imatrix.py's"
     );
     let f16 = dir.join("f16.gguf");
     let o = wp(&[

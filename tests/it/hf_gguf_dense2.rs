@@ -14,7 +14,7 @@
 //! `head_dim`; OLMo 2's window pattern), the tokenizer, the tensor order, names, types, the q/k
 //! permutation (Granite, SmolLM3; none for OLMo 2), the quantized bytes and the layout.
 
-mod common;
+use crate::common;
 use common::arch::{self, copy_release, expected, sha_file};
 use common::wp;
 

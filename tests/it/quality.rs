@@ -3,7 +3,7 @@
 //! safetensors decoded by numpy: tests/quality_check.py), and `--report FILE.html` is a static
 //! page a real headless Chromium renders with its table and per-layer chart.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

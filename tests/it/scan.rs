@@ -5,7 +5,7 @@
 //! dicts); directories sniffed by content with HF-cache symlinks followed; SARIF 2.1.0 valid
 //! against its schema.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! again what does not; a failed output does not undo the others; `--dry-run` writes nothing;
 //! a bad job file is refused with the key and line.
 
-mod common;
+use crate::common;
 use common::arch::{reference, sha_file};
 use common::{fixtures, wp, write_dat_imatrix};
 

@@ -4,12 +4,11 @@
 //! side file left. The reference is computed here from the header's offsets (the rows' bytes
 //! replaced by the value's F16 bits), not by weightport.
 //!
-//! `cargo test --test edit_kill` runs 50 kills on a 64 MiB file (edits of up to 8 MiB of rows:
+//! `cargo test --test it edit_kill::` runs 50 kills on a 64 MiB file (edits of up to 8 MiB of rows:
 //! a debug build edits at a few MB/s). The ≥ 1 GiB run of the issue:
-//! `WP_KILL_MIB=1024 WP_KILL_DIR=/work/scratch/x cargo test --release --test edit_kill -- --ignored`
+//! `WP_KILL_MIB=1024 WP_KILL_DIR=/work/scratch/x cargo test --release --test it edit_kill:: -- --ignored`
 //! (`WP_KILLS`, default 60; `WP_KILL_MAX_MIB`, the largest edit, default 3/4 of the file).
 
-mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -3,9 +3,10 @@
 //! (hard link, symlink out of the repo, read-only file, shape/dtype change, slice out of bounds,
 //! mask of the wrong shape, a full disk). Each refusal must name the tensor or file and leave
 //! every byte as it was. The edited bytes are checked against torch's output
-//! (fixtures/expected/edit, see tests/edit.rs).
+//! (fixtures/expected/edit, see tests/it/edit.rs).
 
-mod common;
+use crate::common;
+use common::tmpfs::Tmpfs;
 
 use std::fs;
 use std::os::fd::AsRawFd;
@@ -280,45 +281,15 @@ fn unsafe_targets_are_refused_with_the_reason() {
     assert_eq!(fs::read(&outside).unwrap(), before);
 }
 
-struct Mount(PathBuf);
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-fn free_bytes(dir: &Path) -> u64 {
-    let o = Command::new("df")
-        .args(["-B1", "--output=avail"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .nth(1)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// A disk without room for the journal (the pre-images of the changed ranges): refused before
 /// anything is written, the file untouched. Needs a small tmpfs (root), as commit_safety.rs.
 #[test]
 fn a_full_disk_refuses_the_edit_and_changes_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("small");
-    fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(&mnt)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+    let Some(disk) = Tmpfs::mount("4m") else {
         return;
-    }
-    let _guard = Mount(mnt.clone());
+    };
+    let mnt = disk.mnt.clone();
     // A 1 MiB F32 tensor, all of which the edit changes.
     let t = mnt.join("t.safetensors");
     let hdr = br#"{"w":{"dtype":"F32","shape":[256,1024],"data_offsets":[0,1048576]}}"#;
@@ -326,15 +297,14 @@ fn a_full_disk_refuses_the_edit_and_changes_nothing() {
     b.extend_from_slice(hdr);
     b.resize(b.len() + (1 << 20), 0x3f);
     fs::write(&t, &b).unwrap();
-    let ballast = free_bytes(&mnt).saturating_sub(512 * 1024);
-    fs::write(mnt.join("ballast"), vec![1u8; ballast as usize]).unwrap();
+    let ballast = disk.fill_to(512 * 1024);
     refused(&t, &["--set", "w=0"], 1, &["free"]);
     let left: Vec<_> = names(&mnt)
         .into_iter()
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(left.is_empty(), "side files left: {left:?}");
-    fs::remove_file(mnt.join("ballast")).unwrap();
+    fs::remove_file(ballast).unwrap();
     assert_eq!(code(&edit(&t, &["--set", "w=0"])), 0);
     assert!(fs::read(&t).unwrap()[b.len() - (1 << 20)..]
         .iter()

@@ -25,7 +25,7 @@
 //! `llama-embedding` on our f16 files is compared with its output on the reference's when
 //! `WEIGHTPORT_LLAMA_BIN` names a directory holding it (CI has no llama.cpp build).
 
-mod common;
+use crate::common;
 use common::arch::{self, copy_release, edit_json, expected, Case};
 use common::wp;
 use sha2::{Digest, Sha256};
@@ -122,10 +122,10 @@ fn encoder_one_pass_quant_equals_convert_then_llama_quantize() {
 /// llama.cpp's own embedding tool gives the same vectors for our f16 file as for the
 /// reference's (a byte-identical file: this runs llama.cpp's loader, tokenizer and graph on it).
 #[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn llama_embedding_on_our_f16_equals_the_reference() {
     let Some(bin) = std::env::var_os("WEIGHTPORT_LLAMA_BIN").map(PathBuf::from) else {
-        eprintln!("SKIPPED llama-embedding comparison: WEIGHTPORT_LLAMA_BIN is not set");
-        return;
+        panic!("WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools");
     };
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;

@@ -5,7 +5,7 @@
 //! edited target must equal it byte for byte), or the error torch raised (the edit must be
 //! refused with exit 1 or 2 naming the tensor, and the file left byte-identical).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

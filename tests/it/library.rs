@@ -2,7 +2,7 @@
 //! exit code the `weightport` binary prints with `--json` for the same arguments, reports progress
 //! to the caller's sink, and `--version` names the build's formats.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,7 +5,7 @@
 //! `.bin` repo becomes a safetensors repo equal to the checkpoint; the hostile corpus is
 //! refused by `convert` and `scan` with exit 3.
 
-mod common;
+use crate::common;
 use common::{fixtures, wp};
 
 use serde_json::Value;

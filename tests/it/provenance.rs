@@ -3,7 +3,7 @@
 //! computes them, outputs and attestations are the same at 1 and 2 threads on every run, and
 //! `verify --attestation` names a changed, a missing and an extra file.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! safe and hostile trees; failures), validates against its schema in `docs/json/`, with
 //! Python's `jsonschema` (CI's venv has it; elsewhere the test says it skipped).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,0 +1,32 @@
+//! The root integration tests: one binary (each former tests/*.rs is a module here), so the
+//! CLI and its dependencies link once instead of once per file.
+
+mod common;
+
+mod casts;
+mod cli;
+mod commit_safety;
+mod edit;
+mod edit_kill;
+mod edit_protocol;
+mod fanout;
+mod gguf;
+mod hf_gguf;
+mod hf_gguf_dense2;
+mod hf_gguf_dense3;
+mod hf_gguf_enc;
+mod hf_gguf_moe2;
+mod imatrix;
+mod interop;
+mod io_guard;
+mod jobs;
+mod json_schema;
+mod library;
+mod messages;
+mod nan_payloads;
+mod pickle;
+mod provenance;
+mod quality;
+mod scan;
+mod side_files;
+mod units;
