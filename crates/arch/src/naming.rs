@@ -7,7 +7,6 @@ use std::path::Path;
 use weightport_core::{CastRule, DType, Format};
 
 use crate::origin::SourceTensor;
-use crate::plan::OutType;
 
 /// The float conversions of the reference converter's `--outtype`: torch's `.to(float32)`
 /// of BF16 sources, then numpy's `astype(float16)` for F16 and gguf-py's numpy port of ggml's
@@ -79,6 +78,31 @@ pub fn dir_id(dir: &Path) -> Option<String> {
 /// for safetensors parts; a `.bin` part, read with torch.load, keeps the state dict's order).
 pub fn sorts_names(source: Format) -> bool {
     !matches!(source, Format::PytorchZip | Format::PytorchLegacy)
+}
+
+/// `--outtype` of the reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutType {
+    /// Everything F32 (`general.file_type` 0).
+    F32,
+    /// ≥2-D weights F16 (1).
+    F16,
+    /// ≥2-D weights BF16 (32).
+    Bf16,
+    /// ≥2-D weights Q8_0 (7); rows not a multiple of 32 fall back to F16.
+    Q8_0,
+}
+
+impl OutType {
+    /// `general.file_type`.
+    pub fn file_type(self) -> u32 {
+        match self {
+            OutType::F32 => 0,
+            OutType::F16 => 1,
+            OutType::Bf16 => 32,
+            OutType::Q8_0 => 7,
+        }
+    }
 }
 
 /// The reference's `--outtype` for a requested output type (`None`: its `auto`); a type the

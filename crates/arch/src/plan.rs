@@ -34,30 +34,7 @@ use crate::tokenizer;
 mod kvs;
 mod tensors;
 
-/// `--outtype` of the reference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutType {
-    /// Everything F32 (`general.file_type` 0).
-    F32,
-    /// ≥2-D weights F16 (1).
-    F16,
-    /// ≥2-D weights BF16 (32).
-    Bf16,
-    /// ≥2-D weights Q8_0 (7); rows not a multiple of 32 fall back to F16.
-    Q8_0,
-}
-
-impl OutType {
-    /// `general.file_type`.
-    pub fn file_type(self) -> u32 {
-        match self {
-            OutType::F32 => 0,
-            OutType::F16 => 1,
-            OutType::Bf16 => 32,
-            OutType::Q8_0 => 7,
-        }
-    }
-}
+pub use crate::naming::OutType;
 
 /// Options of [`plan`].
 #[derive(Debug, Clone)]

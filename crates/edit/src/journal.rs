@@ -28,7 +28,7 @@ use weightport_core::staging::{sync_dir, TempFile};
 use weightport_core::{shown, Error, IoCounter, Location, Result};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::target::{file_name, Target};
+use crate::target::{file_name, Target, REPO_SIDE};
 
 const MAGIC: &[u8; 8] = b"WPJRNL01";
 const END: &[u8; 8] = b"WPJEND01";
@@ -374,4 +374,14 @@ pub fn describe(j: &Journal) -> String {
         j.ranges.len(),
         names.join(", ")
     )
+}
+
+/// The journals that may cover `real` (a resolved file): its own, and its directory's (a repo
+/// edit).
+pub fn journals_for(real: &Path) -> [PathBuf; 2] {
+    let dir = real.parent().unwrap_or(Path::new("."));
+    [
+        dir.join(format!(".{}.wp-journal", file_name(real))),
+        dir.join(format!("{REPO_SIDE}.wp-journal")),
+    ]
 }

@@ -15,13 +15,13 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use weightport_core::staging::OutputLock;
 use weightport_core::{shown, Error, Result};
 
-use crate::target::{file_name, Target, REPO_SIDE};
+use crate::target::{file_name, open_rw, Target};
 
 static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -114,17 +114,6 @@ impl EditLock {
     }
 }
 
-/// Opens a target file for reading and writing, not following a symlink.
-pub fn open_rw(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| Error::io(path, "open for writing", e))
-}
-
 /// Refuses a descriptor that is not the file the target's header was read from.
 fn check_same(fd: &File, f: &crate::target::TargetFile) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
@@ -173,16 +162,6 @@ impl ReadGuard {
             _held: Held::File(f),
         }
     }
-}
-
-/// The journals that may cover `real` (a resolved file): its own, and its directory's (a repo
-/// edit).
-pub fn journals_for(real: &Path) -> [PathBuf; 2] {
-    let dir = real.parent().unwrap_or(Path::new("."));
-    [
-        dir.join(format!(".{}.wp-journal", file_name(real))),
-        dir.join(format!("{REPO_SIDE}.wp-journal")),
-    ]
 }
 
 /// Makes `path` safe to read and keeps it so: rolls back a killed edit's journal (recording a

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock};
 use weightport_core::{sanitize, shown, Error, Location, Result};
 
-use crate::journal::Journal;
-use crate::lock::{journals_for, open_rw};
+use crate::journal::{journals_for, Journal};
+use crate::target::open_rw;
 
 /// The journal of a killed edit that covers the resolved file `real`, if there is one.
 pub fn pending_for(real: &Path) -> Result<Option<PathBuf>> {

@@ -10,6 +10,7 @@
 //! changes a header or a file's size.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -415,4 +416,15 @@ fn read_layout(c: Container, f: &TargetFile, file: usize) -> Result<(u64, Vec<Pl
             Ok((g.data_start(), ts))
         }
     }
+}
+
+/// Opens a target file for reading and writing, not following a symlink.
+pub fn open_rw(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, "open for writing", e))
 }
