@@ -9,7 +9,7 @@ use weightport_engine::DtypeChoice;
 /// Move model weights between formats safely and fast.
 #[derive(Parser, Debug)]
 #[command(name = "weightport", version, long_version = long_version(), about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Print one JSON document on stdout instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -25,7 +25,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Convert, reshard or merge weights (verified, atomic).
     Convert(Box<ConvertArgs>),
     /// Show format, tensors, dtypes, shapes, metadata and sizes (reads headers only).
@@ -63,7 +63,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct EditArgs {
+pub(crate) struct EditArgs {
     /// A safetensors file, an HF repo of safetensors shards (directory or index), or a GGUF.
     #[arg(value_name = "TARGET")]
     pub target: PathBuf,
@@ -110,7 +110,7 @@ pub struct EditArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct DiffArgs {
+pub(crate) struct DiffArgs {
     /// A weights file, an index or an HF repo directory.
     #[arg(value_name = "A")]
     pub a: PathBuf,
@@ -128,7 +128,7 @@ pub struct DiffArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct DeltaArgs {
+pub(crate) struct DeltaArgs {
     /// The base file (safetensors or GGUF).
     #[arg(value_name = "OLD")]
     pub old: PathBuf,
@@ -144,7 +144,7 @@ pub struct DeltaArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct SliceArgs {
+pub(crate) struct SliceArgs {
     /// A weights file, an index or an HF repo directory (any format weightport reads).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
@@ -162,7 +162,7 @@ pub struct SliceArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The job file (TOML: `[defaults]`, `[[job]]` with `input` and `[[job.output]]`; see
     /// docs/jobs.md).
     #[arg(value_name = "JOB.toml")]
@@ -176,7 +176,7 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
     pub convert: ConvertArgs,
     /// Split the conversion into exactly N units.
@@ -205,7 +205,7 @@ pub struct PlanArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct UnitArgs {
+pub(crate) struct UnitArgs {
     /// The plan file `weightport plan` wrote.
     #[arg(value_name = "PLAN")]
     pub plan: PathBuf,
@@ -215,14 +215,14 @@ pub struct UnitArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct FinishArgs {
+pub(crate) struct FinishArgs {
     /// The plan file `weightport plan` wrote.
     #[arg(value_name = "PLAN")]
     pub plan: PathBuf,
 }
 
 #[derive(Args, Debug)]
-pub struct ScanArgs {
+pub(crate) struct ScanArgs {
     /// A file, or a directory to scan recursively (every file is sniffed by content;
     /// symlinks are followed under convert's rule).
     #[arg(value_name = "INPUT")]
@@ -235,7 +235,7 @@ pub struct ScanArgs {
 
 /// How `scan` reports.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanFormat {
+pub(crate) enum ScanFormat {
     /// A table.
     Text,
     /// One JSON document.
@@ -245,7 +245,7 @@ pub enum ScanFormat {
 }
 
 #[derive(Args, Debug)]
-pub struct ConvertArgs {
+pub(crate) struct ConvertArgs {
     /// Input files, an `*.index.json`, or an HF repo directory.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
@@ -314,7 +314,7 @@ pub struct ConvertArgs {
 
 /// GGUF outputs: llama-quantize's options.
 #[derive(Args, Debug, Clone, Default)]
-pub struct QuantArgs {
+pub(crate) struct QuantArgs {
     /// Quantize to this llama-quantize file type: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S,
     /// Q3_K_L, Q3_K_M, Q3_K_S, Q2_K, Q2_K_S, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_XS, IQ4_NL, IQ3_M,
     /// IQ3_S, IQ3_XS, IQ3_XXS, IQ2_M, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S (also F16, BF16, F32).
@@ -375,7 +375,7 @@ pub struct QuantArgs {
 
 /// How inputs are read (convert, inspect, verify).
 #[derive(Args, Debug, Clone, Default)]
-pub struct ReadArgs {
+pub(crate) struct ReadArgs {
     /// Input format instead of sniffing (still validated against the content).
     #[arg(long, value_name = "FORMAT")]
     pub from: Option<String>,
@@ -403,7 +403,7 @@ pub struct ReadArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// A weights file, an `*.index.json`, or an HF repo directory.
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
@@ -412,7 +412,7 @@ pub struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// A weights file, an `*.index.json`, or an HF repo directory.
     #[arg(value_name = "PATH")]
     pub path: PathBuf,

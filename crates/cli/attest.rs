@@ -70,7 +70,7 @@ fn file_sha256(path: &Path) -> Option<String> {
 
 /// The side files `a` asks for (`--attest`, `--report`), which the conversion checks with its
 /// output before writing anything.
-pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
+pub(crate) fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
     let side = |flag, p| SideFile::new(flag, p).replacing(a.force);
     let attest = a.attest.as_deref().map(|p| side("--attest", p));
     let report = a.report.as_deref().map(|p| side("--report", p));
@@ -80,7 +80,7 @@ pub fn side_files(a: &ConvertArgs) -> Vec<SideFile> {
 /// The locks of the side files of a conversion (none in a dry run): taken before the
 /// conversion checks them and held until they are written, so two runs writing one file do
 /// not both commit their outputs and then race at the rename.
-pub fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> {
+pub(crate) fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> {
     if opts.dry_run {
         return Ok(Vec::new());
     }
@@ -94,7 +94,7 @@ pub fn lock_side_files(opts: &ConvertOptions) -> Result<Vec<OutputLock>, Error> 
 /// Writes what `--attest` and `--report` asked for (`sides`, as the conversion checked them),
 /// after a committed conversion, atomically; `job` (the job file's output it was made as) goes
 /// into the recipe.
-pub fn write_outputs(
+pub(crate) fn write_outputs(
     a: &ConvertArgs,
     r: &ConvertReport,
     job: Option<Value>,
@@ -153,7 +153,7 @@ fn statement_of(doc: Value, file: &Path) -> Result<(Value, Option<usize>), Error
 
 /// `verify --attestation FILE DIR`: every subject's sha256, missing and extra files. `FILE`
 /// may be a statement or a DSSE envelope holding one (its signatures are not checked).
-pub fn verify(
+pub(crate) fn verify(
     a: &VerifyArgs,
     file: &Path,
     json: bool,

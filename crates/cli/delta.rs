@@ -10,7 +10,7 @@ use crate::args::DeltaArgs;
 use crate::output::{human, p};
 use crate::Failure;
 
-pub fn run(a: &DeltaArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn run(a: &DeltaArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let r = weightport_edit::patch::delta(&a.old, &a.new, &a.output, a.force)?;
     let recovered = weightport_edit::notices();
     if json {

@@ -11,7 +11,7 @@ use crate::args::DiffArgs;
 use crate::output::{open_one, p};
 use crate::Failure;
 
-pub fn run(a: &DiffArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn run(a: &DiffArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     for (name, v) in [("--atol", a.atol), ("--rtol", a.rtol)] {
         if v.is_some_and(|x| !(x >= 0.0 && x.is_finite())) {
             return Err(weightport_core::Error::Usage(format!(

@@ -48,7 +48,7 @@ fn ops_in_order(a: &EditArgs) -> Result<Vec<Op>, Error> {
     Ok(ops)
 }
 
-pub fn run(a: &EditArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn run(a: &EditArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     if a.recover {
         let texts = weightport_edit::recover(&a.target)?;
         let message = if texts.is_empty() {

@@ -8,7 +8,7 @@ use weightport_engine::mix::{self, QuantOptions};
 use weightport_engine::ConvertReport;
 
 /// The importance-matrix view of a `--quant` conversion.
-pub struct ImatrixView {
+pub(crate) struct ImatrixView {
     /// Per plan entry: `None` when it is not quantized, else whether it has data.
     pub per_tensor: Vec<Option<bool>>,
     /// The file as given, when there is one.
@@ -24,7 +24,7 @@ pub struct ImatrixView {
 }
 
 /// The view of `r` under `q`; `None` without `--quant`.
-pub fn view(q: Option<&QuantOptions>, r: &ConvertReport) -> Option<ImatrixView> {
+pub(crate) fn view(q: Option<&QuantOptions>, r: &ConvertReport) -> Option<ImatrixView> {
     let q = q?;
     let im = q.imatrix.as_deref().filter(|m| !m.weights.is_empty());
     let quantized: Vec<&str> = r
@@ -62,7 +62,7 @@ pub fn view(q: Option<&QuantOptions>, r: &ConvertReport) -> Option<ImatrixView> 
 }
 
 /// Bits per weight of a plan entry.
-pub fn bpw(bytes: u64, shape: &[u64]) -> f64 {
+pub(crate) fn bpw(bytes: u64, shape: &[u64]) -> f64 {
     let n: u64 = shape.iter().product();
     if n == 0 {
         0.0
@@ -73,7 +73,7 @@ pub fn bpw(bytes: u64, shape: &[u64]) -> f64 {
 
 impl ImatrixView {
     /// The `--json` document's `imatrix` member.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "file": self.file,
             "entries": self.entries,
@@ -84,7 +84,7 @@ impl ImatrixView {
     }
 
     /// Warning lines for the text summary.
-    pub fn lines(&self, dry_run: bool) -> Vec<String> {
+    pub(crate) fn lines(&self, dry_run: bool) -> Vec<String> {
         let mut v = Vec::new();
         let list = |xs: &[String]| {
             let shown: Vec<&str> = xs.iter().take(8).map(String::as_str).collect();

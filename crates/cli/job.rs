@@ -33,7 +33,7 @@ use crate::args::{Cli, Command, ConvertArgs};
 /// A size: bytes, or text as on the command line (`5GB`, `500MiB`).
 #[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
 #[serde(untagged)]
-pub enum Size {
+pub(crate) enum Size {
     Bytes(u64),
     Text(String),
 }
@@ -50,7 +50,7 @@ impl Size {
 /// `attest`/`report`: on/off (a default path beside the output) or a path.
 #[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
 #[serde(untagged)]
-pub enum Toggle {
+pub(crate) enum Toggle {
     On(bool),
     Path(String),
 }
@@ -58,14 +58,14 @@ pub enum Toggle {
 /// One path or several.
 #[derive(Deserialize, Debug, Clone)]
 #[serde(untagged)]
-pub enum OneOrMany {
+pub(crate) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
 
 /// What a key's value is, for reading `-o PATH:KEY=VALUE` as the job file reads the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `true`/`false`; a bare key is `true`.
     Switch,
     /// `true`/`false` or a path; a bare key is `true`.
@@ -108,30 +108,30 @@ impl OptionKind for Vec<String> {
 macro_rules! with_options {
     ($($(#[$m:meta])* $field:ident: $ty:ty,)*) => {
         /// Every option key of an output and what its value is (aliases not included).
-        pub const OPTION_KEYS: &[(&str, Kind)] =
+        pub(crate) const OPTION_KEYS: &[(&str, Kind)] =
             &[$((stringify!($field), <$ty as OptionKind>::KIND),)*];
 
         /// Every option an output can have (all unset by default).
         #[derive(Deserialize, Serialize, Debug, Clone, Default, PartialEq)]
         #[serde(deny_unknown_fields)]
-        pub struct Options { $($(#[$m])* pub $field: Option<$ty>,)* }
+        pub(crate) struct Options { $($(#[$m])* pub(crate) $field: Option<$ty>,)* }
 
         /// A `[[job]]`.
         #[derive(Deserialize, Debug)]
         #[serde(deny_unknown_fields)]
-        pub struct JobEntry {
-            pub input: Spanned<OneOrMany>,
+        pub(crate) struct JobEntry {
+            pub(crate) input: Spanned<OneOrMany>,
             #[serde(default)]
-            pub output: Vec<OutputEntry>,
-            $($(#[$m])* pub $field: Option<$ty>,)*
+            pub(crate) output: Vec<OutputEntry>,
+            $($(#[$m])* pub(crate) $field: Option<$ty>,)*
         }
 
         /// A `[[job.output]]`.
         #[derive(Deserialize, Debug)]
         #[serde(deny_unknown_fields)]
-        pub struct OutputEntry {
-            pub path: Spanned<String>,
-            $($(#[$m])* pub $field: Option<$ty>,)*
+        pub(crate) struct OutputEntry {
+            pub(crate) path: Spanned<String>,
+            $($(#[$m])* pub(crate) $field: Option<$ty>,)*
         }
 
         impl Options {
@@ -202,7 +202,7 @@ struct JobFile {
 
 /// One output of a job file, ready to run.
 #[derive(Debug)]
-pub struct PlannedOutput {
+pub(crate) struct PlannedOutput {
     /// 1-based job and output numbers.
     pub job: usize,
     pub output: usize,
@@ -221,7 +221,7 @@ pub struct PlannedOutput {
 
 impl PlannedOutput {
     /// `job N output M (PATH, line L)`.
-    pub fn label(&self, file: &Path) -> String {
+    pub(crate) fn label(&self, file: &Path) -> String {
         format!(
             "{}:{}: job {} output {} ({})",
             crate::output::p(file),
@@ -235,7 +235,7 @@ impl PlannedOutput {
 
 /// A parsed job file.
 #[derive(Debug)]
-pub struct Job {
+pub(crate) struct Job {
     pub file: PathBuf,
     /// Where what each output was made from is recorded (none for `convert` with several
     /// `-o`).
@@ -254,7 +254,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 
 /// Reads and checks `file`: its syntax, its keys, and every output's options (by convert's
 /// own parser). Nothing runs when any of it is wrong.
-pub fn load(file: &Path) -> Result<Job, Error> {
+pub(crate) fn load(file: &Path) -> Result<Job, Error> {
     let text = std::fs::read_to_string(file).map_err(|e| Error::io(file, "read", e))?;
     let parsed: JobFile = toml::from_str(&text).map_err(|e| {
         let at = e

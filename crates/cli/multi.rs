@@ -24,7 +24,7 @@ use crate::args::{Cli, Command, ConvertArgs};
 use crate::job::{Job, Kind, Options, PlannedOutput, OPTION_KEYS};
 
 /// Whether `a` names several outputs or options for one: it is then made by [`job_of`].
-pub fn is_multi(a: &ConvertArgs) -> bool {
+pub(crate) fn is_multi(a: &ConvertArgs) -> bool {
     a.outputs.len() > 1 || a.outputs.iter().any(|o| !matches!(split(o), Ok((_, None))))
 }
 
@@ -47,7 +47,7 @@ fn kind_of(key: &str) -> Option<Kind> {
 
 /// `PATH[:options]` → the path and its options (`None`: no option part), or why the options
 /// are refused (naming the key).
-pub fn split(spec: &Path) -> Result<(PathBuf, Option<Options>), String> {
+pub(crate) fn split(spec: &Path) -> Result<(PathBuf, Option<Options>), String> {
     let s = spec.to_string_lossy();
     let Some((path, tail)) = s.rsplit_once(':') else {
         return Ok((spec.to_path_buf(), None));
@@ -135,7 +135,7 @@ fn without_outputs(argv: &[OsString]) -> Vec<OsString> {
 
 /// The outputs of `a` as a job of one `[[job]]` (no state file: nothing is skipped, an
 /// existing output is refused as `convert` refuses it, unless `force`).
-pub fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
+pub(crate) fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
     let base = without_outputs(&a.argv);
     let mut outputs = Vec::new();
     for (k, spec) in a.outputs.iter().enumerate() {

@@ -22,17 +22,17 @@ use crate::args::{ConvertArgs, InspectArgs, QuantArgs, ReadArgs, VerifyArgs};
 use crate::Failure;
 
 /// The error document `{"ok": false, "error": {...}}`.
-pub fn error_json(kind: &str, message: &str, code: i32) -> String {
+pub(crate) fn error_json(kind: &str, message: &str, code: i32) -> String {
     json!({"ok": false, "error": {"kind": kind, "message": message, "exit_code": code}}).to_string()
 }
 
 /// Prints the error document on stdout.
-pub fn print_error_json(kind: &str, message: &str, code: i32) {
+pub(crate) fn print_error_json(kind: &str, message: &str, code: i32) {
     let _ = writeln!(std::io::stdout(), "{}", error_json(kind, message, code));
 }
 
 /// The `io` object of a `--json` document: what the job wrote, opened and synced.
-pub fn io_json(c: &IoCounts) -> Value {
+pub(crate) fn io_json(c: &IoCounts) -> Value {
     json!({
         "files": c.files,
         "writes": c.writes,
@@ -42,7 +42,7 @@ pub fn io_json(c: &IoCounts) -> Value {
     })
 }
 
-pub fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const U: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = bytes as f64;
     let mut u = 0;
@@ -57,7 +57,7 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
-pub fn p(path: &Path) -> String {
+pub(crate) fn p(path: &Path) -> String {
     sanitize(&path.display().to_string())
 }
 
@@ -70,7 +70,7 @@ fn paths(v: &[PathBuf]) -> Value {
 }
 
 /// Options that apply to every command.
-pub struct Global {
+pub(crate) struct Global {
     /// `--threads` and `--max-memory`, validated once.
     pub workers: Workers,
 }
@@ -90,7 +90,7 @@ fn open_request(r: &ReadArgs) -> OpenRequest {
 
 /// Opens one input (a file, an index or a repo) through the registry: the one call `diff` and
 /// `slice` make into the readers.
-pub fn open_one(path: &Path, read: &ReadArgs) -> Result<Input, Error> {
+pub(crate) fn open_one(path: &Path, read: &ReadArgs) -> Result<Input, Error> {
     open_inputs(
         std::slice::from_ref(&path.to_path_buf()),
         &open_request(read),
@@ -189,7 +189,11 @@ fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
 }
 
 /// The pipeline's options for `convert` arguments `a`.
-pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<ConvertOptions, Error> {
+pub(crate) fn convert_options(
+    a: &ConvertArgs,
+    g: &Global,
+    json: bool,
+) -> Result<ConvertOptions, Error> {
     let mut opts = ConvertOptions::new(a.inputs.clone(), a.output.clone());
     opts.to = a.to.clone();
     opts.shard_size = a.shard_size;
@@ -205,7 +209,7 @@ pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<Conver
     Ok(opts)
 }
 
-pub fn convert(
+pub(crate) fn convert(
     a: &ConvertArgs,
     g: &Global,
     json: bool,
@@ -515,7 +519,7 @@ fn meta_text(v: &MetaValue) -> String {
     }
 }
 
-pub fn meta_json(v: &MetaValue) -> Value {
+pub(crate) fn meta_json(v: &MetaValue) -> Value {
     match (v, long_array(v)) {
         (_, Some((elem, n))) => json!({"array_of": elem, "len": n}),
         (MetaValue::Str(s), _) => Value::String(s.clone()),
@@ -523,7 +527,7 @@ pub fn meta_json(v: &MetaValue) -> Value {
     }
 }
 
-pub fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn inspect(a: &InspectArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let input = open_inputs(std::slice::from_ref(&a.input), &open_request(&a.read))?;
     if json {
         writeln!(out, "{}", inspect_json(&input))?;
@@ -638,7 +642,7 @@ fn quality_json(q: weightport_engine::Quality) -> Value {
            "weighted_rmse": q.weighted_rmse, "weighted_max_abs_error": q.weighted_max_abs})
 }
 
-pub fn verify(
+pub(crate) fn verify(
     a: &VerifyArgs,
     json: bool,
     bar: &dyn Progress,

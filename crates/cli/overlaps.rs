@@ -52,7 +52,7 @@ fn object(job: &Job, w: &Written) -> String {
 }
 
 /// Refuses outputs and side files of `job` that overlap, or side files at an input's place.
-pub fn refuse(job: &Job) -> Result<(), Error> {
+pub(crate) fn refuse(job: &Job) -> Result<(), Error> {
     let outputs: Vec<Written> = job
         .outputs
         .iter()

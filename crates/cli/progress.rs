@@ -8,14 +8,14 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use weightport_engine::Progress;
 
 /// Draws one bar per phase.
-pub struct Bar {
+pub(crate) struct Bar {
     bar: Mutex<Option<ProgressBar>>,
     enabled: bool,
 }
 
 impl Bar {
     /// A bar that draws only when stderr is a terminal.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Bar {
             bar: Mutex::new(None),
             enabled: std::io::stderr().is_terminal(),

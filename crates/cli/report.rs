@@ -23,7 +23,7 @@ fn esc(s: &str) -> String {
 }
 
 /// The layer a tensor belongs to (`blk.3.…`, `model.layers.3.…`), if its name says.
-pub fn layer_of(name: &str) -> Option<u64> {
+pub(crate) fn layer_of(name: &str) -> Option<u64> {
     let parts: Vec<&str> = name.split('.').collect();
     parts.windows(2).find_map(|w| {
         matches!(w[0], "blk" | "layers" | "layer" | "h" | "block" | "blocks")
@@ -132,7 +132,7 @@ fn table(rows: &[&TransformReport]) -> String {
 }
 
 /// The page.
-pub fn html(r: &ConvertReport) -> String {
+pub(crate) fn html(r: &ConvertReport) -> String {
     let rows: Vec<&TransformReport> = r
         .transforms
         .iter()

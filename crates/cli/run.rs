@@ -394,7 +394,7 @@ struct Group {
 }
 
 /// What one group's read took: the outputs it fed (indices in the job), bytes per input file.
-pub struct GroupRead {
+pub(crate) struct GroupRead {
     outputs: Vec<usize>,
     read_bytes: u64,
     files: Vec<(PathBuf, u64)>,
@@ -518,7 +518,7 @@ fn convert_members(
 }
 
 /// `weightport run JOB.toml`.
-pub fn run(
+pub(crate) fn run(
     a: &RunArgs,
     global: &Global,
     json: bool,
@@ -530,7 +530,7 @@ pub fn run(
 }
 
 /// Makes (or with `dry_run`, plans) every output of `job`; `force` replaces existing outputs.
-pub fn run_job(
+pub(crate) fn run_job(
     job: &Job,
     (dry_run, force): (bool, bool),
     global: &Global,

@@ -14,7 +14,7 @@ use crate::output::{meta_json, p};
 use crate::Failure;
 
 /// Runs the scan and prints it; exit 3 unless every file is safe and none was left unread.
-pub fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let outcome = weightport_scan::scan(&a.input)?;
     let format = if json && a.format == ScanFormat::Text {
         ScanFormat::Json

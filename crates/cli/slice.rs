@@ -11,7 +11,7 @@ use crate::args::SliceArgs;
 use crate::output::{open_one, p};
 use crate::Failure;
 
-pub fn run(a: &SliceArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn run(a: &SliceArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let sel = Selection::parse(&a.selection).map_err(Error::Usage)?;
     let input = open_one(&a.input, &a.read)?;
     let s = weightport_edit::slice::slice(input.source.as_ref(), &sel, &a.output, a.force)?;

@@ -38,14 +38,14 @@ const RACY_NS: i128 = 2_000_000_000;
 
 /// The job's state file: per output path, the record of the run that made it.
 #[derive(Serialize, Deserialize, Default)]
-pub struct State {
+pub(crate) struct State {
     version: u32,
     pub outputs: BTreeMap<String, Record>,
 }
 
 /// What made an output, and what it is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Record {
+pub(crate) struct Record {
     pub recipe: Value,
     /// Every input file the output was made from, with its sha256.
     pub inputs: Vec<InputFile>,
@@ -61,14 +61,14 @@ pub struct Record {
 
 /// A file by content.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Material {
+pub(crate) struct Material {
     pub path: PathBuf,
     pub sha256: String,
 }
 
 /// What `stat` tells of a file, enough to show it unchanged without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     size: u64,
     mtime_ns: i128,
     ctime_ns: i128,
@@ -78,7 +78,7 @@ pub struct Stat {
 /// An input file as recorded: its stat when recorded, and its sha256 (none when it changed
 /// while it was hashed: then it is never taken as unchanged).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct InputFile {
+pub(crate) struct InputFile {
     pub path: PathBuf,
     size: u64,
     mtime_ns: i128,
@@ -94,7 +94,7 @@ pub struct InputFile {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FileDigest {
+pub(crate) struct FileDigest {
     pub name: String,
     pub sha256: String,
 }
@@ -106,7 +106,7 @@ fn now_ns() -> i128 {
 
 /// The stat of the file at `path` (symlinks followed: the content is what counts), `None` when
 /// it is not a readable regular file.
-pub fn stat_of(path: &Path) -> Option<Stat> {
+pub(crate) fn stat_of(path: &Path) -> Option<Stat> {
     let m = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
     Some(Stat {
         size: m.size(),
@@ -147,7 +147,7 @@ impl InputFile {
 /// The sha256 of input files hashed in this run, with the stat each had (the same before and
 /// after it was read).
 #[derive(Default)]
-pub struct Hashes(BTreeMap<PathBuf, (Stat, String)>);
+pub(crate) struct Hashes(BTreeMap<PathBuf, (Stat, String)>);
 
 impl Hashes {
     /// The sha256 of `path` as it is now; `None` when it cannot be read or changed while read.
@@ -166,7 +166,7 @@ impl Hashes {
     /// Takes the sha256 of the materials of the in-toto statement at `file` (written just now
     /// by this run, which hashed them after the commit) for the files whose stat is what it
     /// is now: those need not be read again.
-    pub fn seed_from_statement(&mut self, file: &Path) {
+    pub(crate) fn seed_from_statement(&mut self, file: &Path) {
         let Ok(text) = std::fs::read(file) else {
             return;
         };
@@ -187,7 +187,11 @@ impl Hashes {
     }
 
     /// Hashes `paths` not yet hashed at their current stat, several at once.
-    pub fn fill(&mut self, paths: &BTreeSet<PathBuf>, workers: &Workers) -> Result<(), Error> {
+    pub(crate) fn fill(
+        &mut self,
+        paths: &BTreeSet<PathBuf>,
+        workers: &Workers,
+    ) -> Result<(), Error> {
         let todo: Vec<(PathBuf, Stat)> = paths
             .iter()
             .filter_map(|p| Some((p.clone(), stat_of(p)?)))
@@ -206,7 +210,7 @@ impl Hashes {
 
 /// Every input file output `o` names: its input files, the top-level files of an input
 /// directory (dot files excepted), its importance matrix.
-pub fn listing(o: &PlannedOutput) -> Vec<PathBuf> {
+pub(crate) fn listing(o: &PlannedOutput) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for i in &o.args.inputs {
         match std::fs::read_dir(i) {
@@ -227,7 +231,7 @@ pub fn listing(o: &PlannedOutput) -> Vec<PathBuf> {
 }
 
 /// The stat of every file of `o`'s listing, taken before it is made.
-pub fn stats_before(o: &PlannedOutput) -> BTreeMap<PathBuf, Stat> {
+pub(crate) fn stats_before(o: &PlannedOutput) -> BTreeMap<PathBuf, Stat> {
     listing(o)
         .into_iter()
         .filter_map(|f| Some((f.clone(), stat_of(&f)?)))
@@ -237,7 +241,7 @@ pub fn stats_before(o: &PlannedOutput) -> BTreeMap<PathBuf, Stat> {
 /// `Ok(None)` when every input of `rec` is unchanged as `o` lists them now, `Ok(Some(inputs))`
 /// when they are but some had to be hashed to show it (the record's stats, refreshed), else
 /// why not.
-pub fn inputs_hold(
+pub(crate) fn inputs_hold(
     rec: &Record,
     o: &PlannedOutput,
     hashes: &mut Hashes,
@@ -268,7 +272,7 @@ pub fn inputs_hold(
 /// The input files of an output just made (its listing and every file the conversion read),
 /// each with the stat it had before (`before`) and its sha256 when the file was hashed at that
 /// stat (`hashes`, filled after the conversion).
-pub fn inputs_made(
+pub(crate) fn inputs_made(
     listed: &BTreeMap<PathBuf, Stat>,
     read: &[PathBuf],
     hashes: &Hashes,
@@ -287,7 +291,7 @@ pub fn inputs_made(
 }
 
 /// The job file by content.
-pub fn job_material(job: &Job) -> Option<Material> {
+pub(crate) fn job_material(job: &Job) -> Option<Material> {
     let sha256 = sha256_file(&job.file).ok()?;
     Some(Material {
         path: std::path::absolute(&job.file).unwrap_or_else(|_| job.file.clone()),
@@ -354,7 +358,7 @@ fn never_replaced(job: &Job) -> Vec<(PathBuf, String, bool)> {
 /// Refuses a state path that is (or lies in) the job file, an output, a statement, a report
 /// or an input (but for a dot file in an input directory); and an existing file that is not a
 /// job state, unless `force`.
-pub fn check_path(job: &Job, force: bool) -> Result<(), Error> {
+pub(crate) fn check_path(job: &Job, force: bool) -> Result<(), Error> {
     let Some(state) = &job.state else {
         return Ok(());
     };
@@ -386,7 +390,7 @@ pub fn check_path(job: &Job, force: bool) -> Result<(), Error> {
 }
 
 /// Reads the state at `path` (none yet: empty).
-pub fn load(path: &Path) -> Result<State, Error> {
+pub(crate) fn load(path: &Path) -> Result<State, Error> {
     let text = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(State::default()),
@@ -406,7 +410,7 @@ pub fn load(path: &Path) -> Result<State, Error> {
 /// a temp file beside it, fsynced, renamed into place, the directory fsynced. `made` are the
 /// files of this run's outputs: the state never replaces one of them. `force`: a file there
 /// that is not a job state is replaced.
-pub fn update(
+pub(crate) fn update(
     path: &Path,
     force: bool,
     made: &[PathBuf],

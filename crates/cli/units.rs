@@ -18,7 +18,7 @@ use crate::output::{convert_options, human, io_json, p, Global};
 use crate::Failure;
 
 /// Keeps the command line of `plan` (after the program name) for the plan file.
-pub fn keep_argv(mut cli: Cli, argv: &[OsString]) -> Cli {
+pub(crate) fn keep_argv(mut cli: Cli, argv: &[OsString]) -> Cli {
     match &mut cli.command {
         Command::Plan(a) => {
             a.argv = argv
@@ -73,7 +73,7 @@ fn plan_options(plan: &UnitPlan, g: &Global) -> Result<ConvertOptions, Error> {
     options_of(&a.convert, plan.inputs.clone(), plan.output.clone(), g)
 }
 
-pub fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub(crate) fn plan(a: &PlanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
     let c = &a.convert;
     if c.outputs.len() > 1 {
         return Err(Error::Usage("plan: one -o (a plan makes one output)".into()).into());
@@ -177,7 +177,7 @@ fn unit_index(a: &UnitArgs) -> Result<(usize, String), Error> {
     ))
 }
 
-pub fn unit(
+pub(crate) fn unit(
     a: &UnitArgs,
     g: &Global,
     json: bool,
@@ -226,7 +226,7 @@ pub fn unit(
     Ok(())
 }
 
-pub fn finish(
+pub(crate) fn finish(
     a: &FinishArgs,
     g: &Global,
     json: bool,

@@ -695,8 +695,6 @@ fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-/// The bytes free on the file system of `dir` (`df`).
-
 /// Runs the weightport binary with at most 256 open descriptors (`ulimit -n 256` sets the soft
 /// and the hard limit).
 fn wp_with_256_fds(args: &[&str]) -> Output {

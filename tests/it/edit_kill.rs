@@ -9,7 +9,6 @@
 //! `WP_KILL_MIB=1024 WP_KILL_DIR=/work/scratch/x cargo test --release --test it edit_kill:: -- --ignored`
 //! (`WP_KILLS`, default 60; `WP_KILL_MAX_MIB`, the largest edit, default 3/4 of the file).
 
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -11,7 +11,7 @@ use common::tmpfs::Tmpfs;
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{fixtures, wp};
 use serde_json::Value;
@@ -280,7 +280,6 @@ fn unsafe_targets_are_refused_with_the_reason() {
     assert!(err(&o).contains("symlink"), "{}", err(&o));
     assert_eq!(fs::read(&outside).unwrap(), before);
 }
-
 
 /// A disk without room for the journal (the pre-images of the changed ranges): refused before
 /// anything is written, the file untouched. Needs a small tmpfs (root), as commit_safety.rs.

@@ -125,7 +125,9 @@ fn encoder_one_pass_quant_equals_convert_then_llama_quantize() {
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn llama_embedding_on_our_f16_equals_the_reference() {
     let Some(bin) = std::env::var_os("WEIGHTPORT_LLAMA_BIN").map(PathBuf::from) else {
-        panic!("WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools");
+        panic!(
+            "WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools"
+        );
     };
     let tmp = tempfile::tempdir().unwrap();
     let mut n = 0;

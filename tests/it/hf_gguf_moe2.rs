@@ -151,7 +151,9 @@ fn moe2_views_in_small_chunks_are_the_same_file() {
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn moe2_llama_simple_continues_like_the_reference() {
     let Some(bin) = std::env::var_os("WEIGHTPORT_LLAMA_BIN").map(PathBuf::from) else {
-        panic!("WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools");
+        panic!(
+            "WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools"
+        );
     };
     let tmp = tempfile::tempdir().unwrap();
     for (name, e) in expected().as_object().unwrap() {

@@ -735,7 +735,6 @@ fn plan_file_offsets_are_those_of_the_convert_output() {
     }
 }
 
-
 fn staged_names(job: &Job) -> Vec<String> {
     names_in(&job.staging())
         .into_iter()

@@ -31,7 +31,7 @@ use weightport_arch::mix::{self, TypedTensor};
 use weightport_arch::naming;
 
 /// What the architecture plan adds to a job.
-pub struct ArchJob {
+pub(crate) struct ArchJob {
     /// Tensors computed from the hyper-parameters (Llama 3's `rope_freqs.weight`), as F32 bytes;
     /// the output plan refers to them as source tensors after the release's own.
     pub generated: Vec<(TensorInfo, Vec<u8>)>,
@@ -75,7 +75,7 @@ fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
 }
 
 /// Plans the conversion of the release at `dir` (opened as `source`) by its architecture.
-pub fn build(
+pub(crate) fn build(
     source: &dyn TensorSource,
     dir: &Path,
     opts: &TransformOptions,
@@ -457,7 +457,7 @@ fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str
 }
 
 /// A source plus tensors computed in memory (appended after the source's own).
-pub struct WithGenerated<'a> {
+pub(crate) struct WithGenerated<'a> {
     inner: &'a dyn TensorSource,
     tensors: Vec<TensorInfo>,
     data: Vec<Vec<u8>>,
@@ -466,7 +466,7 @@ pub struct WithGenerated<'a> {
 
 impl<'a> WithGenerated<'a> {
     /// `inner`'s tensors followed by `generated` (computed from `origin`, e.g. a config.json).
-    pub fn new(
+    pub(crate) fn new(
         inner: &'a dyn TensorSource,
         generated: Vec<(TensorInfo, Vec<u8>)>,
         origin: PathBuf,

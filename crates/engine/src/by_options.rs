@@ -18,11 +18,11 @@ use crate::transform::quality::narrowing;
 use crate::transform::quantize::{Dequantize, Quantize, Requantize};
 use weightport_arch::mix::{self, TypedTensor};
 
-pub use crate::transform::Transform;
+pub(crate) use crate::transform::Transform;
 
 /// One output tensor.
 #[derive(Clone)]
-pub struct TensorRecipe {
+pub(crate) struct TensorRecipe {
     /// Name, dtype, shape and byte length as written.
     pub info: TensorInfo,
     /// Source tensor indices it reads.
@@ -276,7 +276,7 @@ fn quantize_op(
 /// `--dtype`, and what the output format can store: block types are dequantized to F32, or to
 /// `--dtype`, for formats that cannot hold them), the operation (its float conversions under
 /// the output format's `rule`), and the order.
-pub fn build(
+pub(crate) fn build(
     source: &dyn TensorSource,
     opts: &TransformOptions,
     stores: fn(DType) -> bool,
@@ -360,7 +360,7 @@ fn in_file(e: Error, source: &dyn TensorSource, i: usize) -> Error {
 /// (`split.*` removed, `general.quantization_version` and `general.file_type` set last); a
 /// model-file output (`OutputFormat::by_architecture`) always names an architecture (`--arch`,
 /// else the source's, else `generic`).
-pub fn output_metadata(
+pub(crate) fn output_metadata(
     source: &dyn TensorSource,
     opts: &TransformOptions,
     names_architecture: bool,

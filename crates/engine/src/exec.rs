@@ -58,7 +58,7 @@ impl Progress for NoProgress {}
 
 /// The hashes a run produced.
 #[derive(Debug, Clone)]
-pub struct Hashes {
+pub(crate) struct Hashes {
     /// Per output tensor: the content hash of the bytes written.
     pub out: Vec<ContentHash>,
     /// Per output tensor with a lossless transform: the hash of the input bytes, cut into
@@ -76,28 +76,28 @@ pub(crate) struct Buffers {
 /// Bytes of input tensor data taken from a source (mapped slices handed to a chunk, or
 /// `read_into` fills), per tensor of the opened input: what proves a shared read reads once.
 /// Tensors generated in memory (index past the input's) are not counted.
-pub struct Reads(Vec<AtomicU64>);
+pub(crate) struct Reads(Vec<AtomicU64>);
 
 impl Reads {
     /// A counter for an input of `tensors` tensors.
-    pub fn new(tensors: usize) -> Reads {
+    pub(crate) fn new(tensors: usize) -> Reads {
         Reads((0..tensors).map(|_| AtomicU64::new(0)).collect())
     }
 
     /// Counts `n` bytes of tensor `i`.
-    pub fn add(&self, i: usize, n: u64) {
+    pub(crate) fn add(&self, i: usize, n: u64) {
         if let Some(c) = self.0.get(i) {
             c.fetch_add(n, Ordering::Relaxed);
         }
     }
 
     /// Bytes taken in all.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     /// Bytes taken per input file of `source` (the opened input), in the source's file order.
-    pub fn by_file(&self, source: &dyn TensorSource) -> Vec<(PathBuf, u64)> {
+    pub(crate) fn by_file(&self, source: &dyn TensorSource) -> Vec<(PathBuf, u64)> {
         let mut v: Vec<(PathBuf, u64)> = source.files().into_iter().map(|f| (f, 0)).collect();
         for (i, c) in self.0.iter().enumerate() {
             let f = source.file_of(i);
@@ -140,12 +140,12 @@ impl Ctx<'_> {
 }
 
 /// The leaf (chunk) size of an output tensor.
-pub fn leaf_of(o: &TensorRecipe, base: u64) -> u64 {
+pub(crate) fn leaf_of(o: &TensorRecipe, base: u64) -> u64 {
     hash::leaf_bytes(o.info.dtype, base)
 }
 
 /// Bytes one worker holds at most for `outs` (output chunk + input staging or mapped chunk).
-pub fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], base: u64) -> u64 {
+pub(crate) fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], base: u64) -> u64 {
     outs.iter()
         .map(|o| {
             let leaf = leaf_of(o, base).min(o.info.byte_len.max(1));
@@ -165,7 +165,7 @@ pub fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], base: u64)
 
 /// Runs `outs` over `source`, calling `emit(k, offset, bytes)` for every chunk of output tensor
 /// `k`, with chunks of `base`-sized leaves. Runs on the current rayon pool.
-pub fn run<F>(
+pub(crate) fn run<F>(
     source: &dyn TensorSource,
     outs: &[TensorRecipe],
     base: u64,
@@ -180,7 +180,7 @@ where
 }
 
 /// [`run`], counting the input bytes taken in `reads`.
-pub fn run_counted<F>(
+pub(crate) fn run_counted<F>(
     source: &dyn TensorSource,
     outs: &[TensorRecipe],
     base: u64,
@@ -550,7 +550,7 @@ pub fn hash_source(source: &dyn TensorSource, progress: &dyn Progress) -> Result
 }
 
 /// Every tensor of `source` unchanged.
-pub fn identity_plan(source: &dyn TensorSource) -> Vec<TensorRecipe> {
+pub(crate) fn identity_plan(source: &dyn TensorSource) -> Vec<TensorRecipe> {
     source
         .tensors()
         .iter()

@@ -16,7 +16,7 @@ use crate::workers::{pool_of, Workers};
 
 /// Content hashes of the source tensors `outs` read: the output's own hash where the output
 /// is an unchanged copy hashed with the same leaves, else one more pass over those tensors.
-pub fn source_hashes(
+pub(crate) fn source_hashes(
     source: &dyn TensorSource,
     outs: &[TensorRecipe],
     hashes: &Hashes,
@@ -50,7 +50,7 @@ pub fn source_hashes(
 }
 
 /// Per output tensor: what it is and what it was computed from.
-pub fn tensors_of(
+pub(crate) fn tensors_of(
     source: &dyn TensorSource,
     outs: &[TensorRecipe],
     hashes: &Hashes,

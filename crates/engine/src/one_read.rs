@@ -33,11 +33,11 @@ use crate::exec::{
 };
 
 /// Windows resident at most at once.
-pub const AHEAD: usize = 4;
+pub(crate) const AHEAD: usize = 4;
 
 /// One output of a shared run: the source it reads (the opened input, or the input followed by
 /// tensors generated for it) and its planned tensors.
-pub struct Output<'a> {
+pub(crate) struct Output<'a> {
     /// The opened input, possibly with generated tensors after its own.
     pub source: &'a dyn TensorSource,
     /// Output tensors.
@@ -66,7 +66,7 @@ struct Window {
 /// ones of every output's source), calling `emit(p, k, offset, bytes)` for chunk bytes of
 /// tensor `k` of output `p`. Returns each output's hashes, or the error that stopped it (the
 /// other outputs go on); only an interruption stops them all. Runs on the current rayon pool.
-pub fn run_one_read<F>(
+pub(crate) fn run_one_read<F>(
     input_tensors: usize,
     outputs: &[Output],
     base: u64,

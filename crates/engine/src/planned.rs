@@ -21,10 +21,10 @@ enum Src<'s> {
 
 /// What an architecture plan adds to the report: the architecture, the source tensors it
 /// drops, and per output tensor the source name it comes from.
-pub type ArchReport = (String, Vec<(String, String)>, Vec<Option<String>>);
+pub(crate) type ArchReport = (String, Vec<(String, String)>, Vec<Option<String>>);
 
 /// A planned output: its source, tensors, metadata and output plan.
-pub struct Planned<'s> {
+pub(crate) struct Planned<'s> {
     src: Src<'s>,
     /// Tensors of the opened input (the source's first tensors; generated ones follow).
     pub input_tensors: usize,
@@ -50,7 +50,7 @@ pub struct Planned<'s> {
 
 impl Planned<'_> {
     /// The tensors read (with the architecture's generated tensors after the input's own).
-    pub fn source(&self) -> &dyn TensorSource {
+    pub(crate) fn source(&self) -> &dyn TensorSource {
         match &self.src {
             Src::Plain(s) => *s,
             Src::Generated(g) => g,
@@ -58,7 +58,7 @@ impl Planned<'_> {
     }
 
     /// The output request the plan and the sink are made from.
-    pub fn request<'r>(&'r self, opts: &'r ConvertOptions) -> OutputRequest<'r> {
+    pub(crate) fn request<'r>(&'r self, opts: &'r ConvertOptions) -> OutputRequest<'r> {
         let what = (self.source_format, self.float_dtype);
         request_of(
             opts,
@@ -134,7 +134,7 @@ fn by_options<'s>(
 
 /// Plans the conversion of `source` (opened from `opts.inputs` with `route`'s request;
 /// `repo_dir` its repo directory) into `opts.output`, on the route decided for it.
-pub fn plan<'s>(
+pub(crate) fn plan<'s>(
     source: &'s dyn TensorSource,
     repo_dir: Option<&'s Path>,
     opts: &ConvertOptions,

@@ -22,7 +22,7 @@ use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock, TempFile}
 use weightport_core::{shown, Error, FinishedFile, IoCounter, Result, WrittenFile};
 
 /// A prepared output: locked, checked, with the list of what the commit will remove.
-pub struct Prepared {
+pub(crate) struct Prepared {
     lock: Option<OutputLock>,
     created_dir: Option<PathBuf>,
     /// Files `--force` removes after publishing (stale shards, an old index).
@@ -63,7 +63,7 @@ fn lock_path(plan: &OutputPlan, target: &Path) -> PathBuf {
 }
 
 /// Free bytes and block size of the filesystem holding `path` (or its nearest ancestor).
-pub fn fs_space(path: &Path) -> Option<(u64, u64)> {
+pub(crate) fn fs_space(path: &Path) -> Option<(u64, u64)> {
     let mut p = path;
     while !p.exists() {
         p = p.parent()?;
@@ -113,7 +113,12 @@ fn names_in(dir: &Path) -> Vec<String> {
 
 /// Locks and checks the output of `plan`. In a dry run nothing is created or removed, but every
 /// refusal the real run would give is given.
-pub fn prepare(plan: &OutputPlan, target: &Path, force: bool, dry_run: bool) -> Result<Prepared> {
+pub(crate) fn prepare(
+    plan: &OutputPlan,
+    target: &Path,
+    force: bool,
+    dry_run: bool,
+) -> Result<Prepared> {
     check_target_kind(plan, target)?;
     let mut p = Prepared {
         lock: None,
@@ -293,7 +298,7 @@ fn recover(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// What a commit published.
-pub struct Committed {
+pub(crate) struct Committed {
     /// Weights files.
     pub files: Vec<WrittenFile>,
     /// Extra files (index, companions).
@@ -305,7 +310,7 @@ pub struct Committed {
 /// Publishes a job: extras are staged first (any failure leaves the old output untouched), then
 /// everything is renamed in order (see the module docs). The extras' and the journal's writes,
 /// opens and syncs are counted in `io`.
-pub fn commit(
+pub(crate) fn commit(
     prepared: Prepared,
     plan: &OutputPlan,
     weights: Vec<FinishedFile>,

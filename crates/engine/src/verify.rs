@@ -32,7 +32,7 @@ fn fail(path: &std::path::Path, tensor: Option<&str>, reason: String) -> Error {
 
 /// Verifies one staged file of a job (`outs[i]` hashed `hashes` when written; `sources` are the
 /// source's tensors, for lossless operations).
-pub fn verify_staged(
+pub(crate) fn verify_staged(
     file: &StagedFile,
     outs: &[TensorRecipe],
     hashes: &Hashes,

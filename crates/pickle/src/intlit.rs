@@ -5,7 +5,7 @@
 //! forms to stop a reader that knows only decimal ahead of its payload.
 
 /// The value, when `s` is a literal that fits `i64` under either rule.
-pub fn parse(s: &str) -> Option<i64> {
+pub(crate) fn parse(s: &str) -> Option<i64> {
     strtol_base0(s).or_else(|| python_int_base0(s))
 }
 

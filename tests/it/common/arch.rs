@@ -10,13 +10,13 @@ use sha2::{Digest, Sha256};
 use super::{fixtures, wp};
 
 /// fixtures/expected/arch/`file`: what a generator recorded from the reference.
-pub fn expected(file: &str) -> Value {
+pub(crate) fn expected(file: &str) -> Value {
     serde_json::from_slice(&std::fs::read(fixtures().join("expected/arch").join(file)).unwrap())
         .unwrap()
 }
 
 /// The sha256 the reference recorded for the tiny Llama release quantized to `quant`.
-pub fn reference(quant: &str) -> String {
+pub(crate) fn reference(quant: &str) -> String {
     expected("files.json")["llama"]["quantized"][quant]["sha256"]
         .as_str()
         .unwrap()
@@ -24,12 +24,12 @@ pub fn reference(quant: &str) -> String {
 }
 
 /// A tiny release of fixtures/good/arch.
-pub fn release(name: &str) -> PathBuf {
+pub(crate) fn release(name: &str) -> PathBuf {
     fixtures().join("good/arch").join(name)
 }
 
 /// Copies directory `from` to `to`, subdirectories (sentence-transformers modules) included.
-pub fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let p = e.unwrap().path();
@@ -44,30 +44,30 @@ pub fn copy_tree(from: &Path, to: &Path) {
 
 /// A writable copy of release `name` in `tmp/dir_name` (the directory name becomes
 /// `general.name`).
-pub fn copy_release(name: &str, tmp: &Path, dir_name: &str) -> PathBuf {
+pub(crate) fn copy_release(name: &str, tmp: &Path, dir_name: &str) -> PathBuf {
     let dir = tmp.join(dir_name);
     copy_tree(&release(name), &dir);
     dir
 }
 
 /// Rewrites the JSON object in `path` with `edit` applied (pretty-printed).
-pub fn edit_json(path: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
+pub(crate) fn edit_json(path: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
     let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     edit(v.as_object_mut().unwrap());
     std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
 
 /// Rewrites `dir`/config.json with `edit` applied.
-pub fn edit_config(dir: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
+pub(crate) fn edit_config(dir: &Path, edit: impl FnOnce(&mut Map<String, Value>)) {
     edit_json(&dir.join("config.json"), edit);
 }
 
-pub fn sha_file(p: &Path) -> String {
+pub(crate) fn sha_file(p: &Path) -> String {
     format!("{:x}", Sha256::digest(std::fs::read(p).unwrap()))
 }
 
 /// `weightport convert SRC -o OUT [--pre-tokenizer PRE] EXTRA…`, whatever its outcome.
-pub fn convert_output(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) -> Output {
+pub(crate) fn convert_output(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) -> Output {
     let mut args = vec![
         "convert",
         src.to_str().unwrap(),
@@ -82,7 +82,7 @@ pub fn convert_output(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str])
 }
 
 /// [`convert_output`], which must succeed.
-pub fn convert(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) {
+pub(crate) fn convert(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) {
     let o = convert_output(src, out, pre, extra);
     assert!(
         o.status.success(),
@@ -94,7 +94,7 @@ pub fn convert(src: &Path, out: &Path, pre: Option<&str>, extra: &[&str]) {
 
 /// One release to compare: its directory, its name in the expected file, the pre-tokenizer name
 /// the generator gave the reference, and its entry of the expected file.
-pub struct Case {
+pub(crate) struct Case {
     pub dir: PathBuf,
     pub name: String,
     pub pre: Option<String>,
@@ -102,7 +102,7 @@ pub struct Case {
 }
 
 /// The committed releases of `expected`, each with the pre-tokenizer `pre` names for it.
-pub fn cases(expected: &Value, pre: impl Fn(&str, &Value) -> Option<String>) -> Vec<Case> {
+pub(crate) fn cases(expected: &Value, pre: impl Fn(&str, &Value) -> Option<String>) -> Vec<Case> {
     let releases = expected.as_object().unwrap();
     releases
         .iter()
@@ -118,7 +118,7 @@ pub fn cases(expected: &Value, pre: impl Fn(&str, &Value) -> Option<String>) -> 
 /// Converts each case once per entry of its `section` (the entry's key becomes the flags `args`
 /// gives; a case without the section is skipped) and compares the whole file with the
 /// reference's sha256; returns `"name key"` for each file compared.
-pub fn against(
+pub(crate) fn against(
     cases: &[Case],
     section: &str,
     args: fn(&str) -> Vec<&str>,

@@ -1,19 +1,19 @@
 //! What every integration test needs: the fixtures directory and the built CLI.
 #![allow(dead_code)] // each test binary uses its own subset
 
-pub mod arch;
-pub mod tmpfs;
+pub(crate) mod arch;
+pub(crate) mod tmpfs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// `fixtures/` of the repository.
-pub fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
 /// Runs the weightport binary built for these tests.
-pub fn wp(args: &[&str]) -> Output {
+pub(crate) fn wp(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weightport"))
         .args(args)
         .output()
@@ -22,7 +22,7 @@ pub fn wp(args: &[&str]) -> Output {
 
 /// A Python with `jsonschema` (`WEIGHTPORT_PYTHON`, else `python3`); `None` with a printed
 /// note outside CI (in CI it must be there: `.ci/requirements.txt`).
-pub fn python_with_jsonschema() -> Option<String> {
+pub(crate) fn python_with_jsonschema() -> Option<String> {
     let cands = [
         std::env::var("WEIGHTPORT_PYTHON").ok(),
         Some("python3".into()),
@@ -45,7 +45,7 @@ pub fn python_with_jsonschema() -> Option<String> {
 
 /// Validates the JSON document `doc` against the JSON schema file `schema` with `py`'s
 /// `jsonschema` (the validator the schema's `$schema` names); panics with the error.
-pub fn validate_json(py: &str, schema: &Path, doc: &[u8], what: &str) {
+pub(crate) fn validate_json(py: &str, schema: &Path, doc: &[u8], what: &str) {
     let t = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(t.path(), doc).unwrap();
     let o = Command::new(py)
@@ -68,7 +68,7 @@ pub fn validate_json(py: &str, schema: &Path, doc: &[u8], what: &str) {
 
 /// An importance matrix in llama.cpp's legacy `.dat` layout for the tiny Llama release, every
 /// value `scale` times its position.
-pub fn write_dat_imatrix(path: &Path, scale: f32) {
+pub(crate) fn write_dat_imatrix(path: &Path, scale: f32) {
     let mut entries: Vec<(String, usize)> = Vec::new();
     for b in 0..2 {
         for t in [

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-pub struct Tmpfs {
+pub(crate) struct Tmpfs {
     _dir: tempfile::TempDir,
     pub mnt: PathBuf,
 }
@@ -13,7 +13,7 @@ impl Tmpfs {
     /// Mounts a tmpfs of `size` (`160k`, `1m`). Mounting needs root: elsewhere `None` with a
     /// printed reason, except in CI, which runs as root or says why not in
     /// `WEIGHTPORT_NO_TMPFS` (a test that runs nothing there is not a pass).
-    pub fn mount(size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(size: &str) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path().join("small");
         std::fs::create_dir(&mnt).unwrap();
@@ -36,7 +36,7 @@ impl Tmpfs {
     }
 
     /// Free bytes on the tmpfs, as `df` reports them.
-    pub fn free(&self) -> u64 {
+    pub(crate) fn free(&self) -> u64 {
         let o = Command::new("df")
             .args(["-B1", "--output=avail"])
             .arg(&self.mnt)
@@ -47,7 +47,7 @@ impl Tmpfs {
     }
 
     /// Fills the disk to `left` free bytes with a file it returns.
-    pub fn fill_to(&self, left: u64) -> PathBuf {
+    pub(crate) fn fill_to(&self, left: u64) -> PathBuf {
         let p = self.mnt.join("ballast");
         let n = self.free().saturating_sub(left);
         std::fs::write(&p, vec![1u8; n as usize]).unwrap();

@@ -73,7 +73,7 @@ static HUB_URL: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^https?://huggingface.co/([^/]+/[^/]+)$").expect("fixed"));
 
 /// The `org/name` of a Hub URL (`https://huggingface.co/org/name`), as the reference matches it.
-pub fn hub_id_of_url(url: &str) -> Option<String> {
+pub(super) fn hub_id_of_url(url: &str) -> Option<String> {
     if !url.contains("huggingface.co") {
         return None;
     }

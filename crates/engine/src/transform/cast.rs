@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weightport_core::{sanitize, CastRule, DType, Error, Location, Result};
-pub use weightport_quant::cast::is_float;
+pub(crate) use weightport_quant::cast::is_float;
 use weightport_quant::cast::{cast_bytes, decode_f32};
 
 use super::quality::{Accum, Quality};
@@ -31,7 +31,7 @@ fn widening(from: DType, to: DType) -> bool {
 }
 
 /// A cast of one tensor.
-pub struct Cast {
+pub(crate) struct Cast {
     from: DType,
     to: DType,
     name: String,
@@ -44,7 +44,7 @@ pub struct Cast {
 
 impl Cast {
     /// A cast of tensor `name` from `from` to `to` (both floating point), with torch's rule.
-    pub fn new(from: DType, to: DType, name: &str, allow_lossy: bool) -> Result<Cast> {
+    pub(crate) fn new(from: DType, to: DType, name: &str, allow_lossy: bool) -> Result<Cast> {
         if !is_float(from) || !is_float(to) {
             return Err(Error::Internal(format!(
                 "cast {from}→{to} is not a float cast"
@@ -63,14 +63,14 @@ impl Cast {
     }
 
     /// The same cast with `rule`'s NaN bits.
-    pub fn rule(mut self, rule: CastRule) -> Cast {
+    pub(crate) fn rule(mut self, rule: CastRule) -> Cast {
         self.rule = rule;
         self
     }
 
     /// The same cast refusing a NaN or ±inf in its output, as llama-quantize refuses a tensor
     /// it converted to one (`ggml_validate_row_data`: "tensor … has invalid data").
-    pub fn finite_only(mut self, on: bool) -> Cast {
+    pub(crate) fn finite_only(mut self, on: bool) -> Cast {
         self.finite_only = on;
         self
     }
@@ -169,7 +169,7 @@ thread_local! {
 
 /// A narrowing elementwise cast with its error measured: the source and written values are
 /// decoded to f32 after each chunk and compared.
-pub struct Measured {
+pub(crate) struct Measured {
     inner: Arc<dyn Transform>,
     from: DType,
     to: DType,
@@ -178,7 +178,7 @@ pub struct Measured {
 
 impl Measured {
     /// Wraps `inner`, an elementwise cast `from` → `to` (both F32, F16 or BF16).
-    pub fn new(inner: Arc<dyn Transform>, from: DType, to: DType) -> Measured {
+    pub(crate) fn new(inner: Arc<dyn Transform>, from: DType, to: DType) -> Measured {
         Measured {
             inner,
             from,

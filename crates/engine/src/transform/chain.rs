@@ -10,7 +10,7 @@ use weightport_core::Result;
 use super::Transform;
 
 /// `second ∘ first`: `first`'s output is `second`'s input.
-pub struct Chain {
+pub(crate) struct Chain {
     first: Arc<dyn Transform>,
     second: Arc<dyn Transform>,
 }
@@ -25,7 +25,7 @@ thread_local! {
 
 impl Chain {
     /// `first`, then `second`; `None` operations drop out.
-    pub fn of(
+    pub(crate) fn of(
         first: Option<Arc<dyn Transform>>,
         second: Option<Arc<dyn Transform>>,
     ) -> Option<Arc<dyn Transform>> {

@@ -14,7 +14,7 @@ use super::{concatenate, Transform};
 /// (concatenated, as a stack's pieces); otherwise the input span between the lowest and highest
 /// element the range reads, gathered element by element. So a transposed tensor is written chunk
 /// by chunk from the part of its source each chunk reads, never by holding the whole input.
-pub struct Gather {
+pub(crate) struct Gather {
     offset: u64,
     dims: Vec<(u64, u64)>,
     elem: u64,
@@ -23,7 +23,7 @@ pub struct Gather {
 impl Gather {
     /// The view `dims` (`(size, stride)`, outermost first) from element `offset` of an input
     /// whose elements are `elem` bytes.
-    pub fn new(offset: u64, dims: Vec<(u64, u64)>, elem: u64) -> Gather {
+    pub(crate) fn new(offset: u64, dims: Vec<(u64, u64)>, elem: u64) -> Gather {
         Gather {
             offset,
             dims,

@@ -9,13 +9,13 @@ use super::gather::Gather;
 use super::Transform;
 
 /// A rewrite of one assembled block, in place.
-pub type BlockFn = Arc<dyn Fn(&mut [u8]) + Send + Sync>;
+pub(crate) type BlockFn = Arc<dyn Fn(&mut [u8]) + Send + Sync>;
 
 /// Blocks of several inputs interleaved: output block `k` is `widths[p]` bytes of each part `p`
 /// (block `k` of that part's [`Gather`]) one after another, then rewritten in place by `map`.
 /// An output range of whole blocks needs the same blocks of every part, so the tensor is
 /// written range by range from the pieces of its inputs under it.
-pub struct Interleave {
+pub(crate) struct Interleave {
     parts: Vec<Gather>,
     widths: Vec<u64>,
     map: BlockFn,
@@ -24,7 +24,7 @@ pub struct Interleave {
 impl Interleave {
     /// `parts[p]` (a byte view of input `p`) gives `widths[p]` bytes to each block; `map`
     /// rewrites each assembled block.
-    pub fn new(parts: Vec<Gather>, widths: Vec<u64>, map: BlockFn) -> Interleave {
+    pub(crate) fn new(parts: Vec<Gather>, widths: Vec<u64>, map: BlockFn) -> Interleave {
         Interleave { parts, widths, map }
     }
 

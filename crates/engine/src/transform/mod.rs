@@ -12,16 +12,16 @@ use std::sync::Arc;
 
 use weightport_core::Result;
 
-pub mod cast;
-pub mod chain;
-pub mod gather;
-pub mod interleave;
-pub mod permute;
-pub mod plus_one;
-pub mod quality;
-pub mod quantize;
-pub mod slice;
-pub mod stack;
+pub(crate) mod cast;
+pub(crate) mod chain;
+pub(crate) mod gather;
+pub(crate) mod interleave;
+pub(crate) mod permute;
+pub(crate) mod plus_one;
+pub(crate) mod quality;
+pub(crate) mod quantize;
+pub(crate) mod slice;
+pub(crate) mod stack;
 #[cfg(test)]
 mod tests;
 

@@ -8,7 +8,7 @@ use super::{concatenate, Transform};
 
 /// Output row `r` is input row `rows[r]`; rows are `row_bytes` long. Any element-aligned range
 /// can be computed: it needs the matching pieces of the input rows, and `apply` concatenates them.
-pub struct PermuteRows {
+pub(crate) struct PermuteRows {
     rows: Vec<u32>,
     row_bytes: u64,
     elem: u64,
@@ -16,7 +16,7 @@ pub struct PermuteRows {
 
 impl PermuteRows {
     /// A permutation of `rows.len()` rows of `row_bytes` bytes, computed in `elem`-byte units.
-    pub fn new(rows: Vec<u32>, row_bytes: u64, elem: u64) -> PermuteRows {
+    pub(crate) fn new(rows: Vec<u32>, row_bytes: u64, elem: u64) -> PermuteRows {
         PermuteRows {
             rows,
             row_bytes: row_bytes.max(1),

@@ -10,7 +10,7 @@ use super::Transform;
 /// Adds 1 to every value (Gemma's norm weights, stored as `w` and used as `1 + w`), the way the
 /// reference converter does: an F16 tensor in F16 (the sum rounded to nearest even), anything
 /// else in F32 (BF16 widened first). The conversions are torch's ([`PlusOne::RULE`]).
-pub struct PlusOne {
+pub(crate) struct PlusOne {
     from: DType,
     /// F16 for an F16 input, else F32.
     pub out: DType,
@@ -18,7 +18,7 @@ pub struct PlusOne {
 
 impl PlusOne {
     /// `+1` for a float tensor of type `from`.
-    pub fn new(from: DType) -> Result<PlusOne> {
+    pub(crate) fn new(from: DType) -> Result<PlusOne> {
         let out = match from {
             DType::F16 => DType::F16,
             DType::F32 | DType::BF16 => DType::F32,
@@ -32,7 +32,7 @@ impl PlusOne {
     }
 
     /// The reference adds in torch: its f16 ↔ f32 conversions, NaN payloads included.
-    pub const RULE: CastRule = CastRule::Torch;
+    pub(crate) const RULE: CastRule = CastRule::Torch;
 
     fn size(d: DType) -> u64 {
         u64::from(d.elem_bytes().unwrap_or(4))

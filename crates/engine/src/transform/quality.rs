@@ -22,7 +22,7 @@ use weightport_core::DType;
 
 /// Running sums of one tensor's error.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Accum {
+pub(crate) struct Accum {
     sum_sq_err: f64,
     sum_sq_src: f64,
     max_abs: f32,
@@ -177,7 +177,7 @@ fn fold(v: &[f32; LANES], f: fn(f32, f32) -> f32) -> f32 {
 impl Accum {
     /// Adds the source values `x` and their reconstruction `y`, in blocks of `block` values
     /// (1 for elementwise casts).
-    pub fn add(&mut self, x: &[f32], y: &[f32], block: usize) {
+    pub(crate) fn add(&mut self, x: &[f32], y: &[f32], block: usize) {
         self.detailed = true;
         // Sums in groups of whole blocks, at least 256 values: the lanes' f32 partial sums are
         // flushed to f64 once per group.
@@ -258,7 +258,7 @@ impl Accum {
 
     /// Adds squared errors and the largest error only, in one vectorised pass (what a
     /// quantization reports when no quality report is asked for).
-    pub fn add_plain(&mut self, x: &[f32], y: &[f32]) {
+    pub(crate) fn add_plain(&mut self, x: &[f32], y: &[f32]) {
         let (mut sq, mut mx) = ([0f32; LANES], [0f32; LANES]);
         let (cx, cy) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
         let (rx, ry) = (cx.remainder(), cy.remainder());
@@ -282,7 +282,7 @@ impl Accum {
 
     /// Adds rows of `w.len()` source values `x` and reconstructions `y` with the importance
     /// weights `w` of their columns (see the module documentation).
-    pub fn add_weighted(&mut self, x: &[f32], y: &[f32], w: &[f32]) {
+    pub(crate) fn add_weighted(&mut self, x: &[f32], y: &[f32], w: &[f32]) {
         let mean = w.iter().map(|&v| f64::from(v)).sum::<f64>() / w.len().max(1) as f64;
         let scale = |v: f32| if mean > 0.0 { f64::from(v) / mean } else { 1.0 };
         let v: Vec<f64> = w.iter().map(|&a| scale(a)).collect();
@@ -300,12 +300,12 @@ impl Accum {
     }
 
     /// The importance-weighted RMSE and max abs error, when weights were added.
-    pub fn weighted(&self) -> Option<(f64, f64)> {
+    pub(crate) fn weighted(&self) -> Option<(f64, f64)> {
         (self.w_sum > 0.0).then(|| ((self.w_sq_err / self.w_sum).sqrt(), self.w_max))
     }
 
     /// RMSE and max abs error, however measured.
-    pub fn rmse_max(&self) -> Option<(f64, f64)> {
+    pub(crate) fn rmse_max(&self) -> Option<(f64, f64)> {
         (self.n > 0).then(|| {
             let rmse = (self.sum_sq_err / self.compared.max(1) as f64).sqrt();
             (rmse, f64::from(self.max_abs))
@@ -313,7 +313,7 @@ impl Accum {
     }
 
     /// Adds another accumulator's sums.
-    pub fn merge(&mut self, o: &Accum) {
+    pub(crate) fn merge(&mut self, o: &Accum) {
         self.sum_sq_err += o.sum_sq_err;
         self.sum_sq_src += o.sum_sq_src;
         self.max_abs = self.max_abs.max(o.max_abs);
@@ -327,7 +327,7 @@ impl Accum {
     }
 
     /// The figures, or `None` before any value was seen or when only [`Accum::add_plain`] ran.
-    pub fn quality(&self) -> Option<Quality> {
+    pub(crate) fn quality(&self) -> Option<Quality> {
         (self.n > 0 && self.detailed).then(|| Quality {
             values: self.n,
             rmse: (self.sum_sq_err / self.compared.max(1) as f64).sqrt(),
@@ -345,7 +345,7 @@ impl Accum {
 }
 
 /// True for a float cast that loses precision (F32 → F16/BF16, F16 ↔ BF16).
-pub fn narrowing(from: DType, to: DType) -> bool {
+pub(crate) fn narrowing(from: DType, to: DType) -> bool {
     matches!(
         (from, to),
         (DType::F32, DType::F16 | DType::BF16)

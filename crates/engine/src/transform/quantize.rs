@@ -76,7 +76,7 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
 }
 
 /// F32/F16/BF16 → a block type.
-pub struct Quantize {
+pub(crate) struct Quantize {
     from: DType,
     to: DType,
     stats: Mutex<Accum>,
@@ -97,7 +97,7 @@ struct Rows {
 
 impl Quantize {
     /// A quantization of `from` (F32, F16 or BF16) into the block type `to`.
-    pub fn new(from: DType, to: DType) -> Result<Quantize> {
+    pub(crate) fn new(from: DType, to: DType) -> Result<Quantize> {
         if !matches!(from, DType::F32 | DType::F16 | DType::BF16)
             || !(weightport_quant::can_quantize(to) || weightport_quant::uses_imatrix(to))
         {
@@ -115,7 +115,7 @@ impl Quantize {
     /// Quantizes by rows of the tensor of shape `shape` (outermost first), with `weights`
     /// (`ne[0] × ne[2]` importance weights, one row per expert) if given, as llama-quantize
     /// calls `ggml_quantize_chunk` once per expert.
-    pub fn by_rows(mut self, shape: &[u64], weights: Option<Arc<[f32]>>) -> Quantize {
+    pub(crate) fn by_rows(mut self, shape: &[u64], weights: Option<Arc<[f32]>>) -> Quantize {
         let (ne0, _) = crate::importance::row_and_experts(shape);
         let ne1 = if shape.len() >= 2 {
             shape[shape.len() - 2]
@@ -132,7 +132,7 @@ impl Quantize {
 
     /// With `on`, every quality figure is measured ([`Accum::add`]); else only RMSE and max
     /// abs error, in a cheaper pass.
-    pub fn measured(mut self, on: bool) -> Quantize {
+    pub(crate) fn measured(mut self, on: bool) -> Quantize {
         self.measure = on;
         self
     }
@@ -310,7 +310,7 @@ impl Transform for Quantize {
 
 /// A block type → F32, F16 or BF16 (through f32, as ggml's `dequantize_row_*`; F16 and BF16
 /// under the output's [`CastRule`]).
-pub struct Dequantize {
+pub(crate) struct Dequantize {
     from: DType,
     to: DType,
     rule: CastRule,
@@ -318,7 +318,7 @@ pub struct Dequantize {
 
 impl Dequantize {
     /// A dequantization of the block type `from` into `to` (F32, F16 or BF16).
-    pub fn new(from: DType, to: DType) -> Result<Dequantize> {
+    pub(crate) fn new(from: DType, to: DType) -> Result<Dequantize> {
         if !matches!(to, DType::F32 | DType::F16 | DType::BF16)
             || !weightport_quant::can_dequantize(from)
         {
@@ -336,7 +336,7 @@ impl Dequantize {
     }
 
     /// The same dequantization narrowing to F16/BF16 with `rule`'s NaN bits.
-    pub fn rule(mut self, rule: CastRule) -> Dequantize {
+    pub(crate) fn rule(mut self, rule: CastRule) -> Dequantize {
         self.rule = rule;
         self
     }
@@ -365,7 +365,7 @@ impl Transform for Dequantize {
 
 /// One block type into another (`--allow-requantize`), through f32, in units of
 /// `lcm(elements per block)` so both sides are whole blocks.
-pub struct Requantize {
+pub(crate) struct Requantize {
     from: DType,
     to: DType,
     elems: u64,
@@ -381,7 +381,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 impl Requantize {
     /// A requantization of block type `from` into block type `to`.
-    pub fn new(from: DType, to: DType) -> Result<Requantize> {
+    pub(crate) fn new(from: DType, to: DType) -> Result<Requantize> {
         Dequantize::new(from, DType::F32)?;
         Quantize::new(DType::F32, to)?;
         let (a, b) = (block(from).0, block(to).0);

@@ -11,7 +11,7 @@ use super::Transform;
 /// part of a fused tensor, an embedding cut to the vocabulary). An output range needs the same
 /// range of the input shifted by `offset`, so the slice is written range by range like any
 /// tensor, never by holding the input.
-pub struct Slice {
+pub(crate) struct Slice {
     offset: u64,
     elem: u64,
 }
@@ -19,7 +19,7 @@ pub struct Slice {
 impl Slice {
     /// The input's bytes from `offset` on (`offset` a multiple of `elem`), computed in
     /// `elem`-byte units.
-    pub fn new(offset: u64, elem: u64) -> Slice {
+    pub(crate) fn new(offset: u64, elem: u64) -> Slice {
         Slice {
             offset,
             elem: elem.max(1),
@@ -27,7 +27,7 @@ impl Slice {
     }
 
     /// Rows `rows` of a tensor whose rows are `row_bytes` long.
-    pub fn rows(rows: Range<u64>, row_bytes: u64, elem: u64) -> Slice {
+    pub(crate) fn rows(rows: Range<u64>, row_bytes: u64, elem: u64) -> Slice {
         Slice::new(rows.start * row_bytes, elem)
     }
 }

@@ -11,7 +11,7 @@ use super::{concatenate, Transform};
 /// reads only the pieces of the inputs under it (input `k` fills bytes `k·part..(k+1)·part`), so
 /// a stacked tensor is written range by range whatever files its inputs lie in, never by
 /// holding a whole stack. Any `elem`-aligned range can be computed.
-pub struct Stack {
+pub(crate) struct Stack {
     n: usize,
     part: u64,
     elem: u64,
@@ -19,7 +19,7 @@ pub struct Stack {
 
 impl Stack {
     /// `n` inputs of `part` bytes each, computed in `elem`-byte units.
-    pub fn new(n: usize, part: u64, elem: u64) -> Stack {
+    pub(crate) fn new(n: usize, part: u64, elem: u64) -> Stack {
         Stack {
             n,
             part: part.max(1),

@@ -12,14 +12,14 @@ use crate::route::ConvertOptions;
 /// CPU nanoseconds per byte read plus written of a conversion without a kernel (mapping,
 /// hashing, writing durably, verifying): 9 CPU-s for the 2.4 GiB bench release copied into a
 /// repo (2 × 2.55 GB moved) on the 2-core dev VM, rounded.
-pub const IO_NS_PER_BYTE: f64 = 2.0;
+pub(super) const IO_NS_PER_BYTE: f64 = 2.0;
 
 /// A planned job: convert's own plan ([`crate::planned::plan`]).
-pub type Job<'s> = crate::planned::Planned<'s>;
+pub(super) type Job<'s> = crate::planned::Planned<'s>;
 
 impl Job<'_> {
     /// Bytes unit work costs for output tensor `k`: what it reads plus what it writes.
-    pub fn cost(&self, k: usize) -> u64 {
+    pub(crate) fn cost(&self, k: usize) -> u64 {
         let o = &self.outs[k];
         let read: u64 = match &o.op {
             None => o.info.byte_len,
@@ -36,7 +36,7 @@ impl Job<'_> {
     /// bytes moved ([`Job::cost`]) at [`IO_NS_PER_BYTE`] plus its kernel's time per value
     /// ([`crate::Transform::cost_ns`]). Units are balanced by it: a Q4_K value costs about
     /// 1.4× a Q6_K one, though Q6_K writes more bytes.
-    pub fn work(&self, k: usize) -> f64 {
+    pub(crate) fn work(&self, k: usize) -> f64 {
         let o = &self.outs[k];
         let kernel = o.op.as_ref().map_or(0.0, |op| op.cost_ns());
         self.cost(k) as f64 * IO_NS_PER_BYTE + o.info.numel() as f64 * kernel
@@ -44,7 +44,7 @@ impl Job<'_> {
 
     /// sha256 (hex) of everything that decides the output bytes: files, sizes, tensors per
     /// file, every tensor's name, type, shape, length and operation, and the extras.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         let mut h = Sha256::new();
         for f in &self.plan.files {
             h.update(format!(
@@ -73,7 +73,7 @@ impl Job<'_> {
 }
 
 /// Opens `opts.inputs` and plans the job exactly as `convert` does, then calls `f` with it.
-pub fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
+pub(super) fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
     let route = crate::route::route(opts)?;
     let input = open_inputs(&opts.inputs, &route.open)?;
     let job = crate::planned::plan(

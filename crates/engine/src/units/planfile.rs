@@ -114,7 +114,7 @@ impl UnitPlan {
 }
 
 /// The staging directory of `output`: `.NAME.wp-units` beside it.
-pub fn staging_of(output: &Path) -> PathBuf {
+pub(super) fn staging_of(output: &Path) -> PathBuf {
     let name = output
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
