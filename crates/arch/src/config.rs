@@ -38,7 +38,7 @@ pub(crate) fn bad(path: &Path, reason: impl Into<String>) -> Error {
 /// Default of the largest release side file read (config, tokenizer files, chat template, model
 /// card): the largest real `tokenizer.json` files are tens of MB. [`crate::PlanOptions::limits`]
 /// sets it per plan.
-pub const MAX_SIDE_FILE: u64 = weightport_core::Limits::DEFAULT_MAX_SIDE_FILE;
+pub(crate) const MAX_SIDE_FILE: u64 = weightport_core::Limits::DEFAULT_MAX_SIDE_FILE;
 
 thread_local! {
     /// The side-file cap of the plan running on this thread ([`with_limits`]).

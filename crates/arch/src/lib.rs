@@ -19,19 +19,19 @@
 #![deny(missing_docs)]
 
 pub mod card;
-pub mod config;
-pub mod gpt2;
+mod config;
+mod gpt2;
 pub mod mix;
 pub mod naming;
 mod origin;
-pub mod permute;
-pub mod phi3;
+mod permute;
+mod phi3;
 pub mod plan;
-pub mod pooling;
+mod pooling;
 pub mod split;
-pub mod table;
+mod table;
 pub mod tokenizer;
-pub mod xlmr;
+mod xlmr;
 
 pub use config::{hf_architecture, HParams};
 pub use origin::{BlockMap, BlockPart, Origin, SourceTensor, View};

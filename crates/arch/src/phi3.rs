@@ -20,7 +20,7 @@ use crate::config::{bad, HParams};
 
 /// The longrope tensors and key of a Phi-3 config.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LongRope {
+pub(crate) struct LongRope {
     /// `rope_factors_long.weight`.
     pub long: Vec<f32>,
     /// `rope_factors_short.weight`.
@@ -59,7 +59,7 @@ fn rope_dims(hp: &HParams) -> Result<u64> {
 }
 
 /// The longrope factors and attention factor, when the config has `long_factor`.
-pub fn longrope(hp: &HParams) -> Result<Option<LongRope>> {
+pub(crate) fn longrope(hp: &HParams) -> Result<Option<LongRope>> {
     let rope = hp.rope();
     let list = |k: &str| -> Result<Option<Vec<f32>>> {
         match rope.get(k) {

@@ -29,7 +29,7 @@ use crate::config::{read_json, HParams};
 
 /// llama.cpp's `enum llama_pooling_type` values that a sentence-transformers release maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolingType {
+pub(crate) enum PoolingType {
     /// Mean of the token vectors (1).
     Mean = 1,
     /// The first (`[CLS]`) token's vector (2).
@@ -40,7 +40,7 @@ pub enum PoolingType {
 
 /// The pooling keys of a release, in the reference's order (`pooling_type`, then
 /// `classifier.pooling_type`), without the `{arch}.` prefix.
-pub fn pooling_kvs(dir: &Path, hp: &HParams) -> Result<Vec<(&'static str, MetaValue)>> {
+pub(crate) fn pooling_kvs(dir: &Path, hp: &HParams) -> Result<Vec<(&'static str, MetaValue)>> {
     let mut out = Vec::new();
     if let Some(t) = from_modules(dir)? {
         out.push(("pooling_type", MetaValue::U32(t as u32)));
@@ -85,7 +85,7 @@ fn truthy(v: Option<&Value>) -> bool {
 const KEPT_MODULES: &[&str] = &["Transformer", "Pooling", "Normalize"];
 
 /// The pooling type of the release's sentence-transformers Pooling module, if it has one.
-pub fn from_modules(dir: &Path) -> Result<Option<PoolingType>> {
+pub(crate) fn from_modules(dir: &Path) -> Result<Option<PoolingType>> {
     let path = dir.join("modules.json");
     if !path.is_file() {
         return Ok(None);

@@ -162,7 +162,7 @@ pub struct NameRules {
 }
 
 /// No rewrites.
-pub const NO_RULES: NameRules = NameRules {
+pub(crate) const NO_RULES: NameRules = NameRules {
     strip_prefix: &[],
     suffix_renames: &[],
     drop: &[],
@@ -172,7 +172,7 @@ pub const NO_RULES: NameRules = NameRules {
 
 /// The reference's test for a tensor of a multimodal release that its text converter skips
 /// (`TextModel.filter_tensors`): name prefixes, then substrings.
-pub const MULTIMODAL: (&[&str], &[&str]) = (
+pub(crate) const MULTIMODAL: (&[&str], &[&str]) = (
     &[
         "mlp",
         "vit.",
@@ -284,7 +284,7 @@ pub struct ExpertStack {
 }
 
 /// Mixtral's experts (`block_sparse_moe.experts.N.w1/w2/w3`: gate, down, up).
-pub const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
+pub(crate) const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
     marker: "block_sparse_moe.experts",
     pattern: "model.layers.{bid}.block_sparse_moe.experts.{xid}.{w}.weight",
     members: &[
@@ -296,7 +296,7 @@ pub const MIXTRAL_EXPERTS: ExpertStack = ExpertStack {
 };
 
 /// Qwen2-MoE's experts (`mlp.experts.N.{gate,up,down}_proj`), stacked down, gate, up.
-pub const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
+pub(crate) const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
     marker: "experts",
     pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
     members: &[
@@ -309,11 +309,11 @@ pub const QWEN2MOE_EXPERTS: ExpertStack = ExpertStack {
 
 /// Qwen3-MoE's experts: Qwen2-MoE's layout (`conversion/qwen.py` `Qwen3MoeModel` inherits its
 /// `modify_tensors`).
-pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
+pub(crate) const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
 /// OLMoE's experts: Qwen2-MoE's layout (`conversion/olmo.py` `OlmoeModel.modify_tensors`, "Copied
 /// from: Qwen2MoeModel").
-pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
+pub(crate) const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
 /// How a fused HF tensor is split ([`crate::split`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,14 +369,14 @@ pub struct Split {
 }
 
 /// DeepSeek-V2's MLA split.
-pub const MLA_SPLITS: &[Split] = &[Split {
+pub(crate) const MLA_SPLITS: &[Split] = &[Split {
     suffix: "kv_b_proj.weight",
     rule: SplitRule::MlaKvB,
 }];
 
 /// DeepSeek-V2's routed experts (`mlp.experts.N.{gate,up,down}_proj`, stacked down, gate, up);
 /// the marker is `mlp.experts` so that `mlp.shared_experts.*` stays a named tensor.
-pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
+pub(crate) const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
     marker: "mlp.experts",
     pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
     members: QWEN2MOE_EXPERTS.members,
@@ -385,7 +385,7 @@ pub const DEEPSEEK2_EXPERTS: ExpertStack = ExpertStack {
 
 /// transformers 5's fused expert tensors (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`,
 /// with or without `.weight`), as Qwen2-MoE's converter splits them.
-pub const FUSED_EXPERT_SPLITS: &[Split] = &[
+pub(crate) const FUSED_EXPERT_SPLITS: &[Split] = &[
     Split {
         suffix: "mlp.experts.gate_up_proj",
         rule: SplitRule::GateUpHalves,
@@ -405,7 +405,7 @@ pub const FUSED_EXPERT_SPLITS: &[Split] = &[
 ];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
-pub const GPTOSS_SPLITS: &[Split] = &[
+pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
         suffix: "mlp.experts.gate_up_proj",
         rule: SplitRule::GateUpAlternating,
@@ -484,7 +484,7 @@ pub enum Hook {
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
-pub const SKIPPED_SUFFIXES: &[&str] = &[
+pub(crate) const SKIPPED_SUFFIXES: &[&str] = &[
     ".attention.masked_bias",
     ".attention.bias",
     ".rotary_emb.inv_freq",
@@ -492,7 +492,7 @@ pub const SKIPPED_SUFFIXES: &[&str] = &[
 
 /// GGUF base names (without `blk.N.`) that always stay F32 (`base.py:1087-1121`, the subset
 /// that can occur in the table's architectures).
-pub const FORCE_F32: &[&str] = &[
+pub(crate) const FORCE_F32: &[&str] = &[
     "ffn_gate_inp",
     "ffn_gate_inp_shexp",
     "position_embd",
@@ -502,7 +502,7 @@ pub const FORCE_F32: &[&str] = &[
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
 /// block number. An architecture's name map is a list of groups (rows never overlap, so the
 /// order of groups does not matter).
-pub type NameGroup = &'static [(&'static str, &'static str)];
+pub(crate) type NameGroup = &'static [(&'static str, &'static str)];
 
 /// Token embedding and final norm of the Llama-style decoders.
 const EMBED_NORM: NameGroup = &[
@@ -878,7 +878,7 @@ const BERT_RULES: NameRules = NameRules {
 };
 
 /// Every supported architecture.
-pub const ARCHS: &[ArchSpec] = &[
+pub(crate) const ARCHS: &[ArchSpec] = &[
     ArchSpec {
         arch: "llama",
         hf_archs: &["LlamaForCausalLM"],
@@ -1839,12 +1839,12 @@ impl ArchSpec {
 }
 
 /// The entry for an HF `architectures[0]` value.
-pub fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
+pub(crate) fn lookup(hf_arch: &str) -> Option<&'static ArchSpec> {
     ARCHS.iter().find(|a| a.hf_archs.contains(&hf_arch))
 }
 
 /// Every supported HF architecture name, in table order.
-pub fn supported() -> Vec<&'static str> {
+pub(crate) fn supported() -> Vec<&'static str> {
     ARCHS
         .iter()
         .flat_map(|a| a.hf_archs.iter().copied())
@@ -1852,7 +1852,7 @@ pub fn supported() -> Vec<&'static str> {
 }
 
 /// The HF architectures converted as Mixture-of-Experts models, in table order.
-pub fn supported_moe() -> Vec<&'static str> {
+pub(crate) fn supported_moe() -> Vec<&'static str> {
     ARCHS
         .iter()
         .filter(|a| a.is_moe())

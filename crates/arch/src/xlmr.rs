@@ -20,7 +20,7 @@ use crate::config::{bad, read_json, HParams};
 
 /// Applies the offset to `hp` (as the reference does in its constructor) and returns it, or
 /// `None` when the config has no `pad_token_id`.
-pub fn position_offset(hp: &mut HParams) -> Result<Option<u64>> {
+pub(crate) fn position_offset(hp: &mut HParams) -> Result<Option<u64>> {
     if hp.raw.get("lora_adaptations").is_some_and(|v| !v.is_null()) {
         return Err(Error::Unsupported {
             at: Location::file(&hp.path),
@@ -60,7 +60,7 @@ pub fn position_offset(hp: &mut HParams) -> Result<Option<u64>> {
 }
 
 /// The rows of `position_embd` that are kept, for a tensor of `rows` rows: `offset..rows`.
-pub fn kept_rows(
+pub(crate) fn kept_rows(
     hp: &HParams,
     tensor: &str,
     rows: u64,

@@ -41,7 +41,7 @@ fn cache() -> MutexGuard<'static, Cache> {
 
 /// Descriptors kept open at most: an eighth of the soft `RLIMIT_NOFILE` (read once, after the
 /// CLI raised it to the hard limit), between 1 and 64.
-pub fn capacity() -> usize {
+pub(crate) fn capacity() -> usize {
     static CAP: OnceLock<usize> = OnceLock::new();
     *CAP.get_or_init(|| {
         let mut r = libc::rlimit {
@@ -118,11 +118,6 @@ pub(crate) fn forget(key: u64) {
 pub(crate) fn close_all() {
     let all = std::mem::take(&mut cache().slots);
     drop(all);
-}
-
-/// Descriptors cached now.
-pub fn cached() -> usize {
-    cache().slots.len()
 }
 
 #[cfg(test)]

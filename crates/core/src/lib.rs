@@ -18,21 +18,21 @@
 
 pub mod archive;
 pub mod bytes;
-pub mod contain;
-pub mod descriptors;
-pub mod dtype;
-pub mod error;
-pub mod format;
+mod contain;
+mod descriptors;
+mod dtype;
+mod error;
+mod format;
 pub mod hash;
 pub mod io_counts;
-pub mod limits;
+mod limits;
 pub mod mapped;
-pub mod multi;
+mod multi;
 pub mod registry;
 pub mod source;
 pub mod staged;
 pub mod staging;
-pub mod tensor;
+mod tensor;
 
 pub use bytes::{ByteSource, Identity, Storage};
 pub use contain::{contain_panic, panic_is_contained};

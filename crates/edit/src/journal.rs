@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use weightport_core::staging::{sync_dir, TempFile};
-use weightport_core::{shown, Error, IoCounter, Location, Result};
+use weightport_core::{Error, IoCounter, Location, Result};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::target::{file_name, Target, REPO_SIDE};
@@ -64,7 +64,7 @@ pub struct JFile {
 }
 
 /// Writes a journal (module docs).
-pub struct JournalWriter {
+pub(crate) struct JournalWriter {
     temp: TempFile,
     hasher: Xxh3,
     pos: u64,
@@ -79,7 +79,7 @@ fn jerr(path: &Path, e: std::io::Error) -> Error {
 
 impl JournalWriter {
     /// Starts the journal of an edit of `t`, to be published at `dest`.
-    pub fn create(t: &Target, dest: &Path) -> Result<JournalWriter> {
+    pub(crate) fn create(t: &Target, dest: &Path) -> Result<JournalWriter> {
         let temp = TempFile::beside(dest, &IoCounter::new())?;
         temp.write_at(MAGIC, 0)?;
         let mut hasher = Xxh3::new();
@@ -105,18 +105,18 @@ impl JournalWriter {
     }
 
     /// Appends the pre-image `bytes` of `range`.
-    pub fn add(&mut self, range: Range, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn add(&mut self, range: Range, bytes: &[u8]) -> Result<()> {
         self.start(range);
         self.extend(bytes)
     }
 
     /// Starts `range`, whose pre-image follows in [`JournalWriter::extend`] calls.
-    pub fn start(&mut self, range: Range) {
+    pub(crate) fn start(&mut self, range: Range) {
         self.ranges.push(range);
     }
 
     /// Appends pre-image bytes of the range started last.
-    pub fn extend(&mut self, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn extend(&mut self, bytes: &[u8]) -> Result<()> {
         self.temp.write_at(bytes, self.pos)?;
         self.hasher.update(bytes);
         self.pos += bytes.len() as u64;
@@ -125,7 +125,7 @@ impl JournalWriter {
 
     /// Writes the table and trailer, fsyncs, publishes under the final name (refusing to
     /// replace a journal already there) and fsyncs the directory.
-    pub fn seal(mut self) -> Result<PathBuf> {
+    pub(crate) fn seal(mut self) -> Result<PathBuf> {
         let table = table_json(&self.files, &self.ranges).to_string();
         let mut tail = Vec::with_capacity(table.len() + 40);
         tail.extend_from_slice(table.as_bytes());
@@ -349,7 +349,7 @@ fn parse_table(v: &Value) -> Option<(Vec<JFile>, Vec<Range>)> {
 }
 
 /// Appends the post-image hashes to a sealed journal and fsyncs it (it then serves `--undo`).
-pub fn append_post(path: &Path, post: &[u128]) -> Result<()> {
+pub(crate) fn append_post(path: &Path, post: &[u128]) -> Result<()> {
     let body =
         json!({"post": post.iter().map(|h| format!("{h:032x}")).collect::<Vec<_>>()}).to_string();
     let mut rec = body.as_bytes().to_vec();
@@ -365,20 +365,9 @@ pub fn append_post(path: &Path, post: &[u128]) -> Result<()> {
         .map_err(|e| Error::io(path, "fsync journal", e))
 }
 
-/// Says which file of a journal a path is, for messages.
-pub fn describe(j: &Journal) -> String {
-    let names: Vec<&str> = j.files.iter().map(|f| f.name.as_str()).collect();
-    format!(
-        "{} ({} ranges of {})",
-        shown(&j.path),
-        j.ranges.len(),
-        names.join(", ")
-    )
-}
-
 /// The journals that may cover `real` (a resolved file): its own, and its directory's (a repo
 /// edit).
-pub fn journals_for(real: &Path) -> [PathBuf; 2] {
+pub(crate) fn journals_for(real: &Path) -> [PathBuf; 2] {
     let dir = real.parent().unwrap_or(Path::new("."));
     [
         dir.join(format!(".{}.wp-journal", file_name(real))),

@@ -22,16 +22,16 @@
 #![deny(missing_docs)]
 
 pub mod diff;
-pub mod journal;
-pub mod lock;
-pub mod ops;
+mod journal;
+mod lock;
+mod ops;
 pub mod patch;
 pub mod recover;
 pub mod scalar;
-pub mod select;
+mod select;
 pub mod slice;
-pub mod target;
-pub mod txn;
+mod target;
+mod txn;
 
 use std::path::Path;
 

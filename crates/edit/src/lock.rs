@@ -26,7 +26,7 @@ use crate::target::{file_name, open_rw, Target};
 static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Records something a command should tell its user (an edit rolled back on open).
-pub fn notice(text: String) {
+pub(crate) fn notice(text: String) {
     if let Ok(mut n) = NOTICES.lock() {
         n.push(text);
     }
@@ -64,7 +64,7 @@ fn flock(f: &File, how: libc::c_int, path: &Path) -> Result<bool> {
 
 /// What an edit holds while it runs (module docs).
 #[derive(Debug)]
-pub struct EditLock {
+pub(crate) struct EditLock {
     _side: Vec<OutputLock>,
     /// The target files, opened for reading and writing, each under an exclusive flock (in
     /// [`Target::files`] order).
@@ -80,7 +80,7 @@ fn busy(what: &Path, holder: &str) -> Error {
 
 impl EditLock {
     /// Takes every lock of an edit of `t`, failing at once if any is held.
-    pub fn acquire(t: &Target) -> Result<EditLock> {
+    pub(crate) fn acquire(t: &Target) -> Result<EditLock> {
         let mut side = Vec::new();
         let mut locks = vec![t.dir.join(".weightport.lock")];
         locks.extend(
@@ -174,7 +174,7 @@ pub fn settle(path: &Path) -> Result<ReadGuard> {
 }
 
 /// [`settle`], returning what was rolled back instead of recording it.
-pub fn settle_noting(path: &Path) -> Result<(ReadGuard, Vec<String>)> {
+pub(crate) fn settle_noting(path: &Path) -> Result<(ReadGuard, Vec<String>)> {
     let real = path
         .canonicalize()
         .map_err(|e| Error::io(path, "open", e))?;

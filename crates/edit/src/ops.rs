@@ -25,7 +25,7 @@ use crate::select::{Region, Selection};
 use crate::target::{Placed, Target};
 
 /// Most separate runs a selection may cut a tensor into.
-pub const MAX_RUNS: u64 = 1 << 24;
+pub(crate) const MAX_RUNS: u64 = 1 << 24;
 
 /// One operation as the command line gives it.
 #[derive(Debug, Clone)]
@@ -297,7 +297,7 @@ impl TensorEdit {
 }
 
 /// Sorts and merges overlapping or touching ranges.
-pub fn merge(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+pub(crate) fn merge(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     v.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
     for (a, b) in v {
@@ -439,7 +439,7 @@ fn tensor_err(t: &Target, i: usize, reason: impl Into<String>) -> Error {
 }
 
 /// Resolves the operations against `t`: the steps of every tensor they change, in order.
-pub fn resolve(t: &Target, ops: &[Op]) -> Result<Vec<TensorEdit>> {
+pub(crate) fn resolve(t: &Target, ops: &[Op]) -> Result<Vec<TensorEdit>> {
     let mut edits: Vec<TensorEdit> = Vec::new();
     let mut push = |i: usize, s: Step| match edits.iter_mut().find(|e| e.tensor == i) {
         Some(e) => e.steps.push(s),

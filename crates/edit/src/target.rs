@@ -125,7 +125,7 @@ pub struct Target {
 }
 
 /// `.NAME` for single files and `.weightport-edit` for repos: the stem of every side file.
-pub const REPO_SIDE: &str = ".weightport-edit";
+pub(crate) const REPO_SIDE: &str = ".weightport-edit";
 
 fn refused(path: &Path, reason: impl Into<String>) -> Error {
     Error::Refused {
@@ -294,7 +294,7 @@ fn parent(p: &Path) -> PathBuf {
 }
 
 /// The file name of `p` as a string (lossy).
-pub fn file_name(p: &Path) -> String {
+pub(crate) fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
@@ -419,7 +419,7 @@ fn read_layout(c: Container, f: &TargetFile, file: usize) -> Result<(u64, Vec<Pl
 }
 
 /// Opens a target file for reading and writing, not following a symlink.
-pub fn open_rw(path: &Path) -> Result<File> {
+pub(crate) fn open_rw(path: &Path) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)

@@ -33,11 +33,11 @@ use crate::ops::TensorEdit;
 use crate::target::Target;
 
 /// Candidate bytes up to which the scan keeps old and new bytes in memory.
-pub const IN_MEMORY: u64 = 16 << 20;
+pub(crate) const IN_MEMORY: u64 = 16 << 20;
 /// Piece size of the streaming scan and write.
-pub const CHUNK: u64 = 4 << 20;
+pub(crate) const CHUNK: u64 = 4 << 20;
 /// Changed runs separated by fewer unchanged bytes are written as one range.
-pub const GAP: u64 = 512;
+pub(crate) const GAP: u64 = 512;
 
 /// How to run an edit.
 #[derive(Debug, Clone, Copy, Default)]
@@ -90,7 +90,7 @@ fn pread(f: &File, path: &Path, off: u64, buf: &mut [u8]) -> Result<()> {
 }
 
 /// Runs an edit of `t` (the caller has settled its files; `lock` is held unless dry).
-pub fn run(
+pub(crate) fn run(
     t: &Target,
     edits: &[TensorEdit],
     lock: Option<&EditLock>,

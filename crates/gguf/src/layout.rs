@@ -173,7 +173,7 @@ pub fn layout(
 }
 
 /// The alignment a file with `kv` must use, checked against an explicit request.
-pub fn resolve_alignment(kv: &Metadata, requested: Option<u32>) -> Result<u32> {
+pub(crate) fn resolve_alignment(kv: &Metadata, requested: Option<u32>) -> Result<u32> {
     let from_kv = match kv.get(ALIGNMENT_KEY) {
         None => None,
         Some(MetaValue::U32(a)) if a.is_power_of_two() => Some(*a),

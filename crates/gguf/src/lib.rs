@@ -30,13 +30,13 @@
 
 pub mod header;
 pub mod imatrix;
-pub mod layout;
-pub mod partition;
-pub mod reader;
+mod layout;
+mod partition;
+mod reader;
 pub mod registration;
 pub mod split;
-pub mod types;
-pub mod writer;
+mod types;
+mod writer;
 
 use std::path::Path;
 

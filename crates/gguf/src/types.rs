@@ -9,7 +9,7 @@
 use weightport_core::{DType, Layout, MetaType};
 
 /// `GGML_TYPE_COUNT`: ids at or above it are unknown.
-pub const GGML_TYPE_COUNT: u32 = 43;
+pub(crate) const GGML_TYPE_COUNT: u32 = 43;
 
 /// ggml type id → dtype, for every id still defined.
 const TABLE: &[(u32, DType)] = &[
@@ -64,7 +64,7 @@ const REMOVED: &[(u32, &str)] = &[
 
 /// Why a ggml type id cannot be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TypeIdError {
+pub(crate) enum TypeIdError {
     /// At or above `GGML_TYPE_COUNT`.
     Unknown(u32),
     /// A type ggml removed; its name.
@@ -72,7 +72,7 @@ pub enum TypeIdError {
 }
 
 /// The dtype of ggml type id `id`.
-pub fn dtype_of(id: u32) -> Result<DType, TypeIdError> {
+pub(crate) fn dtype_of(id: u32) -> Result<DType, TypeIdError> {
     if let Some(&(_, d)) = TABLE.iter().find(|(i, _)| *i == id) {
         return Ok(d);
     }
@@ -83,12 +83,12 @@ pub fn dtype_of(id: u32) -> Result<DType, TypeIdError> {
 }
 
 /// The ggml type id of `dtype`, if GGUF can hold it.
-pub fn ggml_id(dtype: DType) -> Option<u32> {
+pub(crate) fn ggml_id(dtype: DType) -> Option<u32> {
     TABLE.iter().find(|(_, d)| *d == dtype).map(|&(i, _)| i)
 }
 
 /// `(block size in elements, bytes per block)` of a dtype GGUF can hold.
-pub fn block_of(dtype: DType) -> (u64, u64) {
+pub(crate) fn block_of(dtype: DType) -> (u64, u64) {
     match dtype.layout() {
         Layout::Block { elems, bytes } => (u64::from(elems), u64::from(bytes)),
         Layout::Bits(b) => (1, u64::from(b / 8)),
@@ -96,7 +96,7 @@ pub fn block_of(dtype: DType) -> (u64, u64) {
 }
 
 /// GGUF value type id → [`MetaType`] (docs/specs/gguf.md §1.1 value encoding).
-pub fn meta_type_of(id: u32) -> Option<MetaType> {
+pub(crate) fn meta_type_of(id: u32) -> Option<MetaType> {
     Some(match id {
         0 => MetaType::U8,
         1 => MetaType::I8,
@@ -116,7 +116,7 @@ pub fn meta_type_of(id: u32) -> Option<MetaType> {
 }
 
 /// [`MetaType`] → GGUF value type id.
-pub fn meta_type_id(t: MetaType) -> u32 {
+pub(crate) fn meta_type_id(t: MetaType) -> u32 {
     match t {
         MetaType::U8 => 0,
         MetaType::I8 => 1,
@@ -135,7 +135,7 @@ pub fn meta_type_id(t: MetaType) -> u32 {
 }
 
 /// Encoded size of one fixed-size value (`None` for strings and arrays).
-pub fn fixed_size(t: MetaType) -> Option<u64> {
+pub(crate) fn fixed_size(t: MetaType) -> Option<u64> {
     Some(match t {
         MetaType::U8 | MetaType::I8 | MetaType::Bool => 1,
         MetaType::U16 | MetaType::I16 => 2,

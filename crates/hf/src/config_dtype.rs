@@ -8,7 +8,7 @@ use weightport_core::DType;
 const MAX_CONFIG: u64 = 16 << 20;
 
 /// torch's name of a floating dtype (`None`: torch has no such dtype name to write).
-pub fn torch_name(d: DType) -> Option<&'static str> {
+pub(crate) fn torch_name(d: DType) -> Option<&'static str> {
     Some(match d.name() {
         "F64" => "float64",
         "F32" => "float32",
@@ -49,7 +49,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 
 /// `text` with every `"dtype"` / `"torch_dtype"` key (at any depth) whose value is a floating
 /// dtype name set to `to`; `None` when `text` is not JSON or nothing changes.
-pub fn rewrite(text: &str, to: &str) -> Option<String> {
+pub(crate) fn rewrite(text: &str, to: &str) -> Option<String> {
     serde_json::from_str::<serde_json::Value>(text).ok()?;
     let b = text.as_bytes();
     let (mut out, mut copied, mut i) = (String::new(), 0, 0);
@@ -82,7 +82,7 @@ pub fn rewrite(text: &str, to: &str) -> Option<String> {
 
 /// The bytes of `path` (a config.json) rewritten for `dtype`, or `None` to copy it as is
 /// (unreadable, too large, not JSON, no floating `dtype` to change).
-pub fn config_for(path: &std::path::Path, dtype: DType) -> Option<Vec<u8>> {
+pub(crate) fn config_for(path: &std::path::Path, dtype: DType) -> Option<Vec<u8>> {
     let to = torch_name(dtype)?;
     if std::fs::metadata(path).ok()?.len() > MAX_CONFIG {
         return None;

@@ -8,12 +8,12 @@
 //! * [`registration`]: the repo input ([`REPO`]) and repo output ([`OUTPUT`]) of the registry.
 #![deny(missing_docs)]
 
-pub mod config_dtype;
+mod config_dtype;
 pub mod index;
-pub mod registration;
-pub mod repo;
+mod registration;
+mod repo;
 pub mod shard;
-pub mod size;
+mod size;
 
 pub use index::{read_index, render_index, Index};
 pub use registration::{open_index, OUTPUT, REPO};

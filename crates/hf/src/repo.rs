@@ -43,7 +43,7 @@ impl Weights {
 
 /// True for files that hold weights (or index them) and are therefore not copied verbatim
 /// into a converted repo.
-pub fn is_weights_file(name: &str) -> bool {
+pub(crate) fn is_weights_file(name: &str) -> bool {
     const EXT: &[&str] = &[
         ".safetensors",
         ".safetensors.index.json",

@@ -42,11 +42,11 @@ pub fn dict_items(arena: &Arena, id: Id) -> Option<Vec<(Id, Id)>> {
 /// Longest key text kept in a reported path segment.
 const MAX_SEG: usize = 120;
 /// Most tensors/arrays listed one by one; the rest are counted.
-pub const MAX_LISTED: usize = 20_000;
+pub(crate) const MAX_LISTED: usize = 20_000;
 
 /// One child of a dict, list or tuple.
 #[derive(Debug, Clone, Copy)]
-pub struct Child {
+pub(crate) struct Child {
     /// The dict key node (`None` for a list/tuple item).
     pub key: Option<Id>,
     /// The item index (list/tuple).
@@ -58,7 +58,7 @@ pub struct Child {
 impl Child {
     /// The key as a path segment: a str key as is, an int key or an item index in decimal;
     /// `None` for keys of other types.
-    pub fn label(&self, arena: &Arena) -> Option<String> {
+    pub(crate) fn label(&self, arena: &Arena) -> Option<String> {
         match self.key.map(|k| arena.get(k)) {
             None => Some(self.index.to_string()),
             Some(Node::Str(s)) => Some(s.clone()),
@@ -67,7 +67,7 @@ impl Child {
         }
     }
     /// The key as a short, printable path segment.
-    pub fn segment(&self, arena: &Arena) -> String {
+    pub(crate) fn segment(&self, arena: &Arena) -> String {
         match self.key.map(|k| arena.get(k)) {
             Some(Node::Str(s)) => segment(Some(s)),
             Some(Node::Int(i)) => i.to_string(),
@@ -77,7 +77,7 @@ impl Child {
     }
     /// True when the key is `seg`: a str key equal to it, an int key or item index equal to
     /// its decimal value.
-    pub fn is(&self, arena: &Arena, seg: &str) -> bool {
+    pub(crate) fn is(&self, arena: &Arena, seg: &str) -> bool {
         match self.key.map(|k| arena.get(k)) {
             None => seg.parse() == Ok(self.index),
             Some(Node::Str(s)) => s == seg,
@@ -91,7 +91,7 @@ impl Child {
 /// as `(dotted path below id, kind, rebuild function)`: a dynamically quantized module keeps
 /// its weights in a tuple (`_packed_params._packed_params`), not as a direct child. Each
 /// container is visited once.
-pub fn first_unconvertible(arena: &Arena, id: Id) -> Option<(String, &'static str, String)> {
+pub(crate) fn first_unconvertible(arena: &Arena, id: Id) -> Option<(String, &'static str, String)> {
     let mut seen = HashSet::from([id]);
     let mut queue = VecDeque::from([(id, String::new())]);
     while let Some((at, path)) = queue.pop_front() {
@@ -110,7 +110,7 @@ pub fn first_unconvertible(arena: &Arena, id: Id) -> Option<(String, &'static st
 }
 
 /// The children of a dict (Python semantics for repeated keys), list or tuple.
-pub fn children(arena: &Arena, id: Id) -> Option<Vec<Child>> {
+pub(crate) fn children(arena: &Arena, id: Id) -> Option<Vec<Child>> {
     if let Some(items) = dict_items(arena, id) {
         return Some(
             items
@@ -139,7 +139,7 @@ pub fn children(arena: &Arena, id: Id) -> Option<Vec<Child>> {
 }
 
 /// Bytes of a tensor's view (numel × itemsize), saturating.
-pub fn tensor_bytes(t: &TensorDesc) -> u64 {
+pub(crate) fn tensor_bytes(t: &TensorDesc) -> u64 {
     t.shape
         .iter()
         .fold(1u64, |a, &d| a.saturating_mul(d))
@@ -147,7 +147,7 @@ pub fn tensor_bytes(t: &TensorDesc) -> u64 {
 }
 
 /// A path segment made safe and short.
-pub fn segment(label: Option<&str>) -> String {
+pub(crate) fn segment(label: Option<&str>) -> String {
     let s = label.unwrap_or("<non-str key>");
     match s.char_indices().nth(MAX_SEG) {
         Some((cut, _)) => format!("{}…", weightport_core::sanitize(&s[..cut])),
@@ -164,7 +164,7 @@ fn join(path: &str, seg: &str) -> String {
 }
 
 /// The direct tensor children of a dict: count and bytes.
-pub fn direct_tensors(arena: &Arena, id: Id) -> (usize, u64) {
+pub(crate) fn direct_tensors(arena: &Arena, id: Id) -> (usize, u64) {
     let mut n = (0, 0u64);
     for c in children(arena, id).unwrap_or_default() {
         match arena.get(c.value) {
@@ -204,7 +204,7 @@ fn describe(node: &Node) -> Option<String> {
 /// container shared under several paths is reported under the first. Past [`MAX_LISTED`]
 /// entries the rest are counted in one last entry. Paths are built only for what is listed
 /// (each step keeps its parent and key), so memory stays linear in the arena.
-pub fn census(arena: &Arena, root: Id, target: Id) -> Vec<(String, String)> {
+pub(crate) fn census(arena: &Arena, root: Id, target: Id) -> Vec<(String, String)> {
     let converted: HashMap<Id, Child> = children(arena, target)
         .unwrap_or_default()
         .into_iter()
@@ -269,7 +269,7 @@ fn path_of(arena: &Arena, steps: &[(usize, Child)], mut step: usize) -> String {
 
 /// A dict of tensors a user can pick: its `--key`, direct tensor count and bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The `--key` value (`.` for the top level).
     pub key: String,
     /// Tensors directly in it.
@@ -290,7 +290,7 @@ impl std::fmt::Display for Candidate {
 
 /// Dicts holding tensors, breadth-first from `root` (the top level itself first, as `.`),
 /// through dicts, lists and tuples; bounded: depth 4, 10,000 containers, 10 candidates.
-pub fn candidates(arena: &Arena, root: Id) -> Vec<Candidate> {
+pub(crate) fn candidates(arena: &Arena, root: Id) -> Vec<Candidate> {
     let mut out = Vec::new();
     let mut seen = HashSet::from([root]);
     let mut queue = VecDeque::from([(String::new(), root, 0u32)]);

@@ -28,7 +28,7 @@ use crate::vm::{Parsed, PidStyle, Vm, VmErrorKind, VmLimits};
 
 /// One ZIP entry as the central directory and its local header describe it.
 #[derive(Debug, Clone)]
-pub struct ZipEntry {
+pub(crate) struct ZipEntry {
     /// Name (from the central directory).
     pub name: String,
     /// 0 stored, 8 deflate.
@@ -47,7 +47,7 @@ pub struct ZipEntry {
 
 /// An anomaly found in the container.
 #[derive(Debug, Clone)]
-pub struct Anomaly {
+pub(crate) struct Anomaly {
     /// Absolute byte offset.
     pub offset: u64,
     /// Whether it makes the file unsafe (refused) or just malformed.
@@ -58,7 +58,7 @@ pub struct Anomaly {
 
 /// The validated layout of a torch ZIP.
 #[derive(Debug, Clone, Default)]
-pub struct ZipLayout {
+pub(crate) struct ZipLayout {
     /// The archive prefix.
     pub prefix: String,
     /// Entries in central-directory order.
@@ -85,7 +85,7 @@ pub(crate) fn is_tar(b: &[u8]) -> bool {
 
 /// Parses and checks the ZIP structure of `src` (`path` names it). Fatal structural errors
 /// (not a ZIP at all) are returned as errors; rule violations are collected as anomalies.
-pub fn layout(
+pub(crate) fn layout(
     path: &Path,
     src: &dyn ByteSource,
     limits: &weightport_core::Limits,
@@ -237,7 +237,7 @@ fn check_prefix(out: &mut ZipLayout) {
 impl ZipLayout {
     /// The entry `<prefix>/<rest>` as torch finds it: letter case ignored
     /// ([`archive::NameRule::AsciiCaseless`]).
-    pub fn get(&self, rest: &str) -> Option<&ZipEntry> {
+    pub(crate) fn get(&self, rest: &str) -> Option<&ZipEntry> {
         let full = format!("{}/{rest}", self.prefix);
         archive::NameRule::AsciiCaseless.find(&self.entries, |e| &e.name, &full)
     }
@@ -398,7 +398,11 @@ fn storage_record(e: &ZipEntry) -> Record {
 }
 
 /// Opens the torch ZIP checkpoint `src`.
-pub fn open(opts: &ReadOptions, limits: &VmLimits, src: Arc<dyn ByteSource>) -> Result<Checkpoint> {
+pub(crate) fn open(
+    opts: &ReadOptions,
+    limits: &VmLimits,
+    src: Arc<dyn ByteSource>,
+) -> Result<Checkpoint> {
     let path = &src.name().to_path_buf();
     let zp = parse(path, &*src, opts, limits)?;
     let parsed = zp.parsed.expect("strict parse");

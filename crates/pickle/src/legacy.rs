@@ -26,10 +26,10 @@ use crate::value::Node;
 use crate::vm::{Parsed, PidStyle, Vm, VmError, VmErrorKind, VmLimits};
 
 /// `0x1950A86A20F9469CFC6C` in decimal.
-pub const MAGIC: &str = "119547037146038801333356";
+pub(crate) const MAGIC: &str = "119547037146038801333356";
 
 /// The first bytes of a legacy checkpoint: `PROTO 2`, `LONG1` of 10 bytes, the magic.
-pub fn magic_prefix() -> [u8; 14] {
+pub(crate) fn magic_prefix() -> [u8; 14] {
     let mut b = [0u8; 14];
     b[..4].copy_from_slice(b"\x80\x02\x8a\x0a");
     b[4..].copy_from_slice(&0x1950A86A20F9469CFC6Cu128.to_le_bytes()[..10]);
@@ -38,7 +38,7 @@ pub fn magic_prefix() -> [u8; 14] {
 
 /// True when `head` begins with a pickle (any protocol, 0 to 5) of the legacy magic number:
 /// `torch.save(..., _use_new_zipfile_serialization=False, pickle_protocol=N)` writes it first.
-pub fn starts_with_magic(head: &[u8]) -> bool {
+pub(crate) fn starts_with_magic(head: &[u8]) -> bool {
     if head.starts_with(&magic_prefix()) {
         return true;
     }
@@ -303,7 +303,11 @@ fn storage_records(
 }
 
 /// Opens the legacy checkpoint `src`.
-pub fn open(opts: &ReadOptions, limits: &VmLimits, src: Arc<dyn ByteSource>) -> Result<Checkpoint> {
+pub(crate) fn open(
+    opts: &ReadOptions,
+    limits: &VmLimits,
+    src: Arc<dyn ByteSource>,
+) -> Result<Checkpoint> {
     let path = &src.name().to_path_buf();
     let lp = parse(&*src, limits, opts.inert_objects)?;
     let parsed = &lp.object;

@@ -23,16 +23,16 @@ use weightport_core::mapped::LocalFile;
 use weightport_core::{ByteSource, Error, Format, Location, ReadOptions, Result, TensorSource};
 
 pub mod allow;
-pub mod census;
-pub mod container;
+mod census;
+mod container;
 mod intlit;
-pub mod legacy;
+mod legacy;
 pub mod registration;
 pub mod scan;
 pub mod select;
-pub mod source;
-pub mod torch;
-pub mod value;
+mod source;
+mod torch;
+mod value;
 pub mod vm;
 pub mod walk;
 

@@ -153,7 +153,7 @@ fn keep_of(group: &[usize], tensors: &[(String, TensorDesc)]) -> usize {
 
 /// [`select`] on a parsed checkpoint of `path`, with `opts`' key, errors placed in the file,
 /// and the foreign classes an inert parse kept listed among what is not converted.
-pub fn select_for(
+pub(crate) fn select_for(
     path: &Path,
     format: Format,
     parsed: &crate::vm::Parsed,

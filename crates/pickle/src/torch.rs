@@ -31,7 +31,7 @@ const fn dt(name: &'static str, itemsize: u8, swap: u8, core: Option<DType>) -> 
 
 /// Every dtype symbol `torch.<name>` accepted as a constant (canonical names and the aliases
 /// torch exposes as module attributes).
-pub const DTYPES: &[(&str, TorchDType)] = &[
+pub(crate) const DTYPES: &[(&str, TorchDType)] = &[
     ("float32", F32),
     ("float", F32),
     ("float64", F64),
@@ -102,7 +102,7 @@ const C128: TorchDType = dt("complex128", 16, 8, None);
 const C32: TorchDType = dt("complex32", 4, 2, None);
 
 /// The legacy typed storage classes `torch.<X>Storage` and their dtypes (docs/specs/pickle.md §1.3 table).
-pub const STORAGES: &[(&str, TorchDType)] = &[
+pub(crate) const STORAGES: &[(&str, TorchDType)] = &[
     ("DoubleStorage", F64),
     ("FloatStorage", F32),
     ("HalfStorage", F16),
@@ -123,7 +123,7 @@ pub const STORAGES: &[(&str, TorchDType)] = &[
 ];
 
 /// Looks a dtype symbol name up.
-pub fn dtype_by_name(name: &str) -> Option<TorchDType> {
+pub(crate) fn dtype_by_name(name: &str) -> Option<TorchDType> {
     DTYPES.iter().find(|(n, _)| *n == name).map(|(_, d)| *d)
 }
 

@@ -13,7 +13,7 @@ use crate::allow::Sym;
 use crate::torch::{StorageRef, TensorDesc};
 
 /// Index of a node in the [`Arena`].
-pub type Id = u32;
+pub(crate) type Id = u32;
 
 /// What kind of mapping a [`Node::Dict`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

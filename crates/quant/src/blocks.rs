@@ -11,20 +11,19 @@ use std::mem::{align_of, size_of};
 use bytemuck::{Pod, Zeroable};
 
 /// A ggml block: `#[repr(C)]`, alignment 1, every bit pattern valid.
-pub trait Block: Pod {
-    /// Elements per block.
-    const ELEMS: usize;
-}
+pub(crate) trait Block: Pod {}
 
 macro_rules! block {
     ($(#[$doc:meta])* $name:ident, $elems:expr, $size:expr, { $($(#[$fdoc:meta])* $f:ident : [u8; $n:expr]),* $(,)? }) => {
         $(#[$doc])*
         #[repr(C)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-        pub struct $name { $($(#[$fdoc])* pub $f: [u8; $n],)* }
+        pub(crate) struct $name { $($(#[$fdoc])* pub(crate) $f: [u8; $n],)* }
         const _: () = assert!(size_of::<$name>() == $size);
         const _: () = assert!(align_of::<$name>() == 1);
-        impl Block for $name { const ELEMS: usize = $elems; }
+        // ggml blocks hold a power of two of elements: 32 for most, 256 for the k-quants.
+        const _: () = assert!(($elems as usize).is_power_of_two() && $elems >= 32);
+        impl Block for $name {}
     };
 }
 
@@ -167,11 +166,11 @@ block!(/// IQ4_XS: 256 elements in 8 sub-blocks of 32.
 
 /// Views whole blocks. Panics if `bytes.len()` is not a multiple of the block size (callers
 /// check lengths first and report a [`crate::QuantError`]).
-pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
+pub(crate) fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
     bytemuck::cast_slice(bytes)
 }
 
 /// Mutable counterpart of [`as_blocks`].
-pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
+pub(crate) fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
     bytemuck::cast_slice_mut(bytes)
 }

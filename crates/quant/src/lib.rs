@@ -22,7 +22,7 @@
 #[macro_use]
 mod dispatch;
 
-pub mod blocks;
+mod blocks;
 pub mod cast;
 mod cost;
 mod grids;

@@ -6,7 +6,7 @@
 use weightport_core::DType;
 
 /// The 22 dtypes safetensors 0.8 knows, in the reference's declaration (alignment) order.
-pub const DTYPES: [DType; 22] = [
+pub(crate) const DTYPES: [DType; 22] = [
     DType::BOOL,
     DType::F4,
     DType::F6_E2M3,
@@ -32,7 +32,7 @@ pub const DTYPES: [DType; 22] = [
 ];
 
 /// The header names of [`DTYPES`], for "expected one of" messages.
-pub const NAMES: [&str; 22] = [
+pub(crate) const NAMES: [&str; 22] = [
     "BOOL",
     "F4",
     "F6_E2M3",
@@ -58,12 +58,12 @@ pub const NAMES: [&str; 22] = [
 ];
 
 /// Parses a header dtype string (case-sensitive).
-pub fn parse(s: &str) -> Option<DType> {
+pub(crate) fn parse(s: &str) -> Option<DType> {
     NAMES.iter().position(|n| *n == s).map(|i| DTYPES[i])
 }
 
 /// The writer's sort rank, or `None` if safetensors cannot store the dtype.
-pub fn rank(d: DType) -> Option<usize> {
+pub(crate) fn rank(d: DType) -> Option<usize> {
     DTYPES.iter().position(|x| *x == d)
 }
 

@@ -48,7 +48,7 @@ pub struct Header {
 /// A header problem, with the byte offset (relative to the JSON's first byte, or to the data
 /// section for [`HeaderError::at_data`]) where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderError {
+pub(crate) struct HeaderError {
     /// Human-readable reason.
     pub reason: String,
     /// The tensor concerned.
@@ -199,7 +199,7 @@ fn json_position(text: &[u8], line: usize, column: usize) -> u64 {
 
 /// Parses the JSON header (steps 4–6 of docs/specs/safetensors.md §1.2) and validates the offsets against
 /// `data_len`, the number of bytes after the header (step 7).
-pub fn parse(json: &[u8], data_len: u64, limits: &Limits) -> Result<Header, HeaderError> {
+pub(crate) fn parse(json: &[u8], data_len: u64, limits: &Limits) -> Result<Header, HeaderError> {
     let text = std::str::from_utf8(json).map_err(|e| {
         let mut err = HeaderError::new(format!("invalid UTF-8 in header: {e}"));
         err.json_offset = Some(e.valid_up_to() as u64);

@@ -10,11 +10,11 @@
 //! * [`INPUT`] and [`OUTPUT`] are its format-registry entries.
 #![deny(missing_docs)]
 
-pub mod dtypes;
-pub mod header;
-pub mod reader;
+mod dtypes;
+mod header;
+mod reader;
 pub mod registration;
-pub mod writer;
+mod writer;
 
 pub use reader::SafetensorsFile;
 pub use registration::{INPUT, OUTPUT};

@@ -22,7 +22,7 @@ use weightport_core::{
 use crate::dtypes;
 
 /// The reference's header cap, applied on write too.
-pub const MAX_HEADER: u64 = 100_000_000;
+pub(crate) const MAX_HEADER: u64 = 100_000_000;
 
 /// A planned file: header bytes and where each tensor's data goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,12 +38,12 @@ pub struct FileLayout {
 }
 
 /// Largest array (GGUF tokenizer vocabularies, merges…) carried into `__metadata__`.
-pub const MAX_METADATA_ARRAY: usize = 64;
+pub(crate) const MAX_METADATA_ARRAY: usize = 64;
 
 /// Converts core metadata to safetensors' string map (non-strings rendered as text). Arrays
 /// longer than [`MAX_METADATA_ARRAY`] items (a GGUF vocabulary has 32,000+) are left out: they
 /// belong to the tokenizer files, not the weights header.
-pub fn string_metadata(meta: &Metadata) -> BTreeMap<String, String> {
+pub(crate) fn string_metadata(meta: &Metadata) -> BTreeMap<String, String> {
     meta.iter()
         .filter(|(_, v)| match v {
             MetaValue::Array(a) | MetaValue::TypedArray { items: a, .. } => {
@@ -172,7 +172,7 @@ fn json_header(
 }
 
 /// Decides which tensors go to which file: `(final path, tensor indices)` per file.
-pub type Assign =
+pub(crate) type Assign =
     Box<dyn FnOnce(&[TensorInfo]) -> Result<Vec<(PathBuf, Vec<usize>)>> + Send + Sync>;
 
 /// A sink writing one or more safetensors files.
