@@ -13,7 +13,7 @@ use weightport_engine::{ConvertOptions, ConvertReport};
 use weightport_provenance as provenance;
 
 use crate::args::{ConvertArgs, VerifyArgs};
-use crate::output::p;
+use crate::render::p;
 use crate::Failure;
 
 /// What `--attest` records as the recipe: the command line, the options that shape the output,

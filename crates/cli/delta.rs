@@ -7,7 +7,7 @@ use serde_json::json;
 use weightport_core::sanitize;
 
 use crate::args::DeltaArgs;
-use crate::output::{human, p};
+use crate::render::{human, p};
 use crate::Failure;
 
 pub(crate) fn run(a: &DeltaArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {

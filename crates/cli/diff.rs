@@ -8,7 +8,8 @@ use weightport_core::{sanitize, TensorSource};
 use weightport_edit::diff::{diff, DiffOptions, DiffReport, Status, TensorDiff};
 
 use crate::args::DiffArgs;
-use crate::output::{open_one, p};
+use crate::options::open_one;
+use crate::render::p;
 use crate::Failure;
 
 pub(crate) fn run(a: &DiffArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {

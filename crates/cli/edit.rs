@@ -9,7 +9,7 @@ use weightport_core::{sanitize, Error};
 use weightport_edit::{EditOptions, Edited, Op};
 
 use crate::args::EditArgs;
-use crate::output::{human, p};
+use crate::render::{human, p};
 use crate::Failure;
 
 /// The operations in command-line order (clap keeps each flag's values in order, not their

@@ -224,11 +224,11 @@ impl PlannedOutput {
     pub(crate) fn label(&self, file: &Path) -> String {
         format!(
             "{}:{}: job {} output {} ({})",
-            crate::output::p(file),
+            crate::render::p(file),
             self.line,
             self.job,
             self.output,
-            crate::output::p(&self.args.output)
+            crate::render::p(&self.args.output)
         )
     }
 }
@@ -261,7 +261,7 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
             .span()
             .map(|s| format!(":{}", line_of(&text, s.start)))
             .unwrap_or_default();
-        Error::Usage(format!("{}{at}: {}", crate::output::p(file), e.message()))
+        Error::Usage(format!("{}{at}: {}", crate::render::p(file), e.message()))
     })?;
     // Absolute, so the state's records name the same outputs from any working directory.
     let parent = file.parent().filter(|d| !d.as_os_str().is_empty());
@@ -270,7 +270,7 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
     if parsed.job.is_empty() {
         return Err(Error::Usage(format!(
             "{}: no [[job]]: nothing to do",
-            crate::output::p(file)
+            crate::render::p(file)
         )));
     }
     check_defaults(file, &parsed.defaults)?;
@@ -279,7 +279,7 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
         if entry.output.is_empty() {
             return Err(Error::Usage(format!(
                 "{}:{}: job {} has no [[job.output]]",
-                crate::output::p(file),
+                crate::render::p(file),
                 line_of(&text, entry.input.span().start),
                 j + 1
             )));
@@ -291,7 +291,7 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
             let at = |what: String| {
                 Error::Usage(format!(
                     "{}:{line}: job {} output {}: {what}",
-                    crate::output::p(file),
+                    crate::render::p(file),
                     j + 1,
                     k + 1
                 ))
@@ -329,7 +329,6 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
         state: Some(state),
         outputs,
     };
-    crate::overlaps::refuse(&job)?;
     Ok(job)
 }
 
@@ -358,7 +357,7 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
         if let Some(Toggle::Path(_)) = t {
             return Err(Error::Usage(format!(
                 "{}: [defaults] {key}: true or false (a path is given per output)",
-                crate::output::p(file)
+                crate::render::p(file)
             )));
         }
     }
@@ -586,13 +585,5 @@ mod tests {
             .unwrap();
         let a = j.outputs[0].args.attest.as_ref().unwrap();
         assert!(a.ends_with("o/repo.intoto.json"), "{a:?}");
-    }
-
-    #[test]
-    fn two_outputs_at_one_path_are_refused() {
-        let e = load_text("[[job]]\ninput = \"in\"\n[[job.output]]\npath = \"a.gguf\"\n[[job.output]]\npath = \"a.gguf\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("also written"), "{e}");
     }
 }

@@ -12,21 +12,24 @@
 
 mod args;
 mod attest;
+mod convert;
 mod delta;
 mod diff;
 mod edit;
 mod imatrix;
+mod inspect;
 mod job;
 mod multi;
-mod output;
+mod options;
 mod overlaps;
 mod progress;
+mod render;
 mod report;
 mod run;
 mod scan;
 mod slice;
-mod state;
 mod units;
+mod verify;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -50,7 +53,7 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
             }
             // --json holds for argument errors too: clap could not tell us, so look for it.
             if argv.iter().any(|a| a == "--json") {
-                output::print_error_json("usage", &usage_message(&e), 2);
+                render::print_error_json("usage", &usage_message(&e), 2);
             }
             return 2;
         }
@@ -74,7 +77,7 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
         Ok(()) | Err(Failure::BrokenPipe) => 0,
         Err(Failure::Internal) => {
             if json {
-                output::print_error_json("internal", "internal error", 1);
+                render::print_error_json("internal", "internal error", 1);
             }
             1
         }
@@ -88,7 +91,7 @@ pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
             let code = e.exit_code();
             eprintln!("weightport: {e}");
             if json {
-                output::print_error_json(e.kind(), &e.to_string(), code);
+                render::print_error_json(e.kind(), &e.to_string(), code);
             }
             code as u8
         }
@@ -108,7 +111,7 @@ pub fn run_json(
     argv.insert(argv.len().min(1), "--json".into());
     let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => units::keep_argv(c, &argv),
-        Err(e) => return (2, output::error_json("usage", &usage_message(&e), 2)),
+        Err(e) => return (2, render::error_json("usage", &usage_message(&e), 2)),
     };
     install_panic_hook();
     let mut out = Vec::new();
@@ -121,11 +124,11 @@ pub fn run_json(
         Ok(()) => (0, document()),
         Err(Failure::Findings(code, _)) => (i32::from(code), document()),
         Err(Failure::Internal) | Err(Failure::BrokenPipe) => {
-            (1, output::error_json("internal", "internal error", 1))
+            (1, render::error_json("internal", "internal error", 1))
         }
         Err(Failure::Error(e)) => {
             let code = e.exit_code();
-            (code, output::error_json(e.kind(), &e.to_string(), code))
+            (code, render::error_json(e.kind(), &e.to_string(), code))
         }
     }
 }
@@ -268,7 +271,7 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
 
 fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
-    let global = output::Global {
+    let global = options::Global {
         workers: workers_of(&cli)?,
     };
     match cli.command {
@@ -276,9 +279,9 @@ fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Resul
             let job = multi::job_of(&a)?;
             run::run_job(&job, (a.dry_run, false), &global, json, progress, out)
         }
-        Command::Convert(a) => output::convert(&a, &global, json, progress, out),
-        Command::Inspect(a) => output::inspect(&a, json, out),
-        Command::Verify(a) => output::verify(&a, json, progress, out),
+        Command::Convert(a) => convert::run(&a, &global, json, progress, out),
+        Command::Inspect(a) => inspect::run(&a, json, out),
+        Command::Verify(a) => verify::run(&a, json, progress, out),
         Command::Scan(a) => scan::run(&a, json, out),
         Command::Run(a) => run::run(&a, &global, json, progress, out),
         Command::Plan(a) => units::plan(&a, json, out),

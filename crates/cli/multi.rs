@@ -139,7 +139,7 @@ pub(crate) fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
     let base = without_outputs(&a.argv);
     let mut outputs = Vec::new();
     for (k, spec) in a.outputs.iter().enumerate() {
-        let at = |what: String| Error::Usage(format!("-o {}: {what}", crate::output::p(spec)));
+        let at = |what: String| Error::Usage(format!("-o {}: {what}", crate::render::p(spec)));
         let (path, options) = split(spec).map_err(at)?;
         let options = options.unwrap_or_default();
         let mut argv = base.clone();

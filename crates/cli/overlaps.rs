@@ -13,7 +13,7 @@ use weightport_core::Error;
 use weightport_engine::side::resolved;
 
 use crate::job::Job;
-use crate::output::p;
+use crate::render::p;
 
 /// A path the job writes: whose (the output's index, `None` for the job's own state) and as
 /// what.
@@ -238,6 +238,17 @@ fn refuse_inputs(job: &Job, sides: &[Written]) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_outputs_at_one_path_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("job.toml");
+        let text = "[[job]]\ninput = \"in\"\n[[job.output]]\npath = \"a.gguf\"\n[[job.output]]\npath = \"a.gguf\"\n";
+        std::fs::write(&f, text).unwrap();
+        let job = crate::job::load(&f).unwrap();
+        let e = refuse(&job).unwrap_err().to_string();
+        assert!(e.contains("also written"), "{e}");
+    }
 
     #[test]
     fn split_part_names() {

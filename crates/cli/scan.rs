@@ -10,7 +10,7 @@ use weightport_pickle::scan::rules;
 use weightport_scan::{ScanOutcome, ScanReport, Skipped, Verdict};
 
 use crate::args::{ScanArgs, ScanFormat};
-use crate::output::{meta_json, p};
+use crate::render::{meta_json, p};
 use crate::Failure;
 
 /// Runs the scan and prints it; exit 3 unless every file is safe and none was left unread.

@@ -8,7 +8,8 @@ use weightport_core::{sanitize, Error};
 use weightport_edit::Selection;
 
 use crate::args::SliceArgs;
-use crate::output::{open_one, p};
+use crate::options::open_one;
+use crate::render::p;
 use crate::Failure;
 
 pub(crate) fn run(a: &SliceArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {

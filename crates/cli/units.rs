@@ -14,7 +14,8 @@ use weightport_engine::Progress;
 use weightport_engine::Workers;
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
-use crate::output::{convert_options, human, io_json, p, Global};
+use crate::options::{convert_options, Global};
+use crate::render::{human, io_json, p};
 use crate::Failure;
 
 /// Keeps the command line of `plan` (after the program name) for the plan file.

@@ -27,7 +27,7 @@ use weightport_engine::Workers;
 use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
-use crate::output::p;
+use crate::render::p;
 
 /// Version of the state file (2: inputs by content, ctime and inode).
 const VERSION: u32 = 2;
