@@ -482,6 +482,16 @@ fn a_bad_plan_file_names_the_field() {
         err.contains("job.plan.json") && err.contains("`units[1].tensors`"),
         "{err}"
     );
+    // A field of the wrong type is named by its path in the document (and the hash check,
+    // which would also refuse the edited file, comes after).
+    doc["units"][1]["tensors"] = doc["units"][0]["tensors"].clone();
+    doc["files"][0]["size"] = serde_json::json!("big");
+    std::fs::write(job.plan_path(), doc.to_string()).unwrap();
+    let err = failed(&job.unit(0), 1);
+    assert!(
+        err.contains("`files[0].size`") && err.contains("expected u64"),
+        "{err}"
+    );
     let o = wp(&["unit", job.plan_path().to_str().unwrap()]);
     assert_eq!(
         o.status.code(),

@@ -4,6 +4,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::registry::ExtraContent;
@@ -88,7 +89,7 @@ pub(crate) struct PlanFile {
 
 /// A unit's share of one output file: its bytes `[start, end)`. The segments of a file
 /// partition it; the first (from 0) leaves the header's room as zeros, `finish` writes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub(crate) struct Segment {
     /// Index into the plan's files.
     pub file: usize,
@@ -466,87 +467,98 @@ fn field_error(path: &Path, field: &str, what: &str) -> Error {
     )
 }
 
-fn strings(doc: &Value, path: &Path, field: &str) -> Result<Vec<String>> {
-    doc[field]
-        .as_array()
-        .and_then(|a| a.iter().map(|s| s.as_str().map(str::to_string)).collect())
-        .ok_or_else(|| field_error(path, field, "expected an array of strings"))
+/// A plan document's fields that `unit` and `finish` read (the rest is for people and
+/// schedulers: reads, costs, dtypes).
+#[derive(Deserialize)]
+struct PlanDoc {
+    command: Vec<String>,
+    inputs: Vec<PathBuf>,
+    output: PathBuf,
+    staging: PathBuf,
+    fingerprint: String,
+    input_files: Vec<InputIdentity>,
+    files: Vec<FileDoc>,
+    tensors: Vec<TensorDoc>,
+    units: Vec<UnitDoc>,
+    plan_sha256: String,
+    /// Absent in plans of earlier weightports: false.
+    #[serde(default)]
+    in_place: bool,
 }
 
-fn string(doc: &Value, path: &Path, field: &str) -> Result<String> {
-    doc[field]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| field_error(path, field, "expected a string"))
+/// An input file's identity: its path, and what [`check_inputs`] compares (size, mtime, …).
+#[derive(Deserialize)]
+struct InputIdentity {
+    path: String,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
-/// Unit tensor lists; each output tensor in exactly one unit.
-fn units_of(doc: &Value, path: &Path) -> Result<Vec<Vec<usize>>> {
-    let n = doc["tensors"]
-        .as_array()
-        .ok_or_else(|| field_error(path, "tensors", "expected an array"))?
-        .len();
-    let units = doc["units"]
-        .as_array()
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| field_error(path, "units", "expected a non-empty array"))?;
+impl InputIdentity {
+    fn into_value(self) -> Value {
+        let mut m = self.rest;
+        m.insert("path".into(), self.path.into());
+        Value::Object(m)
+    }
+}
+
+#[derive(Deserialize)]
+struct FileDoc {
+    path: PathBuf,
+    size: u64,
+    data_start: u64,
+}
+
+#[derive(Deserialize)]
+struct TensorDoc {
+    file: usize,
+    offset: u64,
+    bytes: u64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct UnitDoc {
+    tensors: Vec<usize>,
+    segments: Vec<Segment>,
+}
+
+/// Each output tensor in exactly one unit, and at least one unit.
+fn check_units(units: &[Vec<usize>], n: usize, path: &Path) -> Result<()> {
+    if units.is_empty() {
+        return Err(field_error(path, "units", "expected a non-empty array"));
+    }
     let mut seen = vec![false; n];
-    let mut out = Vec::with_capacity(units.len());
-    for (u, unit) in units.iter().enumerate() {
-        let field = format!("units[{u}].tensors");
-        let ts: Vec<usize> = unit["tensors"]
-            .as_array()
-            .and_then(|a| a.iter().map(|k| k.as_u64().map(|k| k as usize)).collect())
-            .ok_or_else(|| field_error(path, &field, "expected an array of tensor indices"))?;
-        for &k in &ts {
+    for (u, ts) in units.iter().enumerate() {
+        for &k in ts {
             if k >= n || std::mem::replace(&mut seen[k], true) {
-                return Err(field_error(
-                    path,
-                    &field,
-                    &format!("tensor {k} is out of range or in two units"),
-                ));
+                let what = format!("tensor {k} is out of range or in two units");
+                return Err(field_error(path, &format!("units[{u}].tensors"), &what));
             }
         }
-        out.push(ts);
     }
-    if let Some(k) = seen.iter().position(|s| !s) {
-        return Err(field_error(
+    match seen.iter().position(|s| !s) {
+        Some(k) => Err(field_error(
             path,
             "units",
             &format!("tensor {k} is in no unit"),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(out)
 }
 
-fn uint(v: &Value, path: &Path, field: &str) -> Result<u64> {
-    v.as_u64()
-        .ok_or_else(|| field_error(path, field, "expected a non-negative integer"))
-}
-
-/// The plan's output files.
-fn files_of(doc: &Value, path: &Path) -> Result<Vec<PlanFile>> {
-    let files = doc["files"]
-        .as_array()
-        .ok_or_else(|| field_error(path, "files", "expected an array"))?;
-    let mut out = Vec::with_capacity(files.len());
-    for (f, file) in files.iter().enumerate() {
-        let field = |n: &str| format!("files[{f}].{n}");
-        let p = file["path"].as_str();
-        let p = p.ok_or_else(|| field_error(path, &field("path"), "expected a string"))?;
-        let size = uint(&file["size"], path, &field("size"))?;
-        let data_start = uint(&file["data_start"], path, &field("data_start"))?;
-        if data_start > size {
-            return Err(field_error(
-                path,
-                &field("data_start"),
-                "past the file's end",
-            ));
+/// The plan's output files, each header within the file.
+fn files_of(docs: Vec<FileDoc>, path: &Path) -> Result<Vec<PlanFile>> {
+    let mut out = Vec::with_capacity(docs.len());
+    for (f, d) in docs.into_iter().enumerate() {
+        if d.data_start > d.size {
+            let field = format!("files[{f}].data_start");
+            return Err(field_error(path, &field, "past the file's end"));
         }
         out.push(PlanFile {
-            path: PathBuf::from(p),
-            size,
-            data_start,
+            path: d.path,
+            size: d.size,
+            data_start: d.data_start,
         });
     }
     Ok(out)
@@ -555,69 +567,47 @@ fn files_of(doc: &Value, path: &Path) -> Result<Vec<PlanFile>> {
 /// Per tensor (file, offset), length and name.
 type TensorLayout = (Vec<(usize, u64)>, Vec<u64>, Vec<String>);
 
-fn tensors_of(doc: &Value, path: &Path, files: &[PlanFile]) -> Result<TensorLayout> {
-    let ts = doc["tensors"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+/// Every tensor inside its file's data section.
+fn tensors_of(docs: Vec<TensorDoc>, path: &Path, files: &[PlanFile]) -> Result<TensorLayout> {
     let (mut at, mut bytes, mut names) = (Vec::new(), Vec::new(), Vec::new());
-    for (k, t) in ts.iter().enumerate() {
-        let field = |n: &str| format!("tensors[{k}].{n}");
-        let f = uint(&t["file"], path, &field("file"))? as usize;
-        let off = uint(&t["offset"], path, &field("offset"))?;
-        let len = uint(&t["bytes"], path, &field("bytes"))?;
-        let inside = files.get(f).is_some_and(|pf| {
-            off >= pf.data_start && off.checked_add(len).is_some_and(|e| e <= pf.size)
+    for (k, t) in docs.into_iter().enumerate() {
+        let inside = files.get(t.file).is_some_and(|pf| {
+            t.offset >= pf.data_start && t.offset.checked_add(t.bytes).is_some_and(|e| e <= pf.size)
         });
         if !inside {
+            let field = format!("tensors[{k}].offset");
             return Err(field_error(
                 path,
-                &field("offset"),
+                &field,
                 "not inside its file's data section",
             ));
         }
-        let name = t["name"].as_str();
-        let name = name.ok_or_else(|| field_error(path, &field("name"), "expected a string"))?;
-        at.push((f, off));
-        bytes.push(len);
-        names.push(name.to_string());
+        at.push((t.file, t.offset));
+        bytes.push(t.bytes);
+        names.push(t.name);
     }
     Ok((at, bytes, names))
 }
 
-/// Per unit its segments, checked: the segments of each file partition it, and every tensor of
-/// a unit lies in one of that unit's segments.
-fn segments_of(doc: &Value, path: &Path, p: &UnitPlan) -> Result<Vec<Vec<Segment>>> {
-    let mut out = Vec::with_capacity(p.units.len());
-    for u in 0..p.units.len() {
-        let field = format!("units[{u}].segments");
-        let segs = doc["units"][u]["segments"].as_array();
-        let segs = segs.ok_or_else(|| field_error(path, &field, "expected an array"))?;
-        let mut v = Vec::with_capacity(segs.len());
-        for s in segs {
-            let seg = Segment {
-                file: uint(&s["file"], path, &field)? as usize,
-                start: uint(&s["start"], path, &field)?,
-                end: uint(&s["end"], path, &field)?,
-            };
-            if seg.file >= p.files.len() || seg.start > seg.end {
-                return Err(field_error(
-                    path,
-                    &field,
-                    "a segment outside the plan's files",
-                ));
-            }
-            v.push(seg);
+/// Checks the plan's segments: each inside the plan's files, the segments of each file
+/// partition it, and every tensor of a unit lies in one of that unit's segments.
+fn check_segments(p: &UnitPlan, path: &Path) -> Result<()> {
+    for (u, segs) in p.segments.iter().enumerate() {
+        if segs
+            .iter()
+            .any(|s| s.file >= p.files.len() || s.start > s.end)
+        {
+            let field = format!("units[{u}].segments");
+            return Err(field_error(
+                path,
+                &field,
+                "a segment outside the plan's files",
+            ));
         }
-        out.push(v);
     }
-    let mut whole = UnitPlan {
-        segments: out,
-        ..p.clone()
-    };
     for f in 0..p.files.len() {
         let mut pos = 0;
-        for (_, _, s) in whole.segments_of_file(f) {
+        for (_, _, s) in p.segments_of_file(f) {
             if s.start != pos {
                 let what =
                     format!("the segments of files[{f}] do not cover it once (at byte {pos})");
@@ -626,35 +616,40 @@ fn segments_of(doc: &Value, path: &Path, p: &UnitPlan) -> Result<Vec<Vec<Segment
             pos = s.end;
         }
         if pos != p.files[f].size {
-            return Err(field_error(
-                path,
-                "units",
-                &format!("the segments of files[{f}] end at byte {pos}"),
-            ));
+            let what = format!("the segments of files[{f}] end at byte {pos}");
+            return Err(field_error(path, "units", &what));
         }
     }
     for (u, ts) in p.units.iter().enumerate() {
         for &k in ts {
             let (f, off) = p.at[k];
             let end = off + p.bytes[k];
-            if !whole.segments[u]
+            let held = p.segments[u]
                 .iter()
-                .any(|s| s.file == f && s.start <= off && end <= s.end)
-            {
+                .any(|s| s.file == f && s.start <= off && end <= s.end);
+            if !held {
                 let what = format!("tensor {k} is in none of the unit's segments");
                 return Err(field_error(path, &format!("units[{u}].segments"), &what));
             }
         }
     }
-    Ok(std::mem::take(&mut whole.segments))
+    Ok(())
 }
 
-/// `in_place` of a plan document: absent (plans of earlier weightports) is false.
-fn in_place_of(doc: &Value, path: &Path) -> Result<bool> {
-    match &doc["in_place"] {
-        Value::Null => Ok(false),
-        Value::Bool(b) => Ok(*b),
-        _ => Err(field_error(path, "in_place", "expected true or false")),
+/// The plan file's version, checked before anything else is read.
+fn check_version(doc: &Value, path: &Path) -> Result<()> {
+    match doc["weightport_plan"].as_u64() {
+        Some(PLAN_VERSION) => Ok(()),
+        Some(v) => Err(field_error(
+            path,
+            "weightport_plan",
+            &format!("version {v}; this weightport reads version {PLAN_VERSION}"),
+        )),
+        None => Err(field_error(
+            path,
+            "weightport_plan",
+            "missing: not a weightport plan file",
+        )),
     }
 }
 
@@ -668,57 +663,36 @@ pub fn read_plan(path: &Path) -> Result<UnitPlan> {
             format!("plan file is not JSON: {e}"),
         )
     })?;
-    match doc["weightport_plan"].as_u64() {
-        Some(PLAN_VERSION) => {}
-        Some(v) => {
-            return Err(field_error(
-                path,
-                "weightport_plan",
-                &format!("version {v}; this weightport reads version {PLAN_VERSION}"),
-            ))
-        }
-        None => {
-            return Err(field_error(
-                path,
-                "weightport_plan",
-                "missing: not a weightport plan file",
-            ))
-        }
-    }
-    let identities = doc["input_files"]
-        .as_array()
-        .filter(|a| a.iter().all(|i| i["path"].is_string()))
-        .cloned()
-        .ok_or_else(|| {
-            field_error(
-                path,
-                "input_files",
-                "expected an array of {path, size, mtime_ns, sha256}",
-            )
-        })?;
-    let files = files_of(&doc, path)?;
-    let (at, bytes, tensor_names) = tensors_of(&doc, path, &files)?;
-    let mut plan = UnitPlan {
+    check_version(&doc, path)?;
+    let d: PlanDoc = serde_path_to_error::deserialize(&doc)
+        .map_err(|e| field_error(path, &e.path().to_string(), &e.inner().to_string()))?;
+    let identities = d
+        .input_files
+        .into_iter()
+        .map(InputIdentity::into_value)
+        .collect();
+    let files = files_of(d.files, path)?;
+    let (at, bytes, tensor_names) = tensors_of(d.tensors, path, &files)?;
+    let (units, segments) = d.units.into_iter().map(|u| (u.tensors, u.segments)).unzip();
+    let plan = UnitPlan {
         path: path.to_path_buf(),
-        command: strings(&doc, path, "command")?,
-        inputs: strings(&doc, path, "inputs")?
-            .into_iter()
-            .map(PathBuf::from)
-            .collect(),
-        output: PathBuf::from(string(&doc, path, "output")?),
-        staging: PathBuf::from(string(&doc, path, "staging")?),
-        fingerprint: string(&doc, path, "fingerprint")?,
+        command: d.command,
+        inputs: d.inputs,
+        output: d.output,
+        staging: d.staging,
+        fingerprint: d.fingerprint,
         identities,
-        units: units_of(&doc, path)?,
-        plan_sha256: string(&doc, path, "plan_sha256")?,
+        units,
+        plan_sha256: d.plan_sha256,
         files,
         at,
         bytes,
         tensor_names,
-        segments: Vec::new(),
-        in_place: in_place_of(&doc, path)?,
+        segments,
+        in_place: d.in_place,
     };
-    plan.segments = segments_of(&doc, path, &plan)?;
+    check_units(&plan.units, plan.at.len(), path)?;
+    check_segments(&plan, path)?;
     let sha = doc_sha256(&doc);
     if sha != plan.plan_sha256 {
         return Err(Error::Verify {
