@@ -141,6 +141,12 @@ pub enum ExtraKv {
     /// `{arch}.hidden_activation` string ← `hidden_activation`, when truthy (ModernBERT's GeGLU
     /// or SwiGLU).
     HiddenActivation,
+    /// Exaone 4's window (`Exaone4Model.set_gguf_parameters`): when `sliding_window` is not
+    /// null, `{arch}.attention.sliding_window`, then the per-layer bool array
+    /// `attention.sliding_window_pattern` from `layer_types`, else from `sliding_window_pattern`
+    /// (a string like `LLLG`, `L` = sliding, repeated; or an int n: every n-th layer global),
+    /// written only when it has one entry per layer.
+    SlidingWindowLayers,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -718,6 +724,19 @@ const GPT2_NAMES: NameGroup = &[
     ("h.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// The norm after attention alone (Seed-OSS: `MODEL_TENSORS[SEED_OSS]` has `ATTN_POST_NORM`
+/// and no `FFN_NORM`, so HF's `post_attention_layernorm` is `post_attention_norm`).
+const ATTN_POST_NORM: NameGroup = &[(
+    "model.layers.{bid}.post_attention_layernorm",
+    "blk.{bid}.post_attention_norm",
+)];
+
+/// An ungated MLP under the gated one's names (Arcee's ReLU²: `up_proj`, `down_proj`).
+const UP_DOWN_MLP: NameGroup = &[
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -813,6 +832,15 @@ const STARCODER2_TENSORS: &[NameGroup] = &[
 const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, QK_NORMS, MLP];
 /// GPT-2.
 const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
+
+/// Seed-OSS (`MODEL_TENSORS[SEED_OSS]`): Llama's names, the norm before the MLP named after
+/// attention.
+const SEED_OSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, ATTN_POST_NORM, MLP];
+/// Arcee (`MODEL_TENSORS[ARCEE]`): Llama's names with an ungated MLP.
+const ARCEE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, UP_DOWN_MLP];
+/// Exaone 4 (`MODEL_TENSORS[EXAONE4]`): OLMo 2's layout (norms after attention and the MLP
+/// only), per-head q/k norms.
+const EXAONE4_TENSORS: &[NameGroup] = OLMO2_TENSORS;
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -1827,6 +1855,124 @@ pub const ARCHS: &[ArchSpec] = &[
         hooks: &[],
         transposed: &[],
         splits: &[],
+    },
+    ArchSpec {
+        arch: "seed_oss",
+        hf_archs: &["SeedOssForCausalLM"],
+        tensors: SEED_OSS_TENSORS,
+        experts: None,
+        // SeedOssModel is a TextModel: no permutation.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "155136"),
+                ("max_position_embeddings", "524288"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "27648"),
+                ("num_hidden_layers", "64"),
+                ("num_attention_heads", "80"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "1"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "arcee",
+        hf_archs: &["ArceeForCausalLM"],
+        tensors: ARCEE_TENSORS,
+        experts: None,
+        // ArceeModel is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "18432"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "128000"),
+                ("eos_token_id", "128001"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Derived,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys, then `_try_set_pooling_type`.
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Pooling,
+        ],
+        vocab: VocabKind::Llama,
+        // `MODEL_TENSORS[ARCEE]` has `rope_freqs`: LlamaModel generates it for llama3 rope.
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "exaone4",
+        hf_archs: &["Exaone4ForCausalLM"],
+        tensors: EXAONE4_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "102400"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "16384"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+                ("sliding_window", "4096"),
+                ("sliding_window_pattern", "4"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::SlidingWindowLayers],
+        vocab: VocabKind::Gpt2,
+        // Exaone4Model generates `rope_freqs` with its own defaults (factor 16): not done here,
+        // so llama3 rope is refused.
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
     },
 ];
 

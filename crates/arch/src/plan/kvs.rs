@@ -386,6 +386,7 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
             }
         }
         ExtraKv::SlidingWindowPattern => sliding_window_kvs(kvs, hp, *block_count)?,
+        ExtraKv::SlidingWindowLayers => sliding_window_layers(kvs, hp, *block_count)?,
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
         ExtraKv::LeadingDenseBlockCount
@@ -413,6 +414,51 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
 fn sliding_window_kvs(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Result<()> {
     if let Some((window, pattern)) = sliding_window_pattern(hp, block_count)? {
         kvs.arch("attention.sliding_window", MetaValue::U32(window));
+        let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
+        kvs.arch(
+            "attention.sliding_window_pattern",
+            MetaValue::Array(pattern),
+        );
+    }
+    Ok(())
+}
+
+/// [`ExtraKv::SlidingWindowLayers`]: Exaone 4's window and per-layer pattern.
+fn sliding_window_layers(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Result<()> {
+    if hp.raw.get("sliding_window").is_none_or(Value::is_null) {
+        return Ok(());
+    }
+    kvs.arch(
+        "attention.sliding_window",
+        MetaValue::U32(hp.need_u32(&["sliding_window"])?),
+    );
+    let n = block_count as usize;
+    let pattern: Vec<bool> = if let Some(types) = hp.raw.get("layer_types") {
+        let types = types
+            .as_array()
+            .ok_or_else(|| bad(&hp.path, "`layer_types` is not a list"))?;
+        types
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect()
+    } else {
+        match hp.raw.get("sliding_window_pattern") {
+            Some(Value::String(s)) if !s.is_empty() => {
+                let s = s.as_bytes();
+                (0..n).map(|i| s[i % s.len()] == b'L').collect()
+            }
+            // The reference divides by it.
+            Some(v) if v.as_u64() == Some(0) => {
+                return Err(bad(&hp.path, "`sliding_window_pattern` is 0"))
+            }
+            Some(v) => match v.as_u64() {
+                Some(k) => (0..n as u64).map(|i| (i + 1) % k != 0).collect(),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        }
+    };
+    if pattern.len() == n || hp.raw.contains_key("layer_types") {
         let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
         kvs.arch(
             "attention.sliding_window_pattern",
