@@ -18,23 +18,35 @@ use common::arch::{self, copy_release, edit_config, expected};
 
 use std::path::Path;
 
-/// The pre-tokenizer name gen_arch_archs4.py gave the reference for the made-up vocabulary.
-fn pre(name: &str) -> &'static str {
+/// The pre-tokenizer name gen_arch_archs4.py gave the reference for the made-up BPE vocabulary
+/// (`None`: a SentencePiece vocabulary).
+fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "seed_oss" => "seed-coder",
-        "arcee" => "llama-bpe",
-        "exaone4" => "exaone4",
+        "seed_oss" => Some("seed-coder"),
+        "arcee" => Some("llama-bpe"),
+        "exaone4" => Some("exaone4"),
+        "ministral3" | "mistral3" => Some("tekken"),
+        "qwen25vl" => Some("qwen2"),
+        "ernie45" => None,
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of archs4.json, in its order.
-const RELEASES: &[&str] = &["arcee", "exaone4", "seed_oss"];
+const RELEASES: &[&str] = &[
+    "arcee",
+    "ernie45",
+    "exaone4",
+    "ministral3",
+    "mistral3",
+    "qwen25vl",
+    "seed_oss",
+];
 
 #[test]
 fn archs4_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     let exp = expected("archs4.json");
-    let cases = arch::cases(&exp, |name, _| Some(pre(name).to_owned()));
+    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
     let done = arch::against(
         &cases,
         "outtypes",
@@ -62,7 +74,7 @@ fn one_pass_quant_plans_every_release() {
         arch::convert(
             &arch::release(name),
             &out,
-            Some(pre(name)),
+            pre(name),
             &["--outtype", "f16", "--quant", "Q4_K_M"],
         );
         let described = expected(&format!("{name}.json"));
@@ -130,5 +142,24 @@ fn exaone4_sliding_window_pattern_spellings() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("sliding_window_pattern"), "{err}");
+    assert!(!out.exists());
+}
+
+/// `Mistral3ForConditionalGeneration` with `model_type` `mistral4` is a DeepSeek-V2 model in the
+/// reference (another class behind the same name): refused from config.json, naming it, before
+/// an output exists.
+#[test]
+fn mistral4_behind_the_mistral3_class_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("mistral3", tmp.path(), "mistral3");
+    edit_config(&dir, |m| {
+        m["text_config"]["model_type"] = "mistral4".into();
+    });
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("tekken"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("mistral4"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     assert!(!out.exists());
 }

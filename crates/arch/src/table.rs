@@ -147,6 +147,11 @@ pub enum ExtraKv {
     /// (a string like `LLLG`, `L` = sliding, repeated; or an int n: every n-th layer global),
     /// written only when it has one entry per layer.
     SlidingWindowLayers,
+    /// Ministral 3 (`Mistral3Model.Ministral3Model.set_gguf_parameters`, when `model_type` is
+    /// `ministral3`): `rope.scaling.yarn_log_multiplier` ← the rope parameters' `mscale_all_dim`
+    /// and `attention.temperature_scale` ← `llama_4_scaling_beta`; `model_type` `mistral4` (a
+    /// DeepSeek-V2 model behind the same class) is refused.
+    Ministral3Yarn,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -270,6 +275,9 @@ pub enum VocabKind {
     /// (`ModernBertModel.set_vocab`; the special vocabulary may overwrite the flags' values, in
     /// place).
     Gpt2AddBosEosSep,
+    /// SentencePiece `tokenizer.model` only, then `tokenizer.ggml.add_space_prefix` ←
+    /// tokenizer_config's `add_prefix_space` when present (`Ernie4_5Model.set_vocab`).
+    SpmThenSpacePrefix,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -1966,6 +1974,170 @@ pub const ARCHS: &[ArchSpec] = &[
         // Exaone4Model generates `rope_freqs` with its own defaults (factor 16): not done here,
         // so llama3 rope is refused.
         llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "mistral3",
+        hf_archs: &["Ministral3ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // Mistral3Model.Ministral3Model is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "131072"),
+                ("max_position_embeddings", "262144"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "34"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "11"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Ministral3Yarn,
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "mistral3",
+        hf_archs: &["Mistral3ForConditionalGeneration"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        permute_qk: true,
+        // Mistral3Config's text defaults (MistralConfig as Mistral3Config fills it).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "131072"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "5120"),
+                ("intermediate_size", "32768"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("1000000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Ministral3Yarn,
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        // The vision tower and projector are the mmproj's.
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "qwen2vl",
+        hf_archs: &["Qwen2_5_VLForConditionalGeneration"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // Qwen2VLModel is a TextModel.
+        permute_qk: false,
+        // Qwen2_5_VLTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "152064"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "8192"),
+                ("intermediate_size", "29568"),
+                ("num_hidden_layers", "80"),
+                ("num_attention_heads", "64"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "151643"),
+                ("eos_token_id", "151645"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // `rope.dimension_sections` (M-RoPE) is a common key.
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "ernie4_5",
+        hf_archs: &["Ernie4_5ForCausalLM", "Ernie4_5_ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "103424"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "1024"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "18"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmThenSpacePrefix,
+        llama3_rope_freqs: false,
+        // transformers' names; a release with `ernie.` names or fused `qkv_proj` /
+        // `up_gate_proj` (the reference renames and splits them) is refused by the name map.
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,

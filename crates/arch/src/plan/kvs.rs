@@ -4,6 +4,7 @@
 use super::tensors::Planned;
 use super::*;
 use crate::phi3::LongRope;
+use weightport_core::MetaType;
 
 /// The KVs written so far, in order.
 struct Kvs {
@@ -185,6 +186,7 @@ fn table_kvs(kvs: &mut Kvs, release: &Release, file_type: u32) -> Result<()> {
     }
     let rope = hp.rope();
     rope_scaling_kvs(kvs, spec, hp, &rope)?;
+    mrope_sections(kvs, hp)?;
     refuse_stray_experts(spec, hp)?;
     if let Some(theta) = rope.get("rope_theta").and_then(Value::as_f64) {
         kvs.arch("rope.freq_base", f32v(theta));
@@ -252,6 +254,43 @@ fn rope_scaling_kvs(
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// `rope.dimension_sections` (M-RoPE, Qwen2-VL and later): the rope parameters'
+/// `mrope_section` padded with zeros to 4 entries, then cut to 4, as i32 (`TextModel`'s common
+/// keys, for any architecture).
+fn mrope_sections(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let raw = hp.raw.get("rope_parameters").and_then(Value::as_object);
+    let Some(sections) = raw.and_then(|r| r.get("mrope_section")) else {
+        return Ok(());
+    };
+    let bad_sections = || {
+        bad(
+            &hp.path,
+            format!("`mrope_section` is not a list of i32: {sections}"),
+        )
+    };
+    let mut items = sections
+        .as_array()
+        .ok_or_else(bad_sections)?
+        .iter()
+        .map(|v| {
+            v.as_i64()
+                .and_then(|i| i32::try_from(i).ok())
+                .map(MetaValue::I32)
+                .ok_or_else(bad_sections)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    items.resize(items.len().max(4), MetaValue::I32(0));
+    items.truncate(4);
+    kvs.arch(
+        "rope.dimension_sections",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
     Ok(())
 }
 
@@ -387,6 +426,7 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         }
         ExtraKv::SlidingWindowPattern => sliding_window_kvs(kvs, hp, *block_count)?,
         ExtraKv::SlidingWindowLayers => sliding_window_layers(kvs, hp, *block_count)?,
+        ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
         ExtraKv::LeadingDenseBlockCount
@@ -419,6 +459,42 @@ fn sliding_window_kvs(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Result<(
             "attention.sliding_window_pattern",
             MetaValue::Array(pattern),
         );
+    }
+    Ok(())
+}
+
+/// [`ExtraKv::Ministral3Yarn`]: for `model_type` `ministral3`, the rope parameters'
+/// `mscale_all_dim` as the YaRN log multiplier (as is, not DeepSeek's 0.1×) and
+/// `llama_4_scaling_beta` as the attention temperature scale, both required with yarn rope (the
+/// reference asserts it); Mistral 4 (a DeepSeek-V2 model in the same class) is refused.
+fn ministral3_yarn(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    match hp.raw.get("model_type").and_then(Value::as_str) {
+        Some("ministral3") => {}
+        Some("mistral4") => {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Some(Format::Gguf),
+                what: format!(
+                    "a {} release of model_type `mistral4` (its DeepSeek-V2 layout)",
+                    hp.hf_arch
+                ),
+            })
+        }
+        _ => return Ok(()),
+    }
+    let rope = hp.rope();
+    if rope.get("rope_type").and_then(Value::as_str) != Some("yarn") {
+        return Err(bad(&hp.path, "ministral3's rope_type must be `yarn`"));
+    }
+    for (key, param) in [
+        ("rope.scaling.yarn_log_multiplier", "mscale_all_dim"),
+        ("attention.temperature_scale", "llama_4_scaling_beta"),
+    ] {
+        let v = rope
+            .get(param)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad(&hp.path, format!("rope parameters without `{param}`")))?;
+        kvs.arch(key, f32v(v));
     }
     Ok(())
 }

@@ -324,6 +324,17 @@ fn export_spm(
             MetaValue::Bool(false),
         ));
     }
+    if kind == VocabKind::SpmThenSpacePrefix {
+        let tc = dir.join("tokenizer_config.json");
+        if tc.is_file() {
+            if let Some(Value::Bool(b)) = read_json(&tc)?.get("add_prefix_space") {
+                kv.push((
+                    "tokenizer.ggml.add_space_prefix".to_owned(),
+                    MetaValue::Bool(*b),
+                ));
+            }
+        }
+    }
     Ok(VocabExport { kv, chkhsh: None })
 }
 
@@ -354,7 +365,10 @@ fn gemma_eot(dir: &Path) -> Result<(String, MetaValue)> {
 fn refuse_bpe(dir: &Path, kind: VocabKind) -> Result<()> {
     if matches!(
         kind,
-        VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma | VocabKind::SpmPhi3
+        VocabKind::SpmNoSpacePrefix
+            | VocabKind::SpmGemma
+            | VocabKind::SpmPhi3
+            | VocabKind::SpmThenSpacePrefix
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
