@@ -26,7 +26,8 @@ fn pre(name: &str) -> Option<&'static str> {
         "arcee" => Some("llama-bpe"),
         "exaone4" => Some("exaone4"),
         "ministral3" | "mistral3" => Some("tekken"),
-        "qwen25vl" => Some("qwen2"),
+        "qwen25vl" | "qwen3vl" => Some("qwen2"),
+        "hunyuan_dense" => Some("hunyuan-dense"),
         "ernie45" => None,
         other => panic!("no release {other}"),
     }
@@ -37,9 +38,11 @@ const RELEASES: &[&str] = &[
     "arcee",
     "ernie45",
     "exaone4",
+    "hunyuan_dense",
     "ministral3",
     "mistral3",
     "qwen25vl",
+    "qwen3vl",
     "seed_oss",
 ];
 
@@ -161,5 +164,25 @@ fn mistral4_behind_the_mistral3_class_is_refused() {
     assert!(!o.status.success());
     assert!(err.contains("mistral4"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists());
+}
+
+/// HunYuan's "dynamic" rope writes a 256K context that the reference asserts only for θ 10000
+/// and 32K/256K positions: another θ is refused from config.json, before an output exists.
+#[test]
+fn hunyuan_dynamic_rope_outside_the_references_assumptions_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("hunyuan_dense", tmp.path(), "hunyuan_dense");
+    edit_config(&dir, |m| {
+        m["rope_parameters"]["rope_theta"] = 1000000.0.into();
+    });
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("hunyuan-dense"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("dynamic rope") && err.contains("config.json"),
+        "{err}"
+    );
     assert!(!out.exists());
 }

@@ -152,6 +152,15 @@ pub enum ExtraKv {
     /// and `attention.temperature_scale` ← `llama_4_scaling_beta`; `model_type` `mistral4` (a
     /// DeepSeek-V2 model behind the same class) is refused.
     Ministral3Yarn,
+    /// `{arch}.n_deepstack_layers` u32 ← the length of `vision_config.deepstack_visual_indexes`
+    /// (`thinker_config.vision_config`'s when there is a thinker), 0 when absent (Qwen3-VL).
+    DeepstackLayers,
+    /// HunYuan's NTK-alpha rope (`HunYuanModel.set_gguf_parameters`), for `rope_type` `dynamic`
+    /// or `xdrope`: `rope.freq_base` = θ·alpha^(d/(d−2)) (alpha default 50, d = `head_dim`),
+    /// `rope.scaling.type` "none", factor 1; for `dynamic` also an original and a model context
+    /// of 256K, refused unless θ is 10000 and `max_position_embeddings` 32K or 256K (the
+    /// reference asserts it).
+    HunYuanNtkAlpha,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -278,6 +287,9 @@ pub enum VocabKind {
     /// SentencePiece `tokenizer.model` only, then `tokenizer.ggml.add_space_prefix` ←
     /// tokenizer_config's `add_prefix_space` when present (`Ernie4_5Model.set_vocab`).
     SpmThenSpacePrefix,
+    /// GPT-2 style BPE, then EOS ← config.json's `eod_token_id` and EOT ← generation_config's
+    /// first EOS id when it lists several (`HunYuanModel.set_vocab`).
+    Gpt2HunYuan,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -745,6 +757,18 @@ const UP_DOWN_MLP: NameGroup = &[
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// HunYuan's per-head q/k norms.
+const HUNYUAN_QK_NORMS: NameGroup = &[
+    (
+        "model.layers.{bid}.self_attn.query_layernorm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.key_layernorm",
+        "blk.{bid}.attn_k_norm",
+    ),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -849,6 +873,17 @@ const ARCEE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_
 /// Exaone 4 (`MODEL_TENSORS[EXAONE4]`): OLMo 2's layout (norms after attention and the MLP
 /// only), per-head q/k norms.
 const EXAONE4_TENSORS: &[NameGroup] = OLMO2_TENSORS;
+
+/// HunYuan dense (`MODEL_TENSORS[HUNYUAN_DENSE]`): Llama's names with per-head q/k norms.
+const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    HUNYUAN_QK_NORMS,
+    FFN_NORM,
+    MLP,
+];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -2138,6 +2173,81 @@ pub const ARCHS: &[ArchSpec] = &[
         llama3_rope_freqs: false,
         // transformers' names; a release with `ernie.` names or fused `qkv_proj` /
         // `up_gate_proj` (the reference renames and splits them) is refused by the name map.
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "qwen3vl",
+        hf_archs: &["Qwen3VLForConditionalGeneration"],
+        tensors: QWEN3_TENSORS,
+        experts: None,
+        // Qwen3VLTextModel is a Qwen3Model.
+        permute_qk: false,
+        // Qwen3VLTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "22016"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::Pooling, ExtraKv::DeepstackLayers],
+        vocab: VocabKind::SpmElseGpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "hunyuan-dense",
+        hf_archs: &["HunYuanDenseV1ForCausalLM"],
+        tensors: HUNYUAN_DENSE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "290943"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("eod_token_id", "3"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::HunYuanNtkAlpha],
+        vocab: VocabKind::Gpt2HunYuan,
+        llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,
         norm_plus_one: false,

@@ -427,6 +427,8 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::SlidingWindowPattern => sliding_window_kvs(kvs, hp, *block_count)?,
         ExtraKv::SlidingWindowLayers => sliding_window_layers(kvs, hp, *block_count)?,
         ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
+        ExtraKv::DeepstackLayers => kvs.arch("n_deepstack_layers", deepstack_layers(hp)?),
+        ExtraKv::HunYuanNtkAlpha => hunyuan_ntk_alpha(kvs, hp)?,
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
         ExtraKv::LeadingDenseBlockCount
@@ -497,6 +499,65 @@ fn ministral3_yarn(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
         kvs.arch(key, f32v(v));
     }
     Ok(())
+}
+
+/// [`ExtraKv::HunYuanNtkAlpha`]: the scaled base replaces the common `rope.freq_base` in place
+/// (and the 256K context the common one), gguf-py's KV dict.
+fn hunyuan_ntk_alpha(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let rope = hp.rope();
+    let rope_type = rope.get("rope_type").and_then(Value::as_str);
+    if !matches!(rope_type, Some("dynamic" | "xdrope")) {
+        return Ok(());
+    }
+    let alpha = rope.get("alpha").and_then(Value::as_f64).unwrap_or(50.0);
+    let base = rope
+        .get("rope_theta")
+        .and_then(Value::as_f64)
+        .unwrap_or(10000.0);
+    let dim = f64::from(
+        hp.u32(&["head_dim"])?
+            .ok_or_else(|| bad(&hp.path, "NTK-alpha rope without `head_dim`"))?,
+    );
+    kvs.arch("rope.freq_base", f32v(base * alpha.powf(dim / (dim - 2.0))));
+    kvs.arch("rope.scaling.type", MetaValue::Str("none".into()));
+    kvs.arch("rope.scaling.factor", MetaValue::F32(1.0));
+    if rope_type == Some("dynamic") {
+        let ctx = hp.u32(&["max_position_embeddings"])?;
+        if base != 10000.0 || !matches!(ctx, Some(32768 | 262144)) {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Some(Format::Gguf),
+                what: "HunYuan dynamic rope other than θ 10000 with 32K or 256K positions (the \
+                       reference's context length assumes them)"
+                    .into(),
+            });
+        }
+        kvs.arch(
+            "rope.scaling.original_context_length",
+            MetaValue::U32(256 * 1024),
+        );
+        kvs.arch("context_length", MetaValue::U32(256 * 1024));
+    }
+    Ok(())
+}
+
+/// [`ExtraKv::DeepstackLayers`]: how many vision layers feed the text model (Qwen3-VL).
+fn deepstack_layers(hp: &HParams) -> Result<MetaValue> {
+    let vision = match hp.raw.get("thinker_config") {
+        Some(thinker) => thinker.get("vision_config"),
+        None => hp.raw.get("vision_config"),
+    };
+    let n = match vision.and_then(|v| v.get("deepstack_visual_indexes")) {
+        None => 0,
+        Some(v) => v.as_array().map(Vec::len).ok_or_else(|| {
+            bad(
+                &hp.path,
+                "`vision_config.deepstack_visual_indexes` is not a list",
+            )
+        })?,
+    };
+    let n = u32::try_from(n).map_err(|_| bad(&hp.path, "too many deepstack layers"))?;
+    Ok(MetaValue::U32(n))
 }
 
 /// [`ExtraKv::SlidingWindowLayers`]: Exaone 4's window and per-layer pattern.

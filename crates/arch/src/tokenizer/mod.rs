@@ -204,15 +204,54 @@ pub fn export(
 ) -> Result<VocabExport> {
     let mut v = export_kind(dir, kind, hp, pre_override)?;
     if kind == VocabKind::Llama && hp.uint(&["vocab_size"])? == Some(SMALL_GRANITE_VOCAB) {
-        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary, which keeps the
-        // key's place when the special tokens already wrote it (gguf-py's KV dict).
-        let key = "tokenizer.ggml.add_bos_token";
-        match v.kv.iter_mut().find(|(k, _)| k == key) {
-            Some((_, val)) => *val = MetaValue::Bool(false),
-            None => v.kv.push((key.to_owned(), MetaValue::Bool(false))),
-        }
+        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary.
+        set_kv(
+            &mut v.kv,
+            "tokenizer.ggml.add_bos_token",
+            MetaValue::Bool(false),
+        );
+    }
+    if kind == VocabKind::Gpt2HunYuan {
+        hunyuan_token_ids(dir, hp, &mut v.kv)?;
     }
     Ok(v)
+}
+
+/// Writes `key` after the vocabulary: gguf-py's KV dict keeps the key's place when the special
+/// tokens already wrote it, else appends it.
+fn set_kv(kv: &mut Vec<(String, MetaValue)>, key: &str, value: MetaValue) {
+    match kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, val)) => *val = value,
+        None => kv.push((key.to_owned(), value)),
+    }
+}
+
+/// `HunYuanModel.set_vocab` after the special tokens: EOS ← config.json's `eod_token_id` when
+/// not null, then EOT ← generation_config.json's first EOS id when it lists two or more.
+fn hunyuan_token_ids(dir: &Path, hp: &HParams, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
+    let id = |v: &Value, what: &str| -> Result<MetaValue> {
+        v.as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .map(MetaValue::U32)
+            .ok_or_else(|| bad(&hp.path, format!("{what} is not a token id: {v}")))
+    };
+    if let Some(eod) = hp.raw.get("eod_token_id").filter(|v| !v.is_null()) {
+        set_kv(
+            kv,
+            "tokenizer.ggml.eos_token_id",
+            id(eod, "`eod_token_id`")?,
+        );
+    }
+    let gen = dir.join("generation_config.json");
+    if gen.is_file() {
+        if let Some(Value::Array(eos)) = read_json(&gen)?.get("eos_token_id") {
+            if eos.len() >= 2 {
+                let eot = id(&eos[0], "generation_config.json's first `eos_token_id`")?;
+                set_kv(kv, "tokenizer.ggml.eot_token_id", eot);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The vocabulary size for which the reference's Llama-family vocabulary export turns
@@ -265,7 +304,7 @@ fn export_kind(
 /// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
 /// GPT-2 tokenizer) are GPT-2's.
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
-    let kind = if kind == VocabKind::Gpt2AddBosEosSep {
+    let kind = if matches!(kind, VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan) {
         VocabKind::Gpt2
     } else {
         kind
