@@ -28,6 +28,7 @@ fn pre(name: &str) -> Option<&'static str> {
         "ministral3" | "mistral3" => Some("tekken"),
         "qwen25vl" | "qwen3vl" => Some("qwen2"),
         "hunyuan_dense" => Some("hunyuan-dense"),
+        "glm4" => Some("glm4"),
         "ernie45" => None,
         other => panic!("no release {other}"),
     }
@@ -38,6 +39,7 @@ const RELEASES: &[&str] = &[
     "arcee",
     "ernie45",
     "exaone4",
+    "glm4",
     "hunyuan_dense",
     "ministral3",
     "mistral3",
@@ -184,5 +186,24 @@ fn hunyuan_dynamic_rope_outside_the_references_assumptions_is_refused() {
         err.contains("dynamic rope") && err.contains("config.json"),
         "{err}"
     );
+    assert!(!out.exists());
+}
+
+/// GLM-4's converter looks `<|user|>` up in the tokenizer's added vocabulary and fails without
+/// it: a tokenizer without that added token is refused, naming it, before an output exists.
+#[test]
+fn glm4_without_its_user_token_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("glm4", tmp.path(), "glm4");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        let p = dir.join(file);
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, text.replace("<|user|>", "<|usr|>")).unwrap();
+    }
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("glm4"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("<|user|>"), "{err}");
     assert!(!out.exists());
 }

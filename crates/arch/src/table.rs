@@ -161,6 +161,9 @@ pub enum ExtraKv {
     /// of 256K, refused unless θ is 10000 and `max_position_embeddings` 32K or 256K (the
     /// reference asserts it).
     HunYuanNtkAlpha,
+    /// `{arch}.rope.dimension_count` u32 = ⌊(`head_dim`, else hidden / heads) × the rope
+    /// parameters' `partial_rotary_factor` (default 0.5)⌋ (GLM-4).
+    RopeDimensionCountPartial,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -290,6 +293,9 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS ← config.json's `eod_token_id` and EOT ← generation_config's
     /// first EOS id when it lists several (`HunYuanModel.set_vocab`).
     Gpt2HunYuan,
+    /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
+    /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
+    Gpt2Glm4,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -769,6 +775,22 @@ const HUNYUAN_QK_NORMS: NameGroup = &[
     ),
 ];
 
+/// GLM-4-0414's block: fused `gate_up_proj` written as `ffn_up` (llama.cpp's glm4 graph reads it
+/// fused, as Phi-3's), the norm before the MLP under HF's after-attention name, and the norms
+/// after attention and after the MLP.
+const GLM4_BLOCK: NameGroup = &[
+    ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+    (
+        "model.layers.{bid}.post_self_attn_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    (
+        "model.layers.{bid}.post_mlp_layernorm",
+        "blk.{bid}.post_ffw_norm",
+    ),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -884,6 +906,9 @@ const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
     FFN_NORM,
     MLP,
 ];
+
+/// GLM-4 (`MODEL_TENSORS[GLM4]`).
+const GLM4_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM4_BLOCK];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -2247,6 +2272,42 @@ pub const ARCHS: &[ArchSpec] = &[
         },
         extra_kv: &[ExtraKv::HunYuanNtkAlpha],
         vocab: VocabKind::Gpt2HunYuan,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "glm4",
+        hf_archs: &["Glm4ForCausalLM"],
+        tensors: GLM4_TENSORS,
+        experts: None,
+        // Glm4Model is a TextModel; its M-RoPE reordering is for Glm4v only.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151552"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "13696"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1.5625e-07"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "151329"),
+                ("eos_token_id", "[151329, 151336, 151338]"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::RopeDimensionCountPartial],
+        vocab: VocabKind::Gpt2Glm4,
         llama3_rope_freqs: false,
         names: NO_RULES,
         kv_layout: KvLayout::Common,

@@ -429,6 +429,19 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
         ExtraKv::DeepstackLayers => kvs.arch("n_deepstack_layers", deepstack_layers(hp)?),
         ExtraKv::HunYuanNtkAlpha => hunyuan_ntk_alpha(kvs, hp)?,
+        ExtraKv::RopeDimensionCountPartial => {
+            let d = head_dim_or_derived(hp)?;
+            let factor = hp
+                .rope()
+                .get("partial_rotary_factor")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.5);
+            // Python's int() of a float: truncation.
+            kvs.arch(
+                "rope.dimension_count",
+                MetaValue::U32((f64::from(d) * factor) as u32),
+            );
+        }
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
         ExtraKv::LeadingDenseBlockCount
@@ -607,11 +620,15 @@ fn sliding_window_layers(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Resul
 
 /// [`ExtraKv::RopeDimensionCount`]: `head_dim`, else the embedding length over the heads.
 fn rope_dimensions(hp: &HParams) -> Result<MetaValue> {
-    let d = match hp.u32(&["head_dim"])? {
+    Ok(MetaValue::U32(head_dim_or_derived(hp)?))
+}
+
+/// `head_dim`, else the embedding length over the heads.
+fn head_dim_or_derived(hp: &HParams) -> Result<u32> {
+    Ok(match hp.u32(&["head_dim"])? {
         Some(d) => d,
         None => hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?,
-    };
-    Ok(MetaValue::U32(d))
+    })
 }
 
 /// [`ExtraKv::FinalLogitSoftcapping`]: written when truthy (`if (v := hparams.get(...))`);

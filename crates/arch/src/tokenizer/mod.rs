@@ -214,7 +214,81 @@ pub fn export(
     if kind == VocabKind::Gpt2HunYuan {
         hunyuan_token_ids(dir, hp, &mut v.kv)?;
     }
+    if kind == VocabKind::Gpt2Glm4 {
+        glm4_token_ids(dir, &mut v.kv)?;
+    }
     Ok(v)
+}
+
+/// `Glm4Model.set_vocab`: EOS, EOT, UNK and BOS set to the added tokens `<|endoftext|>`,
+/// `<|user|>`, `<|endoftext|>`, `<|endoftext|>`, each only when the special tokens have none
+/// (gguf-py's `_set_special_token`), after the ids they wrote. The reference fails without
+/// those added tokens: refused.
+fn glm4_token_ids(dir: &Path, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
+    let added = added_vocab(dir)?;
+    let id_of = |content: &str| -> Result<MetaValue> {
+        added
+            .iter()
+            .find(|(c, _)| c == content)
+            .map(|(_, id)| MetaValue::U32(*id))
+            .ok_or_else(|| Error::Unsupported {
+                at: Location::file(dir.join("tokenizer.json")),
+                format: Some(Format::Gguf),
+                what: format!("a GLM-4 tokenizer without the added token `{content}`"),
+            })
+    };
+    let mut at = kv
+        .iter()
+        .rposition(|(k, _)| k.ends_with("_token_id"))
+        .or_else(|| kv.iter().position(|(k, _)| k == "tokenizer.ggml.merges"))
+        .map_or(kv.len(), |i| i + 1);
+    for (typ, content) in [
+        ("eos", "<|endoftext|>"),
+        ("eot", "<|user|>"),
+        ("unk", "<|endoftext|>"),
+        ("bos", "<|endoftext|>"),
+    ] {
+        let key = special::id_key(typ).expect("a type gguf-py writes");
+        let id = id_of(content)?;
+        if !kv.iter().any(|(k, _)| *k == key) {
+            kv.insert(at, (key, id));
+            at += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The added tokens (content, id) of tokenizer.json, then of tokenizer_config.json's
+/// `added_tokens_decoder` (transformers' `get_added_vocab`).
+fn added_vocab(dir: &Path) -> Result<Vec<(String, u32)>> {
+    let mut out = Vec::new();
+    let tj = dir.join("tokenizer.json");
+    if tj.is_file() {
+        for t in read_json(&tj)?
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(c), Some(id)) = (t.get("content").and_then(Value::as_str), t.get("id")) {
+                if let Some(id) = id.as_u64().and_then(|i| u32::try_from(i).ok()) {
+                    out.push((c.to_owned(), id));
+                }
+            }
+        }
+    }
+    let tc = dir.join("tokenizer_config.json");
+    if tc.is_file() {
+        if let Some(Value::Object(dec)) = read_json(&tc)?.get("added_tokens_decoder") {
+            for (id, t) in dec {
+                let c = t.get("content").and_then(Value::as_str);
+                if let (Some(c), Ok(id)) = (c, id.parse::<u32>()) {
+                    out.push((c.to_owned(), id));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Writes `key` after the vocabulary: gguf-py's KV dict keeps the key's place when the special
@@ -304,7 +378,10 @@ fn export_kind(
 /// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
 /// GPT-2 tokenizer) are GPT-2's.
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
-    let kind = if matches!(kind, VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan) {
+    let kind = if matches!(
+        kind,
+        VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
+    ) {
         VocabKind::Gpt2
     } else {
         kind
