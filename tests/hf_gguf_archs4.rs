@@ -29,6 +29,7 @@ fn pre(name: &str) -> Option<&'static str> {
         "qwen25vl" | "qwen3vl" => Some("qwen2"),
         "hunyuan_dense" => Some("hunyuan-dense"),
         "glm4" => Some("glm4"),
+        "lfm2" => Some("lfm2"),
         "ernie45" => None,
         other => panic!("no release {other}"),
     }
@@ -41,6 +42,7 @@ const RELEASES: &[&str] = &[
     "exaone4",
     "glm4",
     "hunyuan_dense",
+    "lfm2",
     "ministral3",
     "mistral3",
     "qwen25vl",

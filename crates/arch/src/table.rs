@@ -164,6 +164,15 @@ pub enum ExtraKv {
     /// `{arch}.rope.dimension_count` u32 = ⌊(`head_dim`, else hidden / heads) × the rope
     /// parameters' `partial_rotary_factor` (default 0.5)⌋ (GLM-4).
     RopeDimensionCountPartial,
+    /// `{arch}.attention.head_count_kv` as one i32 per layer: `num_key_value_heads` for an
+    /// attention layer, 0 for a `conv` one (`layer_types`, LFM2); the common key's place.
+    HeadCountKvPerLayer,
+    /// `{arch}.shortconv.l_cache` u32 ← `conv_L_cache` (LFM2).
+    ShortconvLCache,
+    /// `{arch}.feed_forward_length` ← `block_ff_dim` or `intermediate_size`, when
+    /// `block_auto_adjust_ff_dim`: ⌊2·ff/3⌋, × `block_ffn_dim_multiplier` (when not null), rounded
+    /// up to `block_multiple_of` (LFM2's `_add_feed_forward_length`); the common key's place.
+    Lfm2FeedForwardLength,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -382,12 +391,16 @@ pub enum SplitRule {
         /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
         alternating: bool,
     },
+    /// A depthwise conv1d weight `[channels, 1, kernel]` squeezed to `[channels, kernel]`
+    /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
+    /// under the same name, a shape change only.
+    Conv1dSqueeze,
 }
 
 impl SplitRule {
     /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
     pub fn experts(self) -> bool {
-        !matches!(self, SplitRule::MlaKvB)
+        !matches!(self, SplitRule::MlaKvB | SplitRule::Conv1dSqueeze)
     }
 }
 
@@ -435,6 +448,12 @@ pub const FUSED_EXPERT_SPLITS: &[Split] = &[
         rule: SplitRule::DownAsIs,
     },
 ];
+
+/// LFM2's short-convolution weight, squeezed.
+pub const SHORTCONV_SPLITS: &[Split] = &[Split {
+    suffix: "conv.conv.weight",
+    rule: SplitRule::Conv1dSqueeze,
+}];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub const GPTOSS_SPLITS: &[Split] = &[
@@ -529,6 +548,7 @@ pub const FORCE_F32: &[&str] = &[
     "ffn_gate_inp_shexp",
     "position_embd",
     "token_types",
+    "shortconv.conv",
 ];
 
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
@@ -789,6 +809,43 @@ const GLM4_BLOCK: NameGroup = &[
         "model.layers.{bid}.post_mlp_layernorm",
         "blk.{bid}.post_ffw_norm",
     ),
+];
+
+/// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
+/// operator, SwiGLU `feed_forward.w1/w3/w2`, `embedding_norm` (the last norm, which llama.cpp
+/// reads as `token_embd_norm`).
+const LFM2_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.embedding_norm", "token_embd_norm"),
+    ("model.layers.{bid}.operator_norm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.ffn_norm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.conv.conv", "blk.{bid}.shortconv.conv"),
+    (
+        "model.layers.{bid}.conv.in_proj",
+        "blk.{bid}.shortconv.in_proj",
+    ),
+    (
+        "model.layers.{bid}.conv.out_proj",
+        "blk.{bid}.shortconv.out_proj",
+    ),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.out_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_layernorm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_layernorm",
+        "blk.{bid}.attn_k_norm",
+    ),
+    ("model.layers.{bid}.feed_forward.w1", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.feed_forward.w3", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.feed_forward.w2", "blk.{bid}.ffn_down"),
 ];
 
 /// Llama, Mistral and Qwen2.
@@ -2315,6 +2372,53 @@ pub const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "lfm2",
+        hf_archs: &["Lfm2ForCausalLM", "LFM2ForCausalLM"],
+        tensors: &[LFM2_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "65536"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("conv_L_cache", "3"),
+                ("block_multiple_of", "256"),
+                ("block_ffn_dim_multiplier", "1.0"),
+                ("block_auto_adjust_ff_dim", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // LFM2Model.set_gguf_parameters: the per-layer KV heads replace the common key, then
+        // vocabulary size, conv cache, RMS epsilon (already written), feed-forward length.
+        extra_kv: &[
+            ExtraKv::HeadCountKvPerLayer,
+            ExtraKv::VocabSize,
+            ExtraKv::ShortconvLCache,
+            ExtraKv::Lfm2FeedForwardLength,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: SHORTCONV_SPLITS,
         hooks: &[],
     },
 ];

@@ -429,6 +429,9 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
         ExtraKv::DeepstackLayers => kvs.arch("n_deepstack_layers", deepstack_layers(hp)?),
         ExtraKv::HunYuanNtkAlpha => hunyuan_ntk_alpha(kvs, hp)?,
+        ExtraKv::HeadCountKvPerLayer => head_count_kv_per_layer(kvs, hp)?,
+        ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
+        ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
         ExtraKv::RopeDimensionCountPartial => {
             let d = head_dim_or_derived(hp)?;
             let factor = hp
@@ -551,6 +554,46 @@ fn hunyuan_ntk_alpha(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
         );
         kvs.arch("context_length", MetaValue::U32(256 * 1024));
     }
+    Ok(())
+}
+
+/// [`ExtraKv::HeadCountKvPerLayer`]: LFM2's KV heads per layer, 0 for short-convolution layers.
+fn head_count_kv_per_layer(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let n = hp.need_u32(&["num_key_value_heads"])?;
+    let n = i32::try_from(n).map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
+    let types = hp
+        .raw
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad(&hp.path, "`layer_types` is missing or not a list"))?;
+    let items = types
+        .iter()
+        .map(|t| MetaValue::I32(if t.as_str() == Some("conv") { 0 } else { n }))
+        .collect();
+    kvs.arch(
+        "attention.head_count_kv",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
+    Ok(())
+}
+
+/// [`ExtraKv::Lfm2FeedForwardLength`].
+fn lfm2_feed_forward_length(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let mut ff = u64::from(hp.need_u32(&["block_ff_dim", "intermediate_size"])?);
+    if hp.bool("block_auto_adjust_ff_dim") == Some(true) {
+        ff = 2 * ff / 3;
+        if let Some(m) = hp.float(&["block_ffn_dim_multiplier"])? {
+            // Python's int() of a float: truncation.
+            ff = (m * ff as f64) as u64;
+        }
+        let multiple = u64::from(hp.need_u32(&["block_multiple_of"])?).max(1);
+        ff = ff.div_ceil(multiple) * multiple;
+    }
+    let ff = u32::try_from(ff).map_err(|_| bad(&hp.path, "feed-forward length exceeds u32"))?;
+    kvs.arch("feed_forward_length", MetaValue::U32(ff));
     Ok(())
 }
 
