@@ -209,3 +209,36 @@ fn glm4_without_its_user_token_is_refused() {
     assert!(err.contains("<|user|>"), "{err}");
     assert!(!out.exists());
 }
+
+/// A class the table does not have (Qwen3-VL's MoE release) is refused from config.json before a
+/// weight is read (every shard is replaced by garbage), naming the nearest supported class; a
+/// non-zero exit, no output.
+#[test]
+fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen3vl", tmp.path(), "qwen3vl");
+    edit_config(&dir, |m| {
+        m["architectures"] = serde_json::json!(["Qwen3VLMoeForConditionalGeneration"]);
+    });
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            std::fs::write(&p, b"not a safetensors file").unwrap();
+        }
+    }
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("qwen2"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        !err.contains("safetensors"),
+        "read the weights first: {err}"
+    );
+    assert!(
+        err.contains("Qwen3VLMoeForConditionalGeneration")
+            && err.contains("nearest supported: `Qwen3VLForConditionalGeneration`")
+            && err.contains("config.json"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

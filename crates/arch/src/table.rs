@@ -2444,6 +2444,20 @@ pub fn supported() -> Vec<&'static str> {
         .collect()
 }
 
+/// The supported HF architecture whose name is nearest `hf_arch` (Jaro-Winkler similarity of the
+/// lowercased names; the first in table order on a tie).
+pub fn nearest(hf_arch: &str) -> &'static str {
+    let want = hf_arch.to_ascii_lowercase();
+    let mut best = ("", f64::MIN);
+    for name in supported() {
+        let score = strsim::jaro_winkler(&want, &name.to_ascii_lowercase());
+        if score > best.1 {
+            best = (name, score);
+        }
+    }
+    best.0
+}
+
 /// The HF architectures converted as Mixture-of-Experts models, in table order.
 pub fn supported_moe() -> Vec<&'static str> {
     ARCHS
@@ -2451,4 +2465,26 @@ pub fn supported_moe() -> Vec<&'static str> {
         .filter(|a| a.is_moe())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal's suggestion: the supported class an unsupported one is closest to.
+    #[test]
+    fn nearest_supported_class() {
+        for (asked, want) in [
+            (
+                "Qwen3VLMoeForConditionalGeneration",
+                "Qwen3VLForConditionalGeneration",
+            ),
+            ("Ernie4_5_MoeForCausalLM", "Ernie4_5_ForCausalLM"),
+            ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
+            ("Lfm2MoeForCausalLM", "Lfm2ForCausalLM"),
+            ("llamaforcausallm", "LlamaForCausalLM"),
+        ] {
+            assert_eq!(nearest(asked), want, "{asked}");
+        }
+    }
 }
