@@ -125,8 +125,9 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
         at: Location::file(config_dir.join("config.json")),
         format: Some(Format::Gguf),
         what: format!(
-            "architecture `{}` cannot be converted to GGUF (supported: {})",
+            "architecture `{}` cannot be converted to GGUF (nearest supported: `{}`; supported: {})",
             weightport_core::sanitize(&hf_arch),
+            table::nearest(&hf_arch),
             table::supported().join(", ")
         ),
     })?;

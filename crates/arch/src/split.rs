@@ -89,6 +89,24 @@ pub fn views(
             Ok(vec![(format!("{stem}.weight"), view)])
         }
         SplitRule::Mxfp4 { .. } => Err(refuse(dir, t, "MXFP4 scales without a repack".into())),
+        SplitRule::Conv1dSqueeze => {
+            // [C, 1, K] as [C, K]: (c, k) ← c·K + k.
+            let [c, 1, k] = t.shape[..] else {
+                return Err(refuse(
+                    dir,
+                    t,
+                    format!(
+                        "a conv1d weight [channels, 1, kernel] expected, not {:?}",
+                        t.shape
+                    ),
+                ));
+            };
+            let view = View {
+                offset: 0,
+                dims: vec![(c, k), (k, 1)],
+            };
+            Ok(vec![(hf.to_owned(), view)])
+        }
     }
 }
 

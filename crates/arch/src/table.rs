@@ -141,6 +141,38 @@ pub enum ExtraKv {
     /// `{arch}.hidden_activation` string ← `hidden_activation`, when truthy (ModernBERT's GeGLU
     /// or SwiGLU).
     HiddenActivation,
+    /// Exaone 4's window (`Exaone4Model.set_gguf_parameters`): when `sliding_window` is not
+    /// null, `{arch}.attention.sliding_window`, then the per-layer bool array
+    /// `attention.sliding_window_pattern` from `layer_types`, else from `sliding_window_pattern`
+    /// (a string like `LLLG`, `L` = sliding, repeated; or an int n: every n-th layer global),
+    /// written only when it has one entry per layer.
+    SlidingWindowLayers,
+    /// Ministral 3 (`Mistral3Model.Ministral3Model.set_gguf_parameters`, when `model_type` is
+    /// `ministral3`): `rope.scaling.yarn_log_multiplier` ← the rope parameters' `mscale_all_dim`
+    /// and `attention.temperature_scale` ← `llama_4_scaling_beta`; `model_type` `mistral4` (a
+    /// DeepSeek-V2 model behind the same class) is refused.
+    Ministral3Yarn,
+    /// `{arch}.n_deepstack_layers` u32 ← the length of `vision_config.deepstack_visual_indexes`
+    /// (`thinker_config.vision_config`'s when there is a thinker), 0 when absent (Qwen3-VL).
+    DeepstackLayers,
+    /// HunYuan's NTK-alpha rope (`HunYuanModel.set_gguf_parameters`), for `rope_type` `dynamic`
+    /// or `xdrope`: `rope.freq_base` = θ·alpha^(d/(d−2)) (alpha default 50, d = `head_dim`),
+    /// `rope.scaling.type` "none", factor 1; for `dynamic` also an original and a model context
+    /// of 256K, refused unless θ is 10000 and `max_position_embeddings` 32K or 256K (the
+    /// reference asserts it).
+    HunYuanNtkAlpha,
+    /// `{arch}.rope.dimension_count` u32 = ⌊(`head_dim`, else hidden / heads) × the rope
+    /// parameters' `partial_rotary_factor` (default 0.5)⌋ (GLM-4).
+    RopeDimensionCountPartial,
+    /// `{arch}.attention.head_count_kv` as one i32 per layer: `num_key_value_heads` for an
+    /// attention layer, 0 for a `conv` one (`layer_types`, LFM2); the common key's place.
+    HeadCountKvPerLayer,
+    /// `{arch}.shortconv.l_cache` u32 ← `conv_L_cache` (LFM2).
+    ShortconvLCache,
+    /// `{arch}.feed_forward_length` ← `block_ff_dim` or `intermediate_size`, when
+    /// `block_auto_adjust_ff_dim`: ⌊2·ff/3⌋, × `block_ffn_dim_multiplier` (when not null), rounded
+    /// up to `block_multiple_of` (LFM2's `_add_feed_forward_length`); the common key's place.
+    Lfm2FeedForwardLength,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -264,6 +296,15 @@ pub enum VocabKind {
     /// (`ModernBertModel.set_vocab`; the special vocabulary may overwrite the flags' values, in
     /// place).
     Gpt2AddBosEosSep,
+    /// SentencePiece `tokenizer.model` only, then `tokenizer.ggml.add_space_prefix` ←
+    /// tokenizer_config's `add_prefix_space` when present (`Ernie4_5Model.set_vocab`).
+    SpmThenSpacePrefix,
+    /// GPT-2 style BPE, then EOS ← config.json's `eod_token_id` and EOT ← generation_config's
+    /// first EOS id when it lists several (`HunYuanModel.set_vocab`).
+    Gpt2HunYuan,
+    /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
+    /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
+    Gpt2Glm4,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -350,12 +391,16 @@ pub enum SplitRule {
         /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
         alternating: bool,
     },
+    /// A depthwise conv1d weight `[channels, 1, kernel]` squeezed to `[channels, kernel]`
+    /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
+    /// under the same name, a shape change only.
+    Conv1dSqueeze,
 }
 
 impl SplitRule {
     /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
     pub fn experts(self) -> bool {
-        !matches!(self, SplitRule::MlaKvB)
+        !matches!(self, SplitRule::MlaKvB | SplitRule::Conv1dSqueeze)
     }
 }
 
@@ -403,6 +448,12 @@ pub(crate) const FUSED_EXPERT_SPLITS: &[Split] = &[
         rule: SplitRule::DownAsIs,
     },
 ];
+
+/// LFM2's short-convolution weight, squeezed.
+pub const SHORTCONV_SPLITS: &[Split] = &[Split {
+    suffix: "conv.conv.weight",
+    rule: SplitRule::Conv1dSqueeze,
+}];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
@@ -497,6 +548,7 @@ pub(crate) const FORCE_F32: &[&str] = &[
     "ffn_gate_inp_shexp",
     "position_embd",
     "token_types",
+    "shortconv.conv",
 ];
 
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
@@ -718,6 +770,84 @@ const GPT2_NAMES: NameGroup = &[
     ("h.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
 ];
 
+/// The norm after attention alone (Seed-OSS: `MODEL_TENSORS[SEED_OSS]` has `ATTN_POST_NORM`
+/// and no `FFN_NORM`, so HF's `post_attention_layernorm` is `post_attention_norm`).
+const ATTN_POST_NORM: NameGroup = &[(
+    "model.layers.{bid}.post_attention_layernorm",
+    "blk.{bid}.post_attention_norm",
+)];
+
+/// An ungated MLP under the gated one's names (Arcee's ReLU²: `up_proj`, `down_proj`).
+const UP_DOWN_MLP: NameGroup = &[
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// HunYuan's per-head q/k norms.
+const HUNYUAN_QK_NORMS: NameGroup = &[
+    (
+        "model.layers.{bid}.self_attn.query_layernorm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.key_layernorm",
+        "blk.{bid}.attn_k_norm",
+    ),
+];
+
+/// GLM-4-0414's block: fused `gate_up_proj` written as `ffn_up` (llama.cpp's glm4 graph reads it
+/// fused, as Phi-3's), the norm before the MLP under HF's after-attention name, and the norms
+/// after attention and after the MLP.
+const GLM4_BLOCK: NameGroup = &[
+    ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+    (
+        "model.layers.{bid}.post_self_attn_layernorm",
+        "blk.{bid}.post_attention_norm",
+    ),
+    (
+        "model.layers.{bid}.post_mlp_layernorm",
+        "blk.{bid}.post_ffw_norm",
+    ),
+];
+
+/// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
+/// operator, SwiGLU `feed_forward.w1/w3/w2`, `embedding_norm` (the last norm, which llama.cpp
+/// reads as `token_embd_norm`).
+const LFM2_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.embedding_norm", "token_embd_norm"),
+    ("model.layers.{bid}.operator_norm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.ffn_norm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.conv.conv", "blk.{bid}.shortconv.conv"),
+    (
+        "model.layers.{bid}.conv.in_proj",
+        "blk.{bid}.shortconv.in_proj",
+    ),
+    (
+        "model.layers.{bid}.conv.out_proj",
+        "blk.{bid}.shortconv.out_proj",
+    ),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    (
+        "model.layers.{bid}.self_attn.out_proj",
+        "blk.{bid}.attn_output",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_layernorm",
+        "blk.{bid}.attn_q_norm",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_layernorm",
+        "blk.{bid}.attn_k_norm",
+    ),
+    ("model.layers.{bid}.feed_forward.w1", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.feed_forward.w3", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.feed_forward.w2", "blk.{bid}.ffn_down"),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -813,6 +943,29 @@ const STARCODER2_TENSORS: &[NameGroup] = &[
 const COHERE_TENSORS: &[NameGroup] = &[EMBED_NORM, ATTN_NORM, ATTN, QK_NORMS, MLP];
 /// GPT-2.
 const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
+
+/// Seed-OSS (`MODEL_TENSORS[SEED_OSS]`): Llama's names, the norm before the MLP named after
+/// attention.
+const SEED_OSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, ATTN_POST_NORM, MLP];
+/// Arcee (`MODEL_TENSORS[ARCEE]`): Llama's names with an ungated MLP.
+const ARCEE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, UP_DOWN_MLP];
+/// Exaone 4 (`MODEL_TENSORS[EXAONE4]`): OLMo 2's layout (norms after attention and the MLP
+/// only), per-head q/k norms.
+const EXAONE4_TENSORS: &[NameGroup] = OLMO2_TENSORS;
+
+/// HunYuan dense (`MODEL_TENSORS[HUNYUAN_DENSE]`): Llama's names with per-head q/k norms.
+const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    HUNYUAN_QK_NORMS,
+    FFN_NORM,
+    MLP,
+];
+
+/// GLM-4 (`MODEL_TENSORS[GLM4]`).
+const GLM4_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM4_BLOCK];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -1828,6 +1981,446 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: &[],
     },
+    ArchSpec {
+        arch: "seed_oss",
+        hf_archs: &["SeedOssForCausalLM"],
+        tensors: SEED_OSS_TENSORS,
+        experts: None,
+        // SeedOssModel is a TextModel: no permutation.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "155136"),
+                ("max_position_embeddings", "524288"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "27648"),
+                ("num_hidden_layers", "64"),
+                ("num_attention_heads", "80"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "1"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "arcee",
+        hf_archs: &["ArceeForCausalLM"],
+        tensors: ARCEE_TENSORS,
+        experts: None,
+        // ArceeModel is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "32000"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "18432"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "128000"),
+                ("eos_token_id", "128001"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Derived,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys, then `_try_set_pooling_type`.
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Pooling,
+        ],
+        vocab: VocabKind::Llama,
+        // `MODEL_TENSORS[ARCEE]` has `rope_freqs`: LlamaModel generates it for llama3 rope.
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "exaone4",
+        hf_archs: &["Exaone4ForCausalLM"],
+        tensors: EXAONE4_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "102400"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "16384"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "2"),
+                ("sliding_window", "4096"),
+                ("sliding_window_pattern", "4"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::SlidingWindowLayers],
+        vocab: VocabKind::Gpt2,
+        // Exaone4Model generates `rope_freqs` with its own defaults (factor 16): not done here,
+        // so llama3 rope is refused.
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "mistral3",
+        hf_archs: &["Ministral3ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // Mistral3Model.Ministral3Model is a LlamaModel: q/k permuted.
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "131072"),
+                ("max_position_embeddings", "262144"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "34"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "11"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Ministral3Yarn,
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "mistral3",
+        hf_archs: &["Mistral3ForConditionalGeneration"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        permute_qk: true,
+        // Mistral3Config's text defaults (MistralConfig as Mistral3Config fills it).
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "131072"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "5120"),
+                ("intermediate_size", "32768"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("1000000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Ministral3Yarn,
+        ],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        // The vision tower and projector are the mmproj's.
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "qwen2vl",
+        hf_archs: &["Qwen2_5_VLForConditionalGeneration"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        // Qwen2VLModel is a TextModel.
+        permute_qk: false,
+        // Qwen2_5_VLTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "152064"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "8192"),
+                ("intermediate_size", "29568"),
+                ("num_hidden_layers", "80"),
+                ("num_attention_heads", "64"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "151643"),
+                ("eos_token_id", "151645"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // `rope.dimension_sections` (M-RoPE) is a common key.
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "ernie4_5",
+        hf_archs: &["Ernie4_5ForCausalLM", "Ernie4_5_ForCausalLM"],
+        tensors: LLAMA_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "103424"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "1024"),
+                ("intermediate_size", "3072"),
+                ("num_hidden_layers", "18"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmThenSpacePrefix,
+        llama3_rope_freqs: false,
+        // transformers' names; a release with `ernie.` names or fused `qkv_proj` /
+        // `up_gate_proj` (the reference renames and splits them) is refused by the name map.
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "qwen3vl",
+        hf_archs: &["Qwen3VLForConditionalGeneration"],
+        tensors: QWEN3_TENSORS,
+        experts: None,
+        // Qwen3VLTextModel is a Qwen3Model.
+        permute_qk: false,
+        // Qwen3VLTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "22016"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+            ],
+            kv_heads: KvHeadsDefault::Const(32),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::Pooling, ExtraKv::DeepstackLayers],
+        vocab: VocabKind::SpmElseGpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "hunyuan-dense",
+        hf_archs: &["HunYuanDenseV1ForCausalLM"],
+        tensors: HUNYUAN_DENSE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "290943"),
+                ("max_position_embeddings", "2048"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "11008"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("eod_token_id", "3"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::HunYuanNtkAlpha],
+        vocab: VocabKind::Gpt2HunYuan,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "glm4",
+        hf_archs: &["Glm4ForCausalLM"],
+        tensors: GLM4_TENSORS,
+        experts: None,
+        // Glm4Model is a TextModel; its M-RoPE reordering is for Glm4v only.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151552"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "13696"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1.5625e-07"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "151329"),
+                ("eos_token_id", "[151329, 151336, 151338]"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::RopeDimensionCountPartial],
+        vocab: VocabKind::Gpt2Glm4,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "lfm2",
+        hf_archs: &["Lfm2ForCausalLM", "LFM2ForCausalLM"],
+        tensors: &[LFM2_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "65536"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("conv_L_cache", "3"),
+                ("block_multiple_of", "256"),
+                ("block_ffn_dim_multiplier", "1.0"),
+                ("block_auto_adjust_ff_dim", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // LFM2Model.set_gguf_parameters: the per-layer KV heads replace the common key, then
+        // vocabulary size, conv cache, RMS epsilon (already written), feed-forward length.
+        extra_kv: &[
+            ExtraKv::HeadCountKvPerLayer,
+            ExtraKv::VocabSize,
+            ExtraKv::ShortconvLCache,
+            ExtraKv::Lfm2FeedForwardLength,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: SHORTCONV_SPLITS,
+        hooks: &[],
+    },
 ];
 
 impl ArchSpec {
@@ -1851,6 +2444,20 @@ pub(crate) fn supported() -> Vec<&'static str> {
         .collect()
 }
 
+/// The supported HF architecture whose name is nearest `hf_arch` (Jaro-Winkler similarity of the
+/// lowercased names; the first in table order on a tie).
+pub fn nearest(hf_arch: &str) -> &'static str {
+    let want = hf_arch.to_ascii_lowercase();
+    let mut best = ("", f64::MIN);
+    for name in supported() {
+        let score = strsim::jaro_winkler(&want, &name.to_ascii_lowercase());
+        if score > best.1 {
+            best = (name, score);
+        }
+    }
+    best.0
+}
+
 /// The HF architectures converted as Mixture-of-Experts models, in table order.
 pub(crate) fn supported_moe() -> Vec<&'static str> {
     ARCHS
@@ -1858,4 +2465,26 @@ pub(crate) fn supported_moe() -> Vec<&'static str> {
         .filter(|a| a.is_moe())
         .flat_map(|a| a.hf_archs.iter().copied())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal's suggestion: the supported class an unsupported one is closest to.
+    #[test]
+    fn nearest_supported_class() {
+        for (asked, want) in [
+            (
+                "Qwen3VLMoeForConditionalGeneration",
+                "Qwen3VLForConditionalGeneration",
+            ),
+            ("Ernie4_5_MoeForCausalLM", "Ernie4_5_ForCausalLM"),
+            ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
+            ("Lfm2MoeForCausalLM", "Lfm2ForCausalLM"),
+            ("llamaforcausallm", "LlamaForCausalLM"),
+        ] {
+            assert_eq!(nearest(asked), want, "{asked}");
+        }
+    }
 }

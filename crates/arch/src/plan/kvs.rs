@@ -4,6 +4,7 @@
 use super::tensors::Planned;
 use super::*;
 use crate::phi3::LongRope;
+use weightport_core::MetaType;
 
 /// The KVs written so far, in order.
 struct Kvs {
@@ -185,6 +186,7 @@ fn table_kvs(kvs: &mut Kvs, release: &Release, file_type: u32) -> Result<()> {
     }
     let rope = hp.rope();
     rope_scaling_kvs(kvs, spec, hp, &rope)?;
+    mrope_sections(kvs, hp)?;
     refuse_stray_experts(spec, hp)?;
     if let Some(theta) = rope.get("rope_theta").and_then(Value::as_f64) {
         kvs.arch("rope.freq_base", f32v(theta));
@@ -252,6 +254,43 @@ fn rope_scaling_kvs(
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// `rope.dimension_sections` (M-RoPE, Qwen2-VL and later): the rope parameters'
+/// `mrope_section` padded with zeros to 4 entries, then cut to 4, as i32 (`TextModel`'s common
+/// keys, for any architecture).
+fn mrope_sections(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let raw = hp.raw.get("rope_parameters").and_then(Value::as_object);
+    let Some(sections) = raw.and_then(|r| r.get("mrope_section")) else {
+        return Ok(());
+    };
+    let bad_sections = || {
+        bad(
+            &hp.path,
+            format!("`mrope_section` is not a list of i32: {sections}"),
+        )
+    };
+    let mut items = sections
+        .as_array()
+        .ok_or_else(bad_sections)?
+        .iter()
+        .map(|v| {
+            v.as_i64()
+                .and_then(|i| i32::try_from(i).ok())
+                .map(MetaValue::I32)
+                .ok_or_else(bad_sections)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    items.resize(items.len().max(4), MetaValue::I32(0));
+    items.truncate(4);
+    kvs.arch(
+        "rope.dimension_sections",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
     Ok(())
 }
 
@@ -386,6 +425,26 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
             }
         }
         ExtraKv::SlidingWindowPattern => sliding_window_kvs(kvs, hp, *block_count)?,
+        ExtraKv::SlidingWindowLayers => sliding_window_layers(kvs, hp, *block_count)?,
+        ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
+        ExtraKv::DeepstackLayers => kvs.arch("n_deepstack_layers", deepstack_layers(hp)?),
+        ExtraKv::HunYuanNtkAlpha => hunyuan_ntk_alpha(kvs, hp)?,
+        ExtraKv::HeadCountKvPerLayer => head_count_kv_per_layer(kvs, hp)?,
+        ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
+        ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
+        ExtraKv::RopeDimensionCountPartial => {
+            let d = head_dim_or_derived(hp)?;
+            let factor = hp
+                .rope()
+                .get("partial_rotary_factor")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.5);
+            // Python's int() of a float: truncation.
+            kvs.arch(
+                "rope.dimension_count",
+                MetaValue::U32((f64::from(d) * factor) as u32),
+            );
+        }
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
         ExtraKv::LeadingDenseBlockCount
@@ -422,13 +481,197 @@ fn sliding_window_kvs(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Result<(
     Ok(())
 }
 
+/// [`ExtraKv::Ministral3Yarn`]: for `model_type` `ministral3`, the rope parameters'
+/// `mscale_all_dim` as the YaRN log multiplier (as is, not DeepSeek's 0.1×) and
+/// `llama_4_scaling_beta` as the attention temperature scale, both required with yarn rope (the
+/// reference asserts it); Mistral 4 (a DeepSeek-V2 model in the same class) is refused.
+fn ministral3_yarn(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    match hp.raw.get("model_type").and_then(Value::as_str) {
+        Some("ministral3") => {}
+        Some("mistral4") => {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Some(Format::Gguf),
+                what: format!(
+                    "a {} release of model_type `mistral4` (its DeepSeek-V2 layout)",
+                    hp.hf_arch
+                ),
+            })
+        }
+        _ => return Ok(()),
+    }
+    let rope = hp.rope();
+    if rope.get("rope_type").and_then(Value::as_str) != Some("yarn") {
+        return Err(bad(&hp.path, "ministral3's rope_type must be `yarn`"));
+    }
+    for (key, param) in [
+        ("rope.scaling.yarn_log_multiplier", "mscale_all_dim"),
+        ("attention.temperature_scale", "llama_4_scaling_beta"),
+    ] {
+        let v = rope
+            .get(param)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| bad(&hp.path, format!("rope parameters without `{param}`")))?;
+        kvs.arch(key, f32v(v));
+    }
+    Ok(())
+}
+
+/// [`ExtraKv::HunYuanNtkAlpha`]: the scaled base replaces the common `rope.freq_base` in place
+/// (and the 256K context the common one), gguf-py's KV dict.
+fn hunyuan_ntk_alpha(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let rope = hp.rope();
+    let rope_type = rope.get("rope_type").and_then(Value::as_str);
+    if !matches!(rope_type, Some("dynamic" | "xdrope")) {
+        return Ok(());
+    }
+    let alpha = rope.get("alpha").and_then(Value::as_f64).unwrap_or(50.0);
+    let base = rope
+        .get("rope_theta")
+        .and_then(Value::as_f64)
+        .unwrap_or(10000.0);
+    let dim = f64::from(
+        hp.u32(&["head_dim"])?
+            .ok_or_else(|| bad(&hp.path, "NTK-alpha rope without `head_dim`"))?,
+    );
+    kvs.arch("rope.freq_base", f32v(base * alpha.powf(dim / (dim - 2.0))));
+    kvs.arch("rope.scaling.type", MetaValue::Str("none".into()));
+    kvs.arch("rope.scaling.factor", MetaValue::F32(1.0));
+    if rope_type == Some("dynamic") {
+        let ctx = hp.u32(&["max_position_embeddings"])?;
+        if base != 10000.0 || !matches!(ctx, Some(32768 | 262144)) {
+            return Err(Error::Unsupported {
+                at: Location::file(&hp.path),
+                format: Some(Format::Gguf),
+                what: "HunYuan dynamic rope other than θ 10000 with 32K or 256K positions (the \
+                       reference's context length assumes them)"
+                    .into(),
+            });
+        }
+        kvs.arch(
+            "rope.scaling.original_context_length",
+            MetaValue::U32(256 * 1024),
+        );
+        kvs.arch("context_length", MetaValue::U32(256 * 1024));
+    }
+    Ok(())
+}
+
+/// [`ExtraKv::HeadCountKvPerLayer`]: LFM2's KV heads per layer, 0 for short-convolution layers.
+fn head_count_kv_per_layer(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let n = hp.need_u32(&["num_key_value_heads"])?;
+    let n = i32::try_from(n).map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
+    let types = hp
+        .raw
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad(&hp.path, "`layer_types` is missing or not a list"))?;
+    let items = types
+        .iter()
+        .map(|t| MetaValue::I32(if t.as_str() == Some("conv") { 0 } else { n }))
+        .collect();
+    kvs.arch(
+        "attention.head_count_kv",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
+    Ok(())
+}
+
+/// [`ExtraKv::Lfm2FeedForwardLength`].
+fn lfm2_feed_forward_length(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+    let mut ff = u64::from(hp.need_u32(&["block_ff_dim", "intermediate_size"])?);
+    if hp.bool("block_auto_adjust_ff_dim") == Some(true) {
+        ff = 2 * ff / 3;
+        if let Some(m) = hp.float(&["block_ffn_dim_multiplier"])? {
+            // Python's int() of a float: truncation.
+            ff = (m * ff as f64) as u64;
+        }
+        let multiple = u64::from(hp.need_u32(&["block_multiple_of"])?).max(1);
+        ff = ff.div_ceil(multiple) * multiple;
+    }
+    let ff = u32::try_from(ff).map_err(|_| bad(&hp.path, "feed-forward length exceeds u32"))?;
+    kvs.arch("feed_forward_length", MetaValue::U32(ff));
+    Ok(())
+}
+
+/// [`ExtraKv::DeepstackLayers`]: how many vision layers feed the text model (Qwen3-VL).
+fn deepstack_layers(hp: &HParams) -> Result<MetaValue> {
+    let vision = match hp.raw.get("thinker_config") {
+        Some(thinker) => thinker.get("vision_config"),
+        None => hp.raw.get("vision_config"),
+    };
+    let n = match vision.and_then(|v| v.get("deepstack_visual_indexes")) {
+        None => 0,
+        Some(v) => v.as_array().map(Vec::len).ok_or_else(|| {
+            bad(
+                &hp.path,
+                "`vision_config.deepstack_visual_indexes` is not a list",
+            )
+        })?,
+    };
+    let n = u32::try_from(n).map_err(|_| bad(&hp.path, "too many deepstack layers"))?;
+    Ok(MetaValue::U32(n))
+}
+
+/// [`ExtraKv::SlidingWindowLayers`]: Exaone 4's window and per-layer pattern.
+fn sliding_window_layers(kvs: &mut Kvs, hp: &HParams, block_count: u32) -> Result<()> {
+    if hp.raw.get("sliding_window").is_none_or(Value::is_null) {
+        return Ok(());
+    }
+    kvs.arch(
+        "attention.sliding_window",
+        MetaValue::U32(hp.need_u32(&["sliding_window"])?),
+    );
+    let n = block_count as usize;
+    let pattern: Vec<bool> = if let Some(types) = hp.raw.get("layer_types") {
+        let types = types
+            .as_array()
+            .ok_or_else(|| bad(&hp.path, "`layer_types` is not a list"))?;
+        types
+            .iter()
+            .map(|t| t.as_str() == Some("sliding_attention"))
+            .collect()
+    } else {
+        match hp.raw.get("sliding_window_pattern") {
+            Some(Value::String(s)) if !s.is_empty() => {
+                let s = s.as_bytes();
+                (0..n).map(|i| s[i % s.len()] == b'L').collect()
+            }
+            // The reference divides by it.
+            Some(v) if v.as_u64() == Some(0) => {
+                return Err(bad(&hp.path, "`sliding_window_pattern` is 0"))
+            }
+            Some(v) => match v.as_u64() {
+                Some(k) => (0..n as u64).map(|i| (i + 1) % k != 0).collect(),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        }
+    };
+    if pattern.len() == n || hp.raw.contains_key("layer_types") {
+        let pattern = pattern.into_iter().map(MetaValue::Bool).collect();
+        kvs.arch(
+            "attention.sliding_window_pattern",
+            MetaValue::Array(pattern),
+        );
+    }
+    Ok(())
+}
+
 /// [`ExtraKv::RopeDimensionCount`]: `head_dim`, else the embedding length over the heads.
 fn rope_dimensions(hp: &HParams) -> Result<MetaValue> {
-    let d = match hp.u32(&["head_dim"])? {
+    Ok(MetaValue::U32(head_dim_or_derived(hp)?))
+}
+
+/// `head_dim`, else the embedding length over the heads.
+fn head_dim_or_derived(hp: &HParams) -> Result<u32> {
+    Ok(match hp.u32(&["head_dim"])? {
         Some(d) => d,
         None => hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?,
-    };
-    Ok(MetaValue::U32(d))
+    })
 }
 
 /// [`ExtraKv::FinalLogitSoftcapping`]: written when truthy (`if (v := hparams.get(...))`);

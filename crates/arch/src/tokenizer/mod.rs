@@ -204,15 +204,128 @@ pub fn export(
 ) -> Result<VocabExport> {
     let mut v = export_kind(dir, kind, hp, pre_override)?;
     if kind == VocabKind::Llama && hp.uint(&["vocab_size"])? == Some(SMALL_GRANITE_VOCAB) {
-        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary, which keeps the
-        // key's place when the special tokens already wrote it (gguf-py's KV dict).
-        let key = "tokenizer.ggml.add_bos_token";
-        match v.kv.iter_mut().find(|(k, _)| k == key) {
-            Some((_, val)) => *val = MetaValue::Bool(false),
-            None => v.kv.push((key.to_owned(), MetaValue::Bool(false))),
-        }
+        // LlamaModel.set_vocab: `add_add_bos_token(False)` after the vocabulary.
+        set_kv(
+            &mut v.kv,
+            "tokenizer.ggml.add_bos_token",
+            MetaValue::Bool(false),
+        );
+    }
+    if kind == VocabKind::Gpt2HunYuan {
+        hunyuan_token_ids(dir, hp, &mut v.kv)?;
+    }
+    if kind == VocabKind::Gpt2Glm4 {
+        glm4_token_ids(dir, &mut v.kv)?;
     }
     Ok(v)
+}
+
+/// `Glm4Model.set_vocab`: EOS, EOT, UNK and BOS set to the added tokens `<|endoftext|>`,
+/// `<|user|>`, `<|endoftext|>`, `<|endoftext|>`, each only when the special tokens have none
+/// (gguf-py's `_set_special_token`), after the ids they wrote. The reference fails without
+/// those added tokens: refused.
+fn glm4_token_ids(dir: &Path, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
+    let added = added_vocab(dir)?;
+    let id_of = |content: &str| -> Result<MetaValue> {
+        added
+            .iter()
+            .find(|(c, _)| c == content)
+            .map(|(_, id)| MetaValue::U32(*id))
+            .ok_or_else(|| Error::Unsupported {
+                at: Location::file(dir.join("tokenizer.json")),
+                format: Some(Format::Gguf),
+                what: format!("a GLM-4 tokenizer without the added token `{content}`"),
+            })
+    };
+    let mut at = kv
+        .iter()
+        .rposition(|(k, _)| k.ends_with("_token_id"))
+        .or_else(|| kv.iter().position(|(k, _)| k == "tokenizer.ggml.merges"))
+        .map_or(kv.len(), |i| i + 1);
+    for (typ, content) in [
+        ("eos", "<|endoftext|>"),
+        ("eot", "<|user|>"),
+        ("unk", "<|endoftext|>"),
+        ("bos", "<|endoftext|>"),
+    ] {
+        let key = special::id_key(typ).expect("a type gguf-py writes");
+        let id = id_of(content)?;
+        if !kv.iter().any(|(k, _)| *k == key) {
+            kv.insert(at, (key, id));
+            at += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The added tokens (content, id) of tokenizer.json, then of tokenizer_config.json's
+/// `added_tokens_decoder` (transformers' `get_added_vocab`).
+fn added_vocab(dir: &Path) -> Result<Vec<(String, u32)>> {
+    let mut out = Vec::new();
+    let tj = dir.join("tokenizer.json");
+    if tj.is_file() {
+        for t in read_json(&tj)?
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(c), Some(id)) = (t.get("content").and_then(Value::as_str), t.get("id")) {
+                if let Some(id) = id.as_u64().and_then(|i| u32::try_from(i).ok()) {
+                    out.push((c.to_owned(), id));
+                }
+            }
+        }
+    }
+    let tc = dir.join("tokenizer_config.json");
+    if tc.is_file() {
+        if let Some(Value::Object(dec)) = read_json(&tc)?.get("added_tokens_decoder") {
+            for (id, t) in dec {
+                let c = t.get("content").and_then(Value::as_str);
+                if let (Some(c), Ok(id)) = (c, id.parse::<u32>()) {
+                    out.push((c.to_owned(), id));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `key` after the vocabulary: gguf-py's KV dict keeps the key's place when the special
+/// tokens already wrote it, else appends it.
+fn set_kv(kv: &mut Vec<(String, MetaValue)>, key: &str, value: MetaValue) {
+    match kv.iter_mut().find(|(k, _)| k == key) {
+        Some((_, val)) => *val = value,
+        None => kv.push((key.to_owned(), value)),
+    }
+}
+
+/// `HunYuanModel.set_vocab` after the special tokens: EOS ← config.json's `eod_token_id` when
+/// not null, then EOT ← generation_config.json's first EOS id when it lists two or more.
+fn hunyuan_token_ids(dir: &Path, hp: &HParams, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
+    let id = |v: &Value, what: &str| -> Result<MetaValue> {
+        v.as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .map(MetaValue::U32)
+            .ok_or_else(|| bad(&hp.path, format!("{what} is not a token id: {v}")))
+    };
+    if let Some(eod) = hp.raw.get("eod_token_id").filter(|v| !v.is_null()) {
+        set_kv(
+            kv,
+            "tokenizer.ggml.eos_token_id",
+            id(eod, "`eod_token_id`")?,
+        );
+    }
+    let gen = dir.join("generation_config.json");
+    if gen.is_file() {
+        if let Some(Value::Array(eos)) = read_json(&gen)?.get("eos_token_id") {
+            if eos.len() >= 2 {
+                let eot = id(&eos[0], "generation_config.json's first `eos_token_id`")?;
+                set_kv(kv, "tokenizer.ggml.eot_token_id", eot);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The vocabulary size for which the reference's Llama-family vocabulary export turns
@@ -265,7 +378,10 @@ fn export_kind(
 /// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
 /// GPT-2 tokenizer) are GPT-2's.
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
-    let kind = if kind == VocabKind::Gpt2AddBosEosSep {
+    let kind = if matches!(
+        kind,
+        VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
+    ) {
         VocabKind::Gpt2
     } else {
         kind
@@ -324,6 +440,17 @@ fn export_spm(
             MetaValue::Bool(false),
         ));
     }
+    if kind == VocabKind::SpmThenSpacePrefix {
+        let tc = dir.join("tokenizer_config.json");
+        if tc.is_file() {
+            if let Some(Value::Bool(b)) = read_json(&tc)?.get("add_prefix_space") {
+                kv.push((
+                    "tokenizer.ggml.add_space_prefix".to_owned(),
+                    MetaValue::Bool(*b),
+                ));
+            }
+        }
+    }
     Ok(VocabExport { kv, chkhsh: None })
 }
 
@@ -354,7 +481,10 @@ fn gemma_eot(dir: &Path) -> Result<(String, MetaValue)> {
 fn refuse_bpe(dir: &Path, kind: VocabKind) -> Result<()> {
     if matches!(
         kind,
-        VocabKind::SpmNoSpacePrefix | VocabKind::SpmGemma | VocabKind::SpmPhi3
+        VocabKind::SpmNoSpacePrefix
+            | VocabKind::SpmGemma
+            | VocabKind::SpmPhi3
+            | VocabKind::SpmThenSpacePrefix
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),

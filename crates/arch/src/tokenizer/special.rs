@@ -104,18 +104,10 @@ impl Special {
             ));
         }
         for (typ, id) in &self.ids {
-            let key = match typ.as_str() {
-                "bos" => "bos_token_id",
-                "eos" => "eos_token_id",
-                "unk" => "unknown_token_id",
-                "sep" => "seperator_token_id",
-                "pad" => "padding_token_id",
-                "mask" => "mask_token_id",
-                "eot" => "eot_token_id",
-                "eom" => "eom_token_id",
-                _ => continue, // cls: no handler in gguf-py's writer
-            };
-            kv.push((format!("tokenizer.ggml.{key}"), MetaValue::U32(*id)));
+            // cls: no handler in gguf-py's writer.
+            if let Some(key) = id_key(typ) {
+                kv.push((key, MetaValue::U32(*id)));
+            }
         }
         for (typ, v) in &self.add {
             if matches!(typ.as_str(), "bos" | "eos" | "sep") {
@@ -145,6 +137,22 @@ impl Special {
         }
         kv
     }
+}
+
+/// The GGUF key gguf-py's writer has for a special token type's id (`None`: no handler).
+pub(crate) fn id_key(typ: &str) -> Option<String> {
+    let key = match typ {
+        "bos" => "bos_token_id",
+        "eos" => "eos_token_id",
+        "unk" => "unknown_token_id",
+        "sep" => "seperator_token_id",
+        "pad" => "padding_token_id",
+        "mask" => "mask_token_id",
+        "eot" => "eot_token_id",
+        "eom" => "eom_token_id",
+        _ => return None,
+    };
+    Some(format!("tokenizer.ggml.{key}"))
 }
 
 fn token_text(v: Option<&Value>) -> Option<String> {
