@@ -450,7 +450,7 @@ pub(crate) const FUSED_EXPERT_SPLITS: &[Split] = &[
 ];
 
 /// LFM2's short-convolution weight, squeezed.
-pub const SHORTCONV_SPLITS: &[Split] = &[Split {
+pub(crate) const SHORTCONV_SPLITS: &[Split] = &[Split {
     suffix: "conv.conv.weight",
     rule: SplitRule::Conv1dSqueeze,
 }];
@@ -2446,7 +2446,7 @@ pub(crate) fn supported() -> Vec<&'static str> {
 
 /// The supported HF architecture whose name is nearest `hf_arch` (Jaro-Winkler similarity of the
 /// lowercased names; the first in table order on a tie).
-pub fn nearest(hf_arch: &str) -> &'static str {
+pub(crate) fn nearest(hf_arch: &str) -> &'static str {
     let want = hf_arch.to_ascii_lowercase();
     let mut best = ("", f64::MIN);
     for name in supported() {

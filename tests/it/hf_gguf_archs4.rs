@@ -13,7 +13,7 @@
 //! (archs4.json has no `quantized` entries). `one_pass_quant_plans_every_release` checks only
 //! that `--quant Q4_K_M` converts each release into a file of the reference's tensors.
 
-mod common;
+use crate::common;
 use common::arch::{self, copy_release, edit_config, expected};
 
 use std::path::Path;
