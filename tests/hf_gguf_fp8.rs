@@ -7,6 +7,8 @@
 //!
 //! `qwen3_fp8`: a Qwen3 FP8 release: every decoder linear weight F8_E4M3 in 32×32 blocks with
 //! BF16 `weight_scale_inv`, hidden 80 and intermediate 112 (ragged blocks on both axes).
+//! `qwen3_fp8_ct`: the same model as an llm-compressor "FP8-Dynamic" release (compressed-tensors
+//! `float-quantized`, strategy `channel`: a BF16 `weight_scale` `[rows, 1]` per weight).
 //! `deepseek3`: DeepSeek-V3 (MLA with `kv_b_proj` split, a leading dense layer, routed experts
 //! stacked, a shared expert, the router's `e_score_correction_bias`, sigmoid gating, expert
 //! groups) with its MTP layer (`model.layers.3.*`), which the reference skips.
@@ -20,7 +22,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-const RELEASES: [&str; 3] = ["qwen3_fp8", "deepseek3", "deepseek3_fp8"];
+const RELEASES: [&str; 4] = ["qwen3_fp8", "qwen3_fp8_ct", "deepseek3", "deepseek3_fp8"];
 
 fn expected() -> Value {
     arch::expected("fp8.json")
@@ -53,7 +55,7 @@ fn fp8_in_small_chunks_is_the_same_file() {
     use weightport_engine::{convert as run, ConvertOptions, DtypeChoice};
     let exp = expected();
     let tmp = tempfile::tempdir().unwrap();
-    for name in ["qwen3_fp8", "deepseek3_fp8"] {
+    for name in ["qwen3_fp8", "qwen3_fp8_ct", "deepseek3_fp8"] {
         for (t, dtype) in [
             ("f32", weightport_core::DType::F32),
             ("bf16", weightport_core::DType::BF16),
