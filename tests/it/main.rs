@@ -16,6 +16,7 @@ mod hf_gguf_archs4;
 mod hf_gguf_dense2;
 mod hf_gguf_dense3;
 mod hf_gguf_enc;
+mod hf_gguf_fp8;
 mod hf_gguf_moe2;
 mod imatrix;
 mod interop;

@@ -14,12 +14,14 @@
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
 //! * [`gpt2`]: GPT-2's hyper-parameter list.
 //! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
+//! * [`fp8`]: the scaled weights of an FP8 release (`weight_scale_inv`) and their blocks.
 //! * [`xlmr`]: XLM-RoBERTa's position offset.
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
 pub mod card;
 mod config;
+pub mod fp8;
 mod gpt2;
 pub mod mix;
 pub mod naming;

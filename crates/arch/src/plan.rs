@@ -114,6 +114,9 @@ pub struct ArchPlan {
     pub chkhsh: Option<String>,
     /// The normalized hyper-parameters.
     pub hparams: HParams,
+    /// The weights of an FP8 release read as F32 `weight · scale` ([`crate::fp8`]): the plan's
+    /// tensors treat each as an F32 tensor of the weight's shape.
+    pub dequant: Vec<crate::fp8::Dequant>,
 }
 
 /// Refuses an unsupported architecture, reading nothing but `config.json` (and, for an
@@ -163,7 +166,8 @@ fn plan_release(
     let spec = check_supported(config_dir)?;
     let release = Release::read(config_dir, spec)?;
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
-    let planned = tensors::plan_tensors(&release, tensors, opts, generated)?;
+    let fp8 = crate::fp8::Fp8::of(&release.hp, tensors, config_dir)?;
+    let planned = tensors::plan_tensors(&release, tensors, opts, generated, &fp8)?;
     let mut kv = kvs::plan_kvs(&release, opts, &planned, longrope.as_ref())?;
     let chkhsh = if opts.vocab {
         vocab_kvs(&release, opts, &mut kv)?
@@ -179,6 +183,7 @@ fn plan_release(
         dropped: planned.dropped,
         chkhsh,
         hparams: hp,
+        dequant: fp8.dequant,
     })
 }
 

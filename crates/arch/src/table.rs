@@ -532,6 +532,10 @@ pub enum Hook {
     /// [`crate::Origin::Rows`]) and `context_length` is `max_position_embeddings` minus them
     /// ([`crate::xlmr`]).
     PositionOffsetFromPad,
+    /// DeepSeek-V3's multi-token-prediction layers (`model.layers.N.*` with `N` ≥
+    /// `num_hidden_layers`, as its release ships them) are skipped
+    /// (`DeepseekV2Model.skip_mtp`).
+    SkipMtpLayers,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -918,6 +922,21 @@ const DEEPSEEK2_TENSORS: &[NameGroup] = &[
     MLP,
     ROUTER,
     SHARED_EXPERTS,
+];
+/// DeepSeek-V3: DeepSeek-V2's, with the router's score correction bias.
+const DEEPSEEK3_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    MLA,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+    &[(
+        "model.layers.{bid}.mlp.gate.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    )],
 ];
 /// GPT-OSS: Llama attention with biases, [`GPTOSS`].
 const GPTOSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, GPTOSS, FUSED_EXPERTS];
@@ -2420,6 +2439,73 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: SHORTCONV_SPLITS,
         hooks: &[],
+    },
+    // DeepSeek-V3 (and Kimi K2, which reuses it): the reference's DeepseekV2Model, with
+    // DeepseekV3Config's defaults, the router's `e_score_correction_bias` and the MTP layers.
+    ArchSpec {
+        arch: "deepseek2",
+        hf_archs: &["DeepseekV3ForCausalLM"],
+        tensors: DEEPSEEK3_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "129280"),
+                ("max_position_embeddings", "4096"),
+                ("hidden_size", "7168"),
+                ("intermediate_size", "18432"),
+                ("moe_intermediate_size", "2048"),
+                ("num_hidden_layers", "61"),
+                ("num_attention_heads", "128"),
+                ("n_shared_experts", "1"),
+                ("n_routed_experts", "256"),
+                ("routed_scaling_factor", "2.5"),
+                ("kv_lora_rank", "512"),
+                ("q_lora_rank", "1536"),
+                ("qk_rope_head_dim", "64"),
+                ("v_head_dim", "128"),
+                ("qk_nope_head_dim", "128"),
+                ("n_group", "8"),
+                ("topk_group", "4"),
+                ("num_experts_per_tok", "8"),
+                ("first_k_dense_replace", "3"),
+                ("norm_topk_prob", "true"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "0"),
+                ("eos_token_id", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Key("qk_rope_head_dim"),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::HeadCountKv(1),
+            ExtraKv::LeadingDenseBlockCount,
+            ExtraKv::VocabSize,
+            ExtraKv::QLoraRank,
+            ExtraKv::MlaLengths,
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedCount,
+            ExtraKv::ExpertWeightsScale,
+            ExtraKv::ExpertWeightsNorm,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::YarnLogMultiplier,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
+        names: NameRules {
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        splits: MLA_SPLITS,
+        transposed: &[],
+        hooks: &[Hook::SkipMtpLayers],
     },
 ];
 

@@ -20,6 +20,7 @@ use weightport_core::{
 };
 
 use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
+use crate::dequantized::Dequantized;
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
@@ -49,6 +50,8 @@ pub(crate) struct ArchJob {
     /// what llama-quantize rewrites ([`mix::QUANTIZE_REWRITES`]), whose dims convention the
     /// output keeps.
     pub rewrites: Option<weightport_core::Format>,
+    /// The weights of an FP8 release, read as F32 `weight · scale`.
+    pub(crate) dequant: Dequantized,
 }
 
 /// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
@@ -82,8 +85,12 @@ pub(crate) fn build(
     limits: &Limits,
 ) -> Result<ArchJob> {
     refuse_name_options(opts)?;
-    let tensors = source_tensors(source);
+    let mut tensors = source_tensors(source);
     let plan = arch_plan(source, &tensors, dir, opts, limits)?;
+    let dequant = Dequantized::new(&plan.dequant, source.tensors())?;
+    for d in &plan.dequant {
+        tensors[d.weight].dtype = DType::F32;
+    }
     let mut metadata = plan_metadata(&plan);
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
@@ -115,6 +122,7 @@ pub(crate) fn build(
             .collect(),
         from,
         rewrites: opts.quant.as_ref().map(|_| mix::QUANTIZE_REWRITES),
+        dequant,
     })
 }
 
@@ -456,12 +464,14 @@ fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str
     }
 }
 
-/// A source plus tensors computed in memory (appended after the source's own).
+/// A source plus tensors computed in memory (appended after the source's own), with the
+/// scaled weights of an FP8 release read as F32 ([`Dequantized`]).
 pub(crate) struct WithGenerated<'a> {
     inner: &'a dyn TensorSource,
     tensors: Vec<TensorInfo>,
     data: Vec<Vec<u8>>,
     origin: PathBuf,
+    dequant: Dequantized,
 }
 
 impl<'a> WithGenerated<'a> {
@@ -470,8 +480,11 @@ impl<'a> WithGenerated<'a> {
         inner: &'a dyn TensorSource,
         generated: Vec<(TensorInfo, Vec<u8>)>,
         origin: PathBuf,
+        dequant: Dequantized,
     ) -> Self {
-        let mut tensors = inner.tensors().to_vec();
+        let mut tensors: Vec<TensorInfo> = (inner.tensors().iter().enumerate())
+            .map(|(i, t)| dequant.info(i, t))
+            .collect();
         let mut data = Vec::with_capacity(generated.len());
         for (info, bytes) in generated {
             tensors.push(info);
@@ -482,6 +495,7 @@ impl<'a> WithGenerated<'a> {
             tensors,
             data,
             origin,
+            dequant,
         }
     }
 
@@ -513,6 +527,7 @@ impl TensorSource for WithGenerated<'_> {
     fn bytes(&self, index: usize) -> Option<&[u8]> {
         match self.own(index) {
             Some(b) => Some(b),
+            None if self.dequant.has(index) => None,
             None => self.inner.bytes(index),
         }
     }
@@ -523,6 +538,7 @@ impl TensorSource for WithGenerated<'_> {
                 dst.copy_from_slice(&b[s..s + dst.len()]);
                 Ok(())
             }
+            None if self.dequant.read(self.inner, index, offset, dst)? => Ok(()),
             None => self.inner.read_into(index, offset, dst),
         }
     }
@@ -537,12 +553,20 @@ impl TensorSource for WithGenerated<'_> {
     }
     fn release(&self, index: usize, offset: u64, len: u64) {
         if self.own(index).is_none() {
-            self.inner.release(index, offset, len)
+            let (o, l) = self
+                .dequant
+                .stored(index, offset, len)
+                .unwrap_or((offset, len));
+            self.inner.release(index, o, l)
         }
     }
     fn will_need(&self, index: usize, offset: u64, len: u64) {
         if self.own(index).is_none() {
-            self.inner.will_need(index, offset, len)
+            let (o, l) = self
+                .dequant
+                .stored(index, offset, len)
+                .unwrap_or((offset, len));
+            self.inner.will_need(index, o, l)
         }
     }
 }

@@ -55,6 +55,7 @@ mod by_arch;
 mod by_options;
 pub mod cancel;
 mod convert;
+mod dequantized;
 mod exec;
 mod fanout;
 mod guarded;

@@ -107,7 +107,12 @@ fn by_architecture<'s>(
     opts: &ConvertOptions,
 ) -> Result<Tensors<'s>> {
     let arch = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
-    let with = WithGenerated::new(source, arch.generated, dir.join("config.json"));
+    let with = WithGenerated::new(
+        source,
+        arch.generated,
+        dir.join("config.json"),
+        arch.dequant,
+    );
     Ok(Tensors {
         source_format: arch.rewrites.unwrap_or_else(|| with.format()),
         src: Src::Generated(with),

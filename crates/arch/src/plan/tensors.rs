@@ -23,6 +23,7 @@ pub(super) fn plan_tensors(
     tensors: &[SourceTensor],
     opts: &PlanOptions,
     generated: Vec<OutTensor>,
+    fp8: &crate::fp8::Fp8,
 ) -> Result<Planned> {
     let Release { dir, spec, hp, .. } = release;
     let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
@@ -46,6 +47,7 @@ pub(super) fn plan_tensors(
         out: generated,
         mx_out: Vec::new(),
         dropped: Vec::new(),
+        fp8,
     };
     for i in order {
         planner.add(i, &mut experts, &mxfp4)?;
@@ -128,6 +130,8 @@ struct Planner<'r, 'a> {
     /// The MXFP4 parts, which go before every other tensor of the release.
     mx_out: Vec<OutTensor>,
     dropped: Vec<(String, &'static str)>,
+    /// The FP8 scales, consumed by their weights.
+    fp8: &'r crate::fp8::Fp8,
 }
 
 impl Planner<'_, '_> {
@@ -135,6 +139,15 @@ impl Planner<'_, '_> {
     fn add(&mut self, i: usize, experts: &mut Option<Experts>, mxfp4: &Mxfp4) -> Result<()> {
         let spec = self.release.spec;
         let t = &self.tensors[i];
+        if let Some(&why) = self.fp8.dropped.get(&t.name) {
+            self.dropped.push((t.name.clone(), why));
+            return Ok(());
+        }
+        if spec.hooks.contains(&Hook::SkipMtpLayers) && self.is_mtp_layer(&t.name) {
+            self.dropped
+                .push((t.name.clone(), "multi-token-prediction layer, skipped"));
+            return Ok(());
+        }
         let hf = match rule_name(&spec.names, &t.name) {
             Ok(hf) => hf,
             Err(reason) => {
@@ -156,6 +169,18 @@ impl Planner<'_, '_> {
         let one = self.single(&hf, i)?;
         self.out.push(one);
         Ok(())
+    }
+
+    /// True for a tensor of a layer past `num_hidden_layers` (`model.layers.N.`, N ≥ the
+    /// block count): the reference's `re.match(r"model.layers.(\d+)", name)`.
+    fn is_mtp_layer(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            return false;
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        rest[..digits]
+            .parse::<u64>()
+            .is_ok_and(|n| n >= u64::from(self.release.block_count))
     }
 
     /// An expert tensor: once its block is complete, the block's stacks.
