@@ -21,6 +21,7 @@ mod multi;
 mod output;
 mod overlaps;
 mod progress;
+mod remote;
 mod report;
 mod run;
 mod scan;
@@ -266,8 +267,9 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
     }
 }
 
-fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
+fn run_command(mut cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
+    let _remote = remote::localize(&mut cli.command)?;
     let global = output::Global {
         workers: workers_of(&cli)?,
     };
