@@ -12,6 +12,8 @@
 //! so and pass without checking anything.
 
 mod common;
+#[path = "remote_hub/fault_proxy.rs"]
+mod fault_proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -151,6 +153,8 @@ struct Hub {
     child: Child,
     dir: tempfile::TempDir,
     port: u16,
+    /// nginx's plain-http listener on 127.0.0.1 (only the fault proxy uses it).
+    plain_port: u16,
 }
 
 impl Drop for Hub {
@@ -215,14 +219,20 @@ fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
 
 impl Hub {
     fn start(nginx: &Path, repos: &[Repo]) -> Hub {
+        Self::start_with(nginx, repos, None)
+    }
+
+    /// A Hub whose redirects send LFS reads to 127.0.0.2:`lfs_port` (a proxy's) when given.
+    fn start_with(nginx: &Path, repos: &[Repo], lfs_port: Option<u16>) -> Hub {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         for d in ["lfs", "plain", "norange", "tmp"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         certificates(dir.path());
-        let port = free_port();
-        let files: String = repos.iter().map(|r| lay_out(r, &root, port)).collect();
+        let (port, plain_port) = (free_port(), free_port());
+        let lfs_port = lfs_port.unwrap_or(port);
+        let files: String = repos.iter().map(|r| lay_out(r, &root, lfs_port)).collect();
         let d = dir.path().display();
         let user = if unsafe_is_root() { "user root;" } else { "" };
         let conf = format!(
@@ -234,7 +244,7 @@ impl Hub {
              client_body_temp_path {d}/root/tmp;\n\
              default_type application/octet-stream;\n\
              server {{\n\
-             listen 127.0.0.1:{port} ssl; listen 127.0.0.2:{port} ssl;\n\
+             listen 127.0.0.1:{port} ssl; listen 127.0.0.2:{port} ssl; listen 127.0.0.1:{plain_port};\n\
              ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;\n\
              location /api/models/ {{ if ($http_authorization != \"Bearer {TOKEN}\") {{ return 401; }}\n\
                alias {d}/root/api/models/; default_type application/json; }}\n\
@@ -254,7 +264,12 @@ impl Hub {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start nginx");
-        let hub = Hub { child, dir, port };
+        let hub = Hub {
+            child,
+            dir,
+            port,
+            plain_port,
+        };
         hub.wait_ready();
         hub
     }
@@ -298,9 +313,15 @@ impl Hub {
 
     /// `weightport ARGS` with this Hub as `HF_ENDPOINT`, its CA and the token.
     fn wp(&self, args: &[&str]) -> Output {
+        self.wp_at(&self.endpoint(), args)
+    }
+
+    /// `weightport ARGS` with `endpoint` as `HF_ENDPOINT` (a proxy's), a 1 s stall timeout.
+    fn wp_at(&self, endpoint: &str, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_weightport"))
             .args(args)
-            .env("HF_ENDPOINT", self.endpoint())
+            .env("WEIGHTPORT_HTTP_TIMEOUT", "1")
+            .env("HF_ENDPOINT", endpoint)
             .env("HF_TOKEN", TOKEN)
             .env("HF_HOME", self.dir.path().join("hf-home"))
             .env("SSL_CERT_FILE", self.dir.path().join("ca.pem"))
@@ -608,4 +629,127 @@ fn a_file_changed_on_the_server_mid_read_is_detected() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("input changed while reading"), "{err}");
+}
+
+/// `convert INPUT -o OUT ARGS…`.
+fn convert_args<'a>(input: &'a str, out: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    [&["convert", input, "-o", out.to_str().unwrap()][..], args].concat()
+}
+
+/// Files in `dir` (a conversion's output directory): nothing partial or temporary may remain.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A proxy between weightport and nginx drops connections, answers 500 and 503, cuts bodies
+/// and stalls past the 1 s timeout, on 30% of requests (the listing's, the small files' and the
+/// ranges' alike): each conversion equals the local one, or fails after the retry budget with a
+/// clear message and no output.
+#[test]
+fn faults_on_the_way_give_the_local_bytes_or_a_clear_error_and_nothing_written() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let repos = [
+        repo("hf_repo_sharded", "good/hf_repo_sharded"),
+        repo("llama", "good/arch/llama"),
+        repo("bin_repo", "good/pickle/bin_repo"),
+    ];
+    let hub = Hub::start_with(&nginx, &repos, Some(proxy_port));
+    let mode = fault_proxy::Mode::Random {
+        seed: 0x5eed_2026,
+        percent: 30,
+    };
+    let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let front = format!("https://127.0.0.1:{}", proxy.port);
+    let quant: &[&str] = &["--outtype", "f16", "--quant", "Q4_K_M"];
+    let cases = [
+        (
+            "hf://org/hf_repo_sharded",
+            "good/hf_repo_sharded",
+            "m.safetensors",
+            &[][..],
+        ),
+        ("hf://org/llama", "good/arch/llama", "l.gguf", quant),
+        (
+            "hf://org/bin_repo",
+            "good/pickle/bin_repo",
+            "b.safetensors",
+            &[][..],
+        ),
+    ];
+    let mut equal = 0;
+    for (remote, local, out, args) in cases {
+        let dir = hub.dir.path().join("faults").join(out);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (o, l) = (
+            dir.join(out),
+            hub.dir.path().join("faults").join(format!("local-{out}")),
+        );
+        let local_path = fixtures().join(local);
+        let local_args = convert_args(local_path.to_str().unwrap(), &l, args);
+        ok(&hub.wp(&local_args), local);
+        let r = hub.wp_at(&front, &convert_args(remote, &o, args));
+        let err = String::from_utf8_lossy(&r.stderr);
+        if r.status.success() {
+            assert!(
+                std::fs::read(&o).unwrap() == std::fs::read(&l).unwrap(),
+                "{remote}"
+            );
+            equal += 1;
+        } else {
+            assert!(err.contains("gave up after"), "{remote}: {err}");
+            assert!(names_in(&dir).is_empty(), "{remote}: {:?}", names_in(&dir));
+        }
+    }
+    let c = proxy.counts();
+    eprintln!("faults injected: {c:?}");
+    assert!(
+        equal >= 2,
+        "{equal} of 3 conversions went through the faults"
+    );
+    assert!(
+        c.dropped > 0 && c.status > 0 && c.truncated > 0 && c.stalled > 0,
+        "{c:?}"
+    );
+}
+
+/// A server that fails every ranged read after the first of each object (503, retried with
+/// backoff five times): the conversion fails naming the file and the attempts, and leaves
+/// nothing in the output directory.
+#[test]
+fn a_server_failing_every_retry_is_a_clear_error_and_nothing_is_written() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(
+        &nginx,
+        &[repo("llama", "good/arch/llama")],
+        Some(proxy_port),
+    );
+    let mode = fault_proxy::Mode::FailLaterRanges;
+    let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let dir = hub.dir.path().join("fail");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = dir.join("l.gguf");
+    let front = format!("https://127.0.0.1:{}", proxy.port);
+    let r = hub.wp_at(
+        &front,
+        &["convert", "hf://org/llama", "-o", o.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("503") && err.contains("gave up after 6 attempts"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hf://org/llama@") && err.contains(".safetensors"),
+        "{err}"
+    );
+    assert!(names_in(&dir).is_empty(), "{:?}", names_in(&dir));
+    assert!(proxy.counts().status >= 6);
 }

@@ -252,9 +252,10 @@ pub(crate) fn shown_url(url: &str) -> String {
     }
 }
 
-/// The pause before attempt `n` (1-based retry): 0.2 s doubling, at most 5 s.
+/// The pause before retry `n` (1-based): 0.2 s doubling, at most 2 s (5 s over a range's
+/// five retries).
 pub(crate) fn backoff(n: u32) -> Duration {
-    Duration::from_millis((200u64 << n.min(5)).min(5_000))
+    Duration::from_millis((100u64 << n.min(5)).min(2_000))
 }
 
 #[cfg(test)]
@@ -273,6 +274,6 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         assert!(backoff(1) < backoff(2));
-        assert_eq!(backoff(30), Duration::from_secs(5));
+        assert_eq!(backoff(30), Duration::from_secs(2));
     }
 }

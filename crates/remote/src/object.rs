@@ -224,8 +224,9 @@ impl RemoteObject {
         shown: &str,
         t: &Target,
     ) -> Result<RemoteObject> {
-        let first = retry(|| first_request(client, t)).map_err(|f| error(name, &f))?;
-        check_first(&first, t).map_err(|f| error(name, &f))?;
+        let at = Path::new(shown);
+        let first = retry(|| first_request(client, t)).map_err(|f| error(at, &f))?;
+        check_first(&first, t).map_err(|f| error(at, &f))?;
         let etag = first
             .hub
             .linked_etag
@@ -320,7 +321,7 @@ impl RemoteObject {
                     failures += 1;
                     std::thread::sleep(backoff(failures));
                 }
-                Some(f) => return Err(error(&self.name, &f)),
+                Some(f) => return Err(error(Path::new(&self.shown), &f)),
             }
         }
         Ok(())
