@@ -179,17 +179,21 @@ pub(crate) fn list(
     let shown = PathBuf::from(shown_url(&url));
     let body = crate::object::retry(|| get_listing(client, &url, token))
         .map_err(|f| crate::object::error(&shown, &f))?;
-    let bad = |why: &str| Error::io(&shown, "list", std::io::Error::other(why.to_string()));
-    let doc: Value = serde_json::from_slice(&body).map_err(|e| bad(&format!("not JSON: {e}")))?;
+    parse_listing(&body).map_err(|why| Error::io(&shown, "list", std::io::Error::other(why)))
+}
+
+/// The model API's answer: its commit (`sha`, 40 hex digits) and `siblings`.
+pub(crate) fn parse_listing(body: &[u8]) -> std::result::Result<Listing, String> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
     let commit = doc["sha"].as_str().unwrap_or_default();
     if commit.len() != 40 || !commit.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(bad("no 40-digit commit (`sha`) in the model API's answer"));
+        return Err("no 40-digit commit (`sha`) in the model API's answer".into());
     }
     let siblings = doc["siblings"]
         .as_array()
-        .ok_or_else(|| bad("no `siblings` list"))?;
+        .ok_or_else(|| "no `siblings` list".to_string())?;
     if siblings.len() > MAX_FILES {
-        return Err(bad(&format!("more than {MAX_FILES} files listed")));
+        return Err(format!("more than {MAX_FILES} files listed"));
     }
     let files = siblings
         .iter()

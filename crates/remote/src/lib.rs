@@ -36,6 +36,45 @@ use crate::fetch::{shown_url, Client, Token};
 use crate::hub::{HubRef, Sibling};
 use crate::object::{Expect, RemoteObject, Target};
 
+/// What servers answer, parsed: the entry points of the fuzz target `formats/remote_answers`.
+#[doc(hidden)]
+pub mod answers {
+    /// The model API's answer: its commit and `(path, size, LFS sha256)` of each file.
+    pub type Files = Vec<(String, Option<u64>, Option<String>)>;
+
+    /// Parses a model API answer.
+    pub fn listing(body: &[u8]) -> Result<(String, Files), String> {
+        let l = crate::hub::parse_listing(body)?;
+        let files = l
+            .files
+            .into_iter()
+            .map(|f| (f.path, f.size, f.lfs_sha256))
+            .collect();
+        Ok((l.commit, files))
+    }
+
+    /// `(first, last, total)` of a `Content-Range: bytes a-b/total` header.
+    pub fn content_range(v: &str) -> Option<(u64, u64, u64)> {
+        crate::object::content_range(v)
+    }
+
+    /// A URL as messages show it.
+    pub fn shown_url(url: &str) -> String {
+        crate::fetch::shown_url(url)
+    }
+
+    /// Whether a file name may be laid out in a view.
+    pub fn safe_name(n: &str) -> bool {
+        crate::safe_name(n)
+    }
+
+    /// An `hf://` address as `(repo, revision, path)`.
+    pub fn hub_ref(arg: &str) -> Option<(String, String, String)> {
+        let r = crate::hub::HubRef::parse(arg).ok()?;
+        Some((r.repo, r.revision, r.path))
+    }
+}
+
 /// Files other than weights are fetched whole into the view up to this size; larger ones are
 /// left out (and said so).
 const MAX_WHOLE: u64 = 64 << 20;

@@ -24,6 +24,11 @@ pub(crate) const FIRST_READ: u64 = 100_001;
 const BLOCK: u64 = 4 << 20;
 /// Blocks kept per object (least recently used dropped first).
 const BLOCKS_KEPT: usize = 4;
+/// Bytes of blocks kept by all objects together: past it a fetched block serves its read and
+/// is not kept, so a repo of many shards read at once stays within this.
+const KEPT_BYTES: u64 = 64 << 20;
+
+static KEPT: AtomicU64 = AtomicU64::new(0);
 
 /// A kept block: its number, when it was last used, its bytes.
 type Kept = (u64, u64, std::sync::Arc<Vec<u8>>);
@@ -92,7 +97,7 @@ pub(crate) fn error(name: &Path, f: &Failure) -> Error {
 }
 
 /// `bytes a-b/total` of a Content-Range header.
-fn content_range(v: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn content_range(v: &str) -> Option<(u64, u64, u64)> {
     let (range, total) = v.strip_prefix("bytes ")?.split_once('/')?;
     let (a, b) = range.split_once('-')?;
     Some((
@@ -344,10 +349,24 @@ impl RemoteObject {
         let mut kept = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() >= BLOCKS_KEPT {
             let oldest = (0..kept.len()).min_by_key(|&i| kept[i].1).unwrap_or(0);
-            kept.swap_remove(oldest);
+            let gone = kept.swap_remove(oldest);
+            KEPT.fetch_sub(gone.2.len() as u64, Ordering::Relaxed);
         }
-        kept.push((k, now, data.clone()));
+        let size = data.len() as u64;
+        if KEPT.fetch_add(size, Ordering::Relaxed) + size <= KEPT_BYTES {
+            kept.push((k, now, data.clone()));
+        } else {
+            KEPT.fetch_sub(size, Ordering::Relaxed);
+        }
         Ok(data)
+    }
+}
+
+impl Drop for RemoteObject {
+    fn drop(&mut self) {
+        let kept = self.blocks.get_mut().unwrap_or_else(|e| e.into_inner());
+        let bytes: u64 = kept.iter().map(|b| b.2.len() as u64).sum();
+        KEPT.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
