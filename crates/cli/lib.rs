@@ -23,6 +23,7 @@ mod multi;
 mod options;
 mod overlaps;
 mod progress;
+mod remote;
 mod render;
 mod report;
 mod run;
@@ -269,8 +270,9 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
     }
 }
 
-fn run_command(cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
+fn run_command(mut cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
+    let _remote = remote::localize(&mut cli.command)?;
     let global = options::Global {
         workers: workers_of(&cli)?,
     };

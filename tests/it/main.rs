@@ -29,6 +29,7 @@ mod nan_payloads;
 mod pickle;
 mod provenance;
 mod quality;
+mod remote_hub;
 mod scan;
 mod side_files;
 mod units;

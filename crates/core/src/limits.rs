@@ -153,8 +153,9 @@ pub struct ReadOptions {
     /// each staged file on its own, under its temp name.
     pub one_part: bool,
     /// Where inputs come from: the registry opens every input through it, and readers of
-    /// multi-file sets open the other files of the set through it. Default: local files,
-    /// mapped ([`crate::mapped::LocalFiles`]).
+    /// multi-file sets open the other files of the set through it. Default: the process's
+    /// storage ([`crate::bytes::set_default_storage`]), else local files, mapped
+    /// ([`crate::mapped::LocalFiles`]).
     pub storage: std::sync::Arc<dyn crate::bytes::Storage>,
 }
 
@@ -167,7 +168,7 @@ impl Default for ReadOptions {
             shared_copy: false,
             inert_objects: false,
             one_part: false,
-            storage: std::sync::Arc::new(crate::mapped::LocalFiles::default()),
+            storage: crate::bytes::default_storage(),
         }
     }
 }

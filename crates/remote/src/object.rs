@@ -1,0 +1,408 @@
+//! One remote object as a [`ByteSource`]: opened by one ranged request (its first bytes, its
+//! length, its ETag pinned), then read by ranged requests that must answer 206 with exactly the
+//! range asked, of the same length and ETag; failures are retried with backoff, resuming from the
+//! last byte received.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use ureq::http::{Response, StatusCode};
+use ureq::Body;
+use weightport_core::{ByteSource, Error, Identity, Result};
+
+use crate::fetch::{
+    backoff, header_str, read_body, shown_url, status_failure, Client, Failure, Hub, Token,
+    ATTEMPTS,
+};
+
+/// Bytes asked by the first request: what huggingface_hub reads for a safetensors header
+/// (`bytes=0-100000`), so `inspect` of a file whose header fits costs one ranged request.
+pub(crate) const FIRST_READ: u64 = 100_001;
+/// Reads shorter than this are served from blocks of this size fetched whole (neighbouring
+/// small reads coalesce into one request); longer reads go straight into the caller's buffer.
+const BLOCK: u64 = 4 << 20;
+/// Blocks kept per object (least recently used dropped first).
+const BLOCKS_KEPT: usize = 4;
+/// Bytes of blocks kept by all objects together: past it a fetched block serves its read and
+/// is not kept, so a repo of many shards read at once stays within this.
+const KEPT_BYTES: u64 = 64 << 20;
+
+static KEPT: AtomicU64 = AtomicU64::new(0);
+
+/// A kept block: its number, when it was last used, its bytes.
+type Kept = (u64, u64, std::sync::Arc<Vec<u8>>);
+
+/// What the caller knows of the object before opening it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Expect {
+    /// The size a listing gave.
+    pub(crate) len: Option<u64>,
+    /// The commit a Hub revision was resolved to: every `X-Repo-Commit` must say the same.
+    pub(crate) commit: Option<String>,
+}
+
+/// Where the object is and how to ask for it.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The URL asked first (a Hub `/resolve/` URL, or the file's own).
+    pub(crate) url: String,
+    /// The Hub token, for its own host only.
+    pub(crate) token: Option<Token>,
+    pub(crate) expect: Expect,
+}
+
+/// An opened remote object (see the module docs).
+pub(crate) struct RemoteObject {
+    /// The local stand-in's path (what readers and messages name).
+    name: PathBuf,
+    /// The URL as messages show it.
+    shown: String,
+    client: Client,
+    token: Option<Token>,
+    /// Where ranged reads go: the URL after redirects.
+    url: String,
+    len: u64,
+    etag: String,
+    identity: Identity,
+    head: Vec<u8>,
+    blocks: Mutex<Vec<Kept>>,
+    tick: AtomicU64,
+}
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RemoteObject({}, {} bytes)", self.shown, self.len)
+    }
+}
+
+/// The error of a remote read of `name`.
+pub(crate) fn error(name: &Path, f: &Failure) -> Error {
+    match f {
+        Failure::Changed(m) => Error::io(
+            name,
+            "read",
+            std::io::Error::other(format!(
+                "input changed while reading (the remote object is no longer the version first \
+                 read: {m})"
+            )),
+        ),
+        Failure::Transient(m) => Error::io(
+            name,
+            "fetch",
+            std::io::Error::other(format!("{m} (gave up after {ATTEMPTS} attempts)")),
+        ),
+        Failure::Final(m) => Error::io(name, "fetch", std::io::Error::other(m.clone())),
+    }
+}
+
+/// `bytes a-b/total` of a Content-Range header.
+pub(crate) fn content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let (range, total) = v.strip_prefix("bytes ")?.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    Some((
+        a.trim().parse().ok()?,
+        b.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+    ))
+}
+
+/// Runs `attempt` until it succeeds, fails finally, or [`ATTEMPTS`] are spent (pausing with
+/// [`backoff`] between them).
+pub(crate) fn retry<T>(
+    mut attempt: impl FnMut() -> std::result::Result<T, Failure>,
+) -> std::result::Result<T, Failure> {
+    let mut n = 0;
+    loop {
+        match attempt() {
+            Err(Failure::Transient(_)) if n + 1 < ATTEMPTS => {
+                n += 1;
+                std::thread::sleep(backoff(n));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The first answer: status, length, ETag and the first bytes.
+struct First {
+    url: String,
+    len: u64,
+    etag: String,
+    hub: Hub,
+    head: Vec<u8>,
+}
+
+fn first_request(client: &Client, t: &Target) -> std::result::Result<First, Failure> {
+    let range = ("range", format!("bytes=0-{}", FIRST_READ - 1));
+    let (resp, url, hub) = client.get(&t.url, &[range], t.token.as_ref())?;
+    let etag = header_str(&resp, "etag").map(str::to_string);
+    let (len, body) = match resp.status() {
+        StatusCode::PARTIAL_CONTENT => {
+            let cr = header_str(&resp, "content-range").and_then(content_range);
+            let Some((0, b, total)) =
+                cr.filter(|&(a, b, total)| a == 0 && b < total && b < FIRST_READ)
+            else {
+                return Err(Failure::Final(format!(
+                    "{}: a 206 answer without the Content-Range asked for",
+                    shown_url(&url)
+                )));
+            };
+            (total, b + 1)
+        }
+        StatusCode::OK => {
+            let n = resp.body().content_length();
+            match n.filter(|&n| n <= FIRST_READ) {
+                Some(n) => (n, n),
+                None => return Err(ignored_range(&url)),
+            }
+        }
+        StatusCode::RANGE_NOT_SATISFIABLE
+            if header_str(&resp, "content-range").is_some_and(|v| v.trim() == "bytes */0") =>
+        {
+            (0, 0)
+        }
+        s => return Err(status_failure(&url, s)),
+    };
+    let etag = etag.ok_or_else(|| {
+        Failure::Final(format!(
+            "{}: the server gives no ETag, so a change of the object while it is read could not \
+             be detected",
+            shown_url(&url)
+        ))
+    })?;
+    let mut head = vec![0u8; body as usize];
+    if body > 0 {
+        if let (_, Some(f)) = read_body(resp, &mut head, &url) {
+            return Err(f);
+        }
+    }
+    Ok(First {
+        url,
+        len,
+        etag,
+        hub,
+        head,
+    })
+}
+
+fn ignored_range(url: &str) -> Failure {
+    Failure::Final(format!(
+        "{}: the server ignored the Range request (it answered 200 with the whole object); \
+         reading only the bytes needed is not possible there",
+        shown_url(url)
+    ))
+}
+
+/// Checks the first answer against what the listing and the Hub said.
+fn check_first(first: &First, t: &Target) -> std::result::Result<(), Failure> {
+    let url = shown_url(&first.url);
+    if let (Some(want), Some(got)) = (&t.expect.commit, &first.hub.commit) {
+        if want != got {
+            return Err(Failure::Changed(format!(
+                "{url}: X-Repo-Commit {got}, but the revision was resolved to {want}"
+            )));
+        }
+    }
+    let sizes = [
+        t.expect.len,
+        first
+            .hub
+            .linked_size
+            .as_deref()
+            .and_then(|s| s.parse().ok()),
+    ];
+    if let Some(s) = sizes.into_iter().flatten().find(|&s| s != first.len) {
+        return Err(Failure::Changed(format!(
+            "{url}: {} bytes, but the Hub lists {s}",
+            first.len
+        )));
+    }
+    Ok(())
+}
+
+impl RemoteObject {
+    /// Opens `t` (one request, retried), standing in at `name`.
+    pub(crate) fn open(
+        client: &Client,
+        name: &Path,
+        shown: &str,
+        t: &Target,
+    ) -> Result<RemoteObject> {
+        let at = Path::new(shown);
+        let first = retry(|| first_request(client, t)).map_err(|f| error(at, &f))?;
+        check_first(&first, t).map_err(|f| error(at, &f))?;
+        let etag = first
+            .hub
+            .linked_etag
+            .clone()
+            .unwrap_or_else(|| first.etag.clone());
+        Ok(RemoteObject {
+            name: name.to_path_buf(),
+            shown: shown.to_string(),
+            client: client.clone(),
+            token: t.token.clone(),
+            url: first.url,
+            len: first.len,
+            identity: Identity::Object {
+                etag,
+                revision: first.hub.commit.clone().or(t.expect.commit.clone()),
+            },
+            etag: first.etag,
+            head: first.head,
+            blocks: Mutex::new(Vec::new()),
+            tick: AtomicU64::new(0),
+        })
+    }
+
+    /// One attempt at `buf.len()` bytes from `offset`: how many arrived, and why not all.
+    fn attempt(&self, offset: u64, buf: &mut [u8]) -> (usize, Option<Failure>) {
+        let end = offset + buf.len() as u64 - 1;
+        let headers = [
+            ("range", format!("bytes={offset}-{end}")),
+            ("if-match", self.etag.clone()),
+        ];
+        let (resp, url, _) = match self.client.get(&self.url, &headers, self.token.as_ref()) {
+            Ok(r) => r,
+            Err(f) => return (0, Some(f)),
+        };
+        if let Err(f) = self.check_answer(&resp, &url, offset, end) {
+            return (0, Some(f));
+        }
+        read_body(resp, buf, &url)
+    }
+
+    /// A ranged answer must be 206 of exactly `[offset, end]` of this length and ETag (or 200 of
+    /// the whole object, when that is what was asked).
+    fn check_answer(
+        &self,
+        resp: &Response<Body>,
+        url: &str,
+        offset: u64,
+        end: u64,
+    ) -> std::result::Result<(), Failure> {
+        let whole = offset == 0 && end + 1 == self.len;
+        match resp.status() {
+            StatusCode::PARTIAL_CONTENT => {
+                let cr = header_str(resp, "content-range").and_then(content_range);
+                if cr.is_some_and(|(_, _, total)| total != self.len) {
+                    return Err(Failure::Changed(format!(
+                        "{}: its length changed",
+                        shown_url(url)
+                    )));
+                }
+                if cr != Some((offset, end, self.len)) {
+                    return Err(Failure::Final(format!(
+                        "{}: a 206 answer for another range than bytes {offset}-{end}",
+                        shown_url(url)
+                    )));
+                }
+            }
+            StatusCode::OK if whole => {}
+            StatusCode::OK => return Err(ignored_range(url)),
+            s => return Err(status_failure(url, s)),
+        }
+        match header_str(resp, "etag") {
+            Some(e) if e == self.etag => Ok(()),
+            other => Err(Failure::Changed(format!(
+                "{}: ETag {} instead of {}",
+                shown_url(url),
+                other.unwrap_or("(none)"),
+                self.etag
+            ))),
+        }
+    }
+
+    /// Fills `buf` from `offset` by ranged requests, resuming after each failure.
+    fn fetch(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut got = 0usize;
+        let mut failures = 0;
+        while got < buf.len() {
+            let (n, failure) = self.attempt(offset + got as u64, &mut buf[got..]);
+            got += n;
+            match failure {
+                None => {}
+                Some(Failure::Transient(_)) if failures + 1 < ATTEMPTS => {
+                    failures += 1;
+                    std::thread::sleep(backoff(failures));
+                }
+                Some(f) => return Err(error(Path::new(&self.shown), &f)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `k`, fetched when not kept.
+    fn block(&self, k: u64) -> Result<std::sync::Arc<Vec<u8>>> {
+        let now = self.tick.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut kept = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = kept.iter_mut().find(|b| b.0 == k) {
+                b.1 = now;
+                return Ok(b.2.clone());
+            }
+        }
+        let start = k * BLOCK;
+        let mut data = vec![0u8; (self.len - start).min(BLOCK) as usize];
+        self.fetch(start, &mut data)?;
+        let data = std::sync::Arc::new(data);
+        let mut kept = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= BLOCKS_KEPT {
+            let oldest = (0..kept.len()).min_by_key(|&i| kept[i].1).unwrap_or(0);
+            let gone = kept.swap_remove(oldest);
+            KEPT.fetch_sub(gone.2.len() as u64, Ordering::Relaxed);
+        }
+        let size = data.len() as u64;
+        if KEPT.fetch_add(size, Ordering::Relaxed) + size <= KEPT_BYTES {
+            kept.push((k, now, data.clone()));
+        } else {
+            KEPT.fetch_sub(size, Ordering::Relaxed);
+        }
+        Ok(data)
+    }
+}
+
+impl Drop for RemoteObject {
+    fn drop(&mut self) {
+        let kept = self.blocks.get_mut().unwrap_or_else(|e| e.into_inner());
+        let bytes: u64 = kept.iter().map(|b| b.2.len() as u64).sum();
+        KEPT.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+impl ByteSource for RemoteObject {
+    fn name(&self) -> &Path {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn identity(&self) -> &Identity {
+        &self.identity
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = buf.len() as u64;
+        let end = offset
+            .checked_add(n)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| weightport_core::bytes::past_end(&self.name, offset, n, self.len))?;
+        if end <= self.head.len() as u64 {
+            buf.copy_from_slice(&self.head[offset as usize..end as usize]);
+            return Ok(());
+        }
+        if n >= BLOCK {
+            return self.fetch(offset, buf);
+        }
+        let mut at = offset;
+        while at < end {
+            let k = at / BLOCK;
+            let b = self.block(k)?;
+            let from = (at - k * BLOCK) as usize;
+            let take = ((end - at) as usize).min(b.len() - from);
+            let done = (at - offset) as usize;
+            buf[done..done + take].copy_from_slice(&b[from..from + take]);
+            at += take as u64;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,755 @@
+//! Remote inputs against a real nginx (Debian's), started here on loopback over HTTPS with a CA
+//! made here (`SSL_CERT_FILE`): it serves a Hub-layout tree built from the fixtures, as the Hub
+//! does: the model API's file list (`/api/models/ORG/NAME/revision/REV`), `/resolve/` answering
+//! 302 to an `/lfs/` location on another host (127.0.0.2) with `X-Repo-Commit`,
+//! `X-Linked-Etag` and `X-Linked-Size`, small files answered directly, ranges as 206. The
+//! `/resolve/` and API locations answer 401 without the token, `/lfs/` answers 403 *with* one
+//! (the token must never reach another host). Every conversion from `hf://` is compared byte
+//! for byte with the same conversion of the local files (and with the reference's file where
+//! one is committed). Request counts are read from nginx's access log.
+//!
+//! nginx is installed by `.ci/run` (apt); outside CI, without nginx or openssl, the tests say
+//! so and pass without checking anything.
+
+use crate::common;
+#[path = "remote_hub/fault_proxy.rs"]
+mod fault_proxy;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use sha2::{Digest, Sha256};
+
+use common::fixtures;
+
+const TOKEN: &str = "hf_testtoken_0123456789abcdef";
+
+/// nginx and openssl, or why the test cannot run (a failure in CI, where .ci/run installs them).
+fn tools() -> Option<PathBuf> {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    let openssl = Command::new("openssl").arg("version").output().is_ok();
+    match (nginx, openssl) {
+        (Some(n), true) => Some(n),
+        _ if std::env::var_os("CI").is_some() => panic!("nginx or openssl missing in CI"),
+        _ => {
+            eprintln!("note: nginx or openssl not installed; the remote tests check nothing");
+            None
+        }
+    }
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(b))
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA and a server certificate for 127.0.0.1 and 127.0.0.2, made with openssl.
+fn certificates(dir: &Path) {
+    let o = |args: &[&str]| run(Command::new("openssl").args(args).current_dir(dir));
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    o(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=weightport test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    ]
+    .concat());
+    o(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "key.pem",
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1,IP:127.0.0.2\nbasicConstraints=CA:FALSE\n\
+         extendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    o(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+    ]);
+}
+
+/// A repo the Hub serves: `org/NAME` at a fixed commit, its files.
+struct Repo {
+    name: &'static str,
+    files: Vec<PathBuf>,
+}
+
+fn repo(name: &'static str, dir: &str) -> Repo {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    Repo { name, files }
+}
+
+fn commit_of(name: &str) -> String {
+    sha256_hex(name.as_bytes())[..40].to_string()
+}
+
+/// Whether the Hub keeps `name` in LFS (weights and other binary files).
+fn is_lfs(name: &str) -> bool {
+    [".safetensors", ".bin", ".gguf", ".npz", ".npy", ".model"]
+        .iter()
+        .any(|e| name.ends_with(e))
+}
+
+/// A running nginx serving the Hub tree; stopped (by its pid) on drop.
+struct Hub {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    /// nginx's plain-http listener on 127.0.0.1 (only the fault proxy uses it).
+    plain_port: u16,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The nginx locations of one repo, its listing and its LFS objects under `root`.
+fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
+    let commit = commit_of(r.name);
+    let auth = format!("if ($http_authorization != \"Bearer {TOKEN}\") {{ return 401; }}");
+    let mut conf = String::new();
+    let mut siblings = Vec::new();
+    for f in &r.files {
+        let bytes = std::fs::read(f).unwrap();
+        let sha = sha256_hex(&bytes);
+        let name = f.file_name().unwrap().to_str().unwrap();
+        std::fs::write(root.join("lfs").join(&sha), &bytes).unwrap();
+        let lfs = is_lfs(name);
+        siblings.push(if lfs {
+            serde_json::json!({"rfilename": name, "size": bytes.len(),
+                "lfs": {"sha256": sha, "size": bytes.len()}})
+        } else {
+            serde_json::json!({"rfilename": name, "size": bytes.len()})
+        });
+        for rev in ["main", commit.as_str()] {
+            let answer = if lfs {
+                format!(
+                    "add_header X-Linked-Etag '\"{sha}\"' always; add_header X-Linked-Size {} always;\n\
+                     return 302 https://127.0.0.2:{port}/lfs/{sha};",
+                    bytes.len()
+                )
+            } else {
+                format!("alias {}/lfs/{sha};", root.display())
+            };
+            conf += &format!(
+                "location = /org/{}/resolve/{rev}/{name} {{ {auth}\n\
+                 add_header X-Repo-Commit {commit} always; {answer} }}\n",
+                r.name
+            );
+        }
+    }
+    let listing = serde_json::json!({"id": format!("org/{}", r.name), "sha": commit,
+        "siblings": siblings});
+    let api = root.join("api/models/org").join(r.name).join("revision");
+    std::fs::create_dir_all(&api).unwrap();
+    for rev in ["main", commit.as_str()] {
+        std::fs::write(api.join(rev), listing.to_string()).unwrap();
+    }
+    conf
+}
+
+impl Hub {
+    fn start(nginx: &Path, repos: &[Repo]) -> Hub {
+        Self::start_with(nginx, repos, None)
+    }
+
+    /// A Hub whose redirects send LFS reads to 127.0.0.2:`lfs_port` (a proxy's) when given.
+    fn start_with(nginx: &Path, repos: &[Repo], lfs_port: Option<u16>) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for d in ["lfs", "plain", "norange", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        certificates(dir.path());
+        let (port, plain_port) = (free_port(), free_port());
+        let lfs_port = lfs_port.unwrap_or(port);
+        let files: String = repos.iter().map(|r| lay_out(r, &root, lfs_port)).collect();
+        let d = dir.path().display();
+        let user = if unsafe_is_root() { "user root;" } else { "" };
+        let conf = format!(
+            "{user}\nworker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n\
+             log_format c '$request_method $uri $status \"$http_range\"';\n\
+             access_log {d}/access.log c;\n\
+             client_body_temp_path {d}/root/tmp;\n\
+             default_type application/octet-stream;\n\
+             server {{\n\
+             listen 127.0.0.1:{port} ssl; listen 127.0.0.2:{port} ssl; listen 127.0.0.1:{plain_port};\n\
+             ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;\n\
+             location /api/models/ {{ if ($http_authorization != \"Bearer {TOKEN}\") {{ return 401; }}\n\
+               alias {d}/root/api/models/; default_type application/json; }}\n\
+             location /lfs/ {{ if ($http_authorization) {{ return 403; }} root {d}/root; }}\n\
+             location /plain/ {{ root {d}/root; }}\n\
+             location /norange/ {{ max_ranges 0; root {d}/root; }}\n\
+             {files}\
+             }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = Command::new(nginx)
+            .args(["-e", &format!("{d}/error.log"), "-p"])
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start nginx");
+        let hub = Hub {
+            child,
+            dir,
+            port,
+            plain_port,
+        };
+        hub.wait_ready();
+        hub
+    }
+
+    fn wait_ready(&self) {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
+        panic!("nginx did not start: {log}");
+    }
+
+    fn endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// Serves `file` at `/plain/NAME` and `/norange/NAME`; returns the plain URL.
+    fn plain(&self, file: &Path) -> String {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        for d in ["plain", "norange"] {
+            std::fs::copy(file, self.dir.path().join("root").join(d).join(name)).unwrap();
+        }
+        format!("{}/plain/{name}", self.endpoint())
+    }
+
+    fn lfs_path(&self, sha: &str) -> PathBuf {
+        self.dir.path().join("root/lfs").join(sha)
+    }
+
+    /// The access log's lines so far.
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `weightport ARGS` with this Hub as `HF_ENDPOINT`, its CA and the token.
+    fn wp(&self, args: &[&str]) -> Output {
+        self.wp_at(&self.endpoint(), args)
+    }
+
+    /// `weightport ARGS` with `endpoint` as `HF_ENDPOINT` (a proxy's), a 1 s stall timeout.
+    fn wp_at(&self, endpoint: &str, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_weightport"))
+            .args(args)
+            .env("WEIGHTPORT_HTTP_TIMEOUT", "1")
+            .env("HF_ENDPOINT", endpoint)
+            .env("HF_TOKEN", TOKEN)
+            .env("HF_HOME", self.dir.path().join("hf-home"))
+            .env("SSL_CERT_FILE", self.dir.path().join("ca.pem"))
+            .output()
+            .expect("run weightport")
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+fn ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Converts `remote` (through the Hub) and `local` with the same `args`; both outputs must be
+/// the same bytes (every file of an output directory). Returns the remote output's path.
+fn same_as_local(hub: &Hub, remote: &str, local: &Path, out: &str, args: &[&str]) -> PathBuf {
+    let tmp = hub.dir.path().join("out");
+    let (a, b) = (tmp.join("remote").join(out), tmp.join("local").join(out));
+    std::fs::create_dir_all(a.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(b.parent().unwrap()).unwrap();
+    let run = |input: &str, o: &Path| {
+        let mut v = vec!["convert", input, "-o", o.to_str().unwrap()];
+        v.extend_from_slice(args);
+        hub.wp(&v)
+    };
+    ok(&run(remote, &a), remote);
+    ok(
+        &run(local.to_str().unwrap(), &b),
+        &local.display().to_string(),
+    );
+    assert!(
+        tree_bytes(&a) == tree_bytes(&b),
+        "{remote}: differs from the conversion of {}",
+        local.display()
+    );
+    a
+}
+
+/// A file's bytes, or a directory's files and their bytes.
+fn tree_bytes(p: &Path) -> Vec<(String, Vec<u8>)> {
+    if p.is_file() {
+        return vec![(String::new(), std::fs::read(p).unwrap())];
+    }
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|f| {
+            (
+                f.file_name().unwrap().to_string_lossy().into(),
+                std::fs::read(&f).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn hub_repos_convert_as_their_local_files_do() {
+    let Some(nginx) = tools() else { return };
+    let hub = Hub::start(
+        &nginx,
+        &[
+            repo("hf_repo_sharded", "good/hf_repo_sharded"),
+            repo("bin_repo", "good/pickle/bin_repo"),
+            repo("llama", "good/arch/llama"),
+            repo("npz", "good/npz"),
+            repo("gguf", "good/gguf"),
+        ],
+    );
+    let f = fixtures();
+    // A safetensors repo, merged: also what safetensors-py's save_file wrote.
+    let merged = same_as_local(
+        &hub,
+        "hf://org/hf_repo_sharded",
+        &f.join("good/hf_repo_sharded"),
+        "m.safetensors",
+        &[],
+    );
+    assert!(
+        std::fs::read(merged).unwrap()
+            == std::fs::read(f.join("expected/merged/model.safetensors")).unwrap()
+    );
+    // And resharded into a repo (its companions copied from the Hub).
+    same_as_local(
+        &hub,
+        "hf://org/hf_repo_sharded@main",
+        &f.join("good/hf_repo_sharded"),
+        "repo",
+        &["--shard-size", "10000"],
+    );
+    // A .bin repo (ZIP records read by ranges).
+    same_as_local(
+        &hub,
+        "hf://org/bin_repo",
+        &f.join("good/pickle/bin_repo"),
+        "b.safetensors",
+        &[],
+    );
+    // An HF release to a Q4_K_M GGUF (config, tokenizer and weights from the Hub).
+    same_as_local(
+        &hub,
+        "hf://org/llama",
+        &f.join("good/arch/llama"),
+        "l.gguf",
+        &["--outtype", "f16", "--quant", "Q4_K_M"],
+    );
+    // An npz archive of deflated members, and a gguf-split set named by its first part.
+    same_as_local(
+        &hub,
+        "hf://org/npz/dtypes_compressed.npz",
+        &f.join("good/npz/dtypes_compressed.npz"),
+        "n.safetensors",
+        &[],
+    );
+    let split = same_as_local(
+        &hub,
+        "hf://org/gguf/c_split-00001-of-00003.gguf",
+        &f.join("good/gguf/c_split-00001-of-00003.gguf"),
+        "s.gguf",
+        &[],
+    );
+    assert!(
+        std::fs::read(split).unwrap()
+            == std::fs::read(f.join("good/gguf/c_quant_q4_k_m.gguf")).unwrap()
+    );
+    // A plain https:// file.
+    let st = f.join("good/safetensors/llama_tiny.safetensors");
+    let url = hub.plain(&st);
+    same_as_local(&hub, &url, &st, "p.safetensors", &[]);
+    // No token went to the LFS host (it answers 403 to one), and every LFS read was a range.
+    let log = hub.log();
+    assert!(log.iter().all(|l| !l.contains(" 403 ")), "{log:?}");
+    assert!(
+        log.iter()
+            .filter(|l| l.contains("/lfs/"))
+            .all(|l| l.contains(" 206 ")),
+        "{log:?}"
+    );
+}
+
+/// `inspect` of a sharded safetensors repo: per shard one `/resolve/` (the 302) and one ranged
+/// read of the LFS object, whose first 100,001 bytes hold the header.
+#[test]
+fn inspect_reads_each_safetensors_header_with_one_ranged_request() {
+    let Some(nginx) = tools() else { return };
+    let r = repo("hf_repo_sharded", "good/hf_repo_sharded");
+    let shas: Vec<(String, String)> = r
+        .files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into(),
+                sha256_hex(&std::fs::read(p).unwrap()),
+            )
+        })
+        .collect();
+    let hub = Hub::start(&nginx, &[r]);
+    let out = hub.wp(&["inspect", "--json", "hf://org/hf_repo_sharded"]);
+    ok(&out, "inspect");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let local = common::wp(&[
+        "inspect",
+        "--json",
+        fixtures().join("good/hf_repo_sharded").to_str().unwrap(),
+    ]);
+    let want: serde_json::Value = serde_json::from_slice(&local.stdout).unwrap();
+    let without_file = |d: &serde_json::Value| {
+        let mut t = d["tensors"].clone();
+        t.as_array_mut().unwrap().iter_mut().for_each(|t| {
+            t.as_object_mut().unwrap().remove("file");
+        });
+        t
+    };
+    assert_eq!(without_file(&doc), without_file(&want));
+    let log = hub.log();
+    assert_eq!(shas.len(), 3);
+    for (name, sha) in &shas {
+        let resolves = log
+            .iter()
+            .filter(|l| l.contains("/resolve/") && l.contains(name.as_str()))
+            .count();
+        let reads: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains(&format!("/lfs/{sha}")))
+            .collect();
+        assert_eq!(resolves, 1, "{name}: {log:?}");
+        assert_eq!(reads.len(), 1, "{name}: {log:?}");
+        assert!(reads[0].contains("\"bytes=0-100000\""), "{}", reads[0]);
+    }
+}
+
+/// A server that ignores `Range` (nginx's `max_ranges 0`: 200 with the whole file) is refused
+/// with a message saying so, never misread; plain http is refused.
+#[test]
+fn a_server_ignoring_range_is_refused() {
+    let Some(nginx) = tools() else { return };
+    let hub = Hub::start(&nginx, &[]);
+    let big = fixtures().join("good/arch/llama/model-00001-of-00003.safetensors");
+    assert!(std::fs::metadata(&big).unwrap().len() > 100_001);
+    let url = hub.plain(&big).replace("/plain/", "/norange/");
+    let out = hub.wp(&["inspect", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ignored the Range request"), "{err}");
+    let out = hub.wp(&["inspect", &url.replace("https://", "http://")]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The token is never in a message or `--json`: a missing repo and a wrong revision fail with
+/// the server's status, naming the address only.
+#[test]
+fn errors_name_the_address_never_the_token() {
+    let Some(nginx) = tools() else { return };
+    let hub = Hub::start(&nginx, &[repo("hf_repo_sharded", "good/hf_repo_sharded")]);
+    for arg in [
+        "hf://org/nothing",
+        "hf://org/hf_repo_sharded@v9",
+        "hf://org/hf_repo_sharded/nope.safetensors",
+    ] {
+        let out = hub.wp(&["inspect", "--json", arg]);
+        assert_ne!(out.status.code(), Some(0), "{arg}");
+        let all = [out.stdout, out.stderr].concat();
+        let text = String::from_utf8_lossy(&all);
+        assert!(!text.contains(TOKEN), "{arg}: {text}");
+        assert!(
+            text.contains("404") || text.contains("no such file"),
+            "{arg}: {text}"
+        );
+    }
+    // Without the token the Hub answers 401, and the message says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(["inspect", "hf://org/hf_repo_sharded"])
+        .env("HF_ENDPOINT", hub.endpoint())
+        .env_remove("HF_TOKEN")
+        .env("HF_HOME", hub.dir.path().join("hf-home"))
+        .env("SSL_CERT_FILE", hub.dir.path().join("ca.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("401"),
+        "{out:?}"
+    );
+    // An unknown CA: a certificate error, not retried.
+    let out = Command::new(env!("CARGO_BIN_EXE_weightport"))
+        .args(["inspect", "hf://org/hf_repo_sharded"])
+        .env("HF_ENDPOINT", hub.endpoint())
+        .env("HF_TOKEN", TOKEN)
+        .env_remove("SSL_CERT_FILE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.to_lowercase().contains("certificate") || err.contains("UnknownIssuer"),
+        "{err}"
+    );
+}
+
+/// An LFS object rewritten on the server after it was opened: the next read fails with "input
+/// changed while reading", and the conversion leaves nothing behind.
+#[test]
+fn a_file_changed_on_the_server_mid_read_is_detected() {
+    let Some(nginx) = tools() else { return };
+    let r = repo("llama", "good/arch/llama");
+    let shard = r
+        .files
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with("00001-of-00003.safetensors"))
+        .unwrap()
+        .clone();
+    let bytes = std::fs::read(&shard).unwrap();
+    let hub = Hub::start(&nginx, &[r]);
+    std::env::set_var("HF_ENDPOINT", hub.endpoint());
+    std::env::set_var("HF_TOKEN", TOKEN);
+    std::env::set_var("SSL_CERT_FILE", hub.dir.path().join("ca.pem"));
+    let input = weightport_remote::open("hf://org/llama").unwrap();
+    let storage = weightport_remote::RemoteFiles;
+    use weightport_core::Storage;
+    let src = storage
+        .open(&input.path.join(shard.file_name().unwrap()), "")
+        .unwrap();
+    let mut head = vec![0u8; 8];
+    src.read_at(0, &mut head).unwrap();
+    // The same length, other bytes, a new modification time: nginx's ETag changes.
+    let mut other = bytes.clone();
+    let last = other.len() - 1;
+    other[last] ^= 0xff;
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    std::fs::write(hub.lfs_path(&sha256_hex(&bytes)), &other).unwrap();
+    let mut tail = vec![0u8; 16];
+    let err = src
+        .read_at(bytes.len() as u64 - 16, &mut tail)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("input changed while reading"), "{err}");
+}
+
+/// `convert INPUT -o OUT ARGS…`.
+fn convert_args<'a>(input: &'a str, out: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    [&["convert", input, "-o", out.to_str().unwrap()][..], args].concat()
+}
+
+/// Files in `dir` (a conversion's output directory): nothing partial or temporary may remain.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A proxy between weightport and nginx drops connections, answers 500 and 503, cuts bodies
+/// and stalls past the 1 s timeout, on 30% of requests (the listing's, the small files' and the
+/// ranges' alike): each conversion equals the local one, or fails after the retry budget with a
+/// clear message and no output.
+#[test]
+fn faults_on_the_way_give_the_local_bytes_or_a_clear_error_and_nothing_written() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let repos = [
+        repo("hf_repo_sharded", "good/hf_repo_sharded"),
+        repo("llama", "good/arch/llama"),
+        repo("bin_repo", "good/pickle/bin_repo"),
+    ];
+    let hub = Hub::start_with(&nginx, &repos, Some(proxy_port));
+    let mode = fault_proxy::Mode::Random {
+        seed: 0x5eed_2026,
+        percent: 30,
+    };
+    let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let front = format!("https://127.0.0.1:{}", proxy.port);
+    let quant: &[&str] = &["--outtype", "f16", "--quant", "Q4_K_M"];
+    let cases = [
+        (
+            "hf://org/hf_repo_sharded",
+            "good/hf_repo_sharded",
+            "m.safetensors",
+            &[][..],
+        ),
+        ("hf://org/llama", "good/arch/llama", "l.gguf", quant),
+        (
+            "hf://org/bin_repo",
+            "good/pickle/bin_repo",
+            "b.safetensors",
+            &[][..],
+        ),
+    ];
+    let mut equal = 0;
+    for (remote, local, out, args) in cases {
+        let dir = hub.dir.path().join("faults").join(out);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (o, l) = (
+            dir.join(out),
+            hub.dir.path().join("faults").join(format!("local-{out}")),
+        );
+        let local_path = fixtures().join(local);
+        let local_args = convert_args(local_path.to_str().unwrap(), &l, args);
+        ok(&hub.wp(&local_args), local);
+        let r = hub.wp_at(&front, &convert_args(remote, &o, args));
+        let err = String::from_utf8_lossy(&r.stderr);
+        if r.status.success() {
+            assert!(
+                std::fs::read(&o).unwrap() == std::fs::read(&l).unwrap(),
+                "{remote}"
+            );
+            equal += 1;
+        } else {
+            assert!(err.contains("gave up after"), "{remote}: {err}");
+            assert!(names_in(&dir).is_empty(), "{remote}: {:?}", names_in(&dir));
+        }
+    }
+    let c = proxy.counts();
+    eprintln!("faults injected: {c:?}");
+    assert!(
+        equal >= 2,
+        "{equal} of 3 conversions went through the faults"
+    );
+    assert!(
+        c.dropped > 0 && c.status > 0 && c.truncated > 0 && c.stalled > 0,
+        "{c:?}"
+    );
+}
+
+/// A server that fails every ranged read after the first of each object (503, retried with
+/// backoff five times): the conversion fails naming the file and the attempts, and leaves
+/// nothing in the output directory.
+#[test]
+fn a_server_failing_every_retry_is_a_clear_error_and_nothing_is_written() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(
+        &nginx,
+        &[repo("llama", "good/arch/llama")],
+        Some(proxy_port),
+    );
+    let mode = fault_proxy::Mode::FailLaterRanges;
+    let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let dir = hub.dir.path().join("fail");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = dir.join("l.gguf");
+    let front = format!("https://127.0.0.1:{}", proxy.port);
+    let r = hub.wp_at(
+        &front,
+        &["convert", "hf://org/llama", "-o", o.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("503") && err.contains("gave up after 6 attempts"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hf://org/llama@") && err.contains(".safetensors"),
+        "{err}"
+    );
+    assert!(names_in(&dir).is_empty(), "{:?}", names_in(&dir));
+    assert!(proxy.counts().status >= 6);
+}
