@@ -192,3 +192,41 @@ fn on_xfs_the_output_shares_the_inputs_extents() {
     // Every whole block of tensor data (53 MiB less the heads and tails of the tensors).
     assert!(shared >= 52 << 20, "{shared} bytes of shared extents");
 }
+
+/// Units write their tensors' identity bytes through the kernel too, into parts and into the
+/// shared staging file of `plan --in-place`; the finished file is the input again.
+#[test]
+fn units_copy_in_the_kernel() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("good/safetensors/llama_tiny.safetensors");
+    for in_place in [false, true] {
+        let out = tmp.path().join(format!("u{in_place}.safetensors"));
+        let plan = tmp.path().join(format!("u{in_place}.plan.json"));
+        let mut args = vec![
+            "plan",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--units",
+            "2",
+            "--plan",
+            plan.to_str().unwrap(),
+        ];
+        if in_place {
+            args.push("--in-place");
+        }
+        let o = common::wp(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut copied = 0;
+        for i in ["0", "1"] {
+            let o = common::wp(&["--json", "unit", plan.to_str().unwrap(), "--index", i]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            copied += v["io"]["bytes_copied"].as_u64().unwrap();
+        }
+        let o = common::wp(&["finish", plan.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(copied, data_bytes(&src), "in place: {in_place}");
+        assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&src).unwrap());
+    }
+}
