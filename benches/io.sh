@@ -17,7 +17,9 @@
 #    (A B A B ..., REPS pairs after one warm-up pair), wall and CPU seconds from GNU time; the
 #    ratio A/B is taken pair by pair and its median printed, so a ratio holds when the shared
 #    machine's speed drifts. Outputs are removed inside each timed command, so both sides pay
-#    an unlink. `dd if=REF of=COPY bs=16M conv=fsync` is a second yardstick for the F16 GGUF.
+#    an unlink. With YARD=dd the other side is `dd if=INPUT of=COPY bs=16M conv=fsync` of the
+#    path's input file instead: a durable copy that syncs only that file (issue 34's physical
+#    limit for a lossless job; `sync` flushes the whole filesystem and drifts with the machine).
 #
 # Inputs: run.sh's $SCRATCH/llama-${LAYERS}l.safetensors (benches/gen_llama.py), gguf.sh's HF
 # directory layout ($SCRATCH/hf-${LAYERS}l/llama: the file hard-linked, a config.json from
@@ -26,7 +28,8 @@
 #
 # Environment (defaults): SCRATCH=/tmp/wp-bench WP=<repo>/target/release/weightport
 # PYTHON=python3 REPS=5 LAYERS=5 PATHS="f16 generic reshard bin f32 g2g units job q4km"
-# STRACE=1 TIMING=1. The machine is shared: quote the medians, the load printed with each row,
+# STRACE=1 TIMING=1 YARD=cp (or dd). WEIGHTPORT_KERNEL_COPY=0 turns the kernel copies of
+# identity ranges off (the write path before issue 34), for before/after pairs. The machine is shared: quote the medians, the load printed with each row,
 # and the syscall counts (deterministic) before the times.
 set -euo pipefail
 
@@ -37,6 +40,7 @@ PY="${PYTHON:-python3}"
 REPS="${REPS:-5}"
 LAYERS="${LAYERS:-5}"
 PATHS="${PATHS:-f16 generic reshard bin f32 g2g units job q4km}"
+YARD="${YARD:-cp}"
 OUT="$SCRATCH/io-out"
 
 die() { echo "io.sh: $*" >&2; exit 1; }
@@ -86,6 +90,13 @@ ref() {
     esac
 }
 
+# The input file of path $1: what `dd` copies as the physical limit (YARD=dd).
+input() {
+    case "$1" in
+        bin) echo "$BIN" ;; g2g) echo "$OUT/ref-f16.gguf" ;; *) echo "$ST" ;;
+    esac
+}
+
 # Reference outputs (made once by weightport itself: a copy only needs the bytes' size).
 [[ -s "$OUT/ref-f16.gguf" ]] || $WP convert "$HF" -o "$OUT/ref-f16.gguf" --dtype f16 >/dev/null
 for p in $PATHS; do
@@ -100,15 +111,15 @@ done
 med() { sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 if [[ "${STRACE:-1}" == 1 ]] && command -v strace >/dev/null; then
-    echo "| path | pwrite64 | openat | sync_file_range | madvise | fsync | --json io |"
-    echo "|---|---:|---:|---:|---:|---:|---|"
+    echo "| path | pwrite64 | copy_file_range | openat | sync_file_range | madvise | fsync | --json io |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|"
     for p in $PATHS; do
         [[ "$p" == units ]] && continue   # several processes: see their --json io
         c="$(cmd "$p" st)"
         strace -f -c -o "$OUT/strace-$p.txt" sh -c "${c/convert /--json convert } >$OUT/io-$p.json 2>/dev/null"
         n() { awk -v s="$1" '$NF == s {print $4}' "$OUT/strace-$p.txt" | head -1; }
         io="$("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['io'])" "$OUT/io-$p.json")"
-        echo "| $p | $(n pwrite64) | $(n openat) | $(n sync_file_range) | $(n madvise) | $(n fsync) | $io |"
+        echo "| $p | $(n pwrite64) | $(n copy_file_range) | $(n openat) | $(n sync_file_range) | $(n madvise) | $(n fsync) | $io |"
         sh -c "$(cmd "$p" st | cut -d';' -f1)"
     done
     echo
@@ -116,10 +127,13 @@ fi
 
 if [[ "${TIMING:-1}" == 1 ]]; then
     echo "| path | wall s (median) | copy wall s | wall / copy (median of pairs) | cpu / copy | peak RSS MiB | load |"
-    echo "|---|---:|---:|---:|---:|---:|---|"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|"
     for p in $PATHS; do
         r="$(ref "$p")"
-        copy="rm -rf $OUT/copy-$r; cp -r $OUT/$r $OUT/copy-$r && sync"
+        case "$YARD" in
+            dd) copy="rm -f $OUT/copy-dd; dd if=$(input "$p") of=$OUT/copy-dd bs=16M conv=fsync status=none" ;;
+            *) copy="rm -rf $OUT/copy-$r; cp -r $OUT/$r $OUT/copy-$r && sync" ;;
+        esac
         : >"$OUT/pairs-$p"
         for i in $(seq 0 "$REPS"); do
             a=$( { /usr/bin/time -f "%e %U %S %M" sh -c "$(cmd "$p" t) >/dev/null"; } 2>&1 | tail -1)

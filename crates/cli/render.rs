@@ -23,6 +23,7 @@ pub(crate) fn io_json(c: &IoCounts) -> Value {
         "files": c.files,
         "writes": c.writes,
         "bytes_written": c.bytes_written,
+        "bytes_copied": c.bytes_copied,
         "opens": c.opens,
         "syncs": c.syncs,
     })

@@ -23,6 +23,7 @@ mod interop;
 mod io_guard;
 mod jobs;
 mod json_schema;
+mod kernel_copy;
 mod library;
 mod messages;
 mod nan_payloads;

@@ -24,6 +24,8 @@ pub struct IoCounts {
     pub writes: u64,
     /// Bytes those calls wrote.
     pub bytes_written: u64,
+    /// Of those, bytes `copy_file_range` moved from an input in the kernel.
+    pub bytes_copied: u64,
     /// Opens of them: the creation, any reopen to write, the reopen that verifies.
     pub opens: u64,
     /// `fsync`, `fdatasync` and `sync_file_range` calls on them.
@@ -35,6 +37,7 @@ impl std::ops::AddAssign for IoCounts {
         self.files += o.files;
         self.writes += o.writes;
         self.bytes_written += o.bytes_written;
+        self.bytes_copied += o.bytes_copied;
         self.opens += o.opens;
         self.syncs += o.syncs;
     }
@@ -45,6 +48,7 @@ struct Counters {
     files: AtomicU64,
     writes: AtomicU64,
     bytes: AtomicU64,
+    copied: AtomicU64,
     opens: AtomicU64,
     syncs: AtomicU64,
 }
@@ -77,6 +81,12 @@ impl IoCounter {
         self.0.bytes.fetch_add(n, Relaxed);
     }
 
+    /// One `copy_file_range` call copied `n` bytes from an input.
+    pub fn copied(&self, n: u64) {
+        self.wrote(n);
+        self.0.copied.fetch_add(n, Relaxed);
+    }
+
     /// One sync call.
     pub fn synced(&self) {
         self.0.syncs.fetch_add(1, Relaxed);
@@ -88,6 +98,7 @@ impl IoCounter {
             files: self.0.files.load(Relaxed),
             writes: self.0.writes.load(Relaxed),
             bytes_written: self.0.bytes.load(Relaxed),
+            bytes_copied: self.0.copied.load(Relaxed),
             opens: self.0.opens.load(Relaxed),
             syncs: self.0.syncs.load(Relaxed),
         }

@@ -13,7 +13,8 @@
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks;
 //!   [`staged`]: the staged files every sink writes through; [`descriptors`]: their open
-//!   descriptors, cached and bounded; [`io_counts`]: the writes, opens and syncs a job made.
+//!   descriptors, cached and bounded; [`io_counts`]: the writes, opens and syncs a job made; [`kernel_copy`]: identity ranges
+//!   of mapped inputs copied into outputs by the kernel.
 #![deny(missing_docs)]
 
 pub mod archive;
@@ -25,6 +26,7 @@ mod error;
 mod format;
 pub mod hash;
 pub mod io_counts;
+pub mod kernel_copy;
 mod limits;
 pub mod mapped;
 mod multi;

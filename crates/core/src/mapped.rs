@@ -87,6 +87,16 @@ pub struct LocalFile {
     map: Option<Arc<Mmap>>,
     /// Zero-copy: [`ByteSource::map`] answers (an empty file as an empty slice).
     mapped: bool,
+    /// The map is recorded for kernel copies ([`crate::kernel_copy`]) until this is dropped.
+    recorded: bool,
+}
+
+impl Drop for LocalFile {
+    fn drop(&mut self) {
+        if let (true, Some(m)) = (self.recorded, &self.map) {
+            crate::kernel_copy::forget(m);
+        }
+    }
 }
 
 impl std::fmt::Debug for LocalFile {
@@ -110,13 +120,18 @@ impl LocalFile {
         };
         // The map outlives the descriptor: a set of 700 mapped parts holds no descriptor.
         drop(file);
+        let identity = identity_of(&meta);
+        if let Some(m) = &map {
+            crate::kernel_copy::record(m, path, identity.clone());
+        }
         Ok(LocalFile {
             name: path.to_path_buf(),
             file: None,
             len: meta.len(),
-            identity: identity_of(&meta),
+            identity,
             map,
             mapped: true,
+            recorded: true,
         })
     }
 
@@ -131,6 +146,7 @@ impl LocalFile {
             identity: identity_of(&meta),
             map: None,
             mapped: false,
+            recorded: false,
         })
     }
 
@@ -144,6 +160,7 @@ impl LocalFile {
             identity: Identity::Private,
             map: Some(map),
             mapped: true,
+            recorded: false,
         }
     }
 

@@ -169,6 +169,19 @@ pub trait TensorSink: Send + Sync {
     /// Writes `bytes` at `offset` within tensor `tensor`'s data. Disjoint ranges may be
     /// written concurrently.
     fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()>;
+    /// Copies `len` bytes of an input file ([`crate::kernel_copy::Origin`]) to `offset` within
+    /// tensor `tensor`'s data in the kernel, as [`TensorSink::write_at`] would write them;
+    /// returns the bytes copied. Fewer than `len` (the default: none) means the rest is the
+    /// caller's to write. Wrappers must forward it.
+    fn copy_from(
+        &self,
+        _tensor: usize,
+        _offset: u64,
+        _from: &crate::kernel_copy::Origin,
+        _len: u64,
+    ) -> Result<u64> {
+        Ok(0)
+    }
     /// The staged (not yet committed) files, for verification.
     fn staged(&self) -> Vec<StagedFile>;
     /// fsyncs every temp file and hands them over, in plan order, for publishing.

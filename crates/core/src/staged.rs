@@ -90,25 +90,43 @@ impl StagedFiles {
 
     /// Writes `bytes` at `offset` within tensor `tensor`'s data.
     pub fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let (f, at) = self.slot(tensor, offset, bytes.len() as u64)?;
+        let _one_writer = self
+            .serialize_writes
+            .then(|| f.write_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        f.temp.write_at(bytes, at)
+    }
+
+    /// Copies `len` bytes of an input file to `offset` within tensor `tensor`'s data in the
+    /// kernel; returns the bytes copied (see [`TensorSink::copy_from`]).
+    pub fn copy_at(
+        &self,
+        tensor: usize,
+        offset: u64,
+        from: &crate::kernel_copy::Origin,
+        len: u64,
+    ) -> Result<u64> {
+        let (f, at) = self.slot(tensor, offset, len)?;
+        let _one_writer = self
+            .serialize_writes
+            .then(|| f.write_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        f.temp.copy_in(from, len, at)
+    }
+
+    /// The file and absolute offset of `n` bytes at `offset` of tensor `tensor`, checked to lie
+    /// inside the tensor.
+    fn slot(&self, tensor: usize, offset: u64, n: u64) -> Result<(&Staged, u64)> {
         let &(fi, base, len) = self
             .slots
             .get(tensor)
             .filter(|s| s.0 != usize::MAX)
             .ok_or_else(|| Error::Internal(format!("write to unplanned tensor {tensor}")))?;
-        if offset
-            .checked_add(bytes.len() as u64)
-            .is_none_or(|e| e > len)
-        {
+        if offset.checked_add(n).is_none_or(|e| e > len) {
             return Err(Error::Internal(format!(
-                "write of {} bytes at {offset} past the end of tensor {tensor} ({len} bytes)",
-                bytes.len()
+                "write of {n} bytes at {offset} past the end of tensor {tensor} ({len} bytes)"
             )));
         }
-        let f = &self.files[fi];
-        let _one_writer = self
-            .serialize_writes
-            .then(|| f.write_lock.lock().unwrap_or_else(|e| e.into_inner()));
-        f.temp.write_at(bytes, base + offset)
+        Ok((&self.files[fi], base + offset))
     }
 
     /// The staged files, for the plan and for verification.

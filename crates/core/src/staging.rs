@@ -227,6 +227,19 @@ impl TempFile {
         Ok(())
     }
 
+    /// Copies `len` bytes at `from.offset` of an input file to `offset` in the kernel
+    /// ([`crate::kernel_copy::copy_range`]); returns the bytes copied, fewer than `len` where
+    /// the kernel refused (the caller writes the rest).
+    pub fn copy_in(&self, from: &crate::kernel_copy::Origin, len: u64, offset: u64) -> Result<u64> {
+        let f = self.file()?;
+        let n = crate::kernel_copy::copy_range(&from.file, from.offset, &f, offset, len, |n| {
+            self.io.copied(n)
+        })
+        .map_err(|e| Error::io(self.path(), "copy into", e))?;
+        self.writeback.wrote(&f, n, &self.io);
+        Ok(n)
+    }
+
     /// Copies the whole file `src` in at offset 0 (a companion file of an output).
     pub fn copy_from(&self, src: &Path) -> Result<()> {
         use std::io::Read;

@@ -9,7 +9,7 @@ use weightport_core::registry::{ExtraContent, OutputPlan};
 use weightport_core::{Error, Format, IoCounts, Result, StagedFile, TensorSink, TensorSource};
 
 use crate::by_options::TensorRecipe;
-use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads};
+use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads, ToSink};
 use crate::input::{open_inputs, Input};
 use crate::lineage;
 use crate::planned::{self, ArchReport, Planned};
@@ -184,7 +184,7 @@ pub fn convert_source(
             opts.chunk,
             &reads,
             progress,
-            |k, off, b| sink.write_at(k, off, b),
+            ToSink(&*sink),
         );
         progress.finish();
         h

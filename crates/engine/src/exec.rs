@@ -4,8 +4,9 @@
 //! a multiple of the dtype's granule (a whole quant block, a whole group of sub-byte values), so
 //! hashes do not depend on thread count or scheduling and output written at planned offsets is
 //! byte-identical at 1 and N threads. Per chunk:
-//! * identity from a mapped source: the mapped slice is hashed, written with `pwrite` and
-//!   released (zero-copy);
+//! * identity from a mapped source: the mapped slice is hashed and copied into the output by
+//!   the kernel (`copy_file_range` from the input file, [`ToSink`]), or where the kernel
+//!   refuses, written with `pwrite`; then released (zero-copy);
 //! * identity from any other source: `read_into` a per-thread buffer;
 //! * a transform: the input ranges it needs (zero-copy when mapped, else read into a per-thread
 //!   staging buffer), `apply` into a per-thread output buffer, hashed, written;
@@ -28,7 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use weightport_core::hash::{self, LeafHasher};
-use weightport_core::{Access, ContentHash, Error, Result, TensorSource};
+use weightport_core::kernel_copy::{self, Origin};
+use weightport_core::{Access, ContentHash, Error, Result, TensorSink, TensorSource};
 
 use crate::by_options::TensorRecipe;
 use crate::transform::Transform;
@@ -50,6 +52,52 @@ pub trait Progress: Send + Sync {
     fn advance(&self, _bytes: u64) {}
     /// The phase ended.
     fn finish(&self) {}
+}
+
+/// Where the executor puts a chunk's bytes. Every `Fn(tensor, offset, bytes)` closure is one
+/// (it writes); [`ToSink`] also copies identity ranges of mapped inputs in the kernel.
+pub(crate) trait Emit: Sync {
+    /// Puts `bytes` at `offset` of output tensor `k`.
+    fn bytes(&self, k: usize, offset: u64, bytes: &[u8]) -> Result<()>;
+    /// Whether [`Emit::copy`] can copy at all (so no origin is looked up for nothing).
+    fn copies(&self) -> bool {
+        false
+    }
+    /// Copies `len` bytes of the input file `from` to `offset` of output tensor `k` in the
+    /// kernel; returns the bytes copied (fewer: the rest is the caller's to write).
+    fn copy(&self, _k: usize, _offset: u64, _from: &Origin, _len: u64) -> Result<u64> {
+        Ok(0)
+    }
+}
+
+impl<F: Fn(usize, u64, &[u8]) -> Result<()> + Sync> Emit for F {
+    fn bytes(&self, k: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        self(k, offset, bytes)
+    }
+}
+
+/// Emits nothing: a run that only hashes (verification, lineage).
+pub(crate) struct HashOnly;
+
+impl Emit for HashOnly {
+    fn bytes(&self, _: usize, _: u64, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Emits into a sink: [`TensorSink::write_at`], and [`TensorSink::copy_from`] for copies.
+pub(crate) struct ToSink<'a>(pub &'a dyn TensorSink);
+
+impl Emit for ToSink<'_> {
+    fn bytes(&self, k: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.0.write_at(k, offset, bytes)
+    }
+    fn copies(&self) -> bool {
+        kernel_copy::enabled()
+    }
+    fn copy(&self, k: usize, offset: u64, from: &Origin, len: u64) -> Result<u64> {
+        self.0.copy_from(k, offset, from, len)
+    }
 }
 
 /// A progress sink that ignores everything.
@@ -173,7 +221,7 @@ pub(crate) fn run<F>(
     emit: F,
 ) -> Result<Hashes>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let reads = Reads::new(source.tensors().len());
     run_counted(source, outs, base, &reads, progress, emit)
@@ -189,7 +237,7 @@ pub(crate) fn run_counted<F>(
     emit: F,
 ) -> Result<Hashes>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let cx = Ctx {
         source,
@@ -242,7 +290,7 @@ pub(crate) fn chunks<F>(
     emit: &F,
 ) -> Result<Vec<Leaf>>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let o = &outs[k];
     let n = hash::leaf_count(o.info.byte_len, leaf_of(o, cx.base));
@@ -301,7 +349,7 @@ fn chunk<F>(
     emit: &F,
 ) -> Result<Leaf>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     if crate::cancel::requested() {
         return Err(Error::Interrupted);
@@ -341,7 +389,7 @@ fn transformed<F>(
     emit: &F,
 ) -> Result<Leaf>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let source = cx.source;
     let needs = op.needs(start..start + n);
@@ -409,7 +457,7 @@ fn concatenate<F>(
     emit: &F,
 ) -> Result<Leaf>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let source = cx.source;
     let needs = op.needs(start..start + n);
@@ -434,20 +482,20 @@ where
             h.update(slice);
             buf.out.extend_from_slice(slice);
             if buf.out.len() >= PIECE {
-                emit(k, gathered_at, &buf.out)?;
+                emit.bytes(k, gathered_at, &buf.out)?;
                 buf.out.clear();
             }
         } else {
             if !buf.out.is_empty() {
-                emit(k, gathered_at, &buf.out)?;
+                emit.bytes(k, gathered_at, &buf.out)?;
                 buf.out.clear();
             }
-            hash_and_write(&mut h, slice, k, off, emit)?;
+            hash_and_put(&mut h, slice, k, off, emit)?;
         }
         off += slice.len() as u64;
     }
     if !buf.out.is_empty() {
-        emit(k, gathered_at, &buf.out)?;
+        emit.bytes(k, gathered_at, &buf.out)?;
     }
     for (j, r) in spans {
         cx.release(o.inputs[j], r.start, r.end - r.start);
@@ -461,6 +509,45 @@ where
     Ok((h.finish(), None))
 }
 
+/// Hashes `slice` (bytes of a mapped input) into `h` and puts it at `off` of tensor `k`: copied
+/// in the kernel from the input file where the slice has an origin
+/// ([`kernel_copy::origin_of`]) and `emit` can copy, so the bytes reach the output without
+/// passing through user space and are read once, by the hash; else (or for whatever the kernel
+/// refused) written as [`hash_and_write`] does. Pieces of [`PIECE`] either way, each hashed
+/// just before it is copied, while it is in the CPU's cache.
+fn hash_and_put<F: Emit>(
+    h: &mut LeafHasher,
+    slice: &[u8],
+    k: usize,
+    off: u64,
+    emit: &F,
+) -> Result<()> {
+    let origin = match emit.copies() {
+        true => kernel_copy::origin_of(slice),
+        false => None,
+    };
+    let Some(origin) = origin else {
+        return hash_and_write(h, slice, k, off, emit);
+    };
+    let mut at = 0usize;
+    for piece in slice.chunks(PIECE) {
+        h.update(piece);
+        let from = Origin {
+            file: origin.file.clone(),
+            offset: origin.offset + at as u64,
+        };
+        let n = emit.copy(k, off + at as u64, &from, piece.len() as u64)? as usize;
+        if n < piece.len() {
+            // Refused (another filesystem, a file the kernel cannot copy): the rest is written.
+            emit.bytes(k, off + (at + n) as u64, &piece[n..])?;
+            let rest = &slice[at + piece.len()..];
+            return hash_and_write(h, rest, k, off + (at + piece.len()) as u64, emit);
+        }
+        at += piece.len();
+    }
+    Ok(())
+}
+
 /// Hashes `slice` into `h` and writes it at `off` of tensor `k`, in pieces each hashed just
 /// before it is written, so each byte is pulled from memory once.
 fn hash_and_write<F>(
@@ -471,11 +558,11 @@ fn hash_and_write<F>(
     emit: &F,
 ) -> Result<()>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     for piece in slice.chunks(PIECE) {
         h.update(piece);
-        emit(k, off, piece)?;
+        emit.bytes(k, off, piece)?;
         off += piece.len() as u64;
     }
     Ok(())
@@ -491,7 +578,7 @@ fn identity<F>(
     emit: &F,
 ) -> Result<Leaf>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync,
+    F: Emit,
 {
     let source = cx.source;
     cx.take(i, n);
@@ -500,7 +587,7 @@ where
             source.will_need(i, start, n);
             let slice = &all[start as usize..(start + n) as usize];
             let mut h = LeafHasher::new();
-            hash_and_write(&mut h, slice, k, start, emit)?;
+            hash_and_put(&mut h, slice, k, start, emit)?;
             cx.release(i, start, n);
             Ok((h.finish(), None))
         }
@@ -544,7 +631,7 @@ pub fn hash_source(source: &dyn TensorSource, progress: &dyn Progress) -> Result
     let outs = identity_plan(source);
     let total = outs.iter().map(|o| o.info.byte_len).sum();
     progress.start("hash", total);
-    let r = run(source, &outs, hash::HASH_CHUNK, progress, |_, _, _| Ok(()));
+    let r = run(source, &outs, hash::HASH_CHUNK, progress, HashOnly);
     progress.finish();
     Ok(r?.out)
 }
@@ -649,7 +736,7 @@ mod tests {
         let written = Mutex::new(vec![0u8; bytes.len()]);
         let writes = AtomicUsize::new(0);
         let base = 4 << 20;
-        run(&src, &outs, base, &NoProgress, |_, off, b| {
+        run(&src, &outs, base, &NoProgress, |_, off, b: &[u8]| {
             writes.fetch_add(1, Ordering::Relaxed);
             written.lock().unwrap()[off as usize..off as usize + b.len()].copy_from_slice(b);
             Ok(())
@@ -734,7 +821,7 @@ mod tests {
         let written = Mutex::new(vec![0u8; all.len()]);
         let sizes = Mutex::new(Vec::new());
         let base = 2 << 20;
-        let h = run(&src, &outs, base, &NoProgress, |_, off, b| {
+        let h = run(&src, &outs, base, &NoProgress, |_, off, b: &[u8]| {
             sizes.lock().unwrap().push(b.len());
             written.lock().unwrap()[off as usize..off as usize + b.len()].copy_from_slice(b);
             Ok(())

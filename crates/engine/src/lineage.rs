@@ -11,7 +11,7 @@ use weightport_core::{hash, ContentHash, Result, TensorSource};
 use weightport_provenance::{sha256_file, TensorProvenance};
 
 use crate::by_options::TensorRecipe;
-use crate::exec::{identity_plan, run, Hashes, NoProgress};
+use crate::exec::{identity_plan, run, HashOnly, Hashes, NoProgress};
 use crate::workers::{pool_of, Workers};
 
 /// Content hashes of the source tensors `outs` read: the output's own hash where the output
@@ -42,9 +42,7 @@ pub(crate) fn source_hashes(
     let all = identity_plan(source);
     let idx: Vec<usize> = todo.into_iter().collect();
     let plan: Vec<TensorRecipe> = idx.iter().map(|&i| all[i].clone()).collect();
-    let h = run(source, &plan, hash::HASH_CHUNK, &NoProgress, |_, _, _| {
-        Ok(())
-    })?;
+    let h = run(source, &plan, hash::HASH_CHUNK, &NoProgress, HashOnly)?;
     known.extend(idx.into_iter().zip(h.out));
     Ok(known)
 }

@@ -14,7 +14,7 @@ use weightport_core::{
 };
 
 use crate::by_options::{TensorRecipe, Transform};
-use crate::exec::{identity_plan, leaf_of, run, Hashes, Progress};
+use crate::exec::{identity_plan, leaf_of, run, HashOnly, Hashes, Progress};
 use crate::registry::open_file;
 use crate::transform::cast::{is_float, Cast};
 use crate::transform::quantize::Dequantize;
@@ -148,7 +148,7 @@ fn check_hashes(
 ) -> Result<()> {
     let all = identity_plan(reopened);
     let plan: Vec<TensorRecipe> = check.iter().map(|&(_, i)| all[i].clone()).collect();
-    let got = run(reopened, &plan, base, progress, |_, _, _| Ok(()))?;
+    let got = run(reopened, &plan, base, progress, HashOnly)?;
     for (k, &(p, _)) in check.iter().enumerate() {
         if got.out[k] != hashes.out[p] {
             return Err(fail(
@@ -204,7 +204,7 @@ fn verify_lossless(
     }
     for (leaf, items) in groups {
         let plan: Vec<TensorRecipe> = items.iter().map(|(_, o)| o.clone()).collect();
-        let got = run(reopened, &plan, leaf, progress, |_, _, _| Ok(()))?;
+        let got = run(reopened, &plan, leaf, progress, HashOnly)?;
         for ((p, o), h) in items.iter().zip(&got.out) {
             // A signalling NaN comes back quieted: bytes differ, values do not. Only then
             // compare value by value.
@@ -386,7 +386,7 @@ pub fn comparable_hashes(
             &plan,
             weightport_core::hash::HASH_CHUNK,
             progress,
-            |_, _, _| Ok(()),
+            HashOnly,
         )?;
         progress.finish();
         Ok(plan.into_iter().map(|o| o.info.name).zip(h.out).collect())

@@ -128,6 +128,15 @@ impl TensorSink for Sink {
     fn write_at(&self, tensor: usize, offset: u64, bytes: &[u8]) -> Result<()> {
         self.inner.write_at(tensor, offset, bytes)
     }
+    fn copy_from(
+        &self,
+        tensor: usize,
+        offset: u64,
+        from: &weightport_core::kernel_copy::Origin,
+        len: u64,
+    ) -> Result<u64> {
+        self.inner.copy_from(tensor, offset, from, len)
+    }
     fn staged(&self) -> Vec<StagedFile> {
         self.inner.staged()
     }

@@ -243,6 +243,16 @@ impl TensorSink for SafetensorsSink {
         self.files.write_at(tensor, offset, bytes)
     }
 
+    fn copy_from(
+        &self,
+        tensor: usize,
+        offset: u64,
+        from: &weightport_core::kernel_copy::Origin,
+        len: u64,
+    ) -> Result<u64> {
+        self.files.copy_at(tensor, offset, from, len)
+    }
+
     fn staged(&self) -> Vec<StagedFile> {
         self.files.staged()
     }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::io_counts::{write_all_at, Writeback};
+use weightport_core::kernel_copy::{copy_range, Origin};
 use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
 
 use super::planfile::UnitPlan;
@@ -108,6 +109,18 @@ impl InPlaceFiles {
         write_all_at(&s.fd, &s.path, bytes, offset, &self.io)?;
         s.writeback.wrote(&s.fd, bytes.len() as u64, &self.io);
         Ok(())
+    }
+
+    /// Copies `len` bytes of an input file to `offset` of output file `f`'s staging file in the
+    /// kernel; returns the bytes copied (the rest is the caller's to write).
+    pub(crate) fn copy_in(&self, f: usize, offset: u64, from: &Origin, len: u64) -> Result<u64> {
+        let s = self.get(f)?;
+        let n = copy_range(&from.file, from.offset, &s.fd, offset, len, |n| {
+            self.io.copied(n)
+        })
+        .map_err(|e| Error::io(&s.path, "copy into", e))?;
+        s.writeback.wrote(&s.fd, n, &self.io);
+        Ok(n)
     }
 
     /// fsyncs every file.

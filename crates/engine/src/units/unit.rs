@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::hash::{self, LeafHasher};
+use weightport_core::kernel_copy::{self, Origin};
 use weightport_core::staging::{stale_temp_owner, sync_dir, TempFile};
 use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result};
 
 use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
 use crate::by_options::TensorRecipe;
-use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
+use crate::exec::{leaf_of, run, worker_bytes, Emit, Hashes, Progress};
 use crate::route::ConvertOptions;
 use crate::workers::pool_of;
 
@@ -284,13 +285,47 @@ fn compute<F>(
     emit: F,
 ) -> Result<Hashes>
 where
-    F: Fn(usize, u64, &[u8]) -> Result<()> + Sync + Send,
+    F: Emit + Send,
 {
     progress.start("write", outs.iter().map(|o| o.info.byte_len).sum());
     let hashes =
         pool_of(threads)?.install(|| run(job.source(), outs, opts.chunk, progress, emit))?;
     progress.finish();
     Ok(hashes)
+}
+
+/// Output tensor `k` at `(file, offset)` of the shared staging files: written, or copied in
+/// the kernel.
+struct IntoShared<'a>(&'a super::in_place::InPlaceFiles, &'a [(usize, u64)]);
+
+impl Emit for IntoShared<'_> {
+    fn bytes(&self, k: usize, off: u64, b: &[u8]) -> Result<()> {
+        self.0.write_at(self.1[k].0, self.1[k].1 + off, b)
+    }
+    fn copies(&self) -> bool {
+        kernel_copy::enabled()
+    }
+    fn copy(&self, k: usize, off: u64, from: &Origin, len: u64) -> Result<u64> {
+        self.0.copy_in(self.1[k].0, self.1[k].1 + off, from, len)
+    }
+}
+
+/// Output tensor `k` at `(part, offset)` of the unit's temp parts: written, or copied in the
+/// kernel.
+struct IntoParts<'a>(&'a [TempFile], &'a [(usize, u64)]);
+
+impl Emit for IntoParts<'_> {
+    fn bytes(&self, k: usize, off: u64, b: &[u8]) -> Result<()> {
+        let (j, base) = self.1[k];
+        self.0[j].write_at(b, base + off)
+    }
+    fn copies(&self) -> bool {
+        kernel_copy::enabled()
+    }
+    fn copy(&self, k: usize, off: u64, from: &Origin, len: u64) -> Result<u64> {
+        let (j, base) = self.1[k];
+        self.0[j].copy_in(from, len, base + off)
+    }
 }
 
 /// `plan --in-place`: the unit's tensors written at their offsets into the shared staging
@@ -304,9 +339,13 @@ fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     let shared = super::in_place::InPlaceFiles::open(u.plan, &files, &u.job.io)?;
     let threads = threads_for(u.job, &outs, u.opts)?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
-        shared.write_at(at[k].0, at[k].1 + off, b)
-    })?;
+    let hashes = compute(
+        u.job,
+        &outs,
+        (u.opts, threads),
+        u.progress,
+        IntoShared(&shared, &at),
+    )?;
     shared.sync()?;
     u.progress.start("verify", total);
     let items: Vec<_> = (0..outs.len())
@@ -335,10 +374,13 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
         })
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    let hashes = compute(u.job, &outs, (u.opts, threads), u.progress, |k, off, b| {
-        let (j, base) = place[k];
-        temps[j].write_at(b, base + off)
-    })?;
+    let hashes = compute(
+        u.job,
+        &outs,
+        (u.opts, threads),
+        u.progress,
+        IntoParts(&temps, &place),
+    )?;
     u.progress.start("verify", total);
     let parts = check_parts(u, &temps, &place, &outs, &hashes.out)?;
     u.progress.finish();
