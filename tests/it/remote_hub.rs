@@ -158,7 +158,21 @@ struct Hub {
 }
 
 impl Drop for Hub {
+    /// Stops nginx by its master's pid with SIGTERM, so the master stops its workers (a SIGKILL
+    /// of the master alone leaves them running, still listening); SIGKILL after 5 s.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) has no memory effects; `pid` is our own child, not yet reaped
+            // (reaping happens below), so the pid cannot name another process.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -540,6 +554,10 @@ fn a_server_ignoring_range_is_refused() {
     assert!(err.contains("ignored the Range request"), "{err}");
     let out = hub.wp(&["inspect", &url.replace("https://", "http://")]);
     assert_eq!(out.status.code(), Some(2));
+    // Stopped, nginx leaves no worker listening behind.
+    let port = hub.port;
+    drop(hub);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }
 
 /// The token is never in a message or `--json`: a missing repo and a wrong revision fail with
