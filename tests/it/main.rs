@@ -24,6 +24,7 @@ mod io_guard;
 mod jobs;
 mod json_schema;
 mod kernel_copy;
+mod late_duplicate;
 mod library;
 mod messages;
 mod nan_payloads;

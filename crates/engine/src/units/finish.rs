@@ -207,6 +207,13 @@ pub fn finish(
     progress: &dyn Progress,
 ) -> Result<FinishReport> {
     let records = records(plan)?;
+    // Held until the staging directory is gone: no unit writes into a published file.
+    let _no_unit_writes = match plan.in_place {
+        true => (0..plan.files.len())
+            .map(|f| super::in_place::lock_for_finish(plan, f))
+            .collect::<Result<Vec<_>>>()?,
+        false => Vec::new(),
+    };
     let pool = pool_of(opts.workers.wanted())?;
     let report = with_planned_job(plan, opts, |job| {
         let hashes = recorded_hashes(plan, &records)?;

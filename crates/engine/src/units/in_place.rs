@@ -44,7 +44,9 @@ pub(crate) fn open_shared(plan: &UnitPlan, f: usize) -> Result<File> {
         .open(&p)
         .map_err(|e| Error::io(&p, "open shared staging file", e))?;
     let m = file.metadata().map_err(|e| Error::io(&p, "stat", e))?;
-    if !m.is_file() || m.nlink() > 1 {
+    let named =
+        std::fs::symlink_metadata(&p).is_ok_and(|n| n.ino() == m.ino() && n.dev() == m.dev());
+    if !m.is_file() || m.nlink() > 1 || !named {
         return Err(Error::Verify {
             at: Location::file(&p),
             reason: "the staging file is not a plain file of its own (published already?); \
@@ -59,9 +61,74 @@ pub(crate) fn open_shared(plan: &UnitPlan, f: usize) -> Result<File> {
     Ok(file)
 }
 
+/// The lock file beside output file `f`'s staging file: a unit holds it shared while it may
+/// write the staging file, `finish` exclusively from before it writes the header until the
+/// staging directory is gone. (A file of its own: readers of the staging file, `finish`'s own
+/// verification among them, take shared locks on the staging file itself.)
+fn lock_path(plan: &UnitPlan, f: usize) -> PathBuf {
+    in_place_path(plan, f).with_extension("lock")
+}
+
+/// Opens (creating it) output file `f`'s lock file and locks it (`exclusive` or shared)
+/// without waiting; `busy` is the refusal when another process holds it.
+fn lock(plan: &UnitPlan, f: usize, exclusive: bool, busy: &str) -> Result<File> {
+    use rustix::fs::{flock, FlockOperation};
+    let p = lock_path(plan, f);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .map_err(|e| Error::io(&p, "open staging lock file", e))?;
+    let op = match exclusive {
+        true => FlockOperation::NonBlockingLockExclusive,
+        false => FlockOperation::NonBlockingLockShared,
+    };
+    flock(&file, op).map_err(|e| match e {
+        rustix::io::Errno::WOULDBLOCK => Error::Verify {
+            at: Location::file(in_place_path(plan, f)),
+            reason: busy.into(),
+        },
+        e => Error::io(&p, "lock staging lock file", e.into()),
+    })?;
+    Ok(file)
+}
+
+/// A unit's shared lock on output file `f`'s staging file, held while its descriptor is open,
+/// so `finish` cannot publish the file while the unit (a requeued duplicate, say) may still
+/// write into it. Refused while a `finish` holds it.
+fn lock_shared(plan: &UnitPlan, f: usize) -> Result<File> {
+    lock(
+        plan,
+        f,
+        false,
+        "a finish is publishing this output (this unit ran late: a requeued duplicate?); \
+         nothing was written",
+    )
+}
+
+/// `finish`'s exclusive lock on output file `f`'s staging file, held until the file is
+/// published and the staging directory removed: refused while any unit has it open to write
+/// (a late or requeued duplicate still running), so no unit writes into a published file; a
+/// unit opening it afterwards finds it published (another link, or gone) and refuses.
+pub(crate) fn lock_for_finish(plan: &UnitPlan, f: usize) -> Result<File> {
+    lock(
+        plan,
+        f,
+        true,
+        "a unit still has this staging file open to write (a requeued or duplicate unit still \
+         running?); wait for it to end, then run finish again; nothing was published",
+    )
+}
+
 /// One shared staging file a unit writes, open.
 struct Shared {
     file: usize,
+    /// The unit's shared lock ([`lock_shared`]), held as long as the file is open.
+    _lock: File,
     path: PathBuf,
     fd: File,
     writeback: Writeback,
@@ -80,10 +147,12 @@ impl InPlaceFiles {
         let files = files
             .iter()
             .map(|&f| {
+                let lock = lock_shared(plan, f)?;
                 let fd = open_shared(plan, f)?;
                 io.first_open();
                 Ok(Shared {
                     file: f,
+                    _lock: lock,
                     path: in_place_path(plan, f),
                     fd,
                     writeback: Writeback::default(),
