@@ -161,6 +161,10 @@ impl Transform for Fp8Dequant {
             return Ok(());
         }
         let (base, _) = self.scale_span(&e);
+        let width = self.scale.byte_len(&[1]).unwrap_or(4) as usize;
+        let scales: Vec<f32> = (0..scale.len() / width)
+            .map(|i| self.scale_value(scale, i))
+            .collect();
         let last = self.dims.last().copied().unwrap_or(Dim {
             size: 1,
             scale_size: 1,
@@ -168,26 +172,42 @@ impl Transform for Fp8Dequant {
         });
         let mut at = e.start;
         while at < e.end {
-            // One row of the last dimension at a time: its scale index moves by block.
-            let col = at % last.size;
-            let row_end = (at - col + last.size).min(e.end);
-            let row_scale = self.scale_index(at - col);
-            for k in at..row_end {
-                let c = k - (at - col);
-                let step = if last.scale_size > 1 {
-                    c / last.block
+            // One row of the last dimension at a time, one block of it (one scale) at a time.
+            let row = at - at % last.size;
+            let row_end = (row + last.size).min(e.end);
+            let row_scale = self.scale_index(row) - base;
+            while at < row_end {
+                let (k, seg_end) = if last.scale_size > 1 {
+                    let b = (at - row) / last.block;
+                    (row_scale + b, (row + (b + 1) * last.block).min(row_end))
                 } else {
-                    0
+                    (row_scale, row_end)
                 };
-                let s = row_scale + step - base;
-                let v = self.weight_value(weight, (k - e.start) as usize)
-                    * self.scale_value(scale, s as usize);
-                let o = 4 * (k - e.start) as usize;
-                dst[o..o + 4].copy_from_slice(&v.to_le_bytes());
+                let lo = (at - e.start) as usize;
+                let hi = (seg_end - e.start) as usize;
+                self.scale_run(weight, lo..hi, scales[k as usize], &mut dst[4 * lo..4 * hi]);
+                at = seg_end;
             }
-            at = row_end;
         }
         Ok(())
+    }
+}
+
+impl Fp8Dequant {
+    /// Weight elements `run` (indices into `weight`'s elements) times `s`, into `dst`.
+    fn scale_run(&self, weight: &[u8], run: Range<usize>, s: f32, dst: &mut [u8]) {
+        match &self.table {
+            Some(t) => {
+                for (&b, o) in weight[run].iter().zip(dst.chunks_exact_mut(4)) {
+                    o.copy_from_slice(&(t[b as usize] * s).to_le_bytes());
+                }
+            }
+            None => {
+                for (i, o) in run.zip(dst.chunks_exact_mut(4)) {
+                    o.copy_from_slice(&(self.weight_value(weight, i) * s).to_le_bytes());
+                }
+            }
+        }
     }
 }
 
