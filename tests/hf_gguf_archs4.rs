@@ -30,7 +30,7 @@ fn pre(name: &str) -> Option<&'static str> {
         "hunyuan_dense" => Some("hunyuan-dense"),
         "glm4" => Some("glm4"),
         "lfm2" => Some("lfm2"),
-        "ernie45" => None,
+        "ernie45" | "ernie45_moe" => None,
         other => panic!("no release {other}"),
     }
 }
@@ -39,6 +39,7 @@ fn pre(name: &str) -> Option<&'static str> {
 const RELEASES: &[&str] = &[
     "arcee",
     "ernie45",
+    "ernie45_moe",
     "exaone4",
     "glm4",
     "hunyuan_dense",

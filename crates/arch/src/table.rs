@@ -173,6 +173,13 @@ pub enum ExtraKv {
     /// `block_auto_adjust_ff_dim`: ⌊2·ff/3⌋, × `block_ffn_dim_multiplier` (when not null), rounded
     /// up to `block_multiple_of` (LFM2's `_add_feed_forward_length`); the common key's place.
     Lfm2FeedForwardLength,
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1` (required).
+    U32(&'static str, &'static str),
+    /// Ernie 4.5 MoE's shared experts: `expert_shared_count` ← `moe_num_shared_experts` when
+    /// present, then, when it is positive, `expert_shared_feed_forward_length` =
+    /// `intermediate_size` // `num_key_value_heads` (the reference's formula, whatever the
+    /// shared experts' width).
+    ErnieSharedExperts,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -355,6 +362,19 @@ pub const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 /// OLMoE's experts: Qwen2-MoE's layout (`conversion/olmo.py` `OlmoeModel.modify_tensors`, "Copied
 /// from: Qwen2MoeModel").
 pub const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
+
+/// Ernie 4.5 MoE's experts (`mlp.experts.N.{gate,up,down}_proj`), stacked gate, up, down
+/// (`Ernie4_5MoeModel.modify_tensors`).
+pub const ERNIE45_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mlp.experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: &[
+        ("gate_proj", "blk.{bid}.ffn_gate_exps.weight"),
+        ("up_proj", "blk.{bid}.ffn_up_exps.weight"),
+        ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
+    ],
+    count: &["moe_num_experts"],
+};
 
 /// How a fused HF tensor is split ([`crate::split`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -848,6 +868,13 @@ const LFM2_NAMES: NameGroup = &[
     ("model.layers.{bid}.feed_forward.w2", "blk.{bid}.ffn_down"),
 ];
 
+/// The router's score correction bias of Ernie 4.5 MoE (`moe_statics`), after its
+/// `e_score_correction_bias` → `e_score_correction.bias` rename.
+const ERNIE45_EXP_PROBS: NameGroup = &[(
+    "model.layers.{bid}.mlp.moe_statics.e_score_correction",
+    "blk.{bid}.exp_probs_b",
+)];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -966,6 +993,20 @@ const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
 
 /// GLM-4 (`MODEL_TENSORS[GLM4]`).
 const GLM4_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM4_BLOCK];
+
+/// Ernie 4.5 MoE: leading dense blocks, a router with its correction bias, shared experts and
+/// [`ERNIE45_EXPERTS`].
+const ERNIE45_MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    ERNIE45_EXP_PROBS,
+    SHARED_EXPERTS,
+];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -2421,6 +2462,68 @@ pub const ARCHS: &[ArchSpec] = &[
         splits: SHORTCONV_SPLITS,
         hooks: &[],
     },
+    ArchSpec {
+        arch: "ernie4_5-moe",
+        hf_archs: &["Ernie4_5_MoeForCausalLM"],
+        tensors: ERNIE45_MOE_TENSORS,
+        experts: Some(&ERNIE45_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "103424"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "28"),
+                ("num_attention_heads", "20"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("moe_intermediate_size", "1536"),
+                ("moe_k", "6"),
+                ("moe_num_experts", "64"),
+                ("moe_num_shared_experts", "2"),
+                ("moe_layer_start_index", "1"),
+                ("moe_layer_interval", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // Ernie4_5MoeModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::U32("expert_count", "moe_num_experts"),
+            ExtraKv::U32("expert_used_count", "moe_k"),
+            ExtraKv::U32("interleave_moe_layer_step", "moe_layer_interval"),
+            ExtraKv::U32("leading_dense_block_count", "moe_layer_start_index"),
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ErnieSharedExperts,
+        ],
+        vocab: VocabKind::SpmThenSpacePrefix,
+        llama3_rope_freqs: false,
+        // `filter_tensors`: the multi-token-prediction layers are skipped.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            drop: &[],
+            drop_prefixes: &[
+                "model.mtp_block.",
+                "model.mtp_emb_norm.",
+                "model.mtp_hidden_norm.",
+                "model.mtp_linear_proj.",
+            ],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
 ];
 
 impl ArchSpec {
@@ -2479,7 +2582,6 @@ mod tests {
                 "Qwen3VLMoeForConditionalGeneration",
                 "Qwen3VLForConditionalGeneration",
             ),
-            ("Ernie4_5_MoeForCausalLM", "Ernie4_5_ForCausalLM"),
             ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
             ("Lfm2MoeForCausalLM", "Lfm2ForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),

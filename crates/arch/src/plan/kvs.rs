@@ -432,6 +432,20 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::HeadCountKvPerLayer => head_count_kv_per_layer(kvs, hp)?,
         ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
+        ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
+        ExtraKv::ErnieSharedExperts => {
+            if let Some(n) = hp.u32(&["moe_num_shared_experts"])? {
+                kvs.arch("expert_shared_count", MetaValue::U32(n));
+                let ff = hp.u32(&["intermediate_size"])?;
+                let kv = hp.u32(&["num_key_value_heads"])?;
+                if let (true, Some(ff), Some(kv)) = (n > 0, ff, kv) {
+                    let per = ff
+                        .checked_div(kv)
+                        .ok_or_else(|| bad(&hp.path, "`num_key_value_heads` is 0"))?;
+                    kvs.arch("expert_shared_feed_forward_length", MetaValue::U32(per));
+                }
+            }
+        }
         ExtraKv::RopeDimensionCountPartial => {
             let d = head_dim_or_derived(hp)?;
             let factor = hp
