@@ -243,3 +243,25 @@ fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
     );
     assert!(!out.exists());
 }
+
+/// transformers 5.24 writes Phi-3.5-MoE as `PhimoeForCausalLM`, which the pinned reference does
+/// not register ("Model PhimoeForCausalLM is not supported"): refused the same way, from
+/// config.json, naming a supported class.
+#[test]
+fn phimoe_as_transformers_writes_it_is_refused_as_the_reference_refuses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen25vl", tmp.path(), "phimoe");
+    edit_config(&dir, |m| {
+        m["architectures"] = serde_json::json!(["PhimoeForCausalLM"]);
+    });
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("qwen2"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("`PhimoeForCausalLM` cannot be converted")
+            && err.contains("nearest supported"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
