@@ -29,7 +29,7 @@ fn pre(name: &str) -> Option<&'static str> {
         "qwen25vl" | "qwen3vl" => Some("qwen2"),
         "hunyuan_dense" => Some("hunyuan-dense"),
         "glm4" => Some("glm4"),
-        "lfm2" => Some("lfm2"),
+        "lfm2" | "lfm2_moe" => Some("lfm2"),
         "ernie45" | "ernie45_moe" => None,
         other => panic!("no release {other}"),
     }
@@ -44,6 +44,7 @@ const RELEASES: &[&str] = &[
     "glm4",
     "hunyuan_dense",
     "lfm2",
+    "lfm2_moe",
     "ministral3",
     "mistral3",
     "qwen25vl",

@@ -180,6 +180,10 @@ pub enum ExtraKv {
     /// `intermediate_size` // `num_key_value_heads` (the reference's formula, whatever the
     /// shared experts' width).
     ErnieSharedExperts,
+    /// `{arch}.<key>` u32 = this constant (LFM2-MoE's sigmoid gating function, 2).
+    U32Value(&'static str, u32),
+    /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
+    HeadCountKvFullAttention,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -374,6 +378,15 @@ pub const ERNIE45_EXPERTS: ExpertStack = ExpertStack {
         ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
     ],
     count: &["moe_num_experts"],
+};
+
+/// LFM2-MoE's experts (`feed_forward.experts.N.w1/w2/w3`: gate, down, up), stacked in that
+/// order (`LFM2MoeModel.modify_tensors`).
+pub const LFM2MOE_EXPERTS: ExpertStack = ExpertStack {
+    marker: "experts",
+    pattern: "model.layers.{bid}.feed_forward.experts.{xid}.{w}.weight",
+    members: MIXTRAL_EXPERTS.members,
+    count: &["num_local_experts", "num_experts"],
 };
 
 /// How a fused HF tensor is split ([`crate::split`]).
@@ -874,6 +887,18 @@ const ERNIE45_EXP_PROBS: NameGroup = &[(
     "model.layers.{bid}.mlp.moe_statics.e_score_correction",
     "blk.{bid}.exp_probs_b",
 )];
+
+/// LFM2-MoE's router and its expert bias (after `.expert_bias` → `.expert_bias.bias`).
+const LFM2MOE_ROUTER: NameGroup = &[
+    (
+        "model.layers.{bid}.feed_forward.gate",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.expert_bias",
+        "blk.{bid}.exp_probs_b",
+    ),
+];
 
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
@@ -2524,6 +2549,61 @@ pub const ARCHS: &[ArchSpec] = &[
         splits: &[],
         hooks: &[],
     },
+    ArchSpec {
+        arch: "lfm2moe",
+        hf_archs: &["Lfm2MoeForCausalLM"],
+        tensors: &[LFM2_NAMES, LFM2MOE_ROUTER],
+        experts: Some(&LFM2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "65536"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "7168"),
+                ("moe_intermediate_size", "1792"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("conv_L_cache", "3"),
+                ("num_dense_layers", "2"),
+                ("num_experts", "32"),
+                ("num_experts_per_tok", "4"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // LFM2MoeModel.set_gguf_parameters.
+        extra_kv: &[
+            ExtraKv::HeadCountKvFullAttention,
+            ExtraKv::ExpertFeedForwardLengthOf("moe_intermediate_size"),
+            ExtraKv::U32("leading_dense_block_count", "num_dense_layers"),
+            ExtraKv::U32Value("expert_gating_func", 2),
+            ExtraKv::VocabSize,
+            ExtraKv::ShortconvLCache,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".expert_bias", ".expert_bias.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: SHORTCONV_SPLITS,
+        hooks: &[],
+    },
 ];
 
 impl ArchSpec {
@@ -2583,7 +2663,6 @@ mod tests {
                 "Qwen3VLForConditionalGeneration",
             ),
             ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
-            ("Lfm2MoeForCausalLM", "Lfm2ForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {
             assert_eq!(nearest(asked), want, "{asked}");
