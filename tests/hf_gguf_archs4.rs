@@ -26,7 +26,7 @@ fn pre(name: &str) -> Option<&'static str> {
         "arcee" => Some("llama-bpe"),
         "exaone4" => Some("exaone4"),
         "ministral3" | "mistral3" => Some("tekken"),
-        "qwen25vl" | "qwen3vl" => Some("qwen2"),
+        "qwen25vl" | "qwen3vl" | "qwen3vl_moe" => Some("qwen2"),
         "hunyuan_dense" => Some("hunyuan-dense"),
         "glm4" => Some("glm4"),
         "lfm2" | "lfm2_moe" => Some("lfm2"),
@@ -49,6 +49,7 @@ const RELEASES: &[&str] = &[
     "mistral3",
     "qwen25vl",
     "qwen3vl",
+    "qwen3vl_moe",
     "seed_oss",
 ];
 
@@ -212,15 +213,15 @@ fn glm4_without_its_user_token_is_refused() {
     assert!(!out.exists());
 }
 
-/// A class the table does not have (Qwen3-VL's MoE release) is refused from config.json before a
+/// A class the table does not have (GLM-4.5's) is refused from config.json before a
 /// weight is read (every shard is replaced by garbage), naming the nearest supported class; a
 /// non-zero exit, no output.
 #[test]
 fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("qwen3vl", tmp.path(), "qwen3vl");
+    let dir = copy_release("glm4", tmp.path(), "glm4");
     edit_config(&dir, |m| {
-        m["architectures"] = serde_json::json!(["Qwen3VLMoeForConditionalGeneration"]);
+        m["architectures"] = serde_json::json!(["Glm4MoeForCausalLM"]);
     });
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -237,8 +238,8 @@ fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
         "read the weights first: {err}"
     );
     assert!(
-        err.contains("Qwen3VLMoeForConditionalGeneration")
-            && err.contains("nearest supported: `Qwen3VLForConditionalGeneration`")
+        err.contains("Glm4MoeForCausalLM")
+            && err.contains("nearest supported: `Glm4ForCausalLM`")
             && err.contains("config.json"),
         "{err}"
     );

@@ -424,6 +424,11 @@ pub enum SplitRule {
         /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
         alternating: bool,
     },
+    /// Qwen3-VL-MoE's fused experts as the reference reads them (`[E, A, B]`, the original
+    /// checkpoint's `[E, H, 2F]`): the last axis halved, gate first, each half transposed to
+    /// `[E, B/2, A]` (`Qwen3VLMoeTextModel.modify_tensors`), named `gate_proj.weight` /
+    /// `up_proj.weight`.
+    GateUpLastHalvesTransposed,
     /// A depthwise conv1d weight `[channels, 1, kernel]` squeezed to `[channels, kernel]`
     /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
     /// under the same name, a shape change only.
@@ -479,6 +484,19 @@ pub const FUSED_EXPERT_SPLITS: &[Split] = &[
     Split {
         suffix: "mlp.experts.down_proj.weight",
         rule: SplitRule::DownAsIs,
+    },
+];
+
+/// Qwen3-VL-MoE's fused experts (`Qwen3VLMoeTextModel.modify_tensors`): gate/up halves of the
+/// last axis and `down_proj`, each transposed.
+pub const QWEN3VLMOE_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpLastHalvesTransposed,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
     },
 ];
 
@@ -2604,6 +2622,51 @@ pub const ARCHS: &[ArchSpec] = &[
         splits: SHORTCONV_SPLITS,
         hooks: &[],
     },
+    ArchSpec {
+        arch: "qwen3vlmoe",
+        hf_archs: &["Qwen3VLMoeForConditionalGeneration"],
+        tensors: QWEN3MOE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // Qwen3VLMoeTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "5632"),
+                ("num_hidden_layers", "24"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("num_experts", "60"),
+                ("num_experts_per_tok", "4"),
+                ("moe_intermediate_size", "1408"),
+            ],
+            kv_heads: KvHeadsDefault::Const(16),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // Qwen2MoeModel's keys, then the deepstack layer count.
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+            ExtraKv::DeepstackLayers,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: QWEN3VLMOE_SPLITS,
+        hooks: &[],
+    },
 ];
 
 impl ArchSpec {
@@ -2658,10 +2721,7 @@ mod tests {
     #[test]
     fn nearest_supported_class() {
         for (asked, want) in [
-            (
-                "Qwen3VLMoeForConditionalGeneration",
-                "Qwen3VLForConditionalGeneration",
-            ),
+            ("Qwen3NextForCausalLM", "Qwen3ForCausalLM"),
             ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {
