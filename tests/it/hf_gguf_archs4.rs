@@ -26,11 +26,11 @@ fn pre(name: &str) -> Option<&'static str> {
         "arcee" => Some("llama-bpe"),
         "exaone4" => Some("exaone4"),
         "ministral3" | "mistral3" => Some("tekken"),
-        "qwen25vl" | "qwen3vl" => Some("qwen2"),
+        "qwen25vl" | "qwen3vl" | "qwen3vl_moe" => Some("qwen2"),
         "hunyuan_dense" => Some("hunyuan-dense"),
         "glm4" => Some("glm4"),
-        "lfm2" => Some("lfm2"),
-        "ernie45" => None,
+        "lfm2" | "lfm2_moe" => Some("lfm2"),
+        "ernie45" | "ernie45_moe" => None,
         other => panic!("no release {other}"),
     }
 }
@@ -39,14 +39,17 @@ fn pre(name: &str) -> Option<&'static str> {
 const RELEASES: &[&str] = &[
     "arcee",
     "ernie45",
+    "ernie45_moe",
     "exaone4",
     "glm4",
     "hunyuan_dense",
     "lfm2",
+    "lfm2_moe",
     "ministral3",
     "mistral3",
     "qwen25vl",
     "qwen3vl",
+    "qwen3vl_moe",
     "seed_oss",
 ];
 
@@ -210,15 +213,15 @@ fn glm4_without_its_user_token_is_refused() {
     assert!(!out.exists());
 }
 
-/// A class the table does not have (Qwen3-VL's MoE release) is refused from config.json before a
+/// A class the table does not have (GLM-4.5's) is refused from config.json before a
 /// weight is read (every shard is replaced by garbage), naming the nearest supported class; a
 /// non-zero exit, no output.
 #[test]
 fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("qwen3vl", tmp.path(), "qwen3vl");
+    let dir = copy_release("glm4", tmp.path(), "glm4");
     edit_config(&dir, |m| {
-        m["architectures"] = serde_json::json!(["Qwen3VLMoeForConditionalGeneration"]);
+        m["architectures"] = serde_json::json!(["Glm4MoeForCausalLM"]);
     });
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -235,9 +238,31 @@ fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
         "read the weights first: {err}"
     );
     assert!(
-        err.contains("Qwen3VLMoeForConditionalGeneration")
-            && err.contains("nearest supported: `Qwen3VLForConditionalGeneration`")
+        err.contains("Glm4MoeForCausalLM")
+            && err.contains("nearest supported: `Glm4ForCausalLM`")
             && err.contains("config.json"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+/// transformers 5.24 writes Phi-3.5-MoE as `PhimoeForCausalLM`, which the pinned reference does
+/// not register ("Model PhimoeForCausalLM is not supported"): refused the same way, from
+/// config.json, naming a supported class.
+#[test]
+fn phimoe_as_transformers_writes_it_is_refused_as_the_reference_refuses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen25vl", tmp.path(), "phimoe");
+    edit_config(&dir, |m| {
+        m["architectures"] = serde_json::json!(["PhimoeForCausalLM"]);
+    });
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("qwen2"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("`PhimoeForCausalLM` cannot be converted")
+            && err.contains("nearest supported"),
         "{err}"
     );
     assert!(!out.exists());

@@ -78,6 +78,24 @@ pub fn views(
             Ok(vec![(format!("{hf}.weight"), view)])
         }
         SplitRule::GateUpHalves => gate_up_halves(hf, t, dir),
+        SplitRule::GateUpLastHalvesTransposed => {
+            // [E, A, B]: part k = [..., k·B/2..(k+1)·B/2] transposed to [E, B/2, A]:
+            // (e, j, a) ← e·A·B + a·B + k·B/2 + j.
+            let [e, a, b] = dims3(t, dir)?;
+            odd(b, t, dir)?;
+            let stem = hf.trim_end_matches("gate_up_proj");
+            Ok(["gate_proj", "up_proj"]
+                .iter()
+                .enumerate()
+                .map(|(k, w)| {
+                    let view = View {
+                        offset: k as u64 * (b / 2),
+                        dims: vec![(e, a * b), (b / 2, 1), (a, b)],
+                    };
+                    (format!("{stem}{w}.weight"), view)
+                })
+                .collect())
+        }
         SplitRule::DownAsIs => {
             // [E, H, F] as is: (e, h, f) ← e·H·F + h·F + f.
             let [e, h, f] = dims3(t, dir)?;

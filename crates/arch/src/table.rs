@@ -173,6 +173,17 @@ pub enum ExtraKv {
     /// `block_auto_adjust_ff_dim`: ⌊2·ff/3⌋, × `block_ffn_dim_multiplier` (when not null), rounded
     /// up to `block_multiple_of` (LFM2's `_add_feed_forward_length`); the common key's place.
     Lfm2FeedForwardLength,
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1` (required).
+    U32(&'static str, &'static str),
+    /// Ernie 4.5 MoE's shared experts: `expert_shared_count` ← `moe_num_shared_experts` when
+    /// present, then, when it is positive, `expert_shared_feed_forward_length` =
+    /// `intermediate_size` // `num_key_value_heads` (the reference's formula, whatever the
+    /// shared experts' width).
+    ErnieSharedExperts,
+    /// `{arch}.<key>` u32 = this constant (LFM2-MoE's sigmoid gating function, 2).
+    U32Value(&'static str, u32),
+    /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
+    HeadCountKvFullAttention,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -356,6 +367,28 @@ pub(crate) const QWEN3MOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 /// from: Qwen2MoeModel").
 pub(crate) const OLMOE_EXPERTS: ExpertStack = QWEN2MOE_EXPERTS;
 
+/// Ernie 4.5 MoE's experts (`mlp.experts.N.{gate,up,down}_proj`), stacked gate, up, down
+/// (`Ernie4_5MoeModel.modify_tensors`).
+pub(crate) const ERNIE45_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mlp.experts",
+    pattern: "model.layers.{bid}.mlp.experts.{xid}.{w}.weight",
+    members: &[
+        ("gate_proj", "blk.{bid}.ffn_gate_exps.weight"),
+        ("up_proj", "blk.{bid}.ffn_up_exps.weight"),
+        ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
+    ],
+    count: &["moe_num_experts"],
+};
+
+/// LFM2-MoE's experts (`feed_forward.experts.N.w1/w2/w3`: gate, down, up), stacked in that
+/// order (`LFM2MoeModel.modify_tensors`).
+pub(crate) const LFM2MOE_EXPERTS: ExpertStack = ExpertStack {
+    marker: "experts",
+    pattern: "model.layers.{bid}.feed_forward.experts.{xid}.{w}.weight",
+    members: MIXTRAL_EXPERTS.members,
+    count: &["num_local_experts", "num_experts"],
+};
+
 /// How a fused HF tensor is split ([`crate::split`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitRule {
@@ -391,6 +424,11 @@ pub enum SplitRule {
         /// Even rows `gate_proj.weight`, odd rows `up_proj.weight`.
         alternating: bool,
     },
+    /// Qwen3-VL-MoE's fused experts as the reference reads them (`[E, A, B]`, the original
+    /// checkpoint's `[E, H, 2F]`): the last axis halved, gate first, each half transposed to
+    /// `[E, B/2, A]` (`Qwen3VLMoeTextModel.modify_tensors`), named `gate_proj.weight` /
+    /// `up_proj.weight`.
+    GateUpLastHalvesTransposed,
     /// A depthwise conv1d weight `[channels, 1, kernel]` squeezed to `[channels, kernel]`
     /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
     /// under the same name, a shape change only.
@@ -446,6 +484,19 @@ pub(crate) const FUSED_EXPERT_SPLITS: &[Split] = &[
     Split {
         suffix: "mlp.experts.down_proj.weight",
         rule: SplitRule::DownAsIs,
+    },
+];
+
+/// Qwen3-VL-MoE's fused experts (`Qwen3VLMoeTextModel.modify_tensors`): gate/up halves of the
+/// last axis and `down_proj`, each transposed.
+pub(crate) const QWEN3VLMOE_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mlp.experts.gate_up_proj",
+        rule: SplitRule::GateUpLastHalvesTransposed,
+    },
+    Split {
+        suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
     },
 ];
 
@@ -852,6 +903,25 @@ const LFM2_NAMES: NameGroup = &[
     ("model.layers.{bid}.feed_forward.w2", "blk.{bid}.ffn_down"),
 ];
 
+/// The router's score correction bias of Ernie 4.5 MoE (`moe_statics`), after its
+/// `e_score_correction_bias` → `e_score_correction.bias` rename.
+const ERNIE45_EXP_PROBS: NameGroup = &[(
+    "model.layers.{bid}.mlp.moe_statics.e_score_correction",
+    "blk.{bid}.exp_probs_b",
+)];
+
+/// LFM2-MoE's router and its expert bias (after `.expert_bias` → `.expert_bias.bias`).
+const LFM2MOE_ROUTER: NameGroup = &[
+    (
+        "model.layers.{bid}.feed_forward.gate",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.expert_bias",
+        "blk.{bid}.exp_probs_b",
+    ),
+];
+
 /// Llama, Mistral and Qwen2.
 const LLAMA_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, MLP];
 /// Mixtral: Llama attention, a router and [`MIXTRAL_EXPERTS`].
@@ -985,6 +1055,20 @@ const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
 
 /// GLM-4 (`MODEL_TENSORS[GLM4]`).
 const GLM4_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM4_BLOCK];
+
+/// Ernie 4.5 MoE: leading dense blocks, a router with its correction bias, shared experts and
+/// [`ERNIE45_EXPERTS`].
+const ERNIE45_MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    FFN_NORM,
+    MLP,
+    ROUTER,
+    ERNIE45_EXP_PROBS,
+    SHARED_EXPERTS,
+];
 
 /// BERT encoders (`conversion/bert.py`, `tensor_mapping.py`).
 const BERT_NAMES: NameGroup = &[
@@ -2507,6 +2591,168 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         hooks: &[Hook::SkipMtpLayers],
     },
+    ArchSpec {
+        arch: "ernie4_5-moe",
+        hf_archs: &["Ernie4_5_MoeForCausalLM"],
+        tensors: ERNIE45_MOE_TENSORS,
+        experts: Some(&ERNIE45_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "103424"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "2560"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "28"),
+                ("num_attention_heads", "20"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("moe_intermediate_size", "1536"),
+                ("moe_k", "6"),
+                ("moe_num_experts", "64"),
+                ("moe_num_shared_experts", "2"),
+                ("moe_layer_start_index", "1"),
+                ("moe_layer_interval", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // Ernie4_5MoeModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::U32("expert_count", "moe_num_experts"),
+            ExtraKv::U32("expert_used_count", "moe_k"),
+            ExtraKv::U32("interleave_moe_layer_step", "moe_layer_interval"),
+            ExtraKv::U32("leading_dense_block_count", "moe_layer_start_index"),
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ErnieSharedExperts,
+        ],
+        vocab: VocabKind::SpmThenSpacePrefix,
+        llama3_rope_freqs: false,
+        // `filter_tensors`: the multi-token-prediction layers are skipped.
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            drop: &[],
+            drop_prefixes: &[
+                "model.mtp_block.",
+                "model.mtp_emb_norm.",
+                "model.mtp_hidden_norm.",
+                "model.mtp_linear_proj.",
+            ],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "lfm2moe",
+        hf_archs: &["Lfm2MoeForCausalLM"],
+        tensors: &[LFM2_NAMES, LFM2MOE_ROUTER],
+        experts: Some(&LFM2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "65536"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "7168"),
+                ("moe_intermediate_size", "1792"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("norm_eps", "1e-05"),
+                ("tie_word_embeddings", "true"),
+                ("pad_token_id", "0"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("conv_L_cache", "3"),
+                ("num_dense_layers", "2"),
+                ("num_experts", "32"),
+                ("num_experts_per_tok", "4"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: None,
+        },
+        // LFM2MoeModel.set_gguf_parameters.
+        extra_kv: &[
+            ExtraKv::HeadCountKvFullAttention,
+            ExtraKv::ExpertFeedForwardLengthOf("moe_intermediate_size"),
+            ExtraKv::U32("leading_dense_block_count", "num_dense_layers"),
+            ExtraKv::U32Value("expert_gating_func", 2),
+            ExtraKv::VocabSize,
+            ExtraKv::ShortconvLCache,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".expert_bias", ".expert_bias.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: SHORTCONV_SPLITS,
+        hooks: &[],
+    },
+    ArchSpec {
+        arch: "qwen3vlmoe",
+        hf_archs: &["Qwen3VLMoeForConditionalGeneration"],
+        tensors: QWEN3MOE_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // Qwen3VLMoeTextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "128000"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "5632"),
+                ("num_hidden_layers", "24"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("num_experts", "60"),
+                ("num_experts_per_tok", "4"),
+                ("moe_intermediate_size", "1408"),
+            ],
+            kv_heads: KvHeadsDefault::Const(16),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // Qwen2MoeModel's keys, then the deepstack layer count.
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+            ExtraKv::DeepstackLayers,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: QWEN3VLMOE_SPLITS,
+        hooks: &[],
+    },
 ];
 
 impl ArchSpec {
@@ -2561,13 +2807,8 @@ mod tests {
     #[test]
     fn nearest_supported_class() {
         for (asked, want) in [
-            (
-                "Qwen3VLMoeForConditionalGeneration",
-                "Qwen3VLForConditionalGeneration",
-            ),
-            ("Ernie4_5_MoeForCausalLM", "Ernie4_5_ForCausalLM"),
+            ("Qwen3NextForCausalLM", "Qwen3ForCausalLM"),
             ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
-            ("Lfm2MoeForCausalLM", "Lfm2ForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {
             assert_eq!(nearest(asked), want, "{asked}");

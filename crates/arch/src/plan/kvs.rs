@@ -429,9 +429,27 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::Ministral3Yarn => ministral3_yarn(kvs, hp)?,
         ExtraKv::DeepstackLayers => kvs.arch("n_deepstack_layers", deepstack_layers(hp)?),
         ExtraKv::HunYuanNtkAlpha => hunyuan_ntk_alpha(kvs, hp)?,
-        ExtraKv::HeadCountKvPerLayer => head_count_kv_per_layer(kvs, hp)?,
+        ExtraKv::HeadCountKvPerLayer => head_count_kv_per_layer(kvs, hp, |t| t != "conv")?,
+        ExtraKv::HeadCountKvFullAttention => {
+            head_count_kv_per_layer(kvs, hp, |t| t == "full_attention")?
+        }
+        ExtraKv::U32Value(key, v) => kvs.arch(key, MetaValue::U32(v)),
         ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
+        ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
+        ExtraKv::ErnieSharedExperts => {
+            if let Some(n) = hp.u32(&["moe_num_shared_experts"])? {
+                kvs.arch("expert_shared_count", MetaValue::U32(n));
+                let ff = hp.u32(&["intermediate_size"])?;
+                let kv = hp.u32(&["num_key_value_heads"])?;
+                if let (true, Some(ff), Some(kv)) = (n > 0, ff, kv) {
+                    let per = ff
+                        .checked_div(kv)
+                        .ok_or_else(|| bad(&hp.path, "`num_key_value_heads` is 0"))?;
+                    kvs.arch("expert_shared_feed_forward_length", MetaValue::U32(per));
+                }
+            }
+        }
         ExtraKv::RopeDimensionCountPartial => {
             let d = head_dim_or_derived(hp)?;
             let factor = hp
@@ -557,8 +575,13 @@ fn hunyuan_ntk_alpha(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
     Ok(())
 }
 
-/// [`ExtraKv::HeadCountKvPerLayer`]: LFM2's KV heads per layer, 0 for short-convolution layers.
-fn head_count_kv_per_layer(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
+/// [`ExtraKv::HeadCountKvPerLayer`]: LFM2's KV heads per layer, 0 for the layers whose type
+/// `attends` says no to (short-convolution layers).
+fn head_count_kv_per_layer(
+    kvs: &mut Kvs,
+    hp: &HParams,
+    attends: impl Fn(&str) -> bool,
+) -> Result<()> {
     let n = hp.need_u32(&["num_key_value_heads"])?;
     let n = i32::try_from(n).map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
     let types = hp
@@ -568,7 +591,13 @@ fn head_count_kv_per_layer(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
         .ok_or_else(|| bad(&hp.path, "`layer_types` is missing or not a list"))?;
     let items = types
         .iter()
-        .map(|t| MetaValue::I32(if t.as_str() == Some("conv") { 0 } else { n }))
+        .map(|t| {
+            MetaValue::I32(if attends(t.as_str().unwrap_or("")) {
+                n
+            } else {
+                0
+            })
+        })
         .collect();
     kvs.arch(
         "attention.head_count_kv",
