@@ -120,6 +120,8 @@ fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Error> {
     t.name = a.quant.name.clone();
     t.metadata = a.quant.metadata.clone();
     t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.merge_lora = a.merge_lora.clone();
+    t.lora_scale = a.lora_scale;
     t.measure_quality = false;
     Ok(t)
 }
@@ -201,6 +203,7 @@ pub fn convert_options(a: &ConvertArgs, g: &Global, json: bool) -> Result<Conver
     opts.workers = g.workers;
     opts.provenance = a.attest.is_some();
     opts.side_files = crate::attest::side_files(a);
+    opts.lora_base = a.base.clone();
     opts.transform.measure_quality = json || a.report.is_some();
     Ok(opts)
 }
@@ -215,7 +218,7 @@ pub fn convert(
     let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
     let _locks = crate::attest::lock_side_files(&opts)?;
-    let r = run_convert(&opts, progress)?;
+    let r = run_convert(&opts, progress).map_err(|e| base_hint(e, a))?;
     crate::attest::write_outputs(a, &r, None, &opts.side_files)?;
     let secs = t0.elapsed().as_secs_f64();
     let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
@@ -227,6 +230,18 @@ pub fn convert(
     convert_transforms(&r, out)?;
     convert_written(a, out)?;
     Ok(())
+}
+
+/// Says how to name a LoRA adapter's base model when it was not found.
+fn base_hint(e: Error, a: &ConvertArgs) -> Error {
+    match e {
+        Error::Usage(m)
+            if a.base.is_none() && m.ends_with(weightport_engine::ADAPTER_NEEDS_BASE) =>
+        {
+            Error::Usage(format!("{m}: pass --base BASE_DIR"))
+        }
+        e => e,
+    }
 }
 
 /// The `--json` document of a conversion.

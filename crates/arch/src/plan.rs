@@ -31,8 +31,11 @@ use crate::table::{
 };
 use crate::tokenizer;
 
+mod adapter;
 mod kvs;
 mod tensors;
+
+pub use adapter::plan_adapter;
 
 /// `--outtype` of the reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +188,7 @@ fn plan_release(
     let spec = check_supported(config_dir)?;
     let release = Release::read(config_dir, spec)?;
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
-    let planned = tensors::plan_tensors(&release, tensors, opts, generated)?;
+    let planned = tensors::plan_tensors(&release, tensors, opts, generated, true)?;
     let mut kv = kvs::plan_kvs(&release, opts, &planned, longrope.as_ref())?;
     let chkhsh = if opts.vocab {
         vocab_kvs(&release, opts, &mut kv)?

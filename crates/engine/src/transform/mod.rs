@@ -16,6 +16,7 @@ pub mod cast;
 pub mod chain;
 pub mod gather;
 pub mod interleave;
+pub mod lora_merge;
 pub mod permute;
 pub mod plus_one;
 pub mod quality;
