@@ -373,3 +373,26 @@ fn merges_that_do_not_fit_the_base_are_refused_and_nothing_is_written() {
         assert!(!out.exists(), "{}", adapter.display());
     }
 }
+
+#[test]
+fn an_adapter_beside_a_copy_of_the_base_config_is_still_an_adapter() {
+    // Some adapters ship the base's config.json: the directory is still read as an adapter.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("llama_qv");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(good("llama_qv")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let base = fixtures().join("good/arch/llama");
+    std::fs::copy(base.join("config.json"), dir.join("config.json")).unwrap();
+    let out = tmp.path().join("a.gguf");
+    let o = convert(
+        &dir,
+        &out,
+        &["--base", base.to_str().unwrap(), "--dtype", "f16"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = &expected()["good"]["llama_qv"]["outtypes"]["f16"]["sha256"];
+    assert_eq!(sha_file(&out), want.as_str().unwrap());
+}

@@ -26,9 +26,13 @@ const PREFIX: &str = "base_model.model.";
 /// say how to name it).
 pub const NEEDS_BASE: &str = "name the base model's directory (only its config.json is read)";
 
-/// True when `dir` is a PEFT adapter directory (it holds `adapter_config.json`).
+/// True when `dir` is a PEFT adapter directory: `adapter_config.json` and PEFT's weights file
+/// (a copy of the base's config.json beside them does not make it a release).
 pub fn is_adapter(dir: &Path) -> bool {
     dir.join(CONFIG).is_file()
+        && ["adapter_model.safetensors", "adapter_model.bin"]
+            .iter()
+            .any(|w| dir.join(w).is_file())
 }
 
 /// What `adapter_config.json` says, as far as conversion and merging need it.
@@ -477,10 +481,11 @@ pub fn base_shape(hp: &HParams, weight: &str) -> Result<Option<[u64; 2]>> {
     };
     let inter = u(&["intermediate_size", "n_inner"])?;
     let vocab = u(&["vocab_size"])?;
+    let (q, kv) = (heads.saturating_mul(head_dim), kv.saturating_mul(head_dim));
     Ok(match leaf {
-        "q_proj" => Some([heads * head_dim, hidden]),
-        "k_proj" | "v_proj" => Some([kv * head_dim, hidden]),
-        "o_proj" => Some([hidden, heads * head_dim]),
+        "q_proj" => Some([q, hidden]),
+        "k_proj" | "v_proj" => Some([kv, hidden]),
+        "o_proj" => Some([hidden, q]),
         "gate_proj" | "up_proj" if !module.contains("expert") => inter.map(|i| [i, hidden]),
         "down_proj" if !module.contains("expert") => inter.map(|i| [hidden, i]),
         "embed_tokens" | "lm_head" => vocab.map(|v| [v, hidden]),

@@ -150,7 +150,7 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
 fn adapter_route(opts: &ConvertOptions, by_architecture: bool) -> Result<Option<AdapterRoute>> {
     let limits = &opts.open.read.limits;
     let dir = match opts.inputs.as_slice() {
-        [dir] if by_architecture && lora::is_adapter(dir) && !by_arch::is_release(dir) => dir,
+        [dir] if by_architecture && lora::is_adapter(dir) => dir,
         _ => {
             if let Some(base) = &opts.lora_base {
                 return Err(Error::Usage(format!(
