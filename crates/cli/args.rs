@@ -306,6 +306,18 @@ pub(crate) struct ConvertArgs {
     /// error, share clipped; a per-layer chart) as a static HTML page to FILE.
     #[arg(long, value_name = "FILE.html", conflicts_with = "dry_run")]
     pub report: Option<PathBuf>,
+    /// A PEFT LoRA adapter directory converted to a GGUF adapter: the base model's directory
+    /// (only its config.json is read). Default: the adapter's `base_model_name_or_path`, when
+    /// that is a local directory.
+    #[arg(long, value_name = "BASE_DIR")]
+    pub base: Option<PathBuf>,
+    /// Merge a PEFT LoRA adapter directory into the weights as they stream (`W + scale·B·A`,
+    /// PEFT's scale: alpha/r, rsLoRA, rank and alpha patterns); repeatable, merged in order.
+    #[arg(long, value_name = "ADAPTER_DIR")]
+    pub merge_lora: Vec<PathBuf>,
+    /// A factor on every merged adapter's scale (default 1).
+    #[arg(long, value_name = "S", requires = "merge_lora")]
+    pub lora_scale: Option<f64>,
     #[command(flatten)]
     pub read: ReadArgs,
     #[command(flatten)]

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use weightport_core::sanitize;
+use weightport_core::{sanitize, Error};
 use weightport_engine::{convert as run_convert, ConvertReport, Progress};
 
 use crate::args::ConvertArgs;
@@ -22,7 +22,7 @@ pub(crate) fn run(
     let opts = convert_options(a, g, json)?;
     let t0 = Instant::now();
     let _locks = crate::attest::lock_side_files(&opts)?;
-    let r = run_convert(&opts, progress)?;
+    let r = run_convert(&opts, progress).map_err(|e| base_hint(e, a))?;
     crate::attest::write_outputs(a, &r, None, &opts.side_files)?;
     let secs = t0.elapsed().as_secs_f64();
     let iv = crate::imatrix::view(opts.transform.quant.as_ref(), &r);
@@ -34,6 +34,18 @@ pub(crate) fn run(
     convert_transforms(&r, out)?;
     convert_written(a, out)?;
     Ok(())
+}
+
+/// Says how to name a LoRA adapter's base model when it was not found.
+fn base_hint(e: Error, a: &ConvertArgs) -> Error {
+    match e {
+        Error::Usage(m)
+            if a.base.is_none() && m.ends_with(weightport_engine::ADAPTER_NEEDS_BASE) =>
+        {
+            Error::Usage(format!("{m}: pass --base BASE_DIR"))
+        }
+        e => e,
+    }
 }
 
 /// The `--json` document of a conversion.

@@ -66,6 +66,8 @@ pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Err
     t.name = a.quant.name.clone();
     t.metadata = a.quant.metadata.clone();
     t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.merge_lora = a.merge_lora.clone();
+    t.lora_scale = a.lora_scale;
     t.measure_quality = false;
     Ok(t)
 }
@@ -151,6 +153,7 @@ pub(crate) fn convert_options(
     opts.workers = g.workers;
     opts.provenance = a.attest.is_some();
     opts.side_files = crate::attest::side_files(a);
+    opts.lora_base = a.base.clone();
     opts.transform.measure_quality = json || a.report.is_some();
     Ok(opts)
 }

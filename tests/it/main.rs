@@ -26,6 +26,7 @@ mod json_schema;
 mod kernel_copy;
 mod late_duplicate;
 mod library;
+mod lora;
 mod messages;
 mod nan_payloads;
 mod pickle;

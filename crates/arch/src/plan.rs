@@ -31,10 +31,12 @@ use crate::table::{
 };
 use crate::tokenizer;
 
+mod adapter;
 mod kvs;
 mod tensors;
 
 pub use crate::naming::OutType;
+pub use adapter::plan_adapter;
 
 /// Options of [`plan`].
 #[derive(Debug, Clone)]
@@ -167,7 +169,7 @@ fn plan_release(
     let release = Release::read(config_dir, spec)?;
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
     let fp8 = crate::fp8::Fp8::of(&release.hp, tensors, config_dir)?;
-    let planned = tensors::plan_tensors(&release, tensors, opts, generated, &fp8)?;
+    let planned = tensors::plan_tensors(&release, tensors, opts, generated, &fp8, true)?;
     let mut kv = kvs::plan_kvs(&release, opts, &planned, longrope.as_ref())?;
     let chkhsh = if opts.vocab {
         vocab_kvs(&release, opts, &mut kv)?

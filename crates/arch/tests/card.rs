@@ -15,10 +15,27 @@ fn id_components_equal_gguf_py() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/expected/arch/card_ids.json");
     let cases: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     assert!(cases.len() >= 100, "{} cases", cases.len());
+    check_ids(&cases);
+}
+
+/// Adapter names (issue 31): gguf-py counts an adapter's size as negative, which drops a
+/// redundant `lora` part and keeps size parts an adapter is smaller than.
+#[test]
+fn adapter_id_components_equal_gguf_py() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/expected/lora/gguf.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let cases = v["card_ids"].as_array().unwrap();
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    assert!(cases.iter().all(|c| c[1].as_i64().unwrap() < 0));
+    check_ids(cases);
+}
+
+/// Each `[id, total, components]` of `cases` against `components`.
+fn check_ids(cases: &[Value]) {
     let mut wrong = Vec::new();
-    for c in &cases {
+    for c in cases {
         let id = c[0].as_str().unwrap();
-        let total = c[1].as_u64().unwrap();
+        let total = c[1].as_i64().unwrap();
         let p = components(id, total);
         let got = [
             p.full_name,

@@ -21,6 +21,7 @@ use weightport_core::{
 
 use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
 use crate::dequantized::Dequantized;
+use crate::route::AdapterRoute;
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
@@ -85,12 +86,77 @@ pub(crate) fn build(
     limits: &Limits,
 ) -> Result<ArchJob> {
     refuse_name_options(opts)?;
-    let mut tensors = source_tensors(source);
+    let tensors = source_tensors(source);
     let plan = arch_plan(source, &tensors, dir, opts, limits)?;
+    job_of(source, plan, &tensors, dir, opts)
+}
+
+/// Plans the GGUF adapter of the PEFT LoRA adapter `adapter` (opened as `source`) by its base
+/// model's architecture.
+pub(crate) fn build_adapter(
+    source: &dyn TensorSource,
+    adapter: &AdapterRoute,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<ArchJob> {
+    refuse_name_options(opts)?;
+    if opts.quant.is_some() {
+        return Err(Error::Usage(
+            "a LoRA adapter is written as F32, F16, BF16 or Q8_0 factors, not quantized by a \
+             type mix"
+                .into(),
+        ));
+    }
+    let tensors = source_tensors(source);
+    let sort_names = false;
+    let plan = weightport_arch::plan_adapter(
+        &adapter.base,
+        &adapter.dir,
+        &adapter.config,
+        &tensors,
+        &PlanOptions {
+            outtype: adapter_outtype(opts, &tensors, sort_names)?,
+            card: weightport_arch::card::CardOptions {
+                name: opts.name.clone(),
+                overrides: opts.metadata.clone(),
+                dir_id: naming::dir_id(&adapter.dir),
+            },
+            pre_tokenizer: None,
+            vocab: false,
+            sort_names,
+            limits: limits.clone(),
+        },
+    )?;
+    job_of(source, plan, &tensors, &adapter.dir, opts)
+}
+
+/// The output type of an adapter: `--dtype`, else F32 as the reference's default.
+fn adapter_outtype(
+    opts: &TransformOptions,
+    tensors: &[SourceTensor],
+    sort_names: bool,
+) -> Result<weightport_arch::OutType> {
+    match opts.dtype {
+        DtypeChoice::Keep => Ok(weightport_arch::OutType::F32),
+        DtypeChoice::To(d) => naming::outtype_for(Some(d), tensors, sort_names),
+    }
+}
+
+/// The job of an architecture plan over `source` (`dir`: where its files are).
+fn job_of(
+    source: &dyn TensorSource,
+    plan: ArchPlan,
+    tensors: &[SourceTensor],
+    dir: &Path,
+    opts: &TransformOptions,
+) -> Result<ArchJob> {
+    // The weights of an FP8 release are read as F32 (`weight · scale`).
     let dequant = Dequantized::new(&plan.dequant, source.tensors())?;
+    let mut tensors = tensors.to_vec();
     for d in &plan.dequant {
         tensors[d.weight].dtype = DType::F32;
     }
+    let tensors = &tensors[..];
     let mut metadata = plan_metadata(&plan);
     let (inputs, generated) = inputs_of(&plan, tensors.len());
     let (order, finals, mut notes) = quant_targets(&plan, &metadata, opts);
@@ -105,7 +171,7 @@ pub(crate) fn build(
             finals[i],
             notes[i].take(),
             source,
-            &tensors,
+            tensors,
             opts,
         )?);
         from.push(origin_text(&t.origin));
@@ -496,6 +562,14 @@ impl<'a> WithGenerated<'a> {
             data,
             origin,
             dequant,
+        }
+    }
+
+    /// Appends more in-memory tensors after the ones held.
+    pub(crate) fn append(&mut self, generated: Vec<(TensorInfo, Vec<u8>)>) {
+        for (info, bytes) in generated {
+            self.tensors.push(info);
+            self.data.push(bytes);
         }
     }
 

@@ -139,6 +139,10 @@ pub struct TransformOptions {
     /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their
     /// plain RMSE and max abs error).
     pub measure_quality: bool,
+    /// PEFT LoRA adapter directories merged into the weights, in order.
+    pub merge_lora: Vec<std::path::PathBuf>,
+    /// A factor on every merged adapter's PEFT scale (`None`: 1).
+    pub lora_scale: Option<f64>,
 }
 
 pub use weightport_arch::mix::QuantOptions;

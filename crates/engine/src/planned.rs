@@ -10,7 +10,7 @@ use weightport_core::{DType, Format, IoCounter, Metadata, Result, TensorInfo, Te
 
 use crate::by_arch::{self, WithGenerated};
 use crate::by_options::{build, output_metadata, DtypeChoice, TensorRecipe};
-use crate::route::{ConvertOptions, Route};
+use crate::route::{AdapterRoute, ConvertOptions, Route};
 
 /// The source a plan reads: the opened input, or (an HF release planned by its architecture)
 /// the input followed by the tensors the architecture generates.
@@ -122,6 +122,49 @@ fn by_architecture<'s>(
     })
 }
 
+/// Merges the route's LoRA adapters into the weights they target ([`crate::merge`]): their
+/// factors become in-memory tensors after the source's (and the architecture's generated ones).
+fn merge_adapters<'s>(
+    t: &mut Tensors<'s>,
+    source: &'s dyn TensorSource,
+    route: &Route,
+    opts: &ConvertOptions,
+) -> Result<()> {
+    let first = match &t.src {
+        Src::Plain(s) => s.tensors().len(),
+        Src::Generated(g) => g.tensors().len(),
+    };
+    let scale = opts.transform.lora_scale.unwrap_or(1.0);
+    let appended = crate::merge::add(&mut t.outs, source, first, &route.merges, scale)?;
+    let origin = route.merges[0].config.path.clone();
+    match &mut t.src {
+        Src::Plain(_) => {
+            let with = WithGenerated::new(source, appended, origin, Default::default());
+            t.src = Src::Generated(with)
+        }
+        Src::Generated(g) => g.append(appended),
+    }
+    Ok(())
+}
+
+/// The tensors of a LoRA adapter planned by its base model's architecture.
+fn by_adapter<'s>(
+    source: &'s dyn TensorSource,
+    adapter: &AdapterRoute,
+    opts: &ConvertOptions,
+) -> Result<Tensors<'s>> {
+    let arch = by_arch::build_adapter(source, adapter, &opts.transform, &opts.open.read.limits)?;
+    let config = adapter.config.path.clone();
+    let with = WithGenerated::new(source, arch.generated, config, arch.dequant);
+    Ok(Tensors {
+        source_format: with.format(),
+        src: Src::Generated(with),
+        outs: arch.outs,
+        metadata: arch.metadata,
+        architecture: Some((arch.architecture, arch.dropped, arch.from)),
+    })
+}
+
 /// The tensors of `source` as the transform options name them, for the output format `fmt`.
 fn by_options<'s>(
     source: &'s dyn TensorSource,
@@ -146,10 +189,14 @@ pub(crate) fn plan<'s>(
     route: &Route,
 ) -> Result<Planned<'s>> {
     let fmt = route.output;
-    let t = match route.arch_release(repo_dir) {
-        Some(dir) => by_architecture(source, dir, opts)?,
-        None => by_options(source, fmt, opts)?,
+    let mut t = match (&route.adapter, route.arch_release(repo_dir)) {
+        (Some(adapter), _) => by_adapter(source, adapter, opts)?,
+        (None, Some(dir)) => by_architecture(source, dir, opts)?,
+        (None, None) => by_options(source, fmt, opts)?,
     };
+    if !route.merges.is_empty() {
+        merge_adapters(&mut t, source, route, opts)?;
+    }
     let infos: Vec<TensorInfo> = t.outs.iter().map(|o| o.info.clone()).collect();
     let float_dtype = float_dtype(opts, fmt.by_architecture);
     let io = IoCounter::new();

@@ -5,12 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
+use weightport_arch::lora::{self, AdapterConfig};
 use weightport_core::hash;
 use weightport_core::registry::{OpenRequest, OutputFormat};
-use weightport_core::Result;
+use weightport_core::{shown, Error, Result};
 
 use crate::by_arch;
 use crate::by_options::TransformOptions;
+use crate::merge::MergeAdapter;
 use crate::registry::output_for;
 use crate::side::SideFile;
 use crate::workers::Workers;
@@ -46,6 +48,9 @@ pub struct ConvertOptions {
     /// Files the caller writes beside the output (`--attest`, `--report`): checked with the
     /// output, before anything is written ([`crate::side::check`]).
     pub side_files: Vec<SideFile>,
+    /// The base model of a LoRA adapter input (its `config.json` is read); without it, the
+    /// adapter's `base_model_name_or_path` when that is a local directory.
+    pub lora_base: Option<PathBuf>,
 }
 
 impl ConvertOptions {
@@ -65,6 +70,7 @@ impl ConvertOptions {
             chunk: hash::HASH_CHUNK,
             provenance: false,
             side_files: Vec::new(),
+            lora_base: None,
         }
     }
 }
@@ -82,13 +88,29 @@ pub struct Route {
     /// input read as a release directory (a repo with a `config.json`) is planned by its
     /// architecture.
     by_architecture: bool,
+    /// The input is a PEFT LoRA adapter written as a GGUF adapter by its base's architecture.
+    pub(crate) adapter: Option<AdapterRoute>,
+    /// The adapters merged into the weights (`--merge-lora`), configurations read and checked.
+    pub(crate) merges: Vec<MergeAdapter>,
+}
+
+/// A LoRA adapter planned by its base model's architecture.
+#[derive(Debug, Clone)]
+pub struct AdapterRoute {
+    /// The adapter directory.
+    pub dir: PathBuf,
+    /// Its configuration.
+    pub config: AdapterConfig,
+    /// The base model's directory (its config.json).
+    pub base: PathBuf,
 }
 
 impl Route {
     /// The release directory the architecture plan reads, when one applies to an input whose
     /// repo directory is `repo_dir`.
     pub(crate) fn arch_release<'a>(&self, repo_dir: Option<&'a Path>) -> Option<&'a Path> {
-        repo_dir.filter(|d| self.by_architecture && by_arch::is_release(d))
+        repo_dir
+            .filter(|d| self.adapter.is_none() && self.by_architecture && by_arch::is_release(d))
     }
 }
 
@@ -99,17 +121,54 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
     let output = output_for(&opts.output, opts.to.as_deref())?;
     let by_architecture = output.by_architecture && opts.transform.arch.is_none();
     let mut open = opts.open.clone();
+    let adapter = adapter_route(opts, by_architecture)?;
     if let [dir] = opts.inputs.as_slice() {
-        if by_architecture && by_arch::is_release(dir) {
+        if adapter.is_none() && by_architecture && by_arch::is_release(dir) {
             weightport_arch::check_supported_within(dir, &opts.open.read.limits)?;
             // The reference reads a release with torch.load/safe_open, which give every name
             // of tied weights; its architecture code decides what to write.
             open.read.shared_copy = true;
         }
     }
+    let merges = crate::merge::read_configs(&opts.transform.merge_lora, &opts.open.read.limits)?;
+    if adapter.is_some() && !merges.is_empty() {
+        return Err(Error::Usage(
+            "a LoRA adapter converted to a GGUF adapter cannot have adapters merged into it".into(),
+        ));
+    }
     Ok(Route {
         open,
         output,
         by_architecture,
+        adapter,
+        merges,
     })
+}
+
+/// The adapter route of a single PEFT LoRA adapter directory going to a format that plans by
+/// architecture: its configuration read and checked, its base model's architecture supported.
+fn adapter_route(opts: &ConvertOptions, by_architecture: bool) -> Result<Option<AdapterRoute>> {
+    let limits = &opts.open.read.limits;
+    let dir = match opts.inputs.as_slice() {
+        [dir] if by_architecture && lora::is_adapter(dir) => dir,
+        _ => {
+            if let Some(base) = &opts.lora_base {
+                return Err(Error::Usage(format!(
+                    "{}: a base model is read only for a LoRA adapter directory (with {}) \
+                     converted to GGUF",
+                    shown(base),
+                    lora::CONFIG
+                )));
+            }
+            return Ok(None);
+        }
+    };
+    let config = AdapterConfig::read(dir, limits)?;
+    let base = config.base_dir(opts.lora_base.as_deref())?;
+    weightport_arch::check_supported_within(&base, limits)?;
+    Ok(Some(AdapterRoute {
+        dir: dir.clone(),
+        config,
+        base,
+    }))
 }

@@ -157,6 +157,10 @@ pub fn find_weights(dir: &Path) -> Result<(Weights, Option<String>)> {
         return Ok((Weights::SafetensorsFile(dir.join(st[0])), None));
     }
     if st.is_empty() && idx.is_empty() {
+        // A PEFT adapter saved without safetensors (PEFT's own order: safetensors first).
+        if has("adapter_config.json") && has("adapter_model.bin") {
+            return Ok((Weights::BinFile(dir.join("adapter_model.bin")), None));
+        }
         if has("pytorch_model.bin") {
             return Ok((Weights::BinFile(dir.join("pytorch_model.bin")), None));
         }

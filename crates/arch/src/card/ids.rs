@@ -80,8 +80,9 @@ pub(super) fn hub_id_of_url(url: &str) -> Option<String> {
     HUB_URL.captures(url).map(|c| c[1].to_string())
 }
 
-/// `get_model_id_components(model_id, total_params)` for a model (`total_params` ≥ 0).
-pub fn components(model_id: &str, total_params: u64) -> IdParts {
+/// `get_model_id_components(model_id, total_params)`: `total_params` is the model's size, 0 when
+/// unknown, and (as gguf-py counts a LoRA adapter) minus the size of the products for an adapter.
+pub fn components(model_id: &str, total_params: i64) -> IdParts {
     if model_id.contains(' ') {
         return IdParts {
             full_name: Some(model_id.to_string()),
@@ -137,7 +138,7 @@ pub fn components(model_id: &str, total_params: u64) -> IdParts {
 
 /// The reference's annotation of part `i` (it may rewrite the part: upper-cased quant types,
 /// normalized sizes).
-fn annotate(i: usize, part: &mut String, k: &mut Kinds, total_params: u64) {
+fn annotate(i: usize, part: &mut String, k: &mut Kinds, total_params: i64) {
     if VERSION.is_match(part) {
         k.version = true;
     } else if QUANT_TYPE.is_match(part) {
@@ -149,13 +150,18 @@ fn annotate(i: usize, part: &mut String, k: &mut Kinds, total_params: u64) {
             k.size_label = true;
         }
     } else if i > 0 && FINETUNE_WORD.is_match(part) {
-        k.finetune = true;
+        if total_params < 0 && part.eq_ignore_ascii_case("lora") {
+            // A redundant "lora" in an adapter's name is its type, not a finetune.
+            k.kind = true;
+        } else {
+            k.finetune = true;
+        }
     }
 }
 
 /// A size part normalized (`7b1` → `7.1B`, `0_5b` → `0.5B`); marked a finetune and lower-cased
 /// when it is far from the model's size (a context length like `128k`).
-fn size_part(part: &str, k: &mut Kinds, total_params: u64) -> String {
+fn size_part(part: &str, k: &mut Kinds, total_params: i64) -> String {
     let mut p: Vec<char> = part.replace('_', ".").chars().collect();
     let n = p.len();
     if p[n - 1].is_ascii_digit() || is_decimal(p[n - 1]) {
@@ -183,7 +189,13 @@ fn size_part(part: &str, k: &mut Kinds, total_params: u64) -> String {
     };
     let label = number * scale;
     let total = total_params as f64;
-    if (label - total).abs() > (7 * total_params / 8) as f64 {
+    // An adapter need not hold every layer: only a label under an eighth of its size is far.
+    let far = if total_params < 0 {
+        label < (total_params.unsigned_abs() / 8) as f64
+    } else {
+        (label - total).abs() > (7 * total_params / 8) as f64
+    };
+    if far {
         k.finetune = true;
         let mut low: String = p[..p.len() - 1].iter().collect();
         low.extend(last.to_lowercase());

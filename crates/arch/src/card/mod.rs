@@ -124,7 +124,7 @@ impl Authorship {
     pub fn load(
         dir: &Path,
         opts: &CardOptions,
-        total_params: u64,
+        total_params: i64,
         size_label: impl FnOnce() -> String,
     ) -> Result<Authorship> {
         let mut a = Authorship {
@@ -157,7 +157,7 @@ impl Authorship {
     }
 
     /// Model-card keys: a field takes the first card key present while it is unset.
-    fn apply_card(&mut self, card: &Map<String, Value>, total_params: u64) {
+    fn apply_card(&mut self, card: &Map<String, Value>, total_params: i64) {
         for (field, keys) in FIELDS {
             for key in *keys {
                 if let Some(v) = card.get(*key) {
@@ -184,8 +184,12 @@ impl Authorship {
     /// `config.json`'s `_name_or_path` when it names a Hub model (at most one `/`). Read from
     /// the file as written, not from the normalized hyper-parameters, which merge a VLM's
     /// `text_config` (its own `_name_or_path` included) over the top level.
-    fn apply_name_or_path(&mut self, dir: &Path, total_params: u64) -> Result<()> {
+    fn apply_name_or_path(&mut self, dir: &Path, total_params: i64) -> Result<()> {
         let path = dir.join("config.json");
+        if !path.exists() {
+            // An adapter directory has none (gguf-py's `load_hf_parameters` gives `{}`).
+            return Ok(());
+        }
         let config = crate::config::read_json(&path)?;
         if let Some(Value::String(id)) = config.get("_name_or_path") {
             if id.matches('/').count() <= 1 {
@@ -196,7 +200,7 @@ impl Authorship {
     }
 
     /// The id heuristics: each unset field from the id's components.
-    fn apply_id(&mut self, id: &str, total_params: u64) {
+    fn apply_id(&mut self, id: &str, total_params: i64) {
         let p = components(id, total_params);
         let titled = |s: Option<String>| s.map(|s| id_to_title(&s));
         for (field, value) in [
@@ -358,7 +362,7 @@ fn extend(slot: &mut Option<Vec<Value>>, v: Option<&Value>) {
 /// The base models (or datasets) a card lists: each id read into name, organization, version
 /// and repo URL as the reference reads it; a mapping kept as written; anything else an empty
 /// entry (the reference logs it and counts it).
-fn sources(v: &Value, total_params: u64) -> Vec<Value> {
+fn sources(v: &Value, total_params: i64) -> Vec<Value> {
     let ids: Vec<&Value> = match v {
         Value::String(_) => vec![v],
         Value::Array(items) => items.iter().collect(),
@@ -375,7 +379,7 @@ fn sources(v: &Value, total_params: u64) -> Vec<Value> {
 
 /// One base model or dataset named by a string: a URL (read as a Hub id when it is one) or a
 /// Hub id.
-fn source_entry(id: &str, total_params: u64) -> Map<String, Value> {
+fn source_entry(id: &str, total_params: i64) -> Map<String, Value> {
     let mut e = Map::new();
     let put = |e: &mut Map<String, Value>, k: &str, v: String| {
         e.insert(k.into(), Value::String(v));

@@ -119,7 +119,7 @@ fn general_kvs(
         .iter()
         .map(|t| t.shape.iter().product::<u64>())
         .sum::<u64>();
-    let card = crate::card::Authorship::load(dir, &opts.card, total, || size_label_of(out))?;
+    let card = crate::card::Authorship::load(dir, &opts.card, total as i64, || size_label_of(out))?;
     card.kvs(&mut |k, v| kvs.put(k, v))
 }
 

@@ -16,14 +16,15 @@ pub(super) struct Planned {
     pub(super) file_type: u32,
 }
 
-/// Plans the release's tensors after the `generated` ones; refuses incomplete expert blocks and
-/// a layer count the weights do not hold.
+/// Plans the release's tensors after the `generated` ones; refuses incomplete expert blocks and,
+/// when `all_layers` (a release, not an adapter's factors), a layer count the weights do not hold.
 pub(super) fn plan_tensors(
     release: &Release,
     tensors: &[SourceTensor],
     opts: &PlanOptions,
     generated: Vec<OutTensor>,
     fp8: &crate::fp8::Fp8,
+    all_layers: bool,
 ) -> Result<Planned> {
     let Release { dir, spec, hp, .. } = release;
     let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
@@ -66,7 +67,7 @@ pub(super) fn plan_tensors(
         OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
         o => o.file_type(),
     };
-    if !tensors.is_empty() {
+    if all_layers && !tensors.is_empty() {
         check_layers(&out, release.block_count, hp)?;
     }
     Ok(Planned {

@@ -17,6 +17,7 @@ pub(crate) mod chain;
 pub(crate) mod fp8;
 pub(crate) mod gather;
 pub(crate) mod interleave;
+pub(crate) mod lora_merge;
 pub(crate) mod permute;
 pub(crate) mod plus_one;
 pub(crate) mod quality;

@@ -1,0 +1,289 @@
+//! A LoRA merged into its base weight as the weight streams: `W + scale · (B · A)`, element by
+//! element, the product never held whole (issue 31 item 2). A chunk of `W` (any element range)
+//! needs the rows of `B` it covers and all of `A` (an embedding's, or a `fan_in_fan_out` weight's,
+//! product is transposed: then all of `B` and `A`), so memory is the chunk plus the factors.
+//!
+//! The arithmetic is PEFT's `merge` (`peft/tuners/lora/layer.py`, 0.21) after
+//! `PeftModel.from_pretrained`, which loads F16/BF16 factors as float32: `delta = (B @ A) *
+//! scale` in float32, each dot product over the rank accumulated in order with fused
+//! multiply-adds (what torch's CPU matrix product does at these shapes: with a separate multiply
+//! and add, 23 of 145,728 F16 values of the llama_rs fixture differed), an embedding's delta
+//! rounded to the weight's type before the add, then the weight widened, the delta added in
+//! float32 and the sum rounded to the weight's type (torch's in-place `+=`), once per adapter
+//! in order.
+
+use std::ops::Range;
+
+use weightport_core::{DType, Error, Result};
+use weightport_quant::cast::{
+    bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, Bf16Rounding, F16Nan,
+};
+
+use super::Transform;
+
+/// One adapter's term of a merge.
+#[derive(Debug, Clone)]
+pub(crate) struct LoraTerm {
+    /// `A`'s type (`[rank, cols]`; an embedding's `[rank, rows]`).
+    pub a: DType,
+    /// `B`'s type (`[rows, rank]`; an embedding's `[cols, rank]`).
+    pub b: DType,
+    /// The rank.
+    pub rank: u64,
+    /// PEFT's scale times the user's (`alpha / r`, `alpha / sqrt(r)` with rsLoRA).
+    pub scale: f64,
+    /// The product is the weight's transpose (an embedding, a `fan_in_fan_out` weight).
+    pub transposed: bool,
+    /// Round the delta to the weight's type before adding it (PEFT's embedding merge).
+    pub round_to_weight: bool,
+}
+
+/// `W + Σ scale_k · (B_k · A_k)` for a weight of type `w`, `[rows, cols]`; inputs: `W`, then
+/// `A_k`, `B_k` per term.
+pub(crate) struct LoraMerge {
+    w: DType,
+    rows: u64,
+    cols: u64,
+    terms: Vec<LoraTerm>,
+}
+
+fn size(d: DType) -> u64 {
+    u64::from(d.elem_bytes().unwrap_or(4))
+}
+
+fn load(d: DType, b: &[u8]) -> f32 {
+    match d {
+        DType::F16 => f16_to_f32(u16::from_le_bytes([b[0], b[1]])),
+        DType::BF16 => bf16_to_f32(u16::from_le_bytes([b[0], b[1]])),
+        _ => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+    }
+}
+
+/// `x` rounded to `d` (torch's conversions) and widened back.
+fn round(d: DType, x: f32) -> f32 {
+    match d {
+        DType::F16 => f16_to_f32(f32_to_f16(x, F16Nan::KeepPayload)),
+        DType::BF16 => bf16_to_f32(f32_to_bf16(x, Bf16Rounding::Torch)),
+        _ => x,
+    }
+}
+
+fn store(d: DType, x: f32, out: &mut [u8]) {
+    match d {
+        DType::F16 => out.copy_from_slice(&f32_to_f16(x, F16Nan::KeepPayload).to_le_bytes()),
+        DType::BF16 => out.copy_from_slice(&f32_to_bf16(x, Bf16Rounding::Torch).to_le_bytes()),
+        _ => out.copy_from_slice(&x.to_le_bytes()),
+    }
+}
+
+impl LoraMerge {
+    /// The merge of `terms` into a `[rows, cols]` weight of type `w` (F32, F16 or BF16).
+    pub(crate) fn new(w: DType, rows: u64, cols: u64, terms: Vec<LoraTerm>) -> Result<LoraMerge> {
+        let float = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
+        if !float(w) || terms.iter().any(|t| !float(t.a) || !float(t.b)) {
+            return Err(Error::Usage(format!(
+                "a LoRA merges only into F32, F16 or BF16 weights (this one is {w})"
+            )));
+        }
+        Ok(LoraMerge {
+            w,
+            rows,
+            cols,
+            terms,
+        })
+    }
+
+    /// The input ranges of term `t` for weight rows `rows`.
+    fn factor_ranges(&self, t: &LoraTerm, rows: Range<u64>) -> [Range<u64>; 2] {
+        let a_len = t.rank * if t.transposed { self.rows } else { self.cols } * size(t.a);
+        let b_row = t.rank * size(t.b);
+        let b = if t.transposed {
+            0..self.cols * b_row
+        } else {
+            rows.start * b_row..rows.end * b_row
+        };
+        [0..a_len, b]
+    }
+
+    /// The weight rows element range `out` (bytes) touches.
+    fn rows_of(&self, out: &Range<u64>) -> Range<u64> {
+        let el = size(self.w);
+        let (e0, e1) = (out.start / el, out.end / el);
+        e0 / self.cols..e1.div_ceil(self.cols)
+    }
+
+    /// The deltas of term `t` at weight row `i`, columns `cols` (rows of `B` from `row0`), into
+    /// `acc`: `(B @ A)[i, j]` (transposed: `[j, i]`) accumulated over the rank in order.
+    fn delta_row(
+        &self,
+        t: &LoraTerm,
+        (a, b): (&[u8], &[u8]),
+        row0: u64,
+        i: u64,
+        cols: Range<u64>,
+        acc: &mut [f32],
+    ) {
+        let (sa, sb) = (size(t.a) as usize, size(t.b) as usize);
+        let r = t.rank as usize;
+        acc.fill(0.0);
+        for k in 0..r {
+            if t.transposed {
+                // (B @ A)[j, i] = Σ_k B[j, k] · A[k, i]
+                let av = load(t.a, &a[(k * self.rows as usize + i as usize) * sa..]);
+                for (n, x) in acc.iter_mut().enumerate() {
+                    let j = cols.start as usize + n;
+                    *x = load(t.b, &b[(j * r + k) * sb..]).mul_add(av, *x);
+                }
+            } else {
+                let bv = load(t.b, &b[((i - row0) as usize * r + k) * sb..]);
+                let row = &a[(k * self.cols as usize + cols.start as usize) * sa..];
+                for (x, av) in acc.iter_mut().zip(row.chunks_exact(sa)) {
+                    *x = bv.mul_add(load(t.a, av), *x);
+                }
+            }
+        }
+        for x in acc.iter_mut() {
+            *x *= t.scale as f32;
+            if t.round_to_weight {
+                *x = round(self.w, *x);
+            }
+        }
+    }
+}
+
+impl Transform for LoraMerge {
+    fn describe(&self) -> String {
+        let n = self.terms.len();
+        format!("+ LoRA ({n} adapter{})", if n == 1 { "" } else { "s" })
+    }
+
+    fn unit(&self) -> u64 {
+        size(self.w)
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let rows = self.rows_of(&out);
+        let mut v = vec![(0, out)];
+        for (k, t) in self.terms.iter().enumerate() {
+            let [a, b] = self.factor_ranges(t, rows.clone());
+            v.push((1 + 2 * k, a));
+            v.push((2 + 2 * k, b));
+        }
+        v
+    }
+
+    fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let el = size(self.w);
+        let row0 = self.rows_of(&out).start;
+        let (mut e, end) = (out.start / el, out.end / el);
+        let mut acc = Vec::new();
+        while e < end {
+            // One row's part of the chunk at a time.
+            let (i, j0) = (e / self.cols, e % self.cols);
+            let j1 = self.cols.min(j0 + (end - e));
+            let at = ((e - out.start / el) * el) as usize;
+            let len = ((j1 - j0) * el) as usize;
+            let (w, o) = (&inputs[0][at..at + len], &mut dst[at..at + len]);
+            let mut x: Vec<f32> = w
+                .chunks_exact(el as usize)
+                .map(|b| load(self.w, b))
+                .collect();
+            acc.resize(x.len(), 0.0);
+            for (k, t) in self.terms.iter().enumerate() {
+                let factors = (inputs[1 + 2 * k], inputs[2 + 2 * k]);
+                self.delta_row(t, factors, row0, i, j0..j1, &mut acc);
+                for (x, d) in x.iter_mut().zip(&acc) {
+                    *x = round(self.w, *x + d);
+                }
+            }
+            for (v, o) in x.iter().zip(o.chunks_exact_mut(el as usize)) {
+                store(self.w, *v, o);
+            }
+            e += j1 - j0;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2×3 F32 weight plus a rank-1 product, by hand.
+    #[test]
+    fn merges_a_rank_one_product_by_rows() {
+        let term = LoraTerm {
+            a: DType::F32,
+            b: DType::F32,
+            rank: 1,
+            scale: 2.0,
+            transposed: false,
+            round_to_weight: false,
+        };
+        let m = LoraMerge::new(DType::F32, 2, 3, vec![term]).unwrap();
+        let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (w, a, b) = (
+            f(&[1., 2., 3., 4., 5., 6.]),
+            f(&[1., 10., 100.]),
+            f(&[1., -1.]),
+        );
+        // The second row only: elements 3..6.
+        let needs = m.needs(12..24);
+        assert_eq!(needs, vec![(0, 12..24), (1, 0..12), (2, 4..8)]);
+        let mut out = vec![0u8; 12];
+        m.apply(12..24, &[&w[12..24], &a, &b[4..8]], &mut out)
+            .unwrap();
+        assert_eq!(out, f(&[4. - 2., 5. - 20., 6. - 200.]));
+    }
+
+    /// Chunks that start and end inside rows give the bytes of one whole pass, for a product
+    /// and a transposed one, F16 and BF16 weights, two adapters.
+    #[test]
+    fn chunks_cut_inside_rows_equal_one_pass() {
+        let (rows, cols, r) = (3u64, 5u64, 2u64);
+        let vals = |n: u64, s: f32| -> Vec<u8> {
+            (0..n)
+                .flat_map(|i| ((i as f32 * 0.37 + s).sin()).to_le_bytes())
+                .collect()
+        };
+        for w in [DType::F16, DType::BF16] {
+            let wb: Vec<u8> = (0..rows * cols)
+                .flat_map(|i| {
+                    let x = (i as f32 * 0.11).cos();
+                    let mut o = [0u8; 2];
+                    store(w, x, &mut o);
+                    o
+                })
+                .collect();
+            let term = |transposed| LoraTerm {
+                a: DType::F32,
+                b: DType::F32,
+                rank: r,
+                scale: 0.75,
+                transposed,
+                round_to_weight: transposed,
+            };
+            let m = LoraMerge::new(w, rows, cols, vec![term(false), term(true)]).unwrap();
+            let (a1, b1) = (vals(r * cols, 1.0), vals(rows * r, 2.0));
+            let (a2, b2) = (vals(r * rows, 3.0), vals(cols * r, 4.0));
+            let all = [&wb[..], &a1[..], &b1[..], &a2[..], &b2[..]];
+            let run = |range: Range<u64>| {
+                let needs = m.needs(range.clone());
+                let ins: Vec<&[u8]> = needs
+                    .iter()
+                    .map(|(k, rg)| &all[*k][rg.start as usize..rg.end as usize])
+                    .collect();
+                let mut out = vec![0u8; (range.end - range.start) as usize];
+                m.apply(range, &ins, &mut out).unwrap();
+                out
+            };
+            let whole = run(0..rows * cols * 2);
+            let pieces: Vec<u8> = (0..rows * cols * 2)
+                .step_by(6)
+                .flat_map(|s| run(s..(s + 6).min(rows * cols * 2)))
+                .collect();
+            assert_eq!(whole, pieces, "{w}");
+            assert_ne!(whole, wb);
+        }
+    }
+}
