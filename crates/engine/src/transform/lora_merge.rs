@@ -113,33 +113,30 @@ impl LoraMerge {
     }
 
     /// The deltas of term `t` at weight row `i`, columns `cols` (rows of `B` from `row0`), into
-    /// `acc`: `(B @ A)[i, j]` (transposed: `[j, i]`) accumulated over the rank in order.
+    /// `acc`: `(B @ A)[i, j]` (transposed: `[j, i]`) accumulated over the rank in order, from
+    /// the term's factors as f32 ([`Factors`]).
     fn delta_row(
         &self,
         t: &LoraTerm,
-        (a, b): (&[u8], &[u8]),
+        f: &Factors,
         row0: u64,
         i: u64,
         cols: Range<u64>,
         acc: &mut [f32],
     ) {
-        let (sa, sb) = (size(t.a) as usize, size(t.b) as usize);
         let r = t.rank as usize;
+        let (j0, j1) = (cols.start as usize, cols.end as usize);
         acc.fill(0.0);
         for k in 0..r {
             if t.transposed {
-                // (B @ A)[j, i] = Σ_k B[j, k] · A[k, i]
-                let av = load(t.a, &a[(k * self.rows as usize + i as usize) * sa..]);
-                for (n, x) in acc.iter_mut().enumerate() {
-                    let j = cols.start as usize + n;
-                    *x = load(t.b, &b[(j * r + k) * sb..]).mul_add(av, *x);
-                }
+                // (B @ A)[j, i] = Σ_k B[j, k] · A[k, i]; `f.b` holds B k-major.
+                let av = f.a[k * self.rows as usize + i as usize];
+                let row = &f.b[k * self.cols as usize..][j0..j1];
+                fma_row(acc, av, row);
             } else {
-                let bv = load(t.b, &b[((i - row0) as usize * r + k) * sb..]);
-                let row = &a[(k * self.cols as usize + cols.start as usize) * sa..];
-                for (x, av) in acc.iter_mut().zip(row.chunks_exact(sa)) {
-                    *x = bv.mul_add(load(t.a, av), *x);
-                }
+                let bv = f.b[(i - row0) as usize * r + k];
+                let row = &f.a[k * self.cols as usize..][j0..j1];
+                fma_row(acc, bv, row);
             }
         }
         for x in acc.iter_mut() {
@@ -148,6 +145,60 @@ impl LoraMerge {
                 *x = round(self.w, *x);
             }
         }
+    }
+}
+
+/// A term's factors widened to f32 once per chunk: `a` as stored (`[rank, n]`), `b` as stored
+/// (`[rows, rank]`) or, for a transposed product, k-major (`[rank, cols]`), so the inner loop
+/// runs over contiguous values.
+struct Factors {
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Factors {
+    fn of(t: &LoraTerm, a: &[u8], b: &[u8], cols: u64) -> Factors {
+        let widen = |d: DType, bytes: &[u8]| -> Vec<f32> {
+            bytes
+                .chunks_exact(size(d) as usize)
+                .map(|e| load(d, e))
+                .collect()
+        };
+        let a = widen(t.a, a);
+        let b = widen(t.b, b);
+        if !t.transposed {
+            return Factors { a, b };
+        }
+        let (r, n) = (t.rank as usize, cols as usize);
+        let mut kb = vec![0.0; r * n];
+        for (j, row) in b.chunks_exact(r).take(n).enumerate() {
+            for (k, v) in row.iter().enumerate() {
+                kb[k * n + j] = *v;
+            }
+        }
+        Factors { a, b: kb }
+    }
+}
+
+/// `acc[n] = s · row[n] + acc[n]`, each one fused multiply-add (as torch's CPU matrix product
+/// accumulates): eight lanes at a time where the CPU has AVX2 and FMA, else `f32::mul_add`
+/// (the same single rounding either way, so the same bits).
+fn fma_row(acc: &mut [f32], s: f32, row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn fused(acc: &mut [f32], s: f32, row: &[f32]) {
+                for (x, y) in acc.iter_mut().zip(row) {
+                    *x = s.mul_add(*y, *x);
+                }
+            }
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { fused(acc, s, row) };
+        }
+    }
+    for (x, y) in acc.iter_mut().zip(row) {
+        *x = s.mul_add(*y, *x);
     }
 }
 
@@ -177,6 +228,9 @@ impl Transform for LoraMerge {
         let row0 = self.rows_of(&out).start;
         let (mut e, end) = (out.start / el, out.end / el);
         let mut acc = Vec::new();
+        let factors: Vec<Factors> = (self.terms.iter().enumerate())
+            .map(|(k, t)| Factors::of(t, inputs[1 + 2 * k], inputs[2 + 2 * k], self.cols))
+            .collect();
         while e < end {
             // One row's part of the chunk at a time.
             let (i, j0) = (e / self.cols, e % self.cols);
@@ -189,9 +243,8 @@ impl Transform for LoraMerge {
                 .map(|b| load(self.w, b))
                 .collect();
             acc.resize(x.len(), 0.0);
-            for (k, t) in self.terms.iter().enumerate() {
-                let factors = (inputs[1 + 2 * k], inputs[2 + 2 * k]);
-                self.delta_row(t, factors, row0, i, j0..j1, &mut acc);
+            for (t, f) in self.terms.iter().zip(&factors) {
+                self.delta_row(t, f, row0, i, j0..j1, &mut acc);
                 for (x, d) in x.iter_mut().zip(&acc) {
                     *x = round(self.w, *x + d);
                 }
