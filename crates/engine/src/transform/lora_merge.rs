@@ -127,17 +127,24 @@ impl LoraMerge {
         let r = t.rank as usize;
         let (j0, j1) = (cols.start as usize, cols.end as usize);
         acc.fill(0.0);
-        for k in 0..r {
+        // Rank step k: the scalar s_k and the row it multiplies.
+        let step = |k: usize| -> (f32, &[f32]) {
             if t.transposed {
                 // (B @ A)[j, i] = Σ_k B[j, k] · A[k, i]; `f.b` holds B k-major.
                 let av = f.a[k * self.rows as usize + i as usize];
-                let row = &f.b[k * self.cols as usize..][j0..j1];
-                fma_row(acc, av, row);
+                (av, &f.b[k * self.cols as usize..][j0..j1])
             } else {
                 let bv = f.b[(i - row0) as usize * r + k];
-                let row = &f.a[k * self.cols as usize..][j0..j1];
-                fma_row(acc, bv, row);
+                (bv, &f.a[k * self.cols as usize..][j0..j1])
             }
+        };
+        let mut k = 0;
+        while k + 4 <= r {
+            fma_rows(acc, [step(k), step(k + 1), step(k + 2), step(k + 3)]);
+            k += 4;
+        }
+        for k in k..r {
+            fma_rows(acc, [step(k)]);
         }
         for x in acc.iter_mut() {
             *x *= t.scale as f32;
@@ -180,26 +187,39 @@ impl Factors {
     }
 }
 
-/// `acc[n] = s · row[n] + acc[n]`, each one fused multiply-add (as torch's CPU matrix product
-/// accumulates): eight lanes at a time where the CPU has AVX2 and FMA, else `f32::mul_add`
-/// (the same single rounding either way, so the same bits).
-fn fma_row(acc: &mut [f32], s: f32, row: &[f32]) {
+/// `acc[n] = s_k · row_k[n] + acc[n]` for each step `k` in order, each a fused multiply-add
+/// (as torch's CPU matrix product accumulates): N steps per pass over `acc` (fewer loads and
+/// stores of it), eight lanes at a time where the CPU has AVX2 and FMA, else `f32::mul_add`.
+/// The same single rounding per step in the same order either way, so the same bits.
+fn fma_rows<const N: usize>(acc: &mut [f32], steps: [(f32, &[f32]); N]) {
+    #[inline(always)]
+    fn body<const N: usize>(acc: &mut [f32], steps: &[(f32, &[f32]); N]) {
+        for (n, x) in acc.iter_mut().enumerate() {
+            let mut v = *x;
+            for (s, row) in steps {
+                v = s.mul_add(row[n], v);
+            }
+            *x = v;
+        }
+    }
+    for (_, row) in &steps {
+        assert!(
+            row.len() >= acc.len(),
+            "a LoRA factor row shorter than the weight's row"
+        );
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             #[target_feature(enable = "avx2,fma")]
-            unsafe fn fused(acc: &mut [f32], s: f32, row: &[f32]) {
-                for (x, y) in acc.iter_mut().zip(row) {
-                    *x = s.mul_add(*y, *x);
-                }
+            unsafe fn fused<const N: usize>(acc: &mut [f32], steps: &[(f32, &[f32]); N]) {
+                body(acc, steps)
             }
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { fused(acc, s, row) };
+            return unsafe { fused(acc, &steps) };
         }
     }
-    for (x, y) in acc.iter_mut().zip(row) {
-        *x = s.mul_add(*y, *x);
-    }
+    body(acc, &steps)
 }
 
 impl Transform for LoraMerge {
