@@ -315,8 +315,14 @@ pub(crate) struct ConvertArgs {
     /// PEFT's scale: alpha/r, rsLoRA, rank and alpha patterns); repeatable, merged in order.
     #[arg(long, value_name = "ADAPTER_DIR")]
     pub merge_lora: Vec<PathBuf>,
-    /// A factor on every merged adapter's scale (default 1).
-    #[arg(long, value_name = "S", requires = "merge_lora")]
+    /// A factor on every merged adapter's scale (default 1; negative subtracts an adapter).
+    #[arg(
+        long,
+        value_name = "S",
+        requires = "merge_lora",
+        allow_negative_numbers = true,
+        value_parser = parse_scale
+    )]
     pub lora_scale: Option<f64>,
     #[command(flatten)]
     pub read: ReadArgs,
@@ -463,6 +469,14 @@ fn long_version() -> &'static str {
             std::env::consts::OS,
         )
     })
+}
+
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        Ok(_) => Err("expected a finite number".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

@@ -396,3 +396,41 @@ fn an_adapter_beside_a_copy_of_the_base_config_is_still_an_adapter() {
     let want = &expected()["good"]["llama_qv"]["outtypes"]["f16"]["sha256"];
     assert_eq!(sha_file(&out), want.as_str().unwrap());
 }
+
+/// `--lora-scale` must be a finite number: NaN, ±inf or a value that overflows f64 would write a
+/// model of NaN/inf weights with exit 0 (it did before this test). Negative scales (subtracting
+/// an adapter) are numbers like any other.
+#[test]
+fn a_lora_scale_that_is_not_a_finite_number_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let llama = fixtures().join("good/arch/llama");
+    let adapter = good("llama_qv");
+    let out = tmp.path().join("out.safetensors");
+    for s in ["nan", "inf", "-inf", "1e999"] {
+        let scale = format!("--lora-scale={s}");
+        let o = wp(&[
+            "convert",
+            llama.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--merge-lora",
+            adapter.to_str().unwrap(),
+            &scale,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{s}: {err}");
+        assert!(err.contains("finite"), "{s}: {err}");
+        assert!(!out.exists(), "{s}");
+    }
+    let o = wp(&[
+        "convert",
+        llama.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--merge-lora",
+        adapter.to_str().unwrap(),
+        "--lora-scale",
+        "-0.5",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -41,6 +41,11 @@ pub(crate) fn add(
     adapters: &[MergeAdapter],
     scale: f64,
 ) -> Result<Appended> {
+    if !scale.is_finite() {
+        return Err(Error::Usage(format!(
+            "a LoRA scale of {scale} would make every merged weight infinite or NaN"
+        )));
+    }
     let mut appended = Appended::new();
     let mut pending = Pending::new();
     for adapter in adapters {
