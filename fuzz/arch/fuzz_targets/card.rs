@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         overrides: Some(overrides),
         ..CardOptions::default()
     };
-    if let Ok(a) = Authorship::load(&release, &opts, 1 + u64::from(pick) * 1_000_003, || "1.0K".into()) {
+    if let Ok(a) = Authorship::load(&release, &opts, (i64::from(pick) - 100) * 1_000_003, || "1.0K".into()) {
         let _ = a.kvs(&mut |_, _| {});
     }
 });
