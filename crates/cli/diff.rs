@@ -23,10 +23,9 @@ pub(crate) fn run(a: &DiffArgs, json: bool, out: &mut impl Write) -> Result<(), 
     }
     let ia = open_one(&a.a, &a.read)?;
     let ib = open_one(&a.b, &a.read)?;
-    let opts = DiffOptions {
-        atol: a.atol,
-        rtol: a.rtol,
-    };
+    let mut opts = DiffOptions::default();
+    opts.atol = a.atol;
+    opts.rtol = a.rtol;
     let r = diff(ia.source.as_ref(), ib.source.as_ref(), opts)?;
     let recovered = weightport_edit::notices();
     if json {

@@ -62,11 +62,10 @@ pub(crate) fn run(a: &EditArgs, json: bool, out: &mut impl Write) -> Result<(), 
         let text = weightport_edit::undo(&a.target)?;
         return simple(a, "undo", &weightport_edit::notices(), &text, json, out);
     }
-    let opts = EditOptions {
-        dry_run: a.dry_run,
-        keep_undo: a.keep_undo,
-        verify_rest: a.verify_rest,
-    };
+    let mut opts = EditOptions::default();
+    opts.dry_run = a.dry_run;
+    opts.keep_undo = a.keep_undo;
+    opts.verify_rest = a.verify_rest;
     let edited = match &a.apply {
         Some(patch) => weightport_edit::patch::apply(&a.target, patch, opts)?,
         None => weightport_edit::edit(&a.target, &ops_in_order(a)?, opts)?,

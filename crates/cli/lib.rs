@@ -44,6 +44,7 @@ use crate::args::{Cli, Command};
 
 /// Runs the command line `argv` (program name first) and returns the exit code.
 pub fn main(argv: impl IntoIterator<Item = OsString>) -> u8 {
+    weightport_core::spell_knobs_with(options::flag);
     let argv: Vec<OsString> = argv.into_iter().collect();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => units::keep_argv(c, &argv),
@@ -107,6 +108,7 @@ pub fn run_json(
     argv: impl IntoIterator<Item = OsString>,
     progress: &dyn Progress,
 ) -> (i32, String) {
+    weightport_core::spell_knobs_with(options::flag);
     let mut argv: Vec<OsString> = argv.into_iter().collect();
     // Right after the program name: before the command and any `--`.
     argv.insert(argv.len().min(1), "--json".into());

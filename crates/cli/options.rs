@@ -157,3 +157,39 @@ pub(crate) fn convert_options(
     opts.transform.measure_quality = json || a.report.is_some();
     Ok(opts)
 }
+
+/// How the command line spells each option the libraries' messages point to (installed for
+/// the process by [`crate::main`] and [`crate::run_json`]; see `weightport_core::Knob`).
+pub(crate) fn flag(k: weightport_core::Knob) -> &'static str {
+    use weightport_core::Knob;
+    match k {
+        Knob::Force => "--force",
+        Knob::To => "--to",
+        Knob::From => "--from",
+        Knob::Rename => "--rename",
+        Knob::Dtype => "--dtype",
+        Knob::DtypeFilter => "--dtype-filter",
+        Knob::Quant => "--quant",
+        Knob::AllowRequantize => "--allow-requantize",
+        Knob::AllowLossy => "--allow-lossy",
+        Knob::Arch => "--arch",
+        Knob::Imatrix => "--imatrix",
+        Knob::MaxMemory => "--max-memory",
+        Knob::Plan => "--plan",
+        Knob::Attest => "--attest",
+        Knob::IndexOnly => "--index-only",
+        Knob::Key => "--key",
+        Knob::Void2As => "--void2-as",
+        Knob::PreTokenizer => "--pre-tokenizer",
+        Knob::Set => "--set",
+        Knob::Mask => "--mask",
+        Knob::Add => "--add",
+        Knob::Replace => "--replace",
+        Knob::Apply => "--apply",
+        Knob::Undo => "--undo",
+        Knob::KeepUndo => "--keep-undo",
+        Knob::Recover => "`weightport edit --recover`",
+        Knob::RunUnit => "weightport unit",
+        Knob::Index => "--index",
+    }
+}

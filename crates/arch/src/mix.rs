@@ -100,7 +100,8 @@ impl Ftype {
             .ok_or_else(|| {
                 let known: Vec<&str> = NAMES.iter().map(|(n, _, _)| *n).collect();
                 Error::Usage(format!(
-                    "--quant {s}: unknown type (known: {})",
+                    "{} {s}: unknown type (known: {})",
+                    weightport_core::Knob::Quant,
                     known.join(", ")
                 ))
             })
@@ -455,8 +456,11 @@ pub fn check_requantize(dir: &Path, tensors: &[(&str, DType)], types: &[DType]) 
         at: weightport_core::Location::file(dir).tensor(*name),
         format: Some(Format::Gguf),
         what: format!(
-            "--quant would requantize this {from} tensor to {to}, which llama-quantize refuses \
-             (requantizing is disabled without --allow-requantize); convert with --dtype"
+            "{} would requantize this {from} tensor to {to}, which llama-quantize refuses \
+             (requantizing is disabled without {}); convert with {}",
+            weightport_core::Knob::Quant,
+            weightport_core::Knob::AllowRequantize,
+            weightport_core::Knob::Dtype
         ),
     })
 }

@@ -120,7 +120,8 @@ pub fn outtype_for(
         Some(DType::Q8_0) => OutType::Q8_0,
         Some(d) => {
             return Err(weightport_core::Error::Usage(format!(
-                "--dtype {d}: an HF release converts to GGUF as auto, f32, f16, bf16 or q8_0"
+                "{} {d}: an HF release converts to GGUF as auto, f32, f16, bf16 or q8_0",
+                weightport_core::Knob::Dtype
             )))
         }
     })

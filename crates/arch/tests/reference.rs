@@ -651,7 +651,7 @@ fn unknown_pre_tokenizer_hash_is_refused_with_the_hash() {
         .unwrap_err()
         .to_string();
     assert!(err.contains(exp["chkhsh"].as_str().unwrap()), "{err}");
-    assert!(err.contains("--pre-tokenizer"), "{err}");
+    assert!(err.contains("`pre_tokenizer` NAME"), "{err}");
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! * [`ByteSource`]: the one seam every reader reads its input through (ranges of a named
 //!   object with a size and an identity); [`bytes`] states its protocol, [`mapped`] holds the
 //!   local files (mapped: where zero-copy lives) and their page hints.
-//! * [`Error`]: one error enum, with exit codes; [`Limits`]: caps on sizes read from files.
+//! * [`Error`]: one error enum, with exit codes; [`Knob`]: the options its messages point to,
+//!   spelled by the front end; [`Limits`]: caps on sizes read from files.
 //! * [`hash`]: container-independent content hashes used to verify every emitted file.
 //! * [`format`]: the format enum and content sniffing (never trust an extension).
 //! * [`staging`]: temp files beside their target, no-replace renames, output locks;
@@ -27,6 +28,7 @@ mod format;
 pub mod hash;
 pub mod io_counts;
 pub mod kernel_copy;
+mod knob;
 mod limits;
 pub mod mapped;
 mod multi;
@@ -43,6 +45,7 @@ pub use error::{sanitize, shown, Error, Location, Result};
 pub use format::{sniff, Format, Lookalike, Sniffed};
 pub use hash::ContentHash;
 pub use io_counts::{IoCounter, IoCounts};
+pub use knob::{spell_knobs_with, Knob};
 pub use limits::{Limits, PickleLimits, ReadOptions};
 pub use multi::MultiSource;
 pub use source::{Access, FinishedFile, Plan, StagedFile, TensorSink, TensorSource, WrittenFile};

@@ -23,6 +23,7 @@ use weightport_core::{ContentHash, DType, Layout, Result, TensorSource};
 
 /// Tolerances (`None`: exact).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct DiffOptions {
     /// Absolute tolerance.
     pub atol: Option<f64>,
@@ -97,6 +98,7 @@ pub struct TensorDiff {
 
 /// The whole comparison.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct DiffReport {
     /// Every tensor: A's order, then those only in B.
     pub tensors: Vec<TensorDiff>,

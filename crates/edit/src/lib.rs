@@ -36,7 +36,7 @@ mod txn;
 use std::path::Path;
 
 use weightport_core::staging::sync_dir;
-use weightport_core::{shown, Error, Location, Result};
+use weightport_core::{shown, Error, Knob, Location, Result};
 use xxhash_rust::xxh3::Xxh3;
 
 pub use lock::{notices, settle, take_notices, ReadGuard};
@@ -72,9 +72,10 @@ fn lock_target(t: &Target) -> Result<lock::EditLock> {
     for f in &t.files {
         if let Some(j) = recover::pending_for(&f.path)? {
             return Err(Error::Usage(format!(
-                "{}: an interrupted edit's journal {} appeared; run `weightport edit --recover` first",
+                "{}: an interrupted edit's journal {} appeared; run {} first",
                 shown(&f.shown),
-                shown(&j)
+                shown(&j),
+                Knob::Recover
             )));
         }
     }
@@ -85,9 +86,14 @@ fn lock_target(t: &Target) -> Result<lock::EditLock> {
 /// notices ([`take_notices`]).
 pub fn edit(path: &Path, ops: &[Op], opts: EditOptions) -> Result<Edited> {
     if ops.is_empty() {
-        return Err(Error::Usage(
-            "nothing to do: give --set, --mask, --add, --replace or --apply".into(),
-        ));
+        return Err(Error::Usage(format!(
+            "nothing to do: give {}, {}, {}, {} or {}",
+            Knob::Set,
+            Knob::Mask,
+            Knob::Add,
+            Knob::Replace,
+            Knob::Apply
+        )));
     }
     let target = Target::open(path)?;
     let (guards, notes) = settle_all(&target)?;
@@ -121,10 +127,11 @@ pub fn undo(path: &Path) -> Result<String> {
     let upath = t.side("wp-undo");
     if std::fs::symlink_metadata(&upath).is_err() {
         return Err(Error::Usage(format!(
-            "{}: no undo journal ({}): the last edit was not made with --keep-undo, was undone \
+            "{}: no undo journal ({}): the last edit was not made with {}, was undone \
              already, or a later edit replaced it",
             shown(&t.given),
-            shown(&upath)
+            shown(&upath),
+            Knob::KeepUndo
         )));
     }
     let j = journal::Journal::open(&upath)?;

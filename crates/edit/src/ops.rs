@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use weightport_core::{sanitize, CastRule, DType, Error, Location, Result, TensorSource};
+use weightport_core::{sanitize, CastRule, DType, Error, Knob, Location, Result, TensorSource};
 use weightport_safetensors::SafetensorsFile;
 
 use crate::lock::{settle, ReadGuard};
@@ -57,9 +57,9 @@ impl Op {
             .rfind("]=")
             .map(|i| i + 1)
             .or_else(|| s.rfind('='))
-            .ok_or_else(|| format!("--set `{s}`: expected NAME[SLICE]=VALUE"))?;
-        let sel = Selection::parse(&s[..at]).map_err(|e| format!("--set {e}"))?;
-        let value = Scalar::parse(&s[at + 1..]).map_err(|e| format!("--set `{s}`: {e}"))?;
+            .ok_or_else(|| format!("{} `{s}`: expected NAME[SLICE]=VALUE", Knob::Set))?;
+        let sel = Selection::parse(&s[..at]).map_err(|e| format!("{} {e}", Knob::Set))?;
+        let value = Scalar::parse(&s[at + 1..]).map_err(|e| format!("{} `{s}`: {e}", Knob::Set))?;
         Ok(Op::Set { sel, value })
     }
 
@@ -68,7 +68,7 @@ impl Op {
         match s.split_once("::") {
             Some((f, sel)) if !Path::new(s).exists() => Ok(Op::Replace {
                 file: f.into(),
-                sel: Some(Selection::parse(sel).map_err(|e| format!("--replace {e}"))?),
+                sel: Some(Selection::parse(sel).map_err(|e| format!("{} {e}", Knob::Replace))?),
             }),
             _ => Ok(Op::Replace {
                 file: s.into(),
@@ -630,7 +630,8 @@ fn add_step(t: &Target, i: usize, src: AuxRef) -> Result<Step> {
             t,
             i,
             format!(
-                "--add to {} is not supported (F64, F32, F16, BF16, I8, U8, I16, I32, I64, BOOL)",
+                "{} to {} is not supported (F64, F32, F16, BF16, I8, U8, I16, I32, I64, BOOL)",
+                Knob::Add,
                 p.dtype
             ),
         ));
@@ -707,10 +708,11 @@ fn replace_steps(
             Step::QuantRows { runs, src }
         } else if info.dtype != p.dtype {
             return Err(Error::Usage(format!(
-                "{}: dtype {}, the target's is {} (--replace copies bytes: cast it first)",
+                "{}: dtype {}, the target's is {} ({} copies bytes: cast it first)",
                 aux.at(j),
                 info.dtype,
-                p.dtype
+                p.dtype,
+                Knob::Replace
             )));
         } else {
             Step::Copy { runs, src }

@@ -56,6 +56,7 @@ pub struct Block {
 
 /// What a delta wrote.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DeltaReport {
     /// The patch file.
     pub patch: PathBuf,

@@ -41,6 +41,7 @@ pub(crate) const GAP: u64 = 512;
 
 /// How to run an edit.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct EditOptions {
     /// Report what would change; write nothing.
     pub dry_run: bool,
@@ -63,6 +64,7 @@ pub struct TensorChange {
 
 /// What an edit did (or, dry, would do).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct EditReport {
     /// Changed tensors, in file order.
     pub changes: Vec<TensorChange>,
@@ -550,7 +552,12 @@ fn rest_changed(t: &Target, k: usize, undo: &Path) -> Error {
             if i == k {
                 return Error::Verify {
                     at: Location::file(&tf.shown).tensor(n.to_string()),
-                    reason: format!("bytes outside the edited ranges changed during the edit (another writer?); the edit was kept and can be reverted with --undo ({})", shown(undo)),
+                    reason: format!(
+                        "bytes outside the edited ranges changed during the edit (another \
+                         writer?); the edit was kept and can be reverted with {} ({})",
+                        weightport_core::Knob::Undo,
+                        shown(undo)
+                    ),
                 };
             }
             i += 1;

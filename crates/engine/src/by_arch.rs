@@ -16,7 +16,7 @@ use weightport_arch::{
     ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor,
 };
 use weightport_core::{
-    sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
+    sanitize, Access, DType, Error, Knob, Limits, Metadata, Result, TensorInfo, TensorSource,
 };
 
 use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
@@ -195,11 +195,13 @@ fn job_of(
 /// Refuses the options that choose names or types, which the architecture decides.
 fn refuse_name_options(opts: &TransformOptions) -> Result<()> {
     if !opts.renames.is_empty() || opts.dtype_filter.is_some() {
-        return Err(Error::Usage(
-            "--rename and --dtype-filter do not apply to an HF release converted to GGUF \
-             (its architecture decides names and types; pass --arch NAME to keep names)"
-                .into(),
-        ));
+        return Err(Error::Usage(format!(
+            "{} and {} do not apply to an HF release converted to GGUF \
+             (its architecture decides names and types; pass {} NAME to keep names)",
+            Knob::Rename,
+            Knob::DtypeFilter,
+            Knob::Arch
+        )));
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use regex::Regex;
 use weightport_core::{
-    sanitize, CastRule, DType, Error, MetaValue, Metadata, Result, TensorInfo, TensorSource,
+    sanitize, CastRule, DType, Error, Knob, MetaValue, Metadata, Result, TensorInfo, TensorSource,
 };
 
 use crate::transform::cast::{is_float, Cast, Measured};
@@ -57,12 +57,13 @@ impl Rename {
         let mut chars = rule.chars();
         if chars.next() != Some('s') {
             return Err(format!(
-                "--rename `{rule}`: expected s/PATTERN/REPLACEMENT/"
+                "{} `{rule}`: expected s/PATTERN/REPLACEMENT/",
+                Knob::Rename
             ));
         }
         let d = chars
             .next()
-            .ok_or_else(|| format!("--rename `{rule}`: missing delimiter"))?;
+            .ok_or_else(|| format!("{} `{rule}`: missing delimiter", Knob::Rename))?;
         let mut parts = vec![String::new()];
         let mut esc = false;
         for c in chars {
@@ -84,10 +85,11 @@ impl Rename {
         }
         if parts.len() != 3 || !(parts[2].is_empty() || parts[2] == "g") {
             return Err(format!(
-                "--rename `{rule}`: expected s{d}PATTERN{d}REPLACEMENT{d} with optional g"
+                "{} `{rule}`: expected s{d}PATTERN{d}REPLACEMENT{d} with optional g",
+                Knob::Rename
             ));
         }
-        let re = Regex::new(&parts[0]).map_err(|e| format!("--rename `{rule}`: {e}"))?;
+        let re = Regex::new(&parts[0]).map_err(|e| format!("{} `{rule}`: {e}", Knob::Rename))?;
         // sed's \1 is regex's ${1}.
         let with = Regex::new(r"\\(\d)")
             .expect("valid")
@@ -154,7 +156,8 @@ fn renamed(source: &dyn TensorSource, opts: &TransformOptions) -> Result<Vec<Str
         let name = opts.renames.iter().fold(t.name.clone(), |n, r| r.apply(&n));
         if let Some(prev) = seen.insert(name.clone(), i) {
             return Err(Error::Usage(format!(
-                "--rename maps both `{}` and `{}` to `{}`",
+                "{} maps both `{}` and `{}` to `{}`",
+                Knob::Rename,
                 sanitize(&source.tensors()[prev].name),
                 sanitize(&t.name),
                 sanitize(&name)
@@ -246,7 +249,8 @@ pub(crate) fn op_for(
                     at: weightport_core::Location::default().tensor(name.to_string()),
                     reason: format!(
                         "already quantized ({from}); requantizing to {to} loses quality twice: \
-                         pass --allow-requantize, or start from an F32/F16/BF16 model"
+                         pass {}, or start from an F32/F16/BF16 model",
+                        Knob::AllowRequantize
                     ),
                 });
             }
@@ -290,7 +294,9 @@ pub(crate) fn build(
     if let DtypeChoice::To(d) = opts.dtype {
         if d.is_block() {
             return Err(Error::Usage(format!(
-                "--dtype {d} applies to an HF release converted to GGUF; use --quant {d}"
+                "{} {d} applies to an HF release converted to GGUF; use {} {d}",
+                Knob::Dtype,
+                Knob::Quant
             )));
         }
     }

@@ -30,10 +30,11 @@ pub(crate) fn weights_for(
                 name,
                 format!(
                     "this quantization requires an importance matrix: llama-quantize does not \
-                     write `{}` as {to} in a {} file without one (pass --imatrix FILE; \
+                     write `{}` as {to} in a {} file without one (pass {} FILE; \
                      llama-imatrix computes it)",
                     sanitize(name),
-                    q.ftype.name()
+                    q.ftype.name(),
+                    weightport_core::Knob::Imatrix
                 ),
             ));
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use weightport_core::mapped::regular_file;
 use weightport_core::registry::{InputFormat, OpenRequest, OutputFormat, RepoFormat, RepoInput};
-use weightport_core::{Error, Format, Result, TensorSource};
+use weightport_core::{Error, Format, Knob, Result, TensorSource};
 
 /// Formats registered at run time (a plugin, or a test), consulted before the built-in ones.
 struct Extra {
@@ -92,7 +92,8 @@ pub fn output_for(target: &Path, to: Option<&str>) -> Result<&'static OutputForm
             .find(|f| f.name.eq_ignore_ascii_case(n))
             .ok_or_else(|| {
                 Error::Usage(format!(
-                    "--to {n}: unknown output format (known: {})",
+                    "{} {n}: unknown output format (known: {})",
+                    Knob::To,
                     names(&all, |f| f.name)
                 ))
             });
@@ -103,9 +104,10 @@ pub fn output_for(target: &Path, to: Option<&str>) -> Result<&'static OutputForm
         .ok_or_else(|| {
             Error::Usage(format!(
                 "{}: no output format of this build writes a file named like this (writable: \
-                 {}); name a .safetensors file or a directory, or pass --to",
+                 {}); name a .safetensors file or a directory, or pass {}",
                 weightport_core::shown(target),
-                names(&all, |f| f.name)
+                names(&all, |f| f.name),
+                Knob::To
             ))
         })
 }
@@ -118,7 +120,8 @@ pub fn input_named(name: &str) -> Result<&'static InputFormat> {
         .find(|f| f.name.eq_ignore_ascii_case(name))
         .ok_or_else(|| {
             Error::Usage(format!(
-                "--from {name}: unknown input format (known: {})",
+                "{} {name}: unknown input format (known: {})",
+                Knob::From,
                 names(&all, |f| f.name)
             ))
         })
@@ -144,8 +147,9 @@ fn open_unguarded(path: &Path, req: &OpenRequest) -> Result<Box<dyn TensorSource
                 path: path.to_path_buf(),
                 expected: f.format,
                 what: format!(
-                    "is not {} (--from {n}); it {}",
+                    "is not {} ({} {n}); it {}",
                     f.name,
+                    Knob::From,
                     weightport_core::sniff(&head)
                         .describe()
                         .trim_start_matches("is ")

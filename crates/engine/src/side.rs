@@ -161,7 +161,10 @@ fn check_existing(side: &SideFile, inputs: &[(u64, u64)], probe: bool) -> Result
         }
     }
     if !side.replace && std::fs::symlink_metadata(path).is_ok() {
-        return Err(side.refused("already exists; pass --force to replace it"));
+        return Err(side.refused(format_args!(
+            "already exists; pass {} to replace it",
+            weightport_core::Knob::Force
+        )));
     }
     let mut dir = path.parent();
     while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
@@ -279,7 +282,7 @@ mod tests {
             "{e}"
         );
         let e = check(&keep(&input), &[], &out, true).unwrap_err();
-        assert!(e.to_string().contains("--force"), "{e}");
+        assert!(e.to_string().contains("pass `force` to replace it"), "{e}");
         check(&side(&input), &[], &out, true).unwrap();
         let fifo = d.path().join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use weightport_core::registry::{ExtraContent, ExtraFile, OutputPlan};
 use weightport_core::staging::{stale_temp_owner, sync_dir, OutputLock, TempFile};
-use weightport_core::{shown, Error, FinishedFile, IoCounter, Result, WrittenFile};
+use weightport_core::{shown, Error, FinishedFile, IoCounter, Knob, Result, WrittenFile};
 
 /// A prepared output: locked, checked, with the list of what the commit will remove.
 pub(crate) struct Prepared {
@@ -94,8 +94,9 @@ fn check_target_kind(plan: &OutputPlan, target: &Path) -> Result<()> {
         }
     } else if target.is_dir() {
         return Err(Error::Usage(format!(
-            "{}: is a directory; name a file, or pass --to to choose the output format",
-            shown(target)
+            "{}: is a directory; name a file, or pass {} to choose the output format",
+            shown(target),
+            Knob::To
         )));
     }
     Ok(())
@@ -169,8 +170,9 @@ fn check_overwrite(plan: &OutputPlan, force: bool) -> Result<()> {
     }
     if let Some(p) = planned_paths(plan).find(|p| p.symlink_metadata().is_ok()) {
         return Err(Error::Usage(format!(
-            "{}: already exists; pass --force to replace it",
-            shown(p)
+            "{}: already exists; pass {} to replace it",
+            shown(p),
+            Knob::Force
         )));
     }
     if plan.is_repo {
@@ -179,9 +181,10 @@ fn check_overwrite(plan: &OutputPlan, force: bool) -> Result<()> {
             .find(|n| (plan.is_own_file)(n))
         {
             return Err(Error::Usage(format!(
-                "{}: already holds `{}`; pass --force to replace the repo's weights",
+                "{}: already holds `{}`; pass {} to replace the repo's weights",
                 shown(&plan.dir),
-                weightport_core::sanitize(&n)
+                weightport_core::sanitize(&n),
+                Knob::Force
             )));
         }
     }

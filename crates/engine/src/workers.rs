@@ -110,7 +110,8 @@ impl Workers {
                 ),
             };
             return Err(Error::Usage(format!(
-                "--max-memory {budget}: {need} for {what}"
+                "{} {budget}: {need} for {what}",
+                weightport_core::Knob::MaxMemory
             )));
         }
         let threads = self
@@ -150,7 +151,7 @@ mod tests {
         assert_eq!(w.fit(300, Some(100), "these outputs").unwrap(), (3, 1000));
         let e = w.fit(2000, None, "this unit").unwrap_err().to_string();
         assert!(
-            e.contains("--max-memory 1000: one worker needs 2000 bytes for this unit"),
+            e.contains("`max_memory` 1000: one worker needs 2000 bytes for this unit"),
             "{e}"
         );
         let e = w

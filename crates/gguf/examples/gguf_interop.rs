@@ -48,13 +48,11 @@ fn rewrite(input: &Path, out: &str) {
         .map(|i| g.bytes(i).unwrap().to_vec())
         .collect();
     let out = PathBuf::from(out);
-    let opts = WriteOptions {
-        version: g.version(),
-        // gguf-py's vocab-only files end right after the header; keep that.
-        pad_without_tensors: !g.tensors().is_empty()
-            || align_up(g.infos_end(), g.alignment()) == Some(g.file_len()),
-        ..WriteOptions::default()
-    };
+    let mut opts = WriteOptions::default();
+    opts.version = g.version();
+    // gguf-py's vocab-only files end right after the header; keep that.
+    opts.pad_without_tensors =
+        !g.tensors().is_empty() || align_up(g.infos_end(), g.alignment()) == Some(g.file_len());
     let sink = GgufSink::new(out.clone()).specs(specs).options(opts);
     write(&out, sink, g.tensors(), g.metadata(), &data);
 }

@@ -74,8 +74,9 @@ impl GgufTensorSpec {
                 format: Some(Format::Gguf),
                 what: format!(
                     "the tensor name is {} bytes; llama.cpp allows at most {MAX_NAME} \
-                     (GGML_MAX_NAME): shorten it with --rename s/PATTERN/REPLACEMENT/",
-                    self.name.len()
+                     (GGML_MAX_NAME): shorten it with {} s/PATTERN/REPLACEMENT/",
+                    self.name.len(),
+                    weightport_core::Knob::Rename
                 ),
             });
         }
@@ -114,6 +115,7 @@ impl GgufTensorSpec {
 
 /// Choices for the written file.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WriteOptions {
     /// The alignment; `None` takes `general.alignment` from the key/values, else 32. When set,
     /// it must agree with `general.alignment` (and a value other than 32 requires the key, since

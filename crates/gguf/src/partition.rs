@@ -29,6 +29,7 @@ pub const KEY_TENSORS: &str = "split.tensors.count";
 
 /// When to start a new split.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct SplitOptions {
     /// Largest sum of tensor sizes (each padded to 32) per split (`--split-max-size`).
     pub max_bytes: Option<u64>,

@@ -279,12 +279,12 @@ fn type_of(v: &MetaValue) -> MetaType {
 /// Write options that reproduce `g`: its version, and header padding without tensors only if
 /// the file has it (llama.cpp pads, gguf-py's vocab-only files do not).
 fn options_of(g: &GgufFile) -> WriteOptions {
-    WriteOptions {
-        alignment: None,
-        version: g.version(),
-        pad_without_tensors: !g.tensors().is_empty()
-            || align_up(g.infos_end(), g.alignment()) == Some(g.file_len()),
-    }
+    let mut o = WriteOptions::default();
+    o.alignment = None;
+    o.version = g.version();
+    o.pad_without_tensors =
+        !g.tensors().is_empty() || align_up(g.infos_end(), g.alignment()) == Some(g.file_len());
+    o
 }
 
 #[test]
@@ -360,10 +360,7 @@ fn split_writer_reproduces_llama_gguf_split_byte_for_byte() {
         .collect();
     let mut sink = GgufSink::new(target.clone())
         .specs(specs)
-        .split(SplitOptions {
-            max_tensors: Some(2),
-            ..SplitOptions::default()
-        });
+        .split(split_options(None, Some(2), false));
     let plan = sink.plan(whole.tensors(), whole.metadata()).unwrap();
     assert_eq!(plan.files.len(), 3);
     for i in 0..whole.tensors().len() {
@@ -521,28 +518,11 @@ fn split_by_size_follows_gguf_split() {
         spec("d", 600),
     ];
     // a = 1000 B (1024 padded), b = 1024, c = 40 (64), d = 2400 (2400).
-    let by = |max: u64| {
-        split::assign(
-            &specs,
-            &SplitOptions {
-                max_bytes: Some(max),
-                ..SplitOptions::default()
-            },
-        )
-        .unwrap()
-    };
+    let by = |max: u64| split::assign(&specs, &split_options(Some(max), None, false)).unwrap();
     assert_eq!(by(2048), vec![vec![0, 1], vec![2], vec![3]]);
     assert_eq!(by(2112), vec![vec![0, 1, 2], vec![3]]);
     assert_eq!(by(100), vec![vec![0], vec![1], vec![2], vec![3]]);
-    let no_first = split::assign(
-        &specs,
-        &SplitOptions {
-            max_tensors: Some(3),
-            no_tensor_first_split: true,
-            ..SplitOptions::default()
-        },
-    )
-    .unwrap();
+    let no_first = split::assign(&specs, &split_options(None, Some(3), true)).unwrap();
     assert_eq!(no_first, vec![vec![], vec![0, 1, 2], vec![3]]);
     assert_eq!(split::parse_size("4G"), Some(4_000_000_000));
 }
@@ -594,4 +574,16 @@ fn sink_takes_parallel_chunked_writes_and_cleans_up_when_dropped() {
     drop(sink);
     assert!(!temp.exists(), "temp file left behind");
     assert!(!target.exists());
+}
+
+fn split_options(
+    max_bytes: Option<u64>,
+    max_tensors: Option<usize>,
+    empty_first: bool,
+) -> SplitOptions {
+    let mut o = SplitOptions::default();
+    o.max_bytes = max_bytes;
+    o.max_tensors = max_tensors;
+    o.no_tensor_first_split = empty_first;
+    o
 }

@@ -151,9 +151,10 @@ pub fn open_index(
                 index_path,
                 format!(
                     "index: the repo holds shard `{}` ({} in all) that `weight_map` never names: \
-                     the index is incomplete; pass --index-only to read only what it names",
+                     the index is incomplete; pass {} to read only what it names",
                     sanitize(first),
-                    extra.len()
+                    extra.len(),
+                    weightport_core::Knob::IndexOnly
                 ),
             ));
         }
@@ -167,8 +168,9 @@ pub fn open_index(
                 index_path,
                 format!(
                     "index: metadata.total_size is {declared} but the shards hold {data} data \
-                     bytes: the index does not describe these shards; pass --index-only to read \
-                     them anyway"
+                     bytes: the index does not describe these shards; pass {} to read \
+                     them anyway",
+                    weightport_core::Knob::IndexOnly
                 ),
             ));
         }

@@ -317,7 +317,8 @@ pub fn map_descr(d: &str, opts: &ReadOptions) -> Result<(DType, ByteOrder), Head
         ('V', 2) => {
             return unsupported(format!(
                 "unsupported dtype '{d}': an opaque 2-byte void type; if this is an ml_dtypes/JAX \
-                 bfloat16 array, read it with `--void2-as bf16`"
+                 bfloat16 array, read it with `{} bf16`",
+                weightport_core::Knob::Void2As
             ))
         }
         ('V', n) => {
@@ -744,7 +745,7 @@ mod tests {
         let HeaderErrorKind::Unsupported(m) = kind(&t("<V2")) else {
             unreachable!()
         };
-        assert!(m.contains("--void2-as bf16"), "{m}");
+        assert!(m.contains("`void2_as` bf16"), "{m}");
         let mut opts = ReadOptions::default();
         opts.void2_as_bf16 = true;
         assert_eq!(parse(&npy(&t("<V2")), &opts).unwrap().dtype, DType::BF16);

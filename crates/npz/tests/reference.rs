@@ -287,7 +287,7 @@ fn bf16_needs_the_option() {
         assert_eq!(e.kind(), "unsupported", "{f}: {e}");
         let msg = e.to_string();
         assert!(
-            msg.contains("--void2-as bf16") && msg.contains("bf16"),
+            msg.contains("`void2_as` bf16") && msg.contains("bf16"),
             "{msg}"
         );
     }

@@ -282,8 +282,11 @@ impl std::fmt::Display for Candidate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "`--key {}` ({} tensors, {} bytes)",
-            self.key, self.tensors, self.bytes
+            "`{} {}` ({} tensors, {} bytes)",
+            weightport_core::Knob::Key,
+            self.key,
+            self.tensors,
+            self.bytes
         )
     }
 }

@@ -117,6 +117,7 @@ impl AuditedPickle {
 
 /// The audit of one file.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ScanReport {
     /// The file.
     pub path: PathBuf,

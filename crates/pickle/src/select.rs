@@ -123,7 +123,8 @@ pub fn select(
 fn lone_tensor(t: &TensorDesc, key: Option<&str>, lone: Option<&str>) -> R<Selected> {
     if let Some(k) = key.filter(|k| *k != ".") {
         return unsupported(format!(
-            "--key `{}`: the file holds a single tensor, not a dict",
+            "{} `{}`: the file holds a single tensor, not a dict",
+            weightport_core::Knob::Key,
             weightport_core::sanitize(k)
         ));
     }
@@ -246,8 +247,9 @@ fn default_path(arena: &Arena, root: Id) -> R<Vec<(Id, Child)>> {
     };
     let list: Vec<String> = cands.iter().map(|c| c.to_string()).collect();
     unsupported(format!(
-        "{why}; dicts of tensors found: {}; choose one with --key",
-        list.join(", ")
+        "{why}; dicts of tensors found: {}; choose one with {}",
+        list.join(", "),
+        weightport_core::Knob::Key
     ))
 }
 

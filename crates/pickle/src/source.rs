@@ -68,6 +68,7 @@ struct Entry {
 
 /// What the checkpoint held besides the converted tensors.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct CheckpointReport {
     /// Key path of the converted dict (empty: top level).
     pub selected: Vec<String>,

@@ -24,10 +24,8 @@ fuzz_target!(|data: &[u8]| {
         expected += t.nbytes.next_multiple_of(u64::from(h.alignment));
     }
     let specs: Vec<GgufTensorSpec> = h.tensors.iter().map(GgufTensorSpec::from_gguf).collect();
-    let opts = WriteOptions {
-        version: h.version,
-        ..WriteOptions::default()
-    };
+    let mut opts = WriteOptions::default();
+    opts.version = h.version;
     let lay = layout_with(&specs, &h.metadata, &opts).expect("what was read can be written");
     if lay.total_len > 1 << 22 {
         return;

@@ -584,9 +584,10 @@ fn resolve_pre(dir: &Path, chkhsh: &str, pre_override: Option<&str>) -> Result<S
                 format: Some(Format::HfRelease),
                 what: format!(
                     "BPE pre-tokenizer not recognized (check hash {}); name it with \
-                     --pre-tokenizer NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
+                     {} NAME (one of llama.cpp's pre-tokenizers, e.g. llama-bpe, \
                      qwen2, gpt-2)",
-                    chkhsh
+                    chkhsh,
+                    weightport_core::Knob::PreTokenizer
                 ),
             })
         }

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weightport_core::{sanitize, CastRule, DType, Error, Location, Result};
+use weightport_core::{sanitize, CastRule, DType, Error, Knob, Location, Result};
 pub(crate) use weightport_quant::cast::is_float;
 use weightport_quant::cast::{cast_bytes, decode_f32};
 
@@ -114,8 +114,9 @@ impl Transform for Cast {
                 at: Location::default(),
                 reason: format!(
                     "casting `{}` from BF16 to F16 would turn {over} finite values into ±inf \
-                     (F16's largest is 65504); pass --allow-lossy to cast anyway, or keep BF16",
-                    sanitize(&self.name)
+                     (F16's largest is 65504); pass {} to cast anyway, or keep BF16",
+                    sanitize(&self.name),
+                    Knob::AllowLossy
                 ),
             });
         }
@@ -127,8 +128,9 @@ impl Transform for Cast {
                     reason: format!(
                         "converted to {}, it holds NaN or infinite values ({bad} in one chunk); \
                          llama-quantize refuses such a tensor (\"has invalid data\"), and so \
-                         does --quant",
-                        self.to
+                         does {}",
+                        self.to,
+                        Knob::Quant
                     ),
                 });
             }
