@@ -67,8 +67,9 @@ fn kernel_error(e: weightport_quant::QuantError) -> Error {
         weightport_quant::QuantError::MissingImportance { dtype } => Error::Refused {
             at: weightport_core::Location::default(),
             reason: format!(
-                "{dtype} needs an importance matrix (--imatrix): ggml's quantizer cannot run \
-                 without one"
+                "{dtype} needs an importance matrix ({}): ggml's quantizer cannot run \
+                 without one",
+                weightport_core::Knob::Imatrix
             ),
         },
         other => Error::Internal(format!("quantization kernel: {other}")),
