@@ -583,7 +583,24 @@ fn tensors_of(docs: Vec<TensorDoc>, path: &Path, files: &[PlanFile]) -> Result<T
         bytes.push(t.bytes);
         names.push(t.name);
     }
+    check_overlaps(&at, &bytes, path)?;
     Ok((at, bytes, names))
+}
+
+/// No two tensors of a file share a byte (a unit re-reads its part tensor after tensor, by
+/// offset). Empty tensors hold no byte.
+fn check_overlaps(at: &[(usize, u64)], bytes: &[u64], path: &Path) -> Result<()> {
+    let mut held: Vec<usize> = (0..at.len()).filter(|&k| bytes[k] > 0).collect();
+    held.sort_by_key(|&k| (at[k], k));
+    for w in held.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if at[a].0 == at[b].0 && at[b].1 < at[a].1 + bytes[a] {
+            let field = format!("tensors[{b}].offset");
+            let what = format!("overlaps tensors[{a}]");
+            return Err(field_error(path, &field, &what));
+        }
+    }
+    Ok(())
 }
 
 /// Checks the plan's segments: each inside the plan's files, the segments of each file
