@@ -31,5 +31,7 @@ mod unit;
 
 pub use balance::UnitSplit;
 pub use finish::{finish, FinishReport};
+#[doc(hidden)]
+pub use planfile::check_indices;
 pub use planfile::{parse_plan, plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
 pub use unit::{run_unit, UnitOutcome, UnitReport};

@@ -748,3 +748,54 @@ pub(crate) fn with_planned_job<R>(
         f(job)
     })
 }
+
+/// Every index the unit and finish commands take from an accepted plan, walked: each unit's
+/// segments and tensors, each tensor's file, offset, length and name, each file's segments in
+/// order. `Err` names the first one out of range or inconsistent. (The plan reader's contract,
+/// checked by the `plan_file` fuzz target on every plan it accepts.)
+#[doc(hidden)]
+pub fn check_indices(p: &UnitPlan) -> std::result::Result<(), String> {
+    let n = p.at.len();
+    if p.bytes.len() != n || p.tensor_names.len() != n || p.segments.len() != p.units.len() {
+        return Err("per-tensor or per-unit lists of different lengths".into());
+    }
+    for (u, ts) in p.units.iter().enumerate() {
+        for &k in ts {
+            let (f, off) = *p.at.get(k).ok_or(format!("unit {u}: tensor {k}"))?;
+            let file = p.files.get(f).ok_or(format!("tensor {k}: file {f}"))?;
+            let end = off
+                .checked_add(p.bytes[k])
+                .ok_or(format!("tensor {k}: end"))?;
+            if off < file.data_start || end > file.size {
+                return Err(format!("tensor {k} outside its file's data"));
+            }
+            if !p.segments[u]
+                .iter()
+                .any(|s| s.file == f && s.start <= off && end <= s.end)
+            {
+                return Err(format!("tensor {k} in no segment of unit {u}"));
+            }
+        }
+    }
+    let mut held: Vec<usize> = (0..n).filter(|&k| p.bytes[k] > 0).collect();
+    held.sort_by_key(|&k| (p.at[k], k));
+    for w in held.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if p.at[a].0 == p.at[b].0 && p.at[b].1 < p.at[a].1 + p.bytes[a] {
+            return Err(format!("tensors {a} and {b} overlap"));
+        }
+    }
+    for f in 0..p.files.len() {
+        let mut pos = 0;
+        for (u, j, s) in p.segments_of_file(f) {
+            if p.segments.get(u).and_then(|v| v.get(j)) != Some(&s) || s.start != pos {
+                return Err(format!("file {f}: segments do not partition it"));
+            }
+            pos = s.end;
+        }
+        if pos != p.files[f].size {
+            return Err(format!("file {f}: segments end at {pos}"));
+        }
+    }
+    Ok(())
+}
