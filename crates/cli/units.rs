@@ -8,10 +8,10 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::json;
 use weightport_core::Error;
-use weightport_engine::units::{self, UnitOutcome, UnitPlan, UnitSplit};
 use weightport_engine::ConvertOptions;
 use weightport_engine::Progress;
 use weightport_engine::Workers;
+use weightport_units::{self as units, UnitOutcome, UnitPlan, UnitSplit};
 
 use crate::args::{Cli, Command, ConvertArgs, FinishArgs, PlanArgs, UnitArgs};
 use crate::options::{convert_options, Global};

@@ -30,6 +30,7 @@ mod lora;
 mod messages;
 mod nan_payloads;
 mod pickle;
+mod plan_hostile;
 mod provenance;
 mod quality;
 mod remote_hub;

@@ -34,10 +34,28 @@
 //! opened input (verify's comparison). Interruption is cooperative: [`cancel::request`] makes
 //! the running steps return an interruption error at their next chunk.
 //!
-//! Besides the protocol: [`registry`] (which formats exist; adding one), [`units`] (one
-//! conversion spread over many processes, on the same plan), [`side`] (files written beside an
-//! output: statements, reports), [`importance`] (importance matrices for `--imatrix`),
-//! [`cancel`] (signals).
+//! # The job protocol (for a caller that writes the output files itself)
+//!
+//! A caller that spreads one conversion over many processes (the `weightport-units` crate)
+//! runs the same plan, execution, verification and commit in pieces, in this order:
+//!
+//! 1. **[`plan`]`(&input, &opts, &route)`** (after steps 1 and 2 above) plans the output
+//!    exactly as `convert_input` does, into a [`Job`]: its output tensors
+//!    ([`Job::tensor`], [`Job::inputs`], [`Job::operation`], [`Job::needs`]), the output
+//!    format's plan ([`Job::output_plan`]) and, from the format's own sink, every staged file's
+//!    header and tensor offsets ([`Job::stage`]). Nothing is written.
+//! 2. **[`Job::execute`]`(&tensors, …, emit)`** computes any subset of the output tensors on
+//!    [`Job::threads`] workers, handing every chunk to the caller's [`Emit`] (positional
+//!    writes into files of the caller's), and returns each tensor's content hash. A chunk's
+//!    bytes do not depend on the process or thread that computes it.
+//! 3. **[`Job::prepare`]** locks and checks the output (refusals as `convert`'s; with
+//!    `dry_run`, nothing changes), **[`Job::verify`]** checks each staged file as `convert`
+//!    does (reopened strictly, every tensor's content hash), and **[`Job::commit`]** publishes
+//!    the files with `convert`'s transaction ([`Committed`]).
+//!
+//! Besides the protocols: [`registry`] (which formats exist; adding one), [`side`] (files
+//! written beside an output: statements, reports, plan files), [`importance`] (importance
+//! matrices for `--imatrix`), [`cancel`] (signals).
 //!
 //! # Inside
 //!
@@ -61,6 +79,7 @@ mod fanout;
 mod guarded;
 pub mod importance;
 mod input;
+mod job;
 mod lineage;
 mod merge;
 pub use weightport_arch::mix;
@@ -71,7 +90,6 @@ mod route;
 pub mod side;
 mod transform;
 mod txn;
-pub mod units;
 mod verify;
 mod workers;
 
@@ -83,6 +101,7 @@ pub use convert::{
 pub use exec::{hash_source, NoProgress, Progress};
 pub use fanout::{convert_many, ManyReport};
 pub use input::{open_input, open_inputs, Input};
+pub use job::{plan, Committed, Emit, Job, Prepared};
 pub use lineage::sha256_files;
 pub use merge::MergeAdapter;
 pub use route::{route, AdapterRoute, ConvertOptions, Route};

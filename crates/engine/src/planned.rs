@@ -1,7 +1,7 @@
 //! The plan phase of a conversion: from an opened source and the options, the output tensors,
 //! the metadata and the output format's plan (every file, header and offset fixed). `convert`,
-//! a fan-out of many outputs from one read ([`crate::convert::convert_many`]) and the unit
-//! commands ([`crate::units`]) all plan with [`plan`], so they write the same bytes.
+//! a fan-out of many outputs from one read ([`crate::convert_many`]) and the job protocol's
+//! [`crate::plan`] (the unit commands) all plan with [`plan`], so they write the same bytes.
 
 use std::path::Path;
 

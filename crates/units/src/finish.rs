@@ -10,17 +10,11 @@ use weightport_core::staging::TempFile;
 use weightport_core::{
     ContentHash, Error, FinishedFile, IoCounter, IoCounts, Location, Result, StagedFile,
 };
+use weightport_engine::{ConvertOptions, FileReport, Job, Progress};
 
 use super::in_place::in_place_path;
-use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
 use super::unit::{check_staging, failed_path, part_path, read_record};
-use crate::convert::FileReport;
-use crate::exec::{Hashes, Progress};
-use crate::route::ConvertOptions;
-use crate::txn;
-use crate::verify::verify_staged;
-use crate::workers::pool_of;
 
 /// What `finish` committed.
 #[non_exhaustive]
@@ -120,7 +114,7 @@ fn altered(plan: &UnitPlan, u: usize, part: &Path, what: String) -> Error {
 
 /// The content hash of every output tensor, as the units recorded them (checked against the
 /// plan: the same tensors, in the same parts).
-fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Hashes> {
+fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Vec<ContentHash>> {
     let mut out = vec![None; plan.at.len()];
     for (u, r) in records.iter().enumerate() {
         let ts = r["tensors"]
@@ -151,11 +145,7 @@ fn recorded_hashes(plan: &UnitPlan, records: &[Value]) -> Result<Hashes> {
         }
     }
     let out = out.into_iter().collect::<Option<Vec<_>>>();
-    let out = out.ok_or_else(|| Error::Internal("a tensor in no unit record".into()))?;
-    Ok(Hashes {
-        src: vec![None; out.len()],
-        out,
-    })
+    out.ok_or_else(|| Error::Internal("a tensor in no unit record".into()))
 }
 
 /// Each part's size against the plan. The part a file is assembled into may be longer (a
@@ -214,30 +204,21 @@ pub fn finish(
             .collect::<Result<Vec<_>>>()?,
         false => Vec::new(),
     };
-    let pool = pool_of(opts.workers.wanted())?;
     let report = with_planned_job(plan, opts, |job| {
         let hashes = recorded_hashes(plan, &records)?;
         check_parts(plan)?;
-        let prepared = crate::convert::prepare_output(job, opts, false)?;
-        let files = pool.install(|| assemble(plan, job, &hashes, opts, progress))?;
-        let committed = txn::commit(prepared, &job.plan, files, opts.force, &job.io)?;
+        let prepared = job.prepare(opts, false)?;
+        let files = assemble(plan, job, &hashes, opts, progress)?;
+        let committed = job.commit(prepared, files, opts.force)?;
         Ok(FinishReport {
-            files: committed
-                .files
-                .into_iter()
-                .map(|w| FileReport {
-                    path: w.path,
-                    size: w.size,
-                    tensors: w.tensors,
-                })
-                .collect(),
+            files: committed.files,
             extras: committed.extras,
             removed: committed.removed,
             units: plan.units.len(),
-            tensors: job.outs.len(),
-            data_bytes: job.outs.iter().map(|o| o.info.byte_len).sum(),
+            tensors: job.tensor_count(),
+            data_bytes: data_bytes(job),
             verified: true,
-            io: job.io.counts(),
+            io: job.io().counts(),
         })
     })?;
     std::fs::remove_dir_all(&plan.staging)
@@ -251,42 +232,29 @@ pub fn finish(
 fn assemble(
     plan: &UnitPlan,
     job: &Job,
-    hashes: &Hashes,
+    hashes: &[ContentHash],
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<FinishedFile>> {
-    let req = job.request(opts);
-    let mut sink = (job.fmt.sink)(&req, &job.plan)?;
-    let staged = sink.plan(&job.infos, &job.metadata)?;
-    let total = job.outs.iter().map(|o| o.info.byte_len).sum();
-    progress.start("verify", total);
-    if plan.files.len() != job.plan.files.len() {
+    let (sink, staged) = job.stage(opts, None)?;
+    progress.start("verify", data_bytes(job));
+    if plan.files.len() != job.output_plan().files.len() {
         return Err(Error::Internal("the plan's files are not the job's".into()));
     }
     let mut built = Vec::with_capacity(plan.files.len());
     for (f, pf) in plan.files.iter().enumerate() {
-        let st = staged.files.iter().find(|s| s.path == pf.path);
+        let st = staged.iter().find(|s| s.path == pf.path);
         let one = st
             .ok_or_else(|| Error::Internal(format!("the sink did not stage {}", pf.path.display())))
             .and_then(|st| {
                 let header = read_header(&st.temp, plan.files[f].data_start)?;
-                let first = build_file(plan, f, &header, &job.io)?;
+                let first = build_file(plan, f, &header, job.io())?;
                 let check = StagedFile {
                     temp: first.clone(),
                     ..st.clone()
                 };
-                // The reader opens the built file once.
-                job.io.opened();
-                verify_staged(
-                    &check,
-                    &job.outs,
-                    hashes,
-                    job.source(),
-                    &opts.open,
-                    opts.chunk,
-                    progress,
-                )
-                .map_err(|e| blame(plan, f, e))?;
+                job.verify(&check, hashes, opts, progress)
+                    .map_err(|e| blame(plan, f, e))?;
                 check_between_tensors(plan, f, &first, &st.temp)?;
                 Ok((first, check))
             });
@@ -302,8 +270,15 @@ fn assemble(
     drop(sink);
     built
         .iter()
-        .map(|(first, st)| link_beside(first, st, &job.io))
+        .map(|(first, st)| link_beside(first, st, job.io()))
         .collect()
+}
+
+/// The job's tensor data bytes.
+fn data_bytes(job: &Job) -> u64 {
+    (0..job.tensor_count())
+        .map(|k| job.tensor(k).byte_len)
+        .sum()
 }
 
 /// The byte ranges of output file `f` that hold no tensor: the header, the padding between
@@ -530,7 +505,7 @@ fn append(
     plan: &UnitPlan,
     out: &File,
     header: &[u8],
-    segs: &[(usize, usize, super::planfile::Segment)],
+    segs: &[(usize, usize, crate::planfile::Segment)],
     io: &IoCounter,
 ) -> Result<()> {
     let (u0, j0, s0) = segs[0];

@@ -8,14 +8,11 @@ use sha2::{Digest, Sha256};
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::kernel_copy::{self, Origin};
 use weightport_core::staging::{stale_temp_owner, sync_dir, TempFile};
-use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result};
+use weightport_core::{ContentHash, Error, IoCounter, IoCounts, Location, Result, TensorInfo};
+use weightport_engine::side::{self, SideFile};
+use weightport_engine::{ConvertOptions, Emit, Job, Progress};
 
-use super::job::Job;
 use super::planfile::{with_planned_job, UnitPlan};
-use crate::by_options::TensorRecipe;
-use crate::exec::{leaf_of, run, worker_bytes, Emit, Hashes, Progress};
-use crate::route::ConvertOptions;
-use crate::workers::pool_of;
 
 /// What running a unit did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,7 +146,7 @@ pub fn run_unit(
             true => write_in_place(&u),
             false => write_part(&u),
         }?;
-        report.io = job.io.counts();
+        report.io = job.io().counts();
         Ok(report)
     });
     match &r {
@@ -159,8 +156,8 @@ pub fn run_unit(
                 json!({"index": index, "fingerprint": plan.fingerprint, "error": e.to_string()});
             // Through a fresh temp file and a rename: nothing planted under the record's name
             // in the staging directory is written through.
-            let record = crate::side::SideFile::new("unit record", &failed_path(plan, index));
-            let _ = crate::side::write(&record.replacing(true), doc.to_string().as_bytes());
+            let record = SideFile::new("unit record", &failed_path(plan, index));
+            let _ = side::write(&record.replacing(true), doc.to_string().as_bytes());
         }
     }
     r
@@ -189,11 +186,6 @@ fn report_of(
         threads,
         io: IoCounts::default(),
     }
-}
-
-fn threads_for(job: &Job, outs: &[TensorRecipe], opts: &ConvertOptions) -> Result<usize> {
-    let worker = worker_bytes(job.source(), outs, opts.chunk);
-    Ok(opts.workers.fit(worker, None, "this unit")?.0)
 }
 
 /// Where each of the unit's tensors goes: (its part, offset in the part).
@@ -227,16 +219,16 @@ struct UnitRun<'a> {
 }
 
 /// The unit's output tensors, each checked against the plan's length.
-fn unit_outs(plan: &UnitPlan, job: &Job, tensors: &[usize]) -> Result<Vec<TensorRecipe>> {
-    let outs: Vec<TensorRecipe> = tensors.iter().map(|&k| job.outs[k].clone()).collect();
+fn unit_outs<'j>(plan: &UnitPlan, job: &'j Job, tensors: &[usize]) -> Result<Vec<&'j TensorInfo>> {
+    let outs: Vec<&TensorInfo> = tensors.iter().map(|&k| job.tensor(k)).collect();
     if let Some((k, o)) = tensors
         .iter()
         .zip(&outs)
-        .find(|(&k, o)| o.info.byte_len != plan.bytes[k])
+        .find(|(&k, o)| o.byte_len != plan.bytes[k])
     {
         return Err(Error::Internal(format!(
             "tensor {k} is {} bytes, the plan says {}",
-            o.info.byte_len, plan.bytes[*k]
+            o.byte_len, plan.bytes[*k]
         )));
     }
     Ok(outs)
@@ -247,7 +239,7 @@ fn record_of(
     plan: &UnitPlan,
     index: usize,
     tensors: &[usize],
-    outs: &[TensorRecipe],
+    outs: &[&TensorInfo],
     hashes: &[ContentHash],
     parts: Vec<Value>,
 ) -> Value {
@@ -260,7 +252,7 @@ fn record_of(
         "bytes": plan.segments[index].iter().map(|s| s.end - s.start).sum::<u64>(),
         "parts": parts,
         "tensors": tensors.iter().zip(hashes).zip(outs).map(|((k, h), o)| {
-            json!({"index": k, "name": o.info.name, "bytes": o.info.byte_len, "hash": h.to_string()})
+            json!({"index": k, "name": o.name, "bytes": o.byte_len, "hash": h.to_string()})
         }).collect::<Vec<_>>(),
     })
 }
@@ -270,28 +262,10 @@ fn complete(u: &UnitRun, record: &Value, threads: usize) -> Result<UnitReport> {
     let (plan, index) = (u.plan, u.index);
     // An input changed while the unit read it: no record.
     super::planfile::check_inputs(plan)?;
-    let outcome = publish_record(plan, index, record, &u.job.io)?;
+    let outcome = publish_record(plan, index, record, u.job.io())?;
     let _ = std::fs::remove_file(failed_path(plan, index));
     sync_dir(&plan.staging)?;
     Ok(report_of(plan, index, record, outcome, threads))
-}
-
-/// The unit's tensors `outs` computed on `threads` workers, each chunk handed to `emit`.
-fn compute<F>(
-    job: &Job,
-    outs: &[TensorRecipe],
-    (opts, threads): (&ConvertOptions, usize),
-    progress: &dyn Progress,
-    emit: F,
-) -> Result<Hashes>
-where
-    F: Emit + Send,
-{
-    progress.start("write", outs.iter().map(|o| o.info.byte_len).sum());
-    let hashes =
-        pool_of(threads)?.install(|| run(job.source(), outs, opts.chunk, progress, emit))?;
-    progress.finish();
-    Ok(hashes)
 }
 
 /// Output tensor `k` at `(file, offset)` of the shared staging files: written, or copied in
@@ -336,24 +310,24 @@ fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     let mut files: Vec<usize> = at.iter().map(|&(f, _)| f).collect();
     files.sort_unstable();
     files.dedup();
-    let shared = super::in_place::InPlaceFiles::open(u.plan, &files, &u.job.io)?;
-    let threads = threads_for(u.job, &outs, u.opts)?;
-    let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    let hashes = compute(
-        u.job,
-        &outs,
-        (u.opts, threads),
-        u.progress,
-        IntoShared(&shared, &at),
-    )?;
+    let shared = super::in_place::InPlaceFiles::open(u.plan, &files, u.job.io())?;
+    let threads = u.job.threads(u.tensors, u.opts, "this unit")?;
+    let total: u64 = outs.iter().map(|o| o.byte_len).sum();
+    let emit = IntoShared(&shared, &at);
+    let hashes = u
+        .job
+        .execute(u.tensors, (u.opts, threads), u.progress, emit)?;
     shared.sync()?;
     u.progress.start("verify", total);
     let items: Vec<_> = (0..outs.len())
-        .map(|i| (at[i].0, at[i].1, &outs[i], hashes.out[i]))
+        .map(|i| {
+            let leaf = u.job.leaf_bytes(u.tensors[i], u.opts.chunk);
+            (at[i].0, at[i].1, outs[i], leaf, hashes[i])
+        })
         .collect();
-    shared.verify(&items, u.opts.chunk, u.progress)?;
+    shared.verify(&items, u.progress)?;
     u.progress.finish();
-    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, Vec::new());
+    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes, Vec::new());
     complete(u, &record, threads)
 }
 
@@ -363,28 +337,25 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
     let outs = unit_outs(u.plan, u.job, u.tensors)?;
     let place = places(u.plan, u.index, u.tensors)?;
     let segs = &u.plan.segments[u.index];
-    let threads = threads_for(u.job, &outs, u.opts)?;
+    let threads = u.job.threads(u.tensors, u.opts, "this unit")?;
     let temps = segs
         .iter()
         .enumerate()
         .map(|(j, s)| {
-            let t = TempFile::beside(&part_path(u.plan, u.index, j), &u.job.io)?;
+            let t = TempFile::beside(&part_path(u.plan, u.index, j), u.job.io())?;
             t.set_len(s.end - s.start)?;
             Ok(t)
         })
         .collect::<Result<Vec<_>>>()?;
-    let total: u64 = outs.iter().map(|o| o.info.byte_len).sum();
-    let hashes = compute(
-        u.job,
-        &outs,
-        (u.opts, threads),
-        u.progress,
-        IntoParts(&temps, &place),
-    )?;
+    let total: u64 = outs.iter().map(|o| o.byte_len).sum();
+    let emit = IntoParts(&temps, &place);
+    let hashes = u
+        .job
+        .execute(u.tensors, (u.opts, threads), u.progress, emit)?;
     u.progress.start("verify", total);
-    let parts = check_parts(u, &temps, &place, &outs, &hashes.out)?;
+    let parts = check_parts(u, &temps, &place, &outs, &hashes)?;
     u.progress.finish();
-    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes.out, parts);
+    let record = record_of(u.plan, u.index, u.tensors, &outs, &hashes, parts);
     for t in temps {
         t.publish(true)?;
     }
@@ -397,7 +368,7 @@ fn check_parts(
     u: &UnitRun,
     temps: &[TempFile],
     place: &[(usize, u64)],
-    outs: &[TensorRecipe],
+    outs: &[&TensorInfo],
     hashes: &[ContentHash],
 ) -> Result<Vec<Value>> {
     let (plan, index, opts, progress) = (u.plan, u.index, u.opts, u.progress);
@@ -407,15 +378,18 @@ fn check_parts(
         t.sync()?;
         let mut mine: Vec<usize> = (0..outs.len()).filter(|&i| place[i].0 == j).collect();
         mine.sort_by_key(|&i| place[i].1);
-        let items: Vec<(u64, &TensorRecipe, ContentHash)> = mine
+        let items: Vec<(u64, &TensorInfo, u64, ContentHash)> = mine
             .iter()
-            .map(|&i| (place[i].1, &outs[i], hashes[i]))
+            .map(|&i| {
+                let leaf = u.job.leaf_bytes(u.tensors[i], opts.chunk);
+                (place[i].1, outs[i], leaf, hashes[i])
+            })
             .collect();
         let len = segs[j].end - segs[j].start;
         let shown = part_path(plan, index, j);
         // The part is reopened once to be read back.
-        u.job.io.opened();
-        let sha = verify_part(t.path(), &shown, len, &items, opts.chunk, progress)?;
+        u.job.io().opened();
+        let sha = verify_part(t.path(), &shown, len, &items, progress)?;
         parts.push(
             json!({"file": segs[j].file, "start": segs[j].start, "bytes": len, "sha256": sha}),
         );
@@ -450,15 +424,14 @@ fn take(f: &mut impl Read, path: &Path, sha: &mut Sha256, buf: &mut Vec<u8>, n: 
     Ok(())
 }
 
-/// Re-reads a part front to back (`len` bytes; `items` its tensors by offset, with the content
-/// hash computed while writing each): every tensor must hash the same. Returns the part's
-/// sha256.
+/// Re-reads a part front to back (`len` bytes; `items` its tensors by offset, with their leaf
+/// length and the content hash computed while writing each): every tensor must hash the same.
+/// Returns the part's sha256.
 fn verify_part(
     path: &Path,
     shown_as: &Path,
     len: u64,
-    items: &[(u64, &TensorRecipe, ContentHash)],
-    base: u64,
+    items: &[(u64, &TensorInfo, u64, ContentHash)],
     progress: &dyn Progress,
 ) -> Result<String> {
     let mut f = std::io::BufReader::with_capacity(
@@ -479,11 +452,11 @@ fn verify_part(
         }
         Ok::<(), Error>(())
     };
-    for &(off, o, want) in items {
+    for &(off, o, leaf, want) in items {
         gap(&mut f, &mut sha, &mut buf, off - pos)?;
-        let leaf = leaf_of(o, base).max(1);
+        let leaf = leaf.max(1);
         let mut leaves = Vec::new();
-        let mut left = o.info.byte_len;
+        let mut left = o.byte_len;
         loop {
             let n = left.min(leaf);
             take(&mut f, path, &mut sha, &mut buf, n)?;
@@ -496,14 +469,14 @@ fn verify_part(
                 break;
             }
         }
-        let got = hash::root(o.info.dtype, &o.info.shape, o.info.byte_len, &leaves);
+        let got = hash::root(o.dtype, &o.shape, o.byte_len, &leaves);
         if got != want {
             return Err(Error::Verify {
-                at: Location::file(shown_as).tensor(o.info.name.clone()),
+                at: Location::file(shown_as).tensor(o.name.clone()),
                 reason: format!("read back as {got}, written as {want}"),
             });
         }
-        pos = off + o.info.byte_len;
+        pos = off + o.byte_len;
     }
     gap(&mut f, &mut sha, &mut buf, len - pos)?;
     Ok(format!("{:x}", sha.finalize()))

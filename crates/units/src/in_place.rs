@@ -17,11 +17,10 @@ use std::path::{Path, PathBuf};
 use weightport_core::hash::{self, LeafHasher};
 use weightport_core::io_counts::{write_all_at, Writeback};
 use weightport_core::kernel_copy::{copy_range, Origin};
-use weightport_core::{ContentHash, Error, IoCounter, Location, Result};
+use weightport_core::{ContentHash, Error, IoCounter, Location, Result, TensorInfo};
+use weightport_engine::Progress;
 
 use super::planfile::UnitPlan;
-use crate::by_options::TensorRecipe;
-use crate::exec::{leaf_of, Progress};
 
 /// The staging file output file `f` is written into.
 pub(crate) fn in_place_path(plan: &UnitPlan, f: usize) -> PathBuf {
@@ -202,21 +201,21 @@ impl InPlaceFiles {
         Ok(())
     }
 
-    /// Re-reads each tensor `(file, offset, tensor, hash written)` and checks its content hash.
+    /// Re-reads each tensor `(file, offset, tensor, leaf length, hash written)` and checks its
+    /// content hash.
     pub(crate) fn verify(
         &self,
-        items: &[(usize, u64, &TensorRecipe, ContentHash)],
-        base: u64,
+        items: &[(usize, u64, &TensorInfo, u64, ContentHash)],
         progress: &dyn Progress,
     ) -> Result<()> {
         let mut buf = Vec::new();
-        for &(f, off, o, want) in items {
+        for &(f, off, o, leaf, want) in items {
             let s = self.get(f)?;
             let (file, p) = (&s.fd, &s.path);
-            let got = read_back(file, p, off, o, base, &mut buf, progress)?;
+            let got = read_back(file, p, (off, o, leaf), &mut buf, progress)?;
             if got != want {
                 return Err(Error::Verify {
-                    at: Location::file(p).tensor(o.info.name.clone()),
+                    at: Location::file(p).tensor(o.name.clone()),
                     reason: format!("read back as {got}, written as {want}"),
                 });
             }
@@ -225,20 +224,18 @@ impl InPlaceFiles {
     }
 }
 
-/// The content hash of tensor `o` as stored at `off` of `file`.
+/// The content hash of tensor `o` (hashed in `leaf`-byte leaves) as stored at `off` of `file`.
 fn read_back(
     file: &File,
     path: &Path,
-    off: u64,
-    o: &TensorRecipe,
-    base: u64,
+    (off, o, leaf): (u64, &TensorInfo, u64),
     buf: &mut Vec<u8>,
     progress: &dyn Progress,
 ) -> Result<ContentHash> {
-    let leaf = leaf_of(o, base).max(1);
+    let leaf = leaf.max(1);
     let (mut leaves, mut at) = (Vec::new(), 0u64);
     loop {
-        let n = (o.info.byte_len - at).min(leaf);
+        let n = (o.byte_len - at).min(leaf);
         buf.resize(n as usize, 0);
         file.read_exact_at(buf, off + at)
             .map_err(|e| Error::io(path, "read back", e))?;
@@ -247,14 +244,9 @@ fn read_back(
         leaves.push(h.finish());
         progress.advance(n);
         at += n;
-        if at >= o.info.byte_len {
+        if at >= o.byte_len {
             break;
         }
     }
-    Ok(hash::root(
-        o.info.dtype,
-        &o.info.shape,
-        o.info.byte_len,
-        &leaves,
-    ))
+    Ok(hash::root(o.dtype, &o.shape, o.byte_len, &leaves))
 }

@@ -11,9 +11,11 @@ use weightport_core::registry::ExtraContent;
 use weightport_core::{shown, Error, Location, Result};
 
 use super::balance::{split, UnitSplit};
-use super::job::{with_job, Job};
+use weightport_engine::side::{self, SideFile};
+use weightport_engine::{ConvertOptions, Job};
+
+use super::job::{with_job, JobCosts};
 use super::layout::{layout, Layout};
-use crate::route::ConvertOptions;
 
 /// Version of the plan file (`weightport_plan`).
 pub const PLAN_VERSION: u64 = 3;
@@ -162,12 +164,12 @@ fn identity(path: &Path) -> Result<Value> {
 /// files (config, tokenizer, index), deduplicated and sorted.
 fn input_files(job: &Job) -> Vec<PathBuf> {
     let mut v = job.source().files();
-    for e in &job.plan.extras {
+    for e in &job.output_plan().extras {
         if let ExtraContent::CopyOf(p) = &e.content {
             v.push(p.clone());
         }
     }
-    if let Some(dir) = job.repo_dir {
+    if let Some(dir) = job.repo_dir() {
         if let Ok(rd) = std::fs::read_dir(dir) {
             v.extend(rd.flatten().map(|e| e.path()).filter(|p| {
                 p.is_file()
@@ -225,12 +227,12 @@ pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
 /// Each unit's segments: per file, its tensors by offset, a new segment wherever the unit
 /// changes; the first segment starts at 0 (the header), each ends where the next starts.
 fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> {
-    let mut unit_of = vec![0usize; job.outs.len()];
+    let mut unit_of = vec![0usize; job.tensor_count()];
     for (u, ts) in units.iter().enumerate() {
         ts.iter().for_each(|&k| unit_of[k] = u);
     }
     let mut out = vec![Vec::new(); units.len()];
-    for (f, pf) in job.plan.files.iter().enumerate() {
+    for (f, pf) in job.output_plan().files.iter().enumerate() {
         let mut ts = pf.tensors.clone();
         ts.sort_by_key(|&k| lay.at[k].1);
         let mut cur: Option<(usize, u64)> = None;
@@ -265,11 +267,7 @@ fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> 
 fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
     let mut v = Vec::new();
     for &k in tensors {
-        let o = &job.outs[k];
-        let needs = match &o.op {
-            None => vec![(0, 0..o.info.byte_len)],
-            Some(op) => op.needs(0..o.info.byte_len),
-        };
+        let needs = job.needs(k, 0..job.tensor(k).byte_len);
         let mut by_input: Vec<(usize, Vec<std::ops::Range<u64>>)> = Vec::new();
         for (j, r) in needs {
             match by_input.iter_mut().find(|(i, _)| *i == j) {
@@ -286,7 +284,7 @@ fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
                     _ => merged.push(r),
                 }
             }
-            let i = o.inputs[j];
+            let i = job.inputs(k)[j];
             for r in merged {
                 v.push(json!({
                     "file": job.source().file_of(i).display().to_string(),
@@ -305,9 +303,9 @@ fn unit_docs(job: &Job, units: &[Vec<usize>], segs: &[Vec<Segment>]) -> Vec<Valu
         .zip(segs)
         .enumerate()
         .map(|(u, (ts, segs))| {
-            let bytes: u64 = ts.iter().map(|&k| job.outs[k].info.byte_len).sum();
+            let bytes: u64 = ts.iter().map(|&k| job.tensor(k).byte_len).sum();
             let whole: Vec<String> = job
-                .plan
+                .output_plan()
                 .files
                 .iter()
                 .filter(|f| !f.tensors.is_empty() && f.tensors.iter().all(|k| ts.contains(k)))
@@ -334,7 +332,7 @@ fn plan_doc(
     units: &[Vec<usize>],
 ) -> Result<Value> {
     let files: Vec<Value> = job
-        .plan
+        .output_plan()
         .files
         .iter()
         .zip(&lay.data_start)
@@ -343,24 +341,23 @@ fn plan_doc(
         })
         .collect();
     let extras: Vec<Value> = job
-        .plan
+        .output_plan()
         .extras
         .iter()
         .map(|e| json!({"path": e.path.display().to_string(), "size": e.size(), "index": e.is_index}))
         .collect();
-    let mut unit_of = vec![0usize; job.outs.len()];
+    let mut unit_of = vec![0usize; job.tensor_count()];
     for (u, ts) in units.iter().enumerate() {
         ts.iter().for_each(|&k| unit_of[k] = u);
     }
-    let tensors: Vec<Value> = job
-        .outs
-        .iter()
+    let tensors: Vec<Value> = (0..job.tensor_count())
         .zip(&unit_of)
         .zip(&lay.at)
-        .map(|((o, u), (f, off))| {
+        .map(|((k, u), (f, off))| {
+            let i = job.tensor(k);
             json!({
-                "name": o.info.name, "dtype": o.info.dtype.to_string(), "shape": o.info.shape,
-                "bytes": o.info.byte_len, "op": o.op.as_ref().map(|op| op.describe()), "unit": u,
+                "name": i.name, "dtype": i.dtype.to_string(), "shape": i.shape,
+                "bytes": i.byte_len, "op": job.operation(k).map(|op| op.describe()), "unit": u,
                 "file": f, "offset": off,
             })
         })
@@ -374,7 +371,7 @@ fn plan_doc(
         "command": command,
         "inputs": opts.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "output": opts.output.display().to_string(),
-        "format": job.fmt.name,
+        "format": job.format_name(),
         "staging": staging_of(&opts.output).display().to_string(),
         "fingerprint": job.fingerprint(),
         "input_files": identities,
@@ -414,10 +411,10 @@ pub fn plan_units(
         )));
     }
     let (doc, report) = with_job(opts, |job| {
-        let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
-        crate::convert::check_side_files(job, opts, &[plan_file])?;
+        let plan_file = SideFile::new("--plan", plan_path).replacing(opts.force);
+        job.check_side_files(opts, &[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
-        crate::convert::prepare_output(job, opts, true)?;
+        job.prepare(opts, true)?;
         let lay = layout(job, opts)?;
         let units = split(job, &lay, how, in_place)?;
         let mut doc = plan_doc(job, opts, command, &lay, &units)?;
@@ -430,7 +427,7 @@ pub fn plan_units(
             output: opts.output.clone(),
             staging: staging_of(&opts.output),
             files: job
-                .plan
+                .output_plan()
                 .files
                 .iter()
                 .map(|f| (f.path.clone(), f.size))
@@ -446,7 +443,7 @@ pub fn plan_units(
                     (ts.len(), u["part_bytes"].as_u64().unwrap_or(0), whole)
                 })
                 .collect(),
-            tensors: job.outs.len(),
+            tensors: job.tensor_count(),
             input_files: doc["input_files"].as_array().map_or(0, |a| a.len()),
         };
         Ok((doc, report))
@@ -454,8 +451,8 @@ pub fn plan_units(
     let mut text =
         serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
     text.push('\n');
-    let plan_file = crate::side::SideFile::new("--plan", plan_path).replacing(opts.force);
-    crate::side::write(&plan_file, text.as_bytes())?;
+    let plan_file = SideFile::new("--plan", plan_path).replacing(opts.force);
+    side::write(&plan_file, text.as_bytes())?;
     Ok(report)
 }
 
@@ -586,7 +583,24 @@ fn tensors_of(docs: Vec<TensorDoc>, path: &Path, files: &[PlanFile]) -> Result<T
         bytes.push(t.bytes);
         names.push(t.name);
     }
+    check_overlaps(&at, &bytes, path)?;
     Ok((at, bytes, names))
+}
+
+/// No two tensors of a file share a byte (a unit re-reads its part tensor after tensor, by
+/// offset). Empty tensors hold no byte.
+fn check_overlaps(at: &[(usize, u64)], bytes: &[u64], path: &Path) -> Result<()> {
+    let mut held: Vec<usize> = (0..at.len()).filter(|&k| bytes[k] > 0).collect();
+    held.sort_by_key(|&k| (at[k], k));
+    for w in held.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if at[a].0 == at[b].0 && at[b].1 < at[a].1 + bytes[a] {
+            let field = format!("tensors[{b}].offset");
+            let what = format!("overlaps tensors[{a}]");
+            return Err(field_error(path, &field, &what));
+        }
+    }
+    Ok(())
 }
 
 /// Checks the plan's segments: each inside the plan's files, the segments of each file
@@ -656,7 +670,14 @@ fn check_version(doc: &Value, path: &Path) -> Result<()> {
 /// Reads and checks a plan file.
 pub fn read_plan(path: &Path) -> Result<UnitPlan> {
     let text = std::fs::read(path).map_err(|e| Error::io(path, "read plan file", e))?;
-    let doc: Value = serde_json::from_slice(&text).map_err(|e| {
+    parse_plan(path, &text)
+}
+
+/// Checks a plan file's bytes `text` (read from `path`, which errors name): its version, its
+/// fields, their cross-checks (every tensor in one unit and inside its file, segments
+/// partitioning the files), then its hash. Untrusted bytes give an error, never a panic.
+pub fn parse_plan(path: &Path, text: &[u8]) -> Result<UnitPlan> {
+    let doc: Value = serde_json::from_slice(text).map_err(|e| {
         Error::malformed(
             Location::file(path),
             None,
@@ -726,4 +747,55 @@ pub(crate) fn with_planned_job<R>(
         }
         f(job)
     })
+}
+
+/// Every index the unit and finish commands take from an accepted plan, walked: each unit's
+/// segments and tensors, each tensor's file, offset, length and name, each file's segments in
+/// order. `Err` names the first one out of range or inconsistent. (The plan reader's contract,
+/// checked by the `plan_file` fuzz target on every plan it accepts.)
+#[doc(hidden)]
+pub fn check_indices(p: &UnitPlan) -> std::result::Result<(), String> {
+    let n = p.at.len();
+    if p.bytes.len() != n || p.tensor_names.len() != n || p.segments.len() != p.units.len() {
+        return Err("per-tensor or per-unit lists of different lengths".into());
+    }
+    for (u, ts) in p.units.iter().enumerate() {
+        for &k in ts {
+            let (f, off) = *p.at.get(k).ok_or(format!("unit {u}: tensor {k}"))?;
+            let file = p.files.get(f).ok_or(format!("tensor {k}: file {f}"))?;
+            let end = off
+                .checked_add(p.bytes[k])
+                .ok_or(format!("tensor {k}: end"))?;
+            if off < file.data_start || end > file.size {
+                return Err(format!("tensor {k} outside its file's data"));
+            }
+            if !p.segments[u]
+                .iter()
+                .any(|s| s.file == f && s.start <= off && end <= s.end)
+            {
+                return Err(format!("tensor {k} in no segment of unit {u}"));
+            }
+        }
+    }
+    let mut held: Vec<usize> = (0..n).filter(|&k| p.bytes[k] > 0).collect();
+    held.sort_by_key(|&k| (p.at[k], k));
+    for w in held.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if p.at[a].0 == p.at[b].0 && p.at[b].1 < p.at[a].1 + p.bytes[a] {
+            return Err(format!("tensors {a} and {b} overlap"));
+        }
+    }
+    for f in 0..p.files.len() {
+        let mut pos = 0;
+        for (u, j, s) in p.segments_of_file(f) {
+            if p.segments.get(u).and_then(|v| v.get(j)) != Some(&s) || s.start != pos {
+                return Err(format!("file {f}: segments do not partition it"));
+            }
+            pos = s.end;
+        }
+        if pos != p.files[f].size {
+            return Err(format!("file {f}: segments end at {pos}"));
+        }
+    }
+    Ok(())
 }

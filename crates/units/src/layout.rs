@@ -4,11 +4,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use weightport_core::registry::OutputRequest;
 use weightport_core::{Error, Format, ReadOptions, Result, TensorSource};
-
-use super::job::Job;
-use crate::route::ConvertOptions;
+use weightport_engine::{ConvertOptions, Job};
 
 /// Where `convert` puts each output tensor: per tensor (file, absolute offset), per file the
 /// offset of its data section.
@@ -77,33 +74,24 @@ fn offsets_in(
 /// their headers with the format's reader.
 pub(crate) fn layout(job: &Job, opts: &ConvertOptions) -> Result<Layout> {
     let scratch = scratch_dir()?;
-    let moved = |p: &Path| scratch.0.join(p.file_name().unwrap_or_default());
-    let mut plan = job.plan.clone();
-    for f in &mut plan.files {
-        f.path = moved(&f.path);
-    }
-    let target = moved(&opts.output);
-    let req = OutputRequest {
-        target: &target,
-        ..job.request(opts)
-    };
-    let mut sink = (job.fmt.sink)(&req, &plan)?;
-    let staged = sink.plan(&job.infos, &job.metadata)?;
-    let mut at = vec![None; job.outs.len()];
-    let mut data_start = Vec::with_capacity(plan.files.len());
-    for (f, pf) in plan.files.iter().enumerate() {
-        let st = staged.files.iter().find(|s| s.path == pf.path);
+    let (sink, staged) = job.stage(opts, Some(&scratch.0))?;
+    let files = &job.output_plan().files;
+    let mut at = vec![None; job.tensor_count()];
+    let mut data_start = Vec::with_capacity(files.len());
+    for (f, pf) in files.iter().enumerate() {
+        let moved = scratch.0.join(pf.path.file_name().unwrap_or_default());
+        let st = staged.iter().find(|s| s.path == moved);
         let st = st.ok_or_else(|| {
-            Error::Internal(format!("the sink did not stage {}", pf.path.display()))
+            Error::Internal(format!("the sink did not stage {}", moved.display()))
         })?;
         let (start, offsets) = offsets_in(&st.temp, st.format, &opts.open.read)?;
         for &k in &pf.tensors {
-            let name = &job.outs[k].info.name;
+            let name = &job.tensor(k).name;
             let off = offsets.get(name).ok_or_else(|| {
                 Error::Internal(format!(
                     "tensor `{}` is not in the laid-out {}",
                     weightport_core::sanitize(name),
-                    pf.path.display()
+                    moved.display()
                 ))
             })?;
             at[k] = Some((f, *off));

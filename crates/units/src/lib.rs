@@ -1,5 +1,7 @@
-//! Conversion units: one conversion spread over the batch engine a user already runs (Slurm
-//! arrays, Kubernetes Indexed Jobs, CI matrices, `xargs -P`).
+//! weightport-units: one conversion spread over the batch engine a user already runs (Slurm
+//! arrays, Kubernetes Indexed Jobs, CI matrices, `xargs -P`), on the engine's job protocol
+//! (`weightport_engine::plan`, `Job::execute`, `Job::prepare`/`verify`/`commit`): it plans,
+//! executes and commits through that protocol only, so a unit writes the bytes `convert` would.
 //!
 //! ```text
 //! plan:   the job as `convert` plans it ─ split its output tensors into N units
@@ -17,6 +19,8 @@
 //! computes them (the executor is deterministic per chunk), so two processes racing on one
 //! unit publish identical parts and only one completion record.
 
+#![deny(missing_docs)]
+
 mod balance;
 mod finish;
 mod in_place;
@@ -27,5 +31,7 @@ mod unit;
 
 pub use balance::UnitSplit;
 pub use finish::{finish, FinishReport};
-pub use planfile::{plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
+#[doc(hidden)]
+pub use planfile::check_indices;
+pub use planfile::{parse_plan, plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
 pub use unit::{run_unit, UnitOutcome, UnitReport};

@@ -5,7 +5,9 @@
 
 use weightport_core::{Error, Result};
 
-use super::job::Job;
+use weightport_engine::Job;
+
+use super::job::JobCosts;
 use super::layout::Layout;
 
 /// How many units: `--units N` or `--unit-size SIZE` (bytes read + written per unit).
@@ -19,22 +21,25 @@ pub enum UnitSplit {
 
 /// Splits the job into `n` contiguous, non-empty groups of atoms (`n` from `--units`, or from
 /// `--unit-size` over the bytes moved), the slowest group as fast as a contiguous cut allows by
-/// the estimated CPU time ([`Job::work`]).
+/// the estimated CPU time ([`JobCosts::work`]).
 pub(crate) fn split(
     job: &Job,
     lay: &Layout,
     how: UnitSplit,
     in_place: bool,
 ) -> Result<Vec<Vec<usize>>> {
-    let total: u64 = (0..job.outs.len()).map(|k| job.cost(k)).sum::<u64>().max(1);
+    let total: u64 = (0..job.tensor_count())
+        .map(|k| job.cost(k))
+        .sum::<u64>()
+        .max(1);
     let n = match how {
         UnitSplit::Count(n) => n,
         UnitSplit::Size(s) => total.div_ceil(s.max(1)) as usize,
     };
-    if n == 0 || n > job.outs.len() {
+    if n == 0 || n > job.tensor_count() {
         return Err(Error::Usage(format!(
             "{n} units: this output has {0} tensors, so between 1 and {0} units",
-            job.outs.len()
+            job.tensor_count()
         )));
     }
     let atoms = atoms(job, lay, n);
@@ -131,17 +136,22 @@ fn pack(atoms: &[Vec<usize>], work: &[f64], n: usize, most: f64) -> Vec<Vec<usiz
 /// single tensors, in file order and by offset within a file (so a unit's tensors in a file
 /// are one byte range of it).
 fn atoms(job: &Job, lay: &Layout, n: usize) -> Vec<Vec<usize>> {
-    if job.plan.files.len() >= n && job.plan.files.len() > 1 {
-        return job.plan.files.iter().map(|f| f.tensors.clone()).collect();
+    if job.output_plan().files.len() >= n && job.output_plan().files.len() > 1 {
+        return job
+            .output_plan()
+            .files
+            .iter()
+            .map(|f| f.tensors.clone())
+            .collect();
     }
-    let mut order: Vec<usize> = Vec::with_capacity(job.outs.len());
-    for f in &job.plan.files {
+    let mut order: Vec<usize> = Vec::with_capacity(job.tensor_count());
+    for f in &job.output_plan().files {
         let mut ts = f.tensors.clone();
         ts.sort_by_key(|&k| lay.at[k].1);
         order.extend(ts);
     }
     if order.is_empty() {
-        order = (0..job.outs.len()).collect();
+        order = (0..job.tensor_count()).collect();
     }
     order.into_iter().map(|k| vec![k]).collect()
 }
