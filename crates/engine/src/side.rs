@@ -41,7 +41,7 @@ impl SideFile {
         self
     }
 
-    /// `--attest PATH`, for messages.
+    /// The option and the path (`--attest PATH` on the command line), for messages.
     pub fn label(&self) -> String {
         format!("{} {}", self.flag, shown(&self.path))
     }

@@ -84,12 +84,14 @@ fn records(plan: &UnitPlan) -> Result<Vec<Value>> {
     Err(Error::Verify {
         at: Location::file(&plan.path),
         reason: format!(
-            "{} of {} units are not finished: {}; run them (`weightport unit {} --index I`), \
+            "{} of {} units are not finished: {}; run them (`{} {} {} I`), \
              then finish again; nothing was written",
             missing.len() + failed.len(),
             plan.units.len(),
             what.join("; "),
-            plan.path.display()
+            weightport_core::Knob::RunUnit,
+            plan.path.display(),
+            weightport_core::Knob::Index
         ),
     })
 }

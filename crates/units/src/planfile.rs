@@ -406,12 +406,14 @@ pub fn plan_units(
 ) -> Result<PlannedUnits> {
     if !opts.force && plan_path.exists() {
         return Err(Error::Usage(format!(
-            "{}: already exists; pass --force to replace it",
-            shown(plan_path)
+            "{}: already exists; pass {} to replace it",
+            shown(plan_path),
+            weightport_core::Knob::Force
         )));
     }
     let (doc, report) = with_job(opts, |job| {
-        let plan_file = SideFile::new("--plan", plan_path).replacing(opts.force);
+        let plan_file = SideFile::new(&weightport_core::Knob::Plan.to_string(), plan_path)
+            .replacing(opts.force);
         job.check_side_files(opts, &[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
         job.prepare(opts, true)?;
@@ -451,7 +453,8 @@ pub fn plan_units(
     let mut text =
         serde_json::to_string_pretty(&doc).map_err(|e| Error::Internal(e.to_string()))?;
     text.push('\n');
-    let plan_file = SideFile::new("--plan", plan_path).replacing(opts.force);
+    let plan_file =
+        SideFile::new(&weightport_core::Knob::Plan.to_string(), plan_path).replacing(opts.force);
     side::write(&plan_file, text.as_bytes())?;
     Ok(report)
 }
