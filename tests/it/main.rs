@@ -28,6 +28,7 @@ mod late_duplicate;
 mod library;
 mod lora;
 mod messages;
+mod mmproj;
 mod nan_payloads;
 mod pickle;
 mod provenance;
