@@ -94,7 +94,7 @@ fn against_reference(name: &str, dir: &Path, entry: &Value, tmp: &Path, tag: &st
 
 /// The releases whose projector weightport converts (the expected file records the reference's
 /// outputs for more).
-const CONVERTED: &[&str] = &["gemma3_mm"];
+const CONVERTED: &[&str] = &["gemma3_mm", "qwen3vl"];
 
 #[test]
 fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
@@ -118,18 +118,26 @@ fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
             n += against_reference(name, &real, entry, tmp.path(), "release");
         }
     }
-    assert_eq!(n, 8, "gemma3_mm × f32/f16/bf16/q8_0 × two layouts");
+    assert_eq!(
+        n, 12,
+        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, qwen3vl × f32/f16/bf16/q8_0"
+    );
 }
 
-/// The text model of the same release (processor files and all) still converts as the
-/// reference's text converter does (fixtures/expected/arch/dense.json).
+/// The text model of the same releases (processor files and all) still converts as the
+/// reference's text converter does (fixtures/expected/arch/dense.json, archs4.json).
 #[test]
 fn the_text_model_of_a_vision_release_converts_as_before() {
-    let want = &arch::expected("dense.json")["gemma3_mm"]["outtypes"]["f16"]["sha256"];
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("text.gguf");
-    arch::convert(&arch::release("gemma3_mm"), &out, None, &["--dtype", "f16"]);
-    assert_eq!(sha_file(&out), want.as_str().unwrap());
+    for (name, file, pre) in [
+        ("gemma3_mm", "dense.json", None),
+        ("qwen3vl", "archs4.json", Some("qwen2")),
+    ] {
+        let want = &arch::expected(file)[name]["outtypes"]["f16"]["sha256"];
+        let out = tmp.path().join(format!("{name}-text.gguf"));
+        arch::convert(&arch::release(name), &out, pre, &["--dtype", "f16"]);
+        assert_eq!(sha_file(&out), want.as_str().unwrap(), "{name}");
+    }
 }
 
 /// A refusal: non-zero exit `code`, stderr naming `file` and `field`, nothing written.
@@ -154,8 +162,13 @@ fn refused(dir: &Path, code: i32, file: &str, field: &str) {
 
 /// A copy of the Gemma 3 release in its own directory, with `edit` applied.
 fn hostile(edit: impl FnOnce(&Path)) -> (tempfile::TempDir, std::path::PathBuf) {
+    hostile_copy("gemma3_mm", edit)
+}
+
+/// A copy of release `name` in its own directory, with `edit` applied.
+fn hostile_copy(name: &str, edit: impl FnOnce(&Path)) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("gemma3_mm", tmp.path(), "gemma3_mm");
+    let dir = copy_release(name, tmp.path(), name);
     edit(&dir);
     (tmp, dir)
 }
@@ -245,6 +258,28 @@ fn absurd_sizes_and_a_tower_without_layers_are_refused() {
         }
     });
     refused(&dir, 1, "_config.json", "image_seq_length");
+}
+
+/// Qwen3-VL's aliases are named as config.json names them (`depth`, `num_heads`); deepstack
+/// indexes past the tower (an IndexError in the reference) are refused.
+#[test]
+fn absurd_qwen3_vl_configs_are_refused() {
+    for (key, value) in [
+        ("depth", json!(0)),
+        ("num_heads", json!(null)),
+        ("num_position_embeddings", json!(0)),
+        ("deepstack_visual_indexes", json!([2])),
+        ("deepstack_visual_indexes", json!("1")),
+        ("spatial_merge_size", json!(-2)),
+    ] {
+        let (_t, dir) = hostile_copy("qwen3vl", |d| {
+            edit_config(d, |m| {
+                m["vision_config"][key] = value.clone();
+            });
+            garble_weights(d);
+        });
+        refused(&dir, 1, "config.json", &format!("vision_config.{key}"));
+    }
 }
 
 #[test]

@@ -62,14 +62,29 @@ pub struct Force {
     pub to: Forced,
 }
 
+/// Which configuration a key is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cfg {
+    /// `config.json`'s `vision_config`.
+    Vision,
+    /// The text model's (config.json with `text_config` over it).
+    Text,
+}
+
 /// A family's key written after the common `clip.vision.*` keys, in the listed order.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ClipKv {
     /// `clip.projector_type` = the spec's [`ProjectorSpec::projector_type`].
     ProjectorType,
-    /// `clip.vision.attention.layer_norm_epsilon` f32 ← the vision config's key, else the
-    /// default.
-    LayerNormEps(&'static str, f64),
+    /// `clip.vision.attention.layer_norm_epsilon` f32 ← the key of that configuration, else
+    /// the default.
+    LayerNormEps(Cfg, &'static str, f64),
+    /// `clip.vision.spatial_merge_size` u32 ← the vision config's `spatial_merge_size`, when
+    /// present (Qwen3-VL).
+    SpatialMergeSize,
+    /// `clip.vision.is_deepstack_layers`: one bool per vision layer, true at the indexes of
+    /// the vision config's `deepstack_visual_indexes` (Qwen3-VL).
+    DeepstackLayers,
     /// `clip.use_gelu` = true.
     UseGelu,
     /// Gemma 3's `clip.vision.projector.scale_factor` u32 = (image side ÷ patch side) ÷
@@ -102,105 +117,182 @@ pub struct ProjectorSpec {
     pub force: &'static [Force],
     /// `1 + w` for tensors whose HF name holds one of these (Gemma 3's `soft_emb_norm`).
     pub plus_one: &'static [&'static str],
+    /// Conv3D patch embeddings (HF name → GGUF name) written as two Conv2D ones, the second
+    /// named with `.1` appended: `w[:, :, 0]` and `w[:, :, 1]` (a temporal patch of 2).
+    pub temporal_split: &'static [(&'static str, &'static str)],
     /// The vision config class's defaults (key, JSON value) for what config.json omits.
     pub vision_defaults: &'static [(&'static str, &'static str)],
+    /// Keys the reference's class sets from others, whatever they held (`num_attention_heads`
+    /// ← `num_heads`): `(key, from)`.
+    pub vision_aliases: &'static [(&'static str, &'static str)],
+    /// An absent `image_size` is ⌊√`num_position_embeddings` × `patch_size`⌋ (Qwen3-VL).
+    pub image_size_from_positions: bool,
     /// The family's keys.
     pub keys: &'static [ClipKv],
 }
 
 /// The projector families, by HF architecture.
-pub static PROJECTORS: &[ProjectorSpec] = &[ProjectorSpec {
-    // conversion/gemma.py `Gemma3VisionModel`.
-    hf_archs: &["Gemma3ForConditionalGeneration"],
-    projector_type: "gemma3",
-    keep: &[
-        "multi_modal_projector.",
-        "vision_tower.",
-        "multimodal_projector.",
-        "vision_model.",
-    ],
-    skip: &["vision_model.head.", "language_model."],
-    layouts: &[("vision_tower.", "vision_tower.vision_model.")],
-    replace: &[("_weight", ".weight")],
+pub static PROJECTORS: &[ProjectorSpec] = &[
+    ProjectorSpec {
+        // conversion/gemma.py `Gemma3VisionModel`.
+        hf_archs: &["Gemma3ForConditionalGeneration"],
+        projector_type: "gemma3",
+        keep: &[
+            "multi_modal_projector.",
+            "vision_tower.",
+            "multimodal_projector.",
+            "vision_model.",
+        ],
+        skip: &["vision_model.head.", "language_model."],
+        layouts: &[("vision_tower.", "vision_tower.vision_model.")],
+        replace: &[("_weight", ".weight")],
+        tensors: &[
+            (
+                "multi_modal_projector.mm_input_projection",
+                "mm.input_projection",
+            ),
+            ("multi_modal_projector.mm_soft_emb_norm", "mm.soft_emb_norm"),
+            (
+                "vision_tower.vision_model.embeddings.patch_embedding",
+                "v.patch_embd",
+            ),
+            (
+                "vision_tower.vision_model.embeddings.position_embedding",
+                "v.position_embd",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.self_attn.q_proj",
+                "v.blk.{bid}.attn_q",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.self_attn.k_proj",
+                "v.blk.{bid}.attn_k",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.self_attn.v_proj",
+                "v.blk.{bid}.attn_v",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.self_attn.out_proj",
+                "v.blk.{bid}.attn_out",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.layer_norm1",
+                "v.blk.{bid}.ln1",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.layer_norm2",
+                "v.blk.{bid}.ln2",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.mlp.fc1",
+                "v.blk.{bid}.ffn_up",
+            ),
+            (
+                "vision_tower.vision_model.encoder.layers.{bid}.mlp.fc2",
+                "v.blk.{bid}.ffn_down",
+            ),
+            ("vision_tower.vision_model.post_layernorm", "v.post_ln"),
+        ],
+        force: &[
+            // llama.cpp issue 13025: the projection stays F16 whatever the output type (F32 too).
+            Force {
+                on: On::Hf,
+                contains: "input_projection",
+                to: Forced::F16,
+            },
+            Force {
+                on: On::Hf,
+                contains: ".embeddings.",
+                to: Forced::F32,
+            },
+        ],
+        plus_one: &["soft_emb_norm.weight"],
+        temporal_split: &[],
+        vision_aliases: &[],
+        image_size_from_positions: false,
+        // transformers' SiglipVisionConfig.
+        vision_defaults: &[
+            ("hidden_size", "768"),
+            ("intermediate_size", "3072"),
+            ("num_hidden_layers", "12"),
+            ("num_attention_heads", "12"),
+            ("image_size", "224"),
+            ("patch_size", "16"),
+            ("layer_norm_eps", "1e-06"),
+        ],
+        keys: &[
+            ClipKv::ProjectorType,
+            ClipKv::LayerNormEps(Cfg::Vision, "layer_norm_eps", 1e-6),
+            ClipKv::UseGelu,
+            ClipKv::Gemma3ScaleFactor,
+        ],
+    },
+    QWEN3VL,
+];
+
+/// conversion/qwen3vl.py `Qwen3VLVisionModel`.
+const QWEN3VL: ProjectorSpec = ProjectorSpec {
+    hf_archs: &["Qwen3VLForConditionalGeneration"],
+    projector_type: "qwen3vl_merger",
+    keep: &["visual."],
+    skip: &[],
+    layouts: &[("model.visual.", "visual.")],
+    replace: &[],
     tensors: &[
+        ("visual.patch_embed.proj", "v.patch_embd"),
+        ("visual.pos_embed", "v.position_embd"),
+        ("visual.blocks.{bid}.attn.qkv", "v.blk.{bid}.attn_qkv"),
+        ("visual.blocks.{bid}.attn.proj", "v.blk.{bid}.attn_out"),
+        ("visual.blocks.{bid}.mlp.linear_fc1", "v.blk.{bid}.ffn_up"),
+        ("visual.blocks.{bid}.mlp.linear_fc2", "v.blk.{bid}.ffn_down"),
+        ("visual.blocks.{bid}.norm1", "v.blk.{bid}.ln1"),
+        ("visual.blocks.{bid}.norm2", "v.blk.{bid}.ln2"),
+        ("visual.merger.norm", "v.post_ln"),
+        ("visual.merger.linear_fc1", "mm.0"),
+        ("visual.merger.linear_fc2", "mm.2"),
+        // `{ds}`: the i-th deepstack merger, written under the vision layer
+        // `deepstack_visual_indexes[i]`.
         (
-            "multi_modal_projector.mm_input_projection",
-            "mm.input_projection",
-        ),
-        ("multi_modal_projector.mm_soft_emb_norm", "mm.soft_emb_norm"),
-        (
-            "vision_tower.vision_model.embeddings.patch_embedding",
-            "v.patch_embd",
-        ),
-        (
-            "vision_tower.vision_model.embeddings.position_embedding",
-            "v.position_embd",
-        ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.self_attn.q_proj",
-            "v.blk.{bid}.attn_q",
-        ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.self_attn.k_proj",
-            "v.blk.{bid}.attn_k",
+            "visual.deepstack_merger_list.{ds}.norm",
+            "v.deepstack.{bid}.norm",
         ),
         (
-            "vision_tower.vision_model.encoder.layers.{bid}.self_attn.v_proj",
-            "v.blk.{bid}.attn_v",
+            "visual.deepstack_merger_list.{ds}.linear_fc1",
+            "v.deepstack.{bid}.fc1",
         ),
         (
-            "vision_tower.vision_model.encoder.layers.{bid}.self_attn.out_proj",
-            "v.blk.{bid}.attn_out",
+            "visual.deepstack_merger_list.{ds}.linear_fc2",
+            "v.deepstack.{bid}.fc2",
         ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.layer_norm1",
-            "v.blk.{bid}.ln1",
-        ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.layer_norm2",
-            "v.blk.{bid}.ln2",
-        ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.mlp.fc1",
-            "v.blk.{bid}.ffn_up",
-        ),
-        (
-            "vision_tower.vision_model.encoder.layers.{bid}.mlp.fc2",
-            "v.blk.{bid}.ffn_down",
-        ),
-        ("vision_tower.vision_model.post_layernorm", "v.post_ln"),
     ],
-    force: &[
-        // llama.cpp issue 13025: the projection stays F16 whatever the output type (F32 too).
-        Force {
-            on: On::Hf,
-            contains: "input_projection",
-            to: Forced::F16,
-        },
-        Force {
-            on: On::Hf,
-            contains: ".embeddings.",
-            to: Forced::F32,
-        },
-    ],
-    plus_one: &["soft_emb_norm.weight"],
-    // transformers' SiglipVisionConfig.
+    force: &[],
+    plus_one: &[],
+    temporal_split: &[("visual.patch_embed.proj.weight", "v.patch_embd.weight")],
+    // transformers' Qwen3VLVisionConfig.
     vision_defaults: &[
-        ("hidden_size", "768"),
-        ("intermediate_size", "3072"),
-        ("num_hidden_layers", "12"),
-        ("num_attention_heads", "12"),
-        ("image_size", "224"),
+        ("depth", "27"),
+        ("hidden_size", "1152"),
+        ("intermediate_size", "4304"),
+        ("num_heads", "16"),
         ("patch_size", "16"),
-        ("layer_norm_eps", "1e-06"),
+        ("spatial_merge_size", "2"),
+        ("num_position_embeddings", "2304"),
+        ("deepstack_visual_indexes", "[8, 16, 24]"),
     ],
+    vision_aliases: &[
+        ("num_attention_heads", "num_heads"),
+        ("num_hidden_layers", "depth"),
+    ],
+    image_size_from_positions: true,
     keys: &[
         ClipKv::ProjectorType,
-        ClipKv::LayerNormEps("layer_norm_eps", 1e-6),
         ClipKv::UseGelu,
-        ClipKv::Gemma3ScaleFactor,
+        ClipKv::SpatialMergeSize,
+        ClipKv::LayerNormEps(Cfg::Text, "rms_norm_eps", 1e-6),
+        ClipKv::DeepstackLayers,
     ],
-}];
+};
 
 /// The base class's rule, after the family's: the patch embedding (and merger) F16 for an F16
 /// output, else F32.
@@ -362,21 +454,35 @@ pub struct Vision {
 
 impl Vision {
     /// Reads `vision_config` of the config.json at `path` (`raw`), fills the spec's defaults and
-    /// checks every size against the caps.
+    /// aliases and checks every size against the caps.
     pub fn read(spec: &ProjectorSpec, raw: &Map<String, Value>, path: &Path) -> Result<Vision> {
         let mut cfg = match raw.get("vision_config") {
             Some(Value::Object(m)) => m.clone(),
             None | Some(Value::Null) => Map::new(),
             Some(v) => return Err(bad(path, format!("`vision_config` is not an object: {v}"))),
         };
+        // Only absent keys: transformers keeps an explicit null (and the reference then fails).
         for (k, v) in spec.vision_defaults {
-            if cfg.get(*k).is_none_or(Value::is_null) {
+            if !cfg.contains_key(*k) {
                 let v = serde_json::from_str(v).expect("a vision default is JSON");
                 cfg.insert((*k).into(), v);
             }
         }
-        let field = |k: &str, min: u64, max: u64| -> Result<u32> {
-            let v = &cfg[k];
+        for (k, from) in spec.vision_aliases {
+            let v = cfg.get(*from).cloned().unwrap_or(Value::Null);
+            cfg.insert((*k).into(), v);
+        }
+        // The key config.json names (an alias's source).
+        let shown = |k: &str| -> String {
+            let k = spec
+                .vision_aliases
+                .iter()
+                .find(|(a, _)| *a == k)
+                .map_or(k, |(_, from)| from);
+            format!("vision_config.{k}")
+        };
+        let field = |cfg: &Map<String, Value>, k: &str, min: u64, max: u64| -> Result<u32> {
+            let v = cfg.get(k).unwrap_or(&Value::Null);
             v.as_u64()
                 .filter(|n| (min..=max).contains(n))
                 .map(|n| n as u32)
@@ -384,23 +490,58 @@ impl Vision {
                     bad(
                         path,
                         format!(
-                            "`vision_config.{k}` = {v}: an integer from {min} to {max} expected"
+                            "`{}` = {v}: an integer from {min} to {max} expected",
+                            shown(k)
                         ),
                     )
                 })
         };
-        let image_size = field("image_size", 1, MAX_IMAGE_SIDE)?;
+        if spec.image_size_from_positions && !cfg.contains_key("image_size") {
+            let positions = field(&cfg, "num_position_embeddings", 1, u32::MAX.into())?;
+            let patch = field(&cfg, "patch_size", 1, MAX_IMAGE_SIDE)?;
+            // Python's `int(num_pos ** 0.5 * patch_size)`.
+            let side = (f64::from(positions).powf(0.5) * f64::from(patch)) as u64;
+            cfg.insert("image_size".into(), Value::from(side));
+        }
+        let image_size = field(&cfg, "image_size", 1, MAX_IMAGE_SIDE)?;
         let v = Vision {
             image_size,
-            patch_size: field("patch_size", 1, u64::from(image_size))?,
-            hidden: field("hidden_size", 1, u32::MAX.into())?,
-            feed_forward: field("intermediate_size", 1, u32::MAX.into())?,
-            blocks: field("num_hidden_layers", 1, MAX_VISION_LAYERS)?,
-            heads: field("num_attention_heads", 1, u32::MAX.into())?,
+            patch_size: field(&cfg, "patch_size", 1, u64::from(image_size))?,
+            hidden: field(&cfg, "hidden_size", 1, u32::MAX.into())?,
+            feed_forward: field(&cfg, "intermediate_size", 1, u32::MAX.into())?,
+            blocks: field(&cfg, "num_hidden_layers", 1, MAX_VISION_LAYERS)?,
+            heads: field(&cfg, "num_attention_heads", 1, u32::MAX.into())?,
             cfg,
             path: path.to_path_buf(),
         };
+        v.deepstack()?;
         Ok(v)
+    }
+
+    /// `deepstack_visual_indexes`: the vision layers whose features the deepstack mergers take
+    /// (empty when absent), each below the layer count.
+    pub fn deepstack(&self) -> Result<Vec<u32>> {
+        let v = match self.cfg.get("deepstack_visual_indexes") {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(v) => v,
+        };
+        v.as_array()
+            .filter(|a| a.len() <= self.blocks as usize)
+            .and_then(|a| {
+                a.iter()
+                    .map(|i| i.as_u64().filter(|&i| i < u64::from(self.blocks)))
+                    .map(|i| i.map(|i| i as u32))
+                    .collect::<Option<Vec<u32>>>()
+            })
+            .ok_or_else(|| {
+                bad(
+                    &self.path,
+                    format!(
+                        "`vision_config.deepstack_visual_indexes` = {v}: vision layer indexes below {} expected",
+                        self.blocks
+                    ),
+                )
+            })
     }
 
     /// A float of the vision config, `default` when absent.
@@ -511,10 +652,38 @@ pub(crate) fn clip_kvs(dir: &Path, spec: &ProjectorSpec) -> Result<Vec<(String, 
                 "clip.projector_type",
                 MetaValue::Str(spec.projector_type.into()),
             ),
-            ClipKv::LayerNormEps(k, default) => put(
-                "clip.vision.attention.layer_norm_epsilon",
-                MetaValue::F32(v.float(k, default)? as f32),
-            ),
+            ClipKv::LayerNormEps(cfg, k, default) => {
+                let eps = match cfg {
+                    Cfg::Vision => v.float(k, default)?,
+                    Cfg::Text => hp.float(&[k])?.unwrap_or(default),
+                };
+                put(
+                    "clip.vision.attention.layer_norm_epsilon",
+                    MetaValue::F32(eps as f32),
+                )
+            }
+            ClipKv::SpatialMergeSize => {
+                if let Some(n) = v.cfg.get("spatial_merge_size").filter(|n| !n.is_null()) {
+                    let n = n
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or_else(|| {
+                            bad(
+                                &v.path,
+                                format!("`vision_config.spatial_merge_size` is not a u32: {n}"),
+                            )
+                        })?;
+                    put("clip.vision.spatial_merge_size", MetaValue::U32(n));
+                }
+            }
+            ClipKv::DeepstackLayers => {
+                let ds = v.deepstack()?;
+                let flags = (0..v.blocks).map(|b| MetaValue::Bool(ds.contains(&b)));
+                put(
+                    "clip.vision.is_deepstack_layers",
+                    MetaValue::Array(flags.collect()),
+                );
+            }
             ClipKv::UseGelu => put("clip.use_gelu", MetaValue::Bool(true)),
             ClipKv::Gemma3ScaleFactor => {
                 let seq = p.positive("image_seq_length", 256)?;

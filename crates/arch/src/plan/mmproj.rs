@@ -9,6 +9,7 @@
 use super::tensors::source_order;
 use super::*;
 use crate::mmproj::{self, Forced, On, ProjectorSpec};
+use crate::origin::View;
 
 /// Plans the projector GGUF of the release in `dir` whose tensors are `tensors`. Reads
 /// config.json, the processor files and the model card; never a tensor.
@@ -21,6 +22,7 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
     let clip = mmproj::clip_kvs(dir, spec)?;
     let sources = mmproj::Sources::read(dir, spec)?;
     let blocks = sources.vision.blocks;
+    let deepstack = sources.vision.deepstack()?;
     let mut out = Vec::new();
     let mut dropped = Vec::new();
     for i in source_order(tensors, opts.sort_names) {
@@ -36,11 +38,35 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
             dropped.push((t.name.clone(), "not used by llama.cpp"));
             continue;
         }
-        let gguf = map_projector(spec, &hf, blocks).ok_or_else(|| Error::Unsupported {
+        let refuse = |what: String| Error::Unsupported {
             at: Location::file(dir).tensor(&t.name),
             format: Some(Format::Gguf),
-            what: "a vision tensor the projector family does not name".into(),
-        })?;
+            what,
+        };
+        if let Some((_, g)) = spec.temporal_split.iter().find(|(h, _)| *h == hf) {
+            let halves = temporal_halves(t, i, g).ok_or_else(|| {
+                refuse(format!(
+                    "a Conv3D patch embedding of shape {:?}: [out, in, 2, h, w] expected \
+                     (a temporal patch of 2)",
+                    t.shape
+                ))
+            })?;
+            for (name, origin, shape) in halves {
+                let dtype = projector_dtype(spec, &hf, &name, &shape, opts.outtype);
+                out.push(OutTensor {
+                    name,
+                    origin,
+                    shape,
+                    permute: None,
+                    force_f32: dtype == DType::F32,
+                    plus_one: false,
+                    dtype,
+                });
+            }
+            continue;
+        }
+        let gguf = map_projector(spec, &hf, blocks, &deepstack)
+            .ok_or_else(|| refuse("a vision tensor the projector family does not name".into()))?;
         let dtype = projector_dtype(spec, &hf, &gguf, &t.shape, opts.outtype);
         out.push(OutTensor {
             origin: Origin::Hf {
@@ -104,15 +130,59 @@ fn projector_name(spec: &ProjectorSpec, name: &str) -> Option<String> {
 }
 
 /// The GGUF name of projector tensor `hf` (the family's map, with `.weight`/`.bias` tried as
-/// suffixes, `{bid}` below `blocks`).
-fn map_projector(spec: &ProjectorSpec, hf: &str, blocks: u32) -> Option<String> {
+/// suffixes, `{bid}` below `blocks`, `{ds}` the index of a deepstack merger, written under its
+/// vision layer `deepstack[ds]`).
+fn map_projector(spec: &ProjectorSpec, hf: &str, blocks: u32, deepstack: &[u32]) -> Option<String> {
     let (base, suffix) = hf.rsplit_once('.')?;
     if suffix != "weight" && suffix != "bias" {
         return None;
     }
     spec.tensors.iter().find_map(|(h, g)| {
-        match_pattern(h, base, blocks).map(|bid| format!("{}.{suffix}", fill(g, bid)))
+        let bid = match h.contains("{ds}") {
+            true => {
+                let pattern = h.replace("{ds}", "{bid}");
+                let ds = match_pattern(&pattern, base, deepstack.len() as u32)??;
+                Some(deepstack[ds as usize])
+            }
+            false => match_pattern(h, base, blocks)?,
+        };
+        Some(format!("{}.{suffix}", fill(g, bid)))
     })
+}
+
+/// The two Conv2D halves of Conv3D patch embedding `t` (index `i`) along its temporal
+/// dimension: `gguf` of `w[:, :, 0]` and `gguf.1` of `w[:, :, 1]`; `None` unless `t` is
+/// `[out, in, 2, h, w]`.
+fn temporal_halves(
+    t: &SourceTensor,
+    i: usize,
+    gguf: &str,
+) -> Option<Vec<(String, Origin, Vec<u64>)>> {
+    let &[c1, c2, 2, kh, kw] = t.shape.as_slice() else {
+        return None;
+    };
+    let plane = kh.checked_mul(kw)?;
+    let shape = vec![c1, c2, kh, kw];
+    let halves = (0..2u64)
+        .map(|k| {
+            let view = View {
+                offset: k * plane,
+                dims: vec![(c1, c2 * 2 * plane), (c2, 2 * plane), (kh, kw), (kw, 1)],
+            };
+            let name = if k == 0 {
+                gguf.to_owned()
+            } else {
+                format!("{gguf}.1")
+            };
+            let origin = Origin::View {
+                name: t.name.clone(),
+                index: i,
+                view,
+            };
+            (name, origin, shape.clone())
+        })
+        .collect();
+    Some(halves)
 }
 
 /// The output type of projector tensor `hf` → `gguf` of `shape` (the family's
