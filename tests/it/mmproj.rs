@@ -94,7 +94,7 @@ fn against_reference(name: &str, dir: &Path, entry: &Value, tmp: &Path, tag: &st
 
 /// The releases whose projector weightport converts (the expected file records the reference's
 /// outputs for more).
-const CONVERTED: &[&str] = &["gemma3_mm", "qwen3vl"];
+const CONVERTED: &[&str] = &["gemma3_mm", "qwen25vl_mm", "qwen3vl"];
 
 #[test]
 fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
@@ -119,8 +119,8 @@ fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
         }
     }
     assert_eq!(
-        n, 12,
-        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, qwen3vl × f32/f16/bf16/q8_0"
+        n, 16,
+        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, qwen25vl_mm and qwen3vl × f32/f16/bf16/q8_0"
     );
 }
 
@@ -132,8 +132,13 @@ fn the_text_model_of_a_vision_release_converts_as_before() {
     for (name, file, pre) in [
         ("gemma3_mm", "dense.json", None),
         ("qwen3vl", "archs4.json", Some("qwen2")),
+        ("qwen25vl_mm", "", Some("qwen2")),
     ] {
-        let want = &arch::expected(file)[name]["outtypes"]["f16"]["sha256"];
+        let want = match file {
+            // Made by gen_mmproj.py, which recorded its text model too.
+            "" => expected()[name]["text"]["f16"]["sha256"].clone(),
+            _ => arch::expected(file)[name]["outtypes"]["f16"]["sha256"].clone(),
+        };
         let out = tmp.path().join(format!("{name}-text.gguf"));
         arch::convert(&arch::release(name), &out, pre, &["--dtype", "f16"]);
         assert_eq!(sha_file(&out), want.as_str().unwrap(), "{name}");
@@ -280,6 +285,67 @@ fn absurd_qwen3_vl_configs_are_refused() {
         });
         refused(&dir, 1, "config.json", &format!("vision_config.{key}"));
     }
+}
+
+/// Qwen2.5-VL: a window attention pattern the reference rejects, another `model_type` (Qwen2-VL's
+/// projector differs).
+#[test]
+fn absurd_qwen25_vl_releases_are_refused() {
+    for (key, value) in [
+        ("fullatt_block_indexes", json!([0, 2, 3])),
+        ("fullatt_block_indexes", json!([])),
+        ("fullatt_block_indexes", json!([7])),
+    ] {
+        let (_t, dir) = hostile_copy("qwen25vl_mm", |d| {
+            edit_config(d, |m| {
+                m["vision_config"][key] = value.clone();
+            });
+            garble_weights(d);
+        });
+        refused(&dir, 1, "config.json", &format!("vision_config.{key}"));
+    }
+    let (_t, dir) = hostile_copy("qwen25vl_mm", |d| {
+        edit_config(d, |m| {
+            m["model_type"] = json!("qwen2_vl");
+        });
+        garble_weights(d);
+    });
+    refused(&dir, 1, "config.json", "model_type");
+}
+
+/// A Qwen2.5-VL tower of one block: the reference fails on the merger ("Can not map tensor
+/// 'visual.merger.mlp.2.bias'": it maps the merger's index as a vision block); weightport
+/// writes the merger under the names llama.cpp reads (`mm.0`, `mm.2`), with the tensors the
+/// four-block release's file holds for one block.
+#[test]
+fn a_one_block_qwen25_vl_tower_converts_where_the_reference_fails() {
+    let exp = expected();
+    assert!(exp["qwen25vl"]["refused"]["f16"]
+        .as_str()
+        .unwrap()
+        .contains("visual.merger.mlp.2.bias"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("one.gguf");
+    let o = mmproj(&arch::release("qwen25vl"), &out, &["--dtype", "f16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = weightport_gguf::open(&out, &Default::default()).unwrap();
+    let names: Vec<String> = weightport_core::TensorSource::tensors(&f)
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for n in [
+        "mm.0.weight",
+        "mm.2.bias",
+        "v.patch_embd.weight.1",
+        "v.blk.0.attn_v.weight",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
+    }
+    assert_eq!(
+        names.len(),
+        7 + 16,
+        "the merger and patch embedding, one block"
+    );
 }
 
 #[test]

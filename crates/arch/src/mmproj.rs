@@ -87,6 +87,12 @@ pub enum ClipKv {
     DeepstackLayers,
     /// `clip.use_gelu` = true.
     UseGelu,
+    /// `clip.use_silu` = true.
+    UseSilu,
+    /// Qwen2.5-VL's `clip.vision.n_wa_pattern` u32 = the vision config's
+    /// `fullatt_block_indexes[0] + 1` (required; refused unless every full-attention block
+    /// follows the last by that step, as the reference checks).
+    WindowAttentionPattern,
     /// Gemma 3's `clip.vision.projector.scale_factor` u32 = (image side ÷ patch side) ÷
     /// ⌊√`image_seq_length`⌋ (processor config, default 256), written when positive and not 4.
     Gemma3ScaleFactor,
@@ -120,6 +126,12 @@ pub struct ProjectorSpec {
     /// Conv3D patch embeddings (HF name → GGUF name) written as two Conv2D ones, the second
     /// named with `.1` appended: `w[:, :, 0]` and `w[:, :, 1]` (a temporal patch of 2).
     pub temporal_split: &'static [(&'static str, &'static str)],
+    /// Fused tensors written as equal row thirds: an HF name holding `.{from}.` becomes the three
+    /// names with `from` replaced by each part, in order, each mapped (Qwen2.5-VL's `qkv`).
+    pub row_split: &'static [(&'static str, [&'static str; 3])],
+    /// `config.json`'s `model_type` the family requires (the reference's class writes another
+    /// projector, or fails, for the others).
+    pub model_type: Option<&'static str>,
     /// The vision config class's defaults (key, JSON value) for what config.json omits.
     pub vision_defaults: &'static [(&'static str, &'static str)],
     /// Keys the reference's class sets from others, whatever they held (`num_attention_heads`
@@ -209,6 +221,8 @@ pub static PROJECTORS: &[ProjectorSpec] = &[
         ],
         plus_one: &["soft_emb_norm.weight"],
         temporal_split: &[],
+        row_split: &[],
+        model_type: None,
         vision_aliases: &[],
         image_size_from_positions: false,
         // transformers' SiglipVisionConfig.
@@ -228,8 +242,64 @@ pub static PROJECTORS: &[ProjectorSpec] = &[
             ClipKv::Gemma3ScaleFactor,
         ],
     },
+    QWEN25VL,
     QWEN3VL,
 ];
+
+/// conversion/qwenvl.py `Qwen2VLVisionModel` for Qwen2.5-VL.
+const QWEN25VL: ProjectorSpec = ProjectorSpec {
+    hf_archs: &["Qwen2_5_VLForConditionalGeneration"],
+    projector_type: "qwen2.5vl_merger",
+    keep: &["visual."],
+    skip: &[],
+    layouts: &[],
+    replace: &[],
+    tensors: &[
+        ("visual.blocks.{bid}.attn.q", "v.blk.{bid}.attn_q"),
+        ("visual.blocks.{bid}.attn.k", "v.blk.{bid}.attn_k"),
+        ("visual.blocks.{bid}.attn.v", "v.blk.{bid}.attn_v"),
+        ("visual.blocks.{bid}.attn.proj", "v.blk.{bid}.attn_out"),
+        ("visual.blocks.{bid}.mlp.gate_proj", "v.blk.{bid}.ffn_gate"),
+        ("visual.blocks.{bid}.mlp.up_proj", "v.blk.{bid}.ffn_up"),
+        ("visual.blocks.{bid}.mlp.down_proj", "v.blk.{bid}.ffn_down"),
+        ("visual.blocks.{bid}.norm1", "v.blk.{bid}.ln1"),
+        ("visual.blocks.{bid}.norm2", "v.blk.{bid}.ln2"),
+        ("visual.merger.ln_q", "v.post_ln"),
+        // The reference maps `visual.merger.mlp.{bid}` as if the index were a vision block
+        // (so it cannot convert a tower of fewer than three blocks); the names are these.
+        ("visual.merger.mlp.0", "mm.0"),
+        ("visual.merger.mlp.2", "mm.2"),
+    ],
+    force: &[Force {
+        on: On::Gguf,
+        contains: ".position_embd.",
+        to: Forced::F32,
+    }],
+    plus_one: &[],
+    temporal_split: &[("visual.patch_embed.proj.weight", "v.patch_embd.weight")],
+    row_split: &[("qkv", ["q", "k", "v"])],
+    model_type: Some("qwen2_5_vl"),
+    // transformers' Qwen2_5_VLVisionConfig, and the class's image size.
+    vision_defaults: &[
+        ("depth", "32"),
+        ("hidden_size", "3584"),
+        ("intermediate_size", "3420"),
+        ("num_heads", "16"),
+        ("patch_size", "14"),
+        ("image_size", "560"),
+    ],
+    vision_aliases: &[
+        ("num_attention_heads", "num_heads"),
+        ("num_hidden_layers", "depth"),
+    ],
+    image_size_from_positions: false,
+    keys: &[
+        ClipKv::ProjectorType,
+        ClipKv::UseSilu,
+        ClipKv::WindowAttentionPattern,
+        ClipKv::LayerNormEps(Cfg::Text, "rms_norm_eps", 1e-6),
+    ],
+};
 
 /// conversion/qwen3vl.py `Qwen3VLVisionModel`.
 const QWEN3VL: ProjectorSpec = ProjectorSpec {
@@ -269,6 +339,8 @@ const QWEN3VL: ProjectorSpec = ProjectorSpec {
     force: &[],
     plus_one: &[],
     temporal_split: &[("visual.patch_embed.proj.weight", "v.patch_embd.weight")],
+    row_split: &[],
+    model_type: None,
     // transformers' Qwen3VLVisionConfig.
     vision_defaults: &[
         ("depth", "27"),
@@ -544,6 +616,38 @@ impl Vision {
             })
     }
 
+    /// Qwen2.5-VL's window attention pattern: `fullatt_block_indexes[0] + 1`, every full
+    /// attention block that step after the last.
+    pub fn window_pattern(&self) -> Result<u32> {
+        let v = self
+            .cfg
+            .get("fullatt_block_indexes")
+            .unwrap_or(&Value::Null);
+        let refuse = || {
+            bad(
+                &self.path,
+                format!(
+                    "`vision_config.fullatt_block_indexes` = {v}: vision layer indexes at a \
+                     constant step from the first block expected"
+                ),
+            )
+        };
+        let idx = v
+            .as_array()
+            .filter(|a| !a.is_empty() && a.len() <= self.blocks as usize)
+            .and_then(|a| {
+                a.iter()
+                    .map(|i| i.as_u64().filter(|&i| i < u64::from(self.blocks)))
+                    .collect::<Option<Vec<u64>>>()
+            })
+            .ok_or_else(refuse)?;
+        let step = idx[0] + 1;
+        if idx.windows(2).any(|w| w[1].checked_sub(w[0]) != Some(step)) {
+            return Err(refuse());
+        }
+        Ok(step as u32)
+    }
+
     /// A float of the vision config, `default` when absent.
     pub fn float(&self, key: &str, default: f64) -> Result<f64> {
         match self.cfg.get(key) {
@@ -612,6 +716,25 @@ impl Sources {
             ),
         })?;
         let hp = crate::HParams::load(dir, &text.config)?;
+        if let Some(want) = spec.model_type {
+            // The release's own `model_type` (the text config's is merged over it in `hp`).
+            let top = read_json(&hp.path)?;
+            let got = top.get("model_type").and_then(Value::as_str);
+            if got != Some(want) {
+                return Err(Error::Unsupported {
+                    at: Location::file(&hp.path),
+                    format: Some(Format::Gguf),
+                    what: format!(
+                        "`model_type` {}: the `{}` projector is written for `{want}` releases",
+                        got.map_or("absent".into(), |g| format!(
+                            "`{}`",
+                            weightport_core::sanitize(g)
+                        )),
+                        spec.projector_type
+                    ),
+                });
+            }
+        }
         let vision = Vision::read(spec, &hp.raw, &hp.path)?;
         let processor = Processor::read(dir)?;
         Ok(Sources {
@@ -685,6 +808,11 @@ pub(crate) fn clip_kvs(dir: &Path, spec: &ProjectorSpec) -> Result<Vec<(String, 
                 );
             }
             ClipKv::UseGelu => put("clip.use_gelu", MetaValue::Bool(true)),
+            ClipKv::UseSilu => put("clip.use_silu", MetaValue::Bool(true)),
+            ClipKv::WindowAttentionPattern => put(
+                "clip.vision.n_wa_pattern",
+                MetaValue::U32(v.window_pattern()?),
+            ),
             ClipKv::Gemma3ScaleFactor => {
                 let seq = p.positive("image_seq_length", 256)?;
                 // Python's `int(image_seq_length ** 0.5)`.

@@ -23,6 +23,13 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
     let sources = mmproj::Sources::read(dir, spec)?;
     let blocks = sources.vision.blocks;
     let deepstack = sources.vision.deepstack()?;
+    let tower = Tower {
+        dir,
+        spec,
+        blocks,
+        deepstack: &deepstack,
+        outtype: opts.outtype,
+    };
     let mut out = Vec::new();
     let mut dropped = Vec::new();
     for i in source_order(tensors, opts.sort_names) {
@@ -38,55 +45,18 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
             dropped.push((t.name.clone(), "not used by llama.cpp"));
             continue;
         }
-        let refuse = |what: String| Error::Unsupported {
-            at: Location::file(dir).tensor(&t.name),
-            format: Some(Format::Gguf),
-            what,
-        };
-        if let Some((_, g)) = spec.temporal_split.iter().find(|(h, _)| *h == hf) {
-            let halves = temporal_halves(t, i, g).ok_or_else(|| {
-                refuse(format!(
-                    "a Conv3D patch embedding of shape {:?}: [out, in, 2, h, w] expected \
-                     (a temporal patch of 2)",
-                    t.shape
-                ))
-            })?;
-            for (name, origin, shape) in halves {
-                let dtype = projector_dtype(spec, &hf, &name, &shape, opts.outtype);
-                out.push(OutTensor {
-                    name,
-                    origin,
-                    shape,
-                    permute: None,
-                    force_f32: dtype == DType::F32,
-                    plus_one: false,
-                    dtype,
-                });
-            }
-            continue;
-        }
-        let gguf = map_projector(spec, &hf, blocks, &deepstack)
-            .ok_or_else(|| refuse("a vision tensor the projector family does not name".into()))?;
-        let dtype = projector_dtype(spec, &hf, &gguf, &t.shape, opts.outtype);
-        out.push(OutTensor {
-            origin: Origin::Hf {
-                name: t.name.clone(),
-                index: i,
-            },
-            shape: t.shape.clone(),
-            permute: None,
-            force_f32: dtype == DType::F32,
-            plus_one: spec.plus_one.iter().any(|p| hf.contains(p)),
-            dtype,
-            name: gguf,
-        });
+        tower.add(t, i, &hf, &mut out)?;
     }
     check_blocks(&out, blocks, &sources.hp.path)?;
     let mut kv: Vec<(String, MetaValue)> = vec![
         ("general.architecture".into(), MetaValue::Str("clip".into())),
         ("general.type".into(), MetaValue::Str("mmproj".into())),
     ];
-    let total: u64 = out.iter().map(|t| t.shape.iter().product::<u64>()).sum();
+    // Each shape's count fits u64 (checked above); their sum may not.
+    let total = out
+        .iter()
+        .try_fold(0u64, |n, t| n.checked_add(t.shape.iter().product()))
+        .ok_or_else(|| bad(dir, "the projector's tensors hold more than 2^64 elements"))?;
     let card =
         crate::card::Authorship::load(dir, &opts.card, total as i64, || size_label_of(&out))?;
     card.kvs(&mut |k, v| kv.push((k, v)))?;
@@ -107,6 +77,119 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
         hparams: sources.hp,
         dequant: Vec::new(),
     })
+}
+
+/// What the tensors of one release's projector are planned by.
+struct Tower<'a> {
+    dir: &'a Path,
+    spec: &'static ProjectorSpec,
+    blocks: u32,
+    deepstack: &'a [u32],
+    outtype: OutType,
+}
+
+impl Tower<'_> {
+    fn refuse(&self, t: &SourceTensor, what: String) -> Error {
+        Error::Unsupported {
+            at: Location::file(self.dir).tensor(&t.name),
+            format: Some(Format::Gguf),
+            what,
+        }
+    }
+
+    /// The output tensor named `gguf` (from HF name `hf`) of `shape` read from `origin`.
+    fn tensor(&self, hf: &str, gguf: String, shape: Vec<u64>, origin: Origin) -> OutTensor {
+        let dtype = projector_dtype(self.spec, hf, &gguf, &shape, self.outtype);
+        OutTensor {
+            name: gguf,
+            origin,
+            shape,
+            permute: None,
+            force_f32: dtype == DType::F32,
+            plus_one: self.spec.plus_one.iter().any(|p| hf.contains(p)),
+            dtype,
+        }
+    }
+
+    /// The GGUF name of `hf`, refused when the family does not name it.
+    fn name(&self, t: &SourceTensor, hf: &str) -> Result<String> {
+        map_projector(self.spec, hf, self.blocks, self.deepstack).ok_or_else(|| {
+            self.refuse(
+                t,
+                "a vision tensor the projector family does not name".into(),
+            )
+        })
+    }
+
+    /// Plans projector tensor `t` (index `i`, named `hf` after the layout): one output tensor,
+    /// two temporal halves, or three row thirds.
+    fn add(&self, t: &SourceTensor, i: usize, hf: &str, out: &mut Vec<OutTensor>) -> Result<()> {
+        if t.shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .is_none()
+        {
+            let what = format!("a shape of more than 2^64 elements: {:?}", t.shape);
+            return Err(self.refuse(t, what));
+        }
+        if let Some((_, g)) = self.spec.temporal_split.iter().find(|(h, _)| *h == hf) {
+            let halves = temporal_halves(t, i, g).ok_or_else(|| {
+                let what = format!(
+                    "a Conv3D patch embedding of shape {:?}: [out, in, 2, h, w] expected \
+                     (a temporal patch of 2)",
+                    t.shape
+                );
+                self.refuse(t, what)
+            })?;
+            for (name, origin, shape) in halves {
+                out.push(self.tensor(hf, name, shape, origin));
+            }
+            return Ok(());
+        }
+        let split = self.spec.row_split.iter();
+        if let Some((from, parts)) = split.clone().find(|(f, _)| hf.contains(&format!(".{f}."))) {
+            return self.thirds(t, i, hf, (from, parts), out);
+        }
+        let origin = Origin::Hf {
+            name: t.name.clone(),
+            index: i,
+        };
+        out.push(self.tensor(hf, self.name(t, hf)?, t.shape.clone(), origin));
+        Ok(())
+    }
+
+    /// The three row thirds of fused tensor `t` (Qwen2.5-VL's `qkv`), named with `from`
+    /// replaced by each part.
+    fn thirds(
+        &self,
+        t: &SourceTensor,
+        i: usize,
+        hf: &str,
+        (from, parts): (&str, &[&str; 3]),
+        out: &mut Vec<OutTensor>,
+    ) -> Result<()> {
+        let rows = t.shape.first().copied().unwrap_or(0);
+        if rows == 0 || rows % 3 != 0 {
+            let what = format!(
+                "a fused `{from}` tensor of shape {:?}: its rows do not split in three",
+                t.shape
+            );
+            return Err(self.refuse(t, what));
+        }
+        let third = rows / 3;
+        for (k, part) in (0u64..).zip(parts) {
+            let name = hf.replace(from, part);
+            let mut shape = t.shape.clone();
+            shape[0] = third;
+            let origin = Origin::Rows {
+                name: t.name.clone(),
+                index: i,
+                rows: k * third..(k + 1) * third,
+            };
+            out.push(self.tensor(&name, self.name(t, &name)?, shape, origin));
+        }
+        Ok(())
+    }
 }
 
 /// The name of a projector tensor under the releases' layout and the family's renames, `None`
@@ -162,12 +245,14 @@ fn temporal_halves(
         return None;
     };
     let plane = kh.checked_mul(kw)?;
+    let stride = c2.checked_mul(2)?.checked_mul(plane)?;
+    c1.checked_mul(stride)?;
     let shape = vec![c1, c2, kh, kw];
     let halves = (0..2u64)
         .map(|k| {
             let view = View {
                 offset: k * plane,
-                dims: vec![(c1, c2 * 2 * plane), (c2, 2 * plane), (kh, kw), (kw, 1)],
+                dims: vec![(c1, stride), (c2, 2 * plane), (kh, kw), (kw, 1)],
             };
             let name = if k == 0 {
                 gguf.to_owned()
