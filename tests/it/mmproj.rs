@@ -356,6 +356,23 @@ fn weights_missing_a_vision_layer_are_refused() {
     refused(&dir, 1, "config.json", "announces 2 vision layers");
 }
 
+/// A LLaVA release with a CLIP tower (transformers 5.24, gen_mmproj.py `llava_clip`): the reference
+/// refuses it ("Unsupported model type: clip_vision_model", recorded); so does weightport, with
+/// that reason, exit 3, before reading a weight.
+#[test]
+fn a_clip_tower_llava_is_refused_as_the_reference_refuses_it() {
+    let exp = expected();
+    for t in ["f32", "f16", "bf16", "q8_0"] {
+        assert_eq!(
+            exp["llava_clip"]["refused"][t].as_str().unwrap(),
+            "ValueError: Unsupported model type: clip_vision_model"
+        );
+    }
+    let (_t, dir) = hostile_copy("llava_clip", garble_weights);
+    refused(&dir, 3, "config.json", "Unsupported model type");
+    refused(&dir, 3, "config.json", "clip_vision_model");
+}
+
 #[test]
 fn a_release_without_a_projector_family_is_refused_before_its_weights() {
     let tmp = tempfile::tempdir().unwrap();

@@ -385,6 +385,57 @@ pub static BASE_FORCE: &[Force] = &[
 /// embeddings of the `clip` architecture).
 pub static F32_NAMES: &[&str] = &["v.position_embd.weight", "a.position_embd.weight"];
 
+/// A projector the reference refuses: the HF architectures, the vision towers (`vision_config`'s
+/// `model_type`, transformers' default when absent) it converts for them, and its reason.
+#[derive(Debug)]
+pub struct Refusal {
+    /// HF `architectures[0]` values.
+    pub hf_archs: &'static [&'static str],
+    /// The vision towers converted; any other is refused.
+    pub towers: &'static [&'static str],
+    /// The tower the config class builds when `vision_config` names none.
+    pub default_tower: &'static str,
+    /// Why (the reference's words, with the tower's type after them).
+    pub reason: &'static str,
+}
+
+/// The projectors refused as the reference refuses them, before any weight is read.
+pub static REFUSALS: &[Refusal] = &[Refusal {
+    // conversion/llava.py `LlavaVisionModel.__init__`: only Pixtral towers.
+    hf_archs: &[
+        "LlavaForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
+    ],
+    towers: &["pixtral"],
+    default_tower: "clip_vision_model",
+    reason: "the reference converter writes a LLaVA projector only for a Pixtral vision tower \
+             (\"Unsupported model type\")",
+}];
+
+/// Refuses the release at `dir` (config.json `raw`) when its projector is one the reference
+/// refuses ([`REFUSALS`]): [`Error::Refused`], exit 3.
+fn refuse_tower(dir: &Path, hf_arch: &str, raw: &Value) -> Result<()> {
+    let Some(r) = REFUSALS.iter().find(|r| r.hf_archs.contains(&hf_arch)) else {
+        return Ok(());
+    };
+    let tower = raw
+        .get("vision_config")
+        .and_then(|v| v.get("model_type"))
+        .and_then(Value::as_str)
+        .unwrap_or(r.default_tower);
+    if r.towers.contains(&tower) {
+        return Ok(());
+    }
+    Err(Error::Refused {
+        at: Location::file(dir.join("config.json")),
+        reason: format!(
+            "{}: vision tower `{}`",
+            r.reason,
+            weightport_core::sanitize(tower)
+        ),
+    })
+}
+
 /// The projector family of HF architecture `hf_arch`.
 pub fn lookup(hf_arch: &str) -> Option<&'static ProjectorSpec> {
     PROJECTORS.iter().find(|s| s.hf_archs.contains(&hf_arch))
@@ -681,7 +732,10 @@ pub fn check_within(
 
 /// The projector family of the release in `dir` (its config.json's architecture).
 pub(crate) fn spec_of(dir: &Path) -> Result<&'static ProjectorSpec> {
-    let hf_arch = crate::hf_architecture(dir)?;
+    let path = dir.join("config.json");
+    let raw = read_json(&path)?;
+    let hf_arch = crate::config::arch_of(&path, &raw)?;
+    refuse_tower(dir, &hf_arch, &raw)?;
     lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
         at: Location::file(dir.join("config.json")),
         format: Some(Format::Gguf),
