@@ -27,6 +27,7 @@ mod kernel_copy;
 mod late_duplicate;
 mod library;
 mod lora;
+mod lora_llama;
 mod messages;
 mod mmproj;
 mod nan_payloads;

@@ -403,3 +403,55 @@ fn a_projector_is_asked_of_a_release_going_to_gguf() {
     );
     assert!(!out.exists());
 }
+
+/// llama.cpp's `llama-mtmd-cli` loads each projector beside its text model (both written by
+/// weightport) and encodes an image with it (a 64×64 PPM; random tiny towers say nothing
+/// worth judging, so only the load and the encode are checked).
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn llama_mtmd_cli_encodes_an_image_with_our_projectors() {
+    let bin: std::path::PathBuf = std::env::var_os("WEIGHTPORT_LLAMA_BIN")
+        .expect("WEIGHTPORT_LLAMA_BIN: the directory of the pinned llama.cpp build's tools")
+        .into();
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("image.ppm");
+    let mut ppm = b"P6\n64 64\n255\n".to_vec();
+    ppm.extend((0..64 * 64 * 3).map(|i| (i * 7 % 251) as u8));
+    std::fs::write(&image, ppm).unwrap();
+    for (name, pre) in [
+        ("gemma3_mm", None),
+        ("qwen25vl_mm", Some("qwen2")),
+        ("qwen3vl", Some("qwen2")),
+    ] {
+        let (text, proj) = (
+            tmp.path().join(format!("{name}.gguf")),
+            tmp.path().join(format!("mmproj-{name}.gguf")),
+        );
+        arch::convert(&arch::release(name), &text, pre, &["--dtype", "f16"]);
+        let o = mmproj(&arch::release(name), &proj, &["--dtype", "f16"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = std::process::Command::new(bin.join("llama-mtmd-cli"))
+            .env("LD_LIBRARY_PATH", &bin)
+            .args([
+                "-m",
+                text.to_str().unwrap(),
+                "--mmproj",
+                proj.to_str().unwrap(),
+            ])
+            .args([
+                "--image",
+                image.to_str().unwrap(),
+                "-p",
+                "describe",
+                "-n",
+                "2",
+                "-t",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        assert!(err.contains("mtmd batch encoding done"), "{name}: {err}");
+    }
+}

@@ -2,8 +2,8 @@
 //! release's `config.json`, up to the second its `preprocessor_config.json`, and each following
 //! line `NAME DTYPE D0,D1,…` one tensor of its weights (names, types and shapes are all the
 //! planner sees of them). The family check (`mmproj::check`) and the plan must return Ok or
-//! Err, never panic; every planned tensor must name one of the given tensors and a view must
-//! stay inside it.
+//! Err, never panic; every planned tensor must name one of the given tensors and a view or a
+//! row range must stay inside it.
 //!
 //! Seeds: the `gemma3_mm` and `qwen3vl` releases of fixtures/good/arch written this way from
 //! their config.json, preprocessor_config.json and safetensors headers (fuzz/README.md), and
@@ -78,6 +78,11 @@ fuzz_target!(|data: &[u8]| {
             let (index, view) = match &t.origin {
                 Origin::Hf { index, .. } => (*index, None),
                 Origin::View { index, view, .. } => (*index, Some(view)),
+                Origin::Rows { index, rows, .. } => {
+                    let n = tensors[*index].shape.first().copied().unwrap_or(0);
+                    assert!(rows.start < rows.end && rows.end <= n, "{}: rows {rows:?} of {n}", t.name);
+                    (*index, None)
+                }
                 other => panic!("{}: a projector tensor from {other:?}", t.name),
             };
             assert!(index < tensors.len(), "{} names tensor {index}", t.name);
