@@ -718,7 +718,7 @@ impl Vision {
 /// processor configuration, absurd sizes, a tower without layers.
 pub fn check(dir: &Path) -> Result<&'static ProjectorSpec> {
     let spec = spec_of(dir)?;
-    clip_kvs(dir, spec)?;
+    clip_kvs(spec, &Sources::read(dir, spec)?)?;
     Ok(spec)
 }
 
@@ -801,13 +801,9 @@ impl Sources {
 
 /// The keys from `clip.has_vision_encoder` to the family's last (`MmprojModel` and the
 /// family's `set_gguf_parameters`, after `general.file_type`).
-pub(crate) fn clip_kvs(dir: &Path, spec: &ProjectorSpec) -> Result<Vec<(String, MetaValue)>> {
-    let Sources {
-        hp,
-        vision: v,
-        processor: p,
-    } = Sources::read(dir, spec)?;
-    let text_hidden = hp.need_u32(&["hidden_size", "n_embd"])?;
+pub(crate) fn clip_kvs(spec: &ProjectorSpec, s: &Sources) -> Result<Vec<(String, MetaValue)>> {
+    let (v, p) = (&s.vision, &s.processor);
+    let text_hidden = s.hp.need_u32(&["hidden_size", "n_embd"])?;
     let mut kv: Vec<(String, MetaValue)> = Vec::new();
     let mut put = |k: &str, v: MetaValue| kv.push((k.to_owned(), v));
     put("clip.has_vision_encoder", MetaValue::Bool(true));
@@ -824,64 +820,75 @@ pub(crate) fn clip_kvs(dir: &Path, spec: &ProjectorSpec) -> Result<Vec<(String, 
     put("clip.vision.image_mean", p.channels("image_mean")?);
     put("clip.vision.image_std", p.channels("image_std")?);
     for key in spec.keys {
-        match *key {
-            ClipKv::ProjectorType => put(
-                "clip.projector_type",
-                MetaValue::Str(spec.projector_type.into()),
-            ),
-            ClipKv::LayerNormEps(cfg, k, default) => {
-                let eps = match cfg {
-                    Cfg::Vision => v.float(k, default)?,
-                    Cfg::Text => hp.float(&[k])?.unwrap_or(default),
-                };
-                put(
-                    "clip.vision.attention.layer_norm_epsilon",
-                    MetaValue::F32(eps as f32),
-                )
-            }
-            ClipKv::SpatialMergeSize => {
-                if let Some(n) = v.cfg.get("spatial_merge_size").filter(|n| !n.is_null()) {
-                    let n = n
-                        .as_u64()
-                        .and_then(|n| u32::try_from(n).ok())
-                        .ok_or_else(|| {
-                            bad(
-                                &v.path,
-                                format!("`vision_config.spatial_merge_size` is not a u32: {n}"),
-                            )
-                        })?;
-                    put("clip.vision.spatial_merge_size", MetaValue::U32(n));
-                }
-            }
-            ClipKv::DeepstackLayers => {
-                let ds = v.deepstack()?;
-                let flags = (0..v.blocks).map(|b| MetaValue::Bool(ds.contains(&b)));
-                put(
-                    "clip.vision.is_deepstack_layers",
-                    MetaValue::Array(flags.collect()),
-                );
-            }
-            ClipKv::UseGelu => put("clip.use_gelu", MetaValue::Bool(true)),
-            ClipKv::UseSilu => put("clip.use_silu", MetaValue::Bool(true)),
-            ClipKv::WindowAttentionPattern => put(
-                "clip.vision.n_wa_pattern",
-                MetaValue::U32(v.window_pattern()?),
-            ),
-            ClipKv::Gemma3ScaleFactor => {
-                let seq = p.positive("image_seq_length", 256)?;
-                // Python's `int(image_seq_length ** 0.5)`.
-                let per_side = (seq as f64).powf(0.5) as u64;
-                let factor = (u64::from(v.image_size) / u64::from(v.patch_size))
-                    .checked_div(per_side)
-                    .unwrap_or(0);
-                if factor > 0 && factor != 4 {
-                    put(
-                        "clip.vision.projector.scale_factor",
-                        MetaValue::U32(factor as u32),
-                    );
-                }
-            }
+        if let Some((k, value)) = family_kv(spec, s, *key)? {
+            put(k, value);
         }
     }
     Ok(kv)
+}
+
+/// One of the family's keys (`None`: not written for this release).
+fn family_kv(
+    spec: &ProjectorSpec,
+    s: &Sources,
+    key: ClipKv,
+) -> Result<Option<(&'static str, MetaValue)>> {
+    let (v, p) = (&s.vision, &s.processor);
+    Ok(match key {
+        ClipKv::ProjectorType => Some((
+            "clip.projector_type",
+            MetaValue::Str(spec.projector_type.into()),
+        )),
+        ClipKv::LayerNormEps(cfg, k, default) => {
+            let eps = match cfg {
+                Cfg::Vision => v.float(k, default)?,
+                Cfg::Text => s.hp.float(&[k])?.unwrap_or(default),
+            };
+            Some((
+                "clip.vision.attention.layer_norm_epsilon",
+                MetaValue::F32(eps as f32),
+            ))
+        }
+        ClipKv::SpatialMergeSize => match v.cfg.get("spatial_merge_size") {
+            None | Some(Value::Null) => None,
+            Some(n) => {
+                let n = n
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        bad(
+                            &v.path,
+                            format!("`vision_config.spatial_merge_size` is not a u32: {n}"),
+                        )
+                    })?;
+                Some(("clip.vision.spatial_merge_size", MetaValue::U32(n)))
+            }
+        },
+        ClipKv::DeepstackLayers => {
+            let ds = v.deepstack()?;
+            let flags = (0..v.blocks).map(|b| MetaValue::Bool(ds.contains(&b)));
+            Some((
+                "clip.vision.is_deepstack_layers",
+                MetaValue::Array(flags.collect()),
+            ))
+        }
+        ClipKv::UseGelu => Some(("clip.use_gelu", MetaValue::Bool(true))),
+        ClipKv::UseSilu => Some(("clip.use_silu", MetaValue::Bool(true))),
+        ClipKv::WindowAttentionPattern => Some((
+            "clip.vision.n_wa_pattern",
+            MetaValue::U32(v.window_pattern()?),
+        )),
+        ClipKv::Gemma3ScaleFactor => {
+            let seq = p.positive("image_seq_length", 256)?;
+            // Python's `int(image_seq_length ** 0.5)`.
+            let per_side = (seq as f64).powf(0.5) as u64;
+            let factor = (u64::from(v.image_size) / u64::from(v.patch_size))
+                .checked_div(per_side)
+                .unwrap_or(0);
+            (factor > 0 && factor != 4).then_some((
+                "clip.vision.projector.scale_factor",
+                MetaValue::U32(factor as u32),
+            ))
+        }
+    })
 }

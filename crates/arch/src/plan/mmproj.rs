@@ -19,8 +19,8 @@ pub fn plan_mmproj(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> 
 
 fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
     let spec = mmproj::spec_of(dir)?;
-    let clip = mmproj::clip_kvs(dir, spec)?;
     let sources = mmproj::Sources::read(dir, spec)?;
+    let clip = mmproj::clip_kvs(spec, &sources)?;
     let blocks = sources.vision.blocks;
     let deepstack = sources.vision.deepstack()?;
     let tower = Tower {
