@@ -324,6 +324,11 @@ pub(crate) struct ConvertArgs {
         value_parser = parse_scale
     )]
     pub lora_scale: Option<f64>,
+    /// An HF vision-language release converted to GGUF: write its multimodal projector (the
+    /// vision tower and projector as a `clip` file for llama.cpp's mtmd, as
+    /// `convert_hf_to_gguf.py --mmproj`) instead of its text model.
+    #[arg(long, conflicts_with_all = ["merge_lora", "base"])]
+    pub mmproj: bool,
     #[command(flatten)]
     pub read: ReadArgs,
     #[command(flatten)]

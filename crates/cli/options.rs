@@ -154,6 +154,7 @@ pub(crate) fn convert_options(
     opts.provenance = a.attest.is_some();
     opts.side_files = crate::attest::side_files(a);
     opts.lora_base = a.base.clone();
+    opts.mmproj = a.mmproj;
     opts.transform.measure_quality = json || a.report.is_some();
     Ok(opts)
 }

@@ -106,7 +106,7 @@ pub fn hf_architecture(config_dir: &Path) -> Result<String> {
     arch_of(&path, &v)
 }
 
-fn arch_of(path: &Path, v: &Value) -> Result<String> {
+pub(crate) fn arch_of(path: &Path, v: &Value) -> Result<String> {
     v.get("architectures")
         .and_then(Value::as_array)
         .and_then(|a| a.first())

@@ -17,6 +17,7 @@
 //! * [`fp8`]: the scaled weights of an FP8 release (`weight_scale_inv`) and their blocks.
 //! * [`xlmr`]: XLM-RoBERTa's position offset.
 //! * [`lora`], [`plan_adapter`]: PEFT LoRA adapters, their checks and their GGUF adapter plan.
+//! * [`mmproj`], [`plan_mmproj`]: multimodal projectors (`clip` GGUF files for llama.cpp's mtmd).
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
 #![deny(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod fp8;
 mod gpt2;
 pub mod lora;
 pub mod mix;
+pub mod mmproj;
 pub mod naming;
 mod origin;
 mod permute;
@@ -41,7 +43,7 @@ pub use config::{hf_architecture, HParams};
 pub use origin::{BlockMap, BlockPart, Origin, SourceTensor, View};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
-    check_supported, check_supported_within, llama3_rope_factors, plan, plan_adapter, size_label,
-    ArchPlan, OutTensor, OutType, PlanOptions,
+    check_supported, check_supported_within, llama3_rope_factors, plan, plan_adapter, plan_mmproj,
+    size_label, ArchPlan, OutTensor, OutType, PlanOptions,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

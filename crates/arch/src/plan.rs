@@ -33,10 +33,12 @@ use crate::tokenizer;
 
 mod adapter;
 mod kvs;
+mod mmproj;
 mod tensors;
 
 pub use crate::naming::OutType;
 pub use adapter::plan_adapter;
+pub use mmproj::plan_mmproj;
 
 /// Options of [`plan`].
 #[derive(Debug, Clone)]

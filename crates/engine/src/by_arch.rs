@@ -91,6 +91,40 @@ pub(crate) fn build(
     job_of(source, plan, &tensors, dir, opts)
 }
 
+/// Plans the multimodal projector of the release at `dir` (opened as `source`): its vision
+/// tower and projector as a `clip` GGUF ([`weightport_arch::mmproj`]).
+pub(crate) fn build_mmproj(
+    source: &dyn TensorSource,
+    dir: &Path,
+    opts: &TransformOptions,
+    limits: &Limits,
+) -> Result<ArchJob> {
+    refuse_name_options(opts)?;
+    let tensors = source_tensors(source);
+    let sort_names = naming::sorts_names(source.format());
+    let asked = match opts.dtype {
+        DtypeChoice::Keep => None,
+        DtypeChoice::To(d) => Some(d),
+    };
+    let plan = weightport_arch::plan_mmproj(
+        dir,
+        &tensors,
+        &PlanOptions {
+            outtype: naming::outtype_for(asked, &tensors, sort_names)?,
+            card: weightport_arch::card::CardOptions {
+                name: opts.name.clone(),
+                overrides: opts.metadata.clone(),
+                dir_id: naming::dir_id(dir),
+            },
+            pre_tokenizer: None,
+            vocab: false,
+            sort_names,
+            limits: limits.clone(),
+        },
+    )?;
+    job_of(source, plan, &tensors, dir, opts)
+}
+
 /// Plans the GGUF adapter of the PEFT LoRA adapter `adapter` (opened as `source`) by its base
 /// model's architecture.
 pub(crate) fn build_adapter(

@@ -105,8 +105,14 @@ fn by_architecture<'s>(
     source: &'s dyn TensorSource,
     dir: &Path,
     opts: &ConvertOptions,
+    mmproj: bool,
 ) -> Result<Tensors<'s>> {
-    let arch = by_arch::build(source, dir, &opts.transform, &opts.open.read.limits)?;
+    let (transform, limits) = (&opts.transform, &opts.open.read.limits);
+    let arch = if mmproj {
+        by_arch::build_mmproj(source, dir, transform, limits)?
+    } else {
+        by_arch::build(source, dir, transform, limits)?
+    };
     let with = WithGenerated::new(
         source,
         arch.generated,
@@ -191,7 +197,7 @@ pub(crate) fn plan<'s>(
     let fmt = route.output;
     let mut t = match (&route.adapter, route.arch_release(repo_dir)) {
         (Some(adapter), _) => by_adapter(source, adapter, opts)?,
-        (None, Some(dir)) => by_architecture(source, dir, opts)?,
+        (None, Some(dir)) => by_architecture(source, dir, opts, route.mmproj)?,
         (None, None) => by_options(source, fmt, opts)?,
     };
     if !route.merges.is_empty() {

@@ -51,6 +51,9 @@ pub struct ConvertOptions {
     /// The base model of a LoRA adapter input (its `config.json` is read); without it, the
     /// adapter's `base_model_name_or_path` when that is a local directory.
     pub lora_base: Option<PathBuf>,
+    /// Write the multimodal projector of a vision-language release (its vision tower and
+    /// projector as a `clip` GGUF) instead of its text model.
+    pub mmproj: bool,
 }
 
 impl ConvertOptions {
@@ -71,6 +74,7 @@ impl ConvertOptions {
             provenance: false,
             side_files: Vec::new(),
             lora_base: None,
+            mmproj: false,
         }
     }
 }
@@ -92,6 +96,9 @@ pub struct Route {
     pub(crate) adapter: Option<AdapterRoute>,
     /// The adapters merged into the weights (`--merge-lora`), configurations read and checked.
     pub(crate) merges: Vec<MergeAdapter>,
+    /// The release's multimodal projector is written, not its text model
+    /// ([`weightport_arch::mmproj`]).
+    pub(crate) mmproj: bool,
 }
 
 /// A LoRA adapter planned by its base model's architecture.
@@ -124,7 +131,11 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
     let adapter = adapter_route(opts, by_architecture)?;
     if let [dir] = opts.inputs.as_slice() {
         if adapter.is_none() && by_architecture && by_arch::is_release(dir) {
-            weightport_arch::check_supported_within(dir, &opts.open.read.limits)?;
+            if opts.mmproj {
+                weightport_arch::mmproj::check_within(dir, &opts.open.read.limits)?;
+            } else {
+                weightport_arch::check_supported_within(dir, &opts.open.read.limits)?;
+            }
             // The reference reads a release with torch.load/safe_open, which give every name
             // of tied weights; its architecture code decides what to write.
             open.read.shared_copy = true;
@@ -136,13 +147,43 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
             "a LoRA adapter converted to a GGUF adapter cannot have adapters merged into it".into(),
         ));
     }
+    if opts.mmproj {
+        check_mmproj_route(opts, by_architecture, &adapter, &merges)?;
+    }
     Ok(Route {
         open,
         output,
         by_architecture,
         adapter,
         merges,
+        mmproj: opts.mmproj,
     })
+}
+
+/// Refuses a projector asked of anything but one HF release directory converted to GGUF by its
+/// architecture, with nothing merged into it.
+fn check_mmproj_route(
+    opts: &ConvertOptions,
+    by_architecture: bool,
+    adapter: &Option<AdapterRoute>,
+    merges: &[MergeAdapter],
+) -> Result<()> {
+    let release = matches!(opts.inputs.as_slice(), [dir] if by_arch::is_release(dir));
+    if !release || !by_architecture || adapter.is_some() {
+        return Err(Error::Usage(
+            "a multimodal projector is written from one HF release directory (with config.json) \
+             converted to GGUF by its architecture"
+                .into(),
+        ));
+    }
+    if !merges.is_empty() || opts.transform.quant.is_some() {
+        return Err(Error::Usage(
+            "a multimodal projector is written as F32, F16, BF16 or Q8_0 by the reference's \
+             rules: nothing is merged into it and no type mix applies"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The adapter route of a single PEFT LoRA adapter directory going to a format that plans by

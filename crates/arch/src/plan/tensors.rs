@@ -78,7 +78,7 @@ pub(super) fn plan_tensors(
 }
 
 /// Indices of `tensors` in the reference's order: by file, then by name when `sort_names`.
-fn source_order(tensors: &[SourceTensor], sort_names: bool) -> Vec<usize> {
+pub(super) fn source_order(tensors: &[SourceTensor], sort_names: bool) -> Vec<usize> {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     if sort_names {
         order.sort_by(|&a, &b| {
