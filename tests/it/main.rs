@@ -32,6 +32,7 @@ mod nan_payloads;
 mod pickle;
 mod provenance;
 mod quality;
+mod recipes;
 mod remote_hub;
 mod scan;
 mod side_files;
