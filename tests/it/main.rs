@@ -36,4 +36,5 @@ mod recipes;
 mod remote_hub;
 mod scan;
 mod side_files;
+mod slurm;
 mod units;
