@@ -44,7 +44,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
-SchedulerParameters=sched_min_interval=0
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,sched_interval=1,bf_interval=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -55,6 +55,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
+MailProg=/bin/true
 NodeName=wpnode NodeHostname=$(hostname) NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=wp Nodes=wpnode Default=YES MaxTime=INFINITE State=UP
 EOF

@@ -393,6 +393,7 @@ fn a_unit_run_twice_on_slurm_leaves_one_result() {
         let fin = wait_job(finish);
         assert_eq!(fin[0].1, "COMPLETED", "{}", c.log(&finish.to_string()));
         let outcomes = [c.log(&format!("{units}_0")), c.log(&format!("{dup}_0"))];
+        eprintln!("unit 0 twice (in_place {in_place}): {outcomes:?}");
         let done = outcomes.iter().filter(|l| l.contains(": done,")).count();
         let other = outcomes
             .iter()
@@ -401,4 +402,70 @@ fn a_unit_run_twice_on_slurm_leaves_one_result() {
         assert_eq!((done, other), (1, 1), "{outcomes:?}");
         c.assert_identical_to_convert();
     }
+}
+
+/// The records of job `id` once those of `tasks` have all ended.
+fn wait_tasks(id: u64, tasks: &[&str]) -> Vec<(String, String, String)> {
+    let t0 = Instant::now();
+    loop {
+        let s = states(id);
+        let ended = tasks.iter().all(|t| {
+            s.iter()
+                .any(|(k, st, _)| k == t && !WAITING.contains(&st.as_str()))
+        });
+        if ended {
+            return s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "job {id}: {s:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One array task fails (an input rewritten while the job ran: the unit refuses it): the
+/// finish job can never start, `finish` by hand names the failed unit and why; with the input
+/// put back, the doc's resubmission of that index alone completes the job.
+#[test]
+fn a_failed_task_is_named_and_its_resubmission_completes_the_job() {
+    let Some(_cluster) = cluster() else { return };
+    let blocks = doc_blocks();
+    let release = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(llama()).unwrap().flatten() {
+        std::fs::copy(e.path(), release.path().join(e.file_name())).unwrap();
+    }
+    let c = Case::new(release.path(), "model.gguf", &["--quant", "Q4_K_M"], 3);
+    c.write_sbatch(&blocks);
+    let (units, finish) = {
+        let _paused = Paused::new();
+        let ids = c.submit(&c.submission(&blocks));
+        slurm("scontrol", &["hold", &format!("{}_1", ids.0)]);
+        ids
+    };
+    wait_tasks(units, &["0", "2"]);
+    let shard = release.path().join("model-00002-of-00003.safetensors");
+    let good = std::fs::read(&shard).unwrap();
+    let mut bad = good.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    std::fs::write(&shard, &bad).unwrap();
+    slurm("scontrol", &["release", &format!("{units}_1")]);
+    let tasks = wait_job(units);
+    let task1 = tasks.iter().find(|(t, _, _)| t == "1").expect("task 1");
+    assert_eq!(task1.1, "FAILED", "{tasks:?}");
+    let fin = wait_job(finish);
+    assert_eq!(
+        (fin[0].1.as_str(), fin[0].2.as_str()),
+        ("PENDING", "DependencyNeverSatisfied")
+    );
+    let by_hand = wp(&["finish", c.plan().to_str().unwrap()]);
+    assert_eq!(by_hand.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&by_hand.stderr);
+    assert!(err.contains("failed: 1 ("), "{err}");
+    assert!(err.contains("model-00002-of-00003.safetensors"), "{err}");
+    assert!(!c.path("out/model.gguf").exists(), "nothing published");
+    std::fs::write(&shard, &good).unwrap();
+    let resubmit = edit(&c.edit_common(&blocks[2]), "--array=3 ", "--array=1 ");
+    let (again, finish2) = c.submit(&resubmit);
+    assert_completed(again);
+    let fin = wait_job(finish2);
+    assert_eq!(fin[0].1, "COMPLETED", "{}", c.log(&finish2.to_string()));
+    c.assert_identical_to_convert();
 }
