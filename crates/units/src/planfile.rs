@@ -184,11 +184,12 @@ fn input_files(job: &Job) -> Vec<PathBuf> {
     v
 }
 
-/// Checks every input file is still the one planned: the same size, mtime and sha256 (of the
-/// whole file up to 16 MiB), and for a larger file, whose sha256 covers only its first MiB, the
-/// same inode and ctime too. A write anywhere in the file sets its ctime (which, unlike the
-/// mtime, no `touch -r` puts back) and a replacement changes its inode, so a file that kept
-/// both is the planned one without reading it; one that did not cannot be shown to be.
+/// Checks every input file is still the one planned: the same size and sha256 (of the whole
+/// file up to 16 MiB: its mtime does not matter, so a re-checked-out or touched copy is the
+/// planned one), and for a larger file, whose sha256 covers only its first MiB, the same inode
+/// and ctime too. A write anywhere in the file sets its ctime (which, unlike the mtime, no
+/// `touch -r` puts back) and a replacement changes its inode, so a file that kept both is the
+/// planned one without reading it; one that did not cannot be shown to be.
 pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
     for (i, id) in plan.identities.iter().enumerate() {
         let path = PathBuf::from(id["path"].as_str().unwrap_or_default());
@@ -198,8 +199,8 @@ pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
         })?;
         let whole = id["hashed"] == "whole";
         let fields: &[&str] = match whole {
-            true => &["size", "mtime_ns", "sha256"],
-            false => &["size", "mtime_ns", "sha256", "ino", "ctime_ns"],
+            true => &["size", "sha256"],
+            false => &["size", "sha256", "ino", "ctime_ns"],
         };
         if let Some(field) = fields.iter().find(|f| now[**f] != id[**f]) {
             let why = match whole {
@@ -385,11 +386,27 @@ fn plan_doc(
     Ok(doc)
 }
 
-/// sha256 (hex) of a plan document without its `plan_sha256` field, as compact JSON.
+/// What an input's identity records about this machine's copy of it (its inode, when it was
+/// written here), not about its bytes: `check_inputs` compares them on this machine, and
+/// `plan_sha256` leaves them out.
+const LOCAL_FIELDS: [&str; 3] = ["mtime_ns", "ctime_ns", "ino"];
+
+/// sha256 (hex) of a plan document without its `plan_sha256` field and the machine-local fields
+/// of its input files, as compact JSON. Records name it, so units run on machines that each
+/// made the same plan from their own copy of the inputs (the GitHub Actions recipe: another
+/// checkout, other mtimes and inodes) agree on it, while another size or sha256 of any input
+/// changes it.
 fn doc_sha256(doc: &Value) -> String {
     let mut d = doc.clone();
     if let Some(m) = d.as_object_mut() {
         m.remove("plan_sha256");
+    }
+    for f in d["input_files"].as_array_mut().into_iter().flatten() {
+        if let Some(m) = f.as_object_mut() {
+            for k in LOCAL_FIELDS {
+                m.remove(k);
+            }
+        }
     }
     format!("{:x}", Sha256::digest(d.to_string().as_bytes()))
 }
@@ -486,7 +503,7 @@ struct PlanDoc {
     in_place: bool,
 }
 
-/// An input file's identity: its path, and what [`check_inputs`] compares (size, mtime, …).
+/// An input file's identity: its path, and what [`check_inputs`] compares (size, sha256, …).
 #[derive(Deserialize)]
 struct InputIdentity {
     path: String,
