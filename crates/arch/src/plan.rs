@@ -85,9 +85,9 @@ pub struct OutTensor {
     pub permute: Option<QkPermute>,
     /// The tensor must stay F32 whatever the output type (1-D, `*_norm.weight`, biases, …).
     pub force_f32: bool,
-    /// Add 1 to every value before the output cast (Gemma norms), in F16 when the source is
-    /// F16 and in F32 otherwise, as the reference does.
-    pub plus_one: bool,
+    /// A value transform before the output cast ([`ValueOp`]), in F16 when the source is F16
+    /// and in F32 otherwise, as the reference computes it.
+    pub value: Option<ValueOp>,
     /// The output element type for the plan's [`OutType`].
     pub dtype: DType,
 }
@@ -97,6 +97,16 @@ impl OutTensor {
     pub fn ne(&self) -> Vec<u64> {
         self.shape.iter().rev().copied().collect()
     }
+}
+
+/// A value transform the reference applies to a tensor before writing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueOp {
+    /// `1 + w` (Gemma's norms, [`crate::table::ArchSpec::norm_plus_one`]).
+    PlusOne,
+    /// `-exp(w)` (the SSM families' `A = -exp(A_log)`, [`crate::table::SplitRule::SsmA`]),
+    /// with torch's float32 exp.
+    NegExp,
 }
 
 /// What the reference converter would write, minus the tensor data.
@@ -291,7 +301,7 @@ fn generated(name: &str, v: Vec<f32>) -> OutTensor {
         origin: Origin::Generated(v),
         permute: None,
         force_f32: true,
-        plus_one: false,
+        value: None,
         dtype: DType::F32,
     }
 }

@@ -125,7 +125,60 @@ pub fn views(
             };
             Ok(vec![(hf.to_owned(), view)])
         }
+        SplitRule::SsmA | SplitRule::AppendUnitAxis => Ok(vec![(hf.to_owned(), unit_axis(t))]),
+        SplitRule::SsmNormGroups => ssm_norm_groups(hf, t, hp, dir),
     }
+}
+
+/// `[n]` as `[n, 1]` (`reshape((*shape, 1))`); a tensor of more dimensions as it is.
+fn unit_axis(t: &SourceTensor) -> View {
+    let mut dims = contiguous(&t.shape);
+    if t.shape.len() == 1 {
+        dims.push((1, 1));
+    }
+    View { offset: 0, dims }
+}
+
+/// `[inner]` as `[n_groups, inner / n_groups]` (`Mamba2Model.modify_tensors`).
+fn ssm_norm_groups(
+    hf: &str,
+    t: &SourceTensor,
+    hp: &HParams,
+    dir: &Path,
+) -> Result<Vec<(String, View)>> {
+    let dims = crate::ssm::mamba2_dims(hp)?;
+    let (d, g) = (u64::from(dims.d_inner), u64::from(dims.n_group));
+    if t.shape.iter().product::<u64>() != d || !d.is_multiple_of(g) {
+        return Err(refuse(
+            dir,
+            t,
+            format!(
+                "an SSM norm of {d} values in {g} groups expected, not {:?}",
+                t.shape
+            ),
+        ));
+    }
+    let view = View {
+        offset: 0,
+        dims: vec![(g, d / g), (d / g, 1)],
+    };
+    Ok(vec![(hf.to_owned(), view)])
+}
+
+/// The dims of a row-major tensor of `shape` read as it is.
+fn contiguous(shape: &[u64]) -> Vec<(u64, u64)> {
+    let mut stride = 1;
+    let mut dims: Vec<(u64, u64)> = shape
+        .iter()
+        .rev()
+        .map(|&n| {
+            let d = (n, stride);
+            stride *= n;
+            d
+        })
+        .collect();
+    dims.reverse();
+    dims
 }
 
 /// Refuses an odd number of alternating gate/up columns (the reference's `::2` and `1::2` would

@@ -272,6 +272,11 @@ pub enum KvLayout {
     /// required: blocks, context (`n_ctx`), embedding (`n_embd`), feed-forward `4 × n_embd`
     /// (whatever `n_inner` says), heads (`n_head`), LayerNorm epsilon, file type.
     Gpt2,
+    /// Mamba 2's own list (`conversion/mamba.py` `Mamba2Model.set_gguf_parameters`): context
+    /// 2^20, embedding, feed-forward 0, heads 0, blocks, `ssm.conv_kernel`, `ssm.inner_size`,
+    /// `ssm.state_size`, `ssm.time_step_rank` (inner / head dim), `ssm.group_count`, RMS eps,
+    /// file type, each from config.json with the class's fallbacks ([`crate::ssm`]).
+    Mamba2,
 }
 
 /// How the vocabulary is exported.
@@ -316,6 +321,10 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
     /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
     Gpt2Glm4,
+    /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 16), then
+    /// SentencePiece `tokenizer.model`, else GPT-2 style BPE (`Mamba2Model.set_vocab`; a
+    /// release without tokenizer files, which the reference gives GPT-NeoX's, is refused).
+    SpmElseGpt2PadTo16,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -433,12 +442,34 @@ pub enum SplitRule {
     /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
     /// under the same name, a shape change only.
     Conv1dSqueeze,
+    /// The SSM state matrix: `A = -exp(A_log)` (computed as torch does: the named transform
+    /// [`crate::ValueOp::NegExp`]), `A_log` `[heads]` reshaped to `[heads, 1]` (Mamba 2's
+    /// `reshape((*shape, 1))`); a tensor of more dimensions keeps its shape (Mamba 1's
+    /// `[inner, state]`).
+    SsmA,
+    /// A tensor `[n]` reshaped to `[n, 1]` (Mamba 2's `D`); more dimensions keep their shape.
+    AppendUnitAxis,
+    /// Mamba 2's gated RMS norm `[inner]` reshaped to `[n_groups, inner / n_groups]`
+    /// (`n_groups` from config.json, default 1; refused when it does not divide).
+    SsmNormGroups,
 }
 
 impl SplitRule {
     /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
     pub fn experts(self) -> bool {
-        !matches!(self, SplitRule::MlaKvB | SplitRule::Conv1dSqueeze)
+        !matches!(
+            self,
+            SplitRule::MlaKvB
+                | SplitRule::Conv1dSqueeze
+                | SplitRule::SsmA
+                | SplitRule::AppendUnitAxis
+                | SplitRule::SsmNormGroups
+        )
+    }
+
+    /// The value transform the part gets before the output cast.
+    pub fn value_op(self) -> Option<crate::ValueOp> {
+        (self == SplitRule::SsmA).then_some(crate::ValueOp::NegExp)
     }
 }
 
@@ -505,6 +536,27 @@ pub(crate) const SHORTCONV_SPLITS: &[Split] = &[Split {
     suffix: "conv.conv.weight",
     rule: SplitRule::Conv1dSqueeze,
 }];
+
+/// Mamba 2's SSM tensors (`conversion/mamba.py` `Mamba2Model.modify_tensors`): the conv1d
+/// squeezed, `A = -exp(A_log)` and `D` as `[heads, 1]`, the norm grouped.
+pub(crate) const MAMBA2_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mixer.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mixer.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mixer.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mixer.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
@@ -604,6 +656,7 @@ pub(crate) const FORCE_F32: &[&str] = &[
     "position_embd",
     "token_types",
     "shortconv.conv",
+    "ssm_conv1d",
 ];
 
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
@@ -619,6 +672,22 @@ const EMBED_NORM: NameGroup = &[
 
 /// An untied output head (absent from Gemma and Gemma 2, which always tie it).
 const LM_HEAD: NameGroup = &[("lm_head", "output")];
+
+/// Mamba 2 (`backbone.*`, `gguf-py/gguf/tensor_mapping.py`; `dt_bias` renamed `dt_proj.bias`
+/// first, as `Mamba2Model.filter_tensors` does).
+const MAMBA2_NAMES: NameGroup = &[
+    ("backbone.embeddings", "token_embd"),
+    ("backbone.norm_f", "output_norm"),
+    ("lm_head", "output"),
+    ("backbone.layers.{bid}.norm", "blk.{bid}.attn_norm"),
+    ("backbone.layers.{bid}.mixer.in_proj", "blk.{bid}.ssm_in"),
+    ("backbone.layers.{bid}.mixer.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("backbone.layers.{bid}.mixer.dt_proj", "blk.{bid}.ssm_dt"),
+    ("backbone.layers.{bid}.mixer.A_log", "blk.{bid}.ssm_a"),
+    ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
+    ("backbone.layers.{bid}.mixer.norm", "blk.{bid}.ssm_norm"),
+    ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
+];
 
 /// The norm before attention (absent from OLMo 2, which norms after attention).
 const ATTN_NORM: NameGroup = &[("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm")];
@@ -2751,6 +2820,38 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: QWEN3VLMOE_SPLITS,
+        hooks: &[],
+    },
+    // Mamba 2 (`conversion/mamba.py` `Mamba2Model`): reads config.json itself (no config class
+    // defaults); its own keys, the SSM tensors' reshapes and `A = -exp(A_log)` as splits.
+    ArchSpec {
+        arch: "mamba2",
+        hf_archs: &["Mamba2ForCausalLM"],
+        tensors: &[MAMBA2_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2PadTo16,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &["model."],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Mamba2,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: MAMBA2_SPLITS,
         hooks: &[],
     },
 ];

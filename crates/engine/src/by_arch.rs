@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use weightport_arch::split::BlockMap;
 use weightport_arch::{
-    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor,
+    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor, ValueOp,
 };
 use weightport_core::{
     sanitize, Access, DType, Error, Limits, Metadata, Result, TensorInfo, TensorSource,
@@ -25,6 +25,7 @@ use crate::route::AdapterRoute;
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
+use crate::transform::neg_exp::NegExp;
 use crate::transform::permute::PermuteRows;
 use crate::transform::plus_one::PlusOne;
 use crate::transform::slice::Slice;
@@ -404,7 +405,7 @@ fn op_of(
     }
     let layout = layout_op(t, src)?;
     let permute = permute_op(t, src)?;
-    let (plus_one, mid) = plus_one_op(t, src)?;
+    let (value, mid) = value_op(t, src)?;
     // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
     let converter = Stage {
         rule: naming::CONVERT_CASTS,
@@ -413,7 +414,7 @@ fn op_of(
     let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
     let quant = quantize_op(t, to, opts)?;
     Ok(Chain::of(
-        Chain::of(Chain::of(Chain::of(layout, permute), plus_one), cast),
+        Chain::of(Chain::of(Chain::of(layout, permute), value), cast),
         quant,
     ))
 }
@@ -481,14 +482,22 @@ fn permute_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>
     ))
 }
 
-/// `1 + w` when the plan asks for it, and the type its result is stored as (`src` without).
-fn plus_one_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
-    if !t.plus_one {
-        return Ok((None, src));
-    }
-    let p = PlusOne::new(src)?;
-    let mid = p.out;
-    Ok((Some(Arc::new(p) as Arc<dyn Transform>), mid))
+/// The plan's value transform of `t` (`1 + w`, `-exp(w)`), and the type its result is stored
+/// as (`src` without).
+fn value_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
+    Ok(match t.value {
+        None => (None, src),
+        Some(ValueOp::PlusOne) => {
+            let p = PlusOne::new(src)?;
+            let mid = p.out;
+            (Some(Arc::new(p) as Arc<dyn Transform>), mid)
+        }
+        Some(ValueOp::NegExp) => {
+            let n = NegExp::new(src)?;
+            let mid = n.out;
+            (Some(Arc::new(n) as Arc<dyn Transform>), mid)
+        }
+    })
 }
 
 /// llama-quantize's conversion of `t` from its planned type to `to` (with its NaN bits).

@@ -91,6 +91,7 @@ pub(super) fn plan_kvs(
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Mamba2 => crate::ssm::mamba2_kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gemma | KvLayout::Gemma2 => gemma_kvs(&mut kvs, release, file_type)?,
         _ => table_kvs(&mut kvs, release, file_type)?,
     }

@@ -27,7 +27,13 @@ pub(super) fn plan_tensors(
     all_layers: bool,
 ) -> Result<Planned> {
     let Release { dir, spec, hp, .. } = release;
-    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
+    // Only the q/k permutation needs the head counts (an SSM model has none).
+    let heads = ["n_heads", "num_attention_heads", "n_head"];
+    let n_head = if spec.permute_qk {
+        hp.need_u32(&heads)?
+    } else {
+        hp.u32(&heads)?.unwrap_or(0)
+    };
     let n_head_kv = hp
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
@@ -198,7 +204,7 @@ impl Planner<'_, '_> {
                 shape,
                 permute: None,
                 force_f32,
-                plus_one: false,
+                value: None,
                 dtype,
             });
         }
@@ -216,7 +222,7 @@ impl Planner<'_, '_> {
                     shape,
                     permute: None,
                     force_f32: false,
-                    plus_one: false,
+                    value: None,
                     dtype: DType::MXFP4,
                 });
             }
@@ -237,7 +243,7 @@ impl Planner<'_, '_> {
                 shape,
                 permute: None,
                 force_f32,
-                plus_one: false,
+                value: split.rule.value_op(),
                 dtype,
             });
         }
@@ -275,7 +281,8 @@ impl Planner<'_, '_> {
             shape,
             permute,
             force_f32,
-            plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
+            value: (spec.norm_plus_one && t.name.ends_with("norm.weight"))
+                .then_some(ValueOp::PlusOne),
             dtype,
         })
     }

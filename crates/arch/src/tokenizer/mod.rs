@@ -351,7 +351,11 @@ fn export_kind(
             }
         }
     }
-    let vocab_size = hp.uint(&["vocab_size"])?;
+    let vocab_size = if kind == VocabKind::SpmElseGpt2PadTo16 {
+        Some(padded_vocab_size(hp)?)
+    } else {
+        hp.uint(&["vocab_size"])?
+    };
     match kind {
         VocabKind::Bert => return export_bert(dir, hp, vocab_size, pre_override),
         VocabKind::XlmRoberta => return xlmr::export(dir, hp),
@@ -375,6 +379,22 @@ fn export_kind(
     export_gpt2(dir, vocab_size, pre_override, kv)
 }
 
+/// Mamba 2's vocabulary size: config.json's `vocab_size` rounded up to a multiple of
+/// `pad_vocab_size_multiple` (default 16), as `Mamba2Model.set_vocab` pads it.
+fn padded_vocab_size(hp: &HParams) -> Result<u64> {
+    let n = hp
+        .uint(&["vocab_size"])?
+        .ok_or_else(|| bad(&hp.path, "config.json lacks `vocab_size`"))?;
+    let pad = match hp.uint(&["pad_vocab_size_multiple"])? {
+        None => 16,
+        Some(0) => return Err(bad(&hp.path, "`pad_vocab_size_multiple` is 0")),
+        Some(p) => p,
+    };
+    n.div_ceil(pad)
+        .checked_mul(pad)
+        .ok_or_else(|| bad(&hp.path, "the padded `vocab_size` overflows"))
+}
+
 /// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
 /// GPT-2 tokenizer) are GPT-2's.
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
@@ -383,6 +403,8 @@ fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
         VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
     ) {
         VocabKind::Gpt2
+    } else if kind == VocabKind::SpmElseGpt2PadTo16 {
+        VocabKind::SpmElseGpt2
     } else {
         kind
     };

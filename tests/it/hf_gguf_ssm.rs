@@ -1,0 +1,73 @@
+//! HF release → GGUF for the SSM and hybrid attention/SSM families of issue 30 item 4 (Mamba 2,
+//! …), against the pinned `convert_hf_to_gguf.py`.
+//! Each tiny release (fixtures/gen/gen_arch_ssm.py: transformers 5.24 `save_pretrained`, random
+//! weights, the family's real config shape scaled down, `qwen2/`'s byte-level BPE files with the
+//! pre-tokenizer name given to both converters) is converted by
+//! `weightport convert DIR -o OUT.gguf --dtype T` and compared, as a whole file, with the sha256
+//! of what the reference wrote with `--outtype T` (fixtures/expected/arch/ssm.json) for f32,
+//! f16, bf16 and q8_0: every KV, the tokenizer, tensor order, names, types and bytes, the
+//! layout. Mamba 2's layer 0 `A_log` holds BF16 values whose torch float32 exp is not the
+//! correctly rounded one (the table of `transform::neg_exp`), so `A = -exp(A_log)` is checked
+//! where it is hardest.
+
+use crate::common;
+use common::arch::{self, copy_release, edit_config, expected};
+
+/// The pre-tokenizer name gen_arch_ssm.py gave the reference for the made-up BPE vocabulary.
+fn pre(name: &str) -> Option<&'static str> {
+    match name {
+        "mamba2" => Some("qwen2"),
+        other => panic!("no release {other}"),
+    }
+}
+
+/// Every release of ssm.json, in its order.
+const RELEASES: &[&str] = &["mamba2"];
+
+#[test]
+fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+    let exp = expected("ssm.json");
+    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
+    let done = arch::against(
+        &cases,
+        "outtypes",
+        |t| vec!["--dtype", t],
+        "convert_hf_to_gguf.py --outtype",
+    );
+    let names: Vec<&str> = exp
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, RELEASES);
+    assert_eq!(done.len(), RELEASES.len() * 4, "{done:?}");
+}
+
+/// Mamba 2's assertions (`d_inner == expand × d_model`, `d_inner % head_dim == 0`) refuse a
+/// config the reference refuses, from config.json, naming the key, before an output exists.
+#[test]
+fn mamba2_inner_size_outside_the_references_assertions_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, (key, value, word)) in [
+        ("intermediate_size", serde_json::json!(96), "expand"),
+        ("head_dim", serde_json::json!(48), "head_dim"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("mamba2", &parent, "mamba2");
+        edit_config(&dir, |m| {
+            m.insert(key.into(), value.clone());
+        });
+        let out = parent.join("out.gguf");
+        let o = arch::convert_output(&dir, &out, Some("qwen2"), &["--dtype", "f16"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{key}");
+        assert!(err.contains(word) && err.contains("config.json"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists());
+    }
+}
