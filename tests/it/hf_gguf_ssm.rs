@@ -17,12 +17,13 @@ use common::arch::{self, copy_release, edit_config, expected};
 fn pre(name: &str) -> Option<&'static str> {
     match name {
         "mamba2" => Some("qwen2"),
+        "falcon_h1" => Some("falcon-h1"),
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of ssm.json, in its order.
-const RELEASES: &[&str] = &["mamba2"];
+const RELEASES: &[&str] = &["falcon_h1", "mamba2"];
 
 #[test]
 fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
@@ -70,4 +71,22 @@ fn mamba2_inner_size_outside_the_references_assertions_is_refused() {
         assert!(!err.contains("panicked"), "{err}");
         assert!(!out.exists());
     }
+}
+
+/// Falcon-H1's converter multiplies `k_proj` by `key_multiplier`; without it the reference
+/// fails (`tensor * None`): refused, naming the key, before an output exists.
+#[test]
+fn falcon_h1_without_a_multiplier_it_applies_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("falcon_h1", tmp.path(), "falcon_h1");
+    edit_config(&dir, |m| {
+        m.remove("key_multiplier");
+    });
+    let out = tmp.path().join("out.gguf");
+    let o = arch::convert_output(&dir, &out, Some("falcon-h1"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("key_multiplier"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists());
 }

@@ -146,7 +146,9 @@ fn ssm_norm_groups(
     hp: &HParams,
     dir: &Path,
 ) -> Result<Vec<(String, View)>> {
-    let dims = crate::ssm::mamba2_dims(hp)?;
+    let falcon = crate::table::lookup(&hp.hf_arch)
+        .is_some_and(|s| s.kv_layout == crate::table::KvLayout::FalconH1);
+    let dims = crate::ssm::mamba2_dims(hp, falcon)?;
     let (d, g) = (u64::from(dims.d_inner), u64::from(dims.n_group));
     if t.shape.iter().product::<u64>() != d || !d.is_multiple_of(g) {
         return Err(refuse(

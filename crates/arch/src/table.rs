@@ -182,6 +182,11 @@ pub enum ExtraKv {
     ErnieSharedExperts,
     /// `{arch}.<key>` u32 = this constant (LFM2-MoE's sigmoid gating function, 2).
     U32Value(&'static str, u32),
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, else the constant `.2` (`hparams.get(k, d)`).
+    U32Or(&'static str, &'static str, u32),
+    /// `{arch}.rope.freq_base` f32 ← the rope parameters' `rope_theta` (required; Falcon-H1 writes
+    /// it after its own keys).
+    RopeFreqBase,
     /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
     HeadCountKvFullAttention,
 }
@@ -275,8 +280,13 @@ pub enum KvLayout {
     /// Mamba 2's own list (`conversion/mamba.py` `Mamba2Model.set_gguf_parameters`): context
     /// 2^20, embedding, feed-forward 0, heads 0, blocks, `ssm.conv_kernel`, `ssm.inner_size`,
     /// `ssm.state_size`, `ssm.time_step_rank` (inner / head dim), `ssm.group_count`, RMS eps,
-    /// file type, each from config.json with the class's fallbacks ([`crate::ssm`]).
+    /// file type, each from config.json with the class's fallbacks ([`crate::ssm`]); then the
+    /// architecture's [`ExtraKv`]s.
     Mamba2,
+    /// [`KvLayout::Mamba2`] as `FalconH1Model` reads it: every key also under a `mamba_` prefix,
+    /// `mamba_d_ssm` and `mamba_n_groups` required, no `expand` assertion, and `hidden_act` silu
+    /// with `mamba_d_head` dividing the inner size instead; then the [`ExtraKv`]s.
+    FalconH1,
 }
 
 /// How the vocabulary is exported.
@@ -558,6 +568,27 @@ pub(crate) const MAMBA2_SPLITS: &[Split] = &[
     },
 ];
 
+/// Falcon-H1's SSM tensors: Mamba 2's rules under `mamba.` (`FalconH1Model` is a
+/// `Mamba2Model`).
+pub(crate) const FALCON_H1_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mamba.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mamba.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+];
+
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
@@ -639,6 +670,10 @@ pub enum Hook {
     /// `num_hidden_layers`, as its release ships them) are skipped
     /// (`DeepseekV2Model.skip_mtp`).
     SkipMtpLayers,
+    /// Falcon-H1's µP multipliers folded into the weights (`FalconH1Model.modify_tensors`): each
+    /// tensor whose HF name holds `down_proj`, `gate_proj`, `k_proj`, … is multiplied by its
+    /// factors from config.json, `in_proj` per band of rows ([`crate::ssm::falcon_h1_scale`]).
+    FalconH1Multipliers,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -687,6 +722,39 @@ const MAMBA2_NAMES: NameGroup = &[
     ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
     ("backbone.layers.{bid}.mixer.norm", "blk.{bid}.ssm_norm"),
     ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
+];
+
+/// Falcon-H1's blocks: attention, a Mamba 2 mixer and the MLP side by side. gguf-py's map
+/// lists `pre_ff_layernorm` with its `.weight`, so the reference writes `blk.N.ffn_norm` without
+/// a suffix (kept F32).
+const FALCON_H1_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.final_layernorm", "output_norm"),
+    ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    (
+        "model.layers.{bid}.pre_ff_layernorm.weight",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.norm", "blk.{bid}.ssm_norm"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
 ];
 
 /// The norm before attention (absent from OLMo 2, which norms after attention).
@@ -2853,6 +2921,48 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: MAMBA2_SPLITS,
         hooks: &[],
+    },
+    // Falcon-H1 (`conversion/falcon_h1.py` `FalconH1Model`, a `Mamba2Model` with Llama
+    // attention): Mamba 2's keys read with `mamba_` prefixes, then its own; the µP multipliers
+    // folded into the weights (a named hook).
+    ArchSpec {
+        arch: "falcon-h1",
+        hf_archs: &["FalconH1ForCausalLM"],
+        tensors: &[FALCON_H1_NAMES, ATTN],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::U32Or("context_length", "max_position_embeddings", 0),
+            ExtraKv::U32("feed_forward_length", "intermediate_size"),
+            ExtraKv::U32("attention.head_count", "num_attention_heads"),
+            ExtraKv::U32("attention.head_count_kv", "num_key_value_heads"),
+            ExtraKv::U32("attention.key_length", "head_dim"),
+            ExtraKv::U32("attention.value_length", "head_dim"),
+            ExtraKv::RopeFreqBase,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::FalconH1,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: FALCON_H1_SPLITS,
+        hooks: &[Hook::FalconH1Multipliers],
     },
 ];
 

@@ -28,6 +28,7 @@ use crate::transform::interleave::Interleave;
 use crate::transform::neg_exp::NegExp;
 use crate::transform::permute::PermuteRows;
 use crate::transform::plus_one::PlusOne;
+use crate::transform::scale::Scale;
 use crate::transform::slice::Slice;
 use crate::transform::stack::Stack;
 use weightport_arch::mix::{self, TypedTensor};
@@ -485,19 +486,26 @@ fn permute_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>
 /// The plan's value transform of `t` (`1 + w`, `-exp(w)`), and the type its result is stored
 /// as (`src` without).
 fn value_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
-    Ok(match t.value {
-        None => (None, src),
+    let (op, mid): (Arc<dyn Transform>, DType) = match &t.value {
+        None => return Ok((None, src)),
         Some(ValueOp::PlusOne) => {
             let p = PlusOne::new(src)?;
             let mid = p.out;
-            (Some(Arc::new(p) as Arc<dyn Transform>), mid)
+            (Arc::new(p), mid)
         }
         Some(ValueOp::NegExp) => {
             let n = NegExp::new(src)?;
             let mid = n.out;
-            (Some(Arc::new(n) as Arc<dyn Transform>), mid)
+            (Arc::new(n), mid)
         }
-    })
+        Some(ValueOp::Scale(bands)) => {
+            let row = t.shape.iter().skip(1).product::<u64>();
+            let s = Scale::new(src, row, bands)?;
+            let mid = s.out;
+            (Arc::new(s), mid)
+        }
+    };
+    Ok((Some(op), mid))
 }
 
 /// llama-quantize's conversion of `t` from its planned type to `to` (with its NaN bits).

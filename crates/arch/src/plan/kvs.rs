@@ -91,7 +91,13 @@ pub(super) fn plan_kvs(
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
-        KvLayout::Mamba2 => crate::ssm::mamba2_kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Mamba2 | KvLayout::FalconH1 => {
+            let falcon = spec.kv_layout == KvLayout::FalconH1;
+            crate::ssm::mamba2_kvs(hp, spec.arch, falcon, *block_count, file_type, put)?;
+            for extra in spec.extra_kv {
+                extra_kv(&mut kvs, release, *extra)?;
+            }
+        }
         KvLayout::Gemma | KvLayout::Gemma2 => gemma_kvs(&mut kvs, release, file_type)?,
         _ => table_kvs(&mut kvs, release, file_type)?,
     }
@@ -438,6 +444,15 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
         ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
+        ExtraKv::U32Or(key, h, d) => kvs.arch(key, MetaValue::U32(hp.u32(&[h])?.unwrap_or(d))),
+        ExtraKv::RopeFreqBase => {
+            let theta = hp
+                .rope()
+                .get("rope_theta")
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(&hp.path, "the rope parameters lack `rope_theta`"))?;
+            kvs.arch("rope.freq_base", f32v(theta));
+        }
         ExtraKv::ErnieSharedExperts => {
             if let Some(n) = hp.u32(&["moe_num_shared_experts"])? {
                 kvs.arch("expert_shared_count", MetaValue::U32(n));

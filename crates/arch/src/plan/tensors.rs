@@ -275,14 +275,19 @@ impl Planner<'_, '_> {
         let (shape, origin) = self.source_view(t, i, &name)?;
         let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
         let spec = self.release.spec;
+        let value = if spec.hooks.contains(&Hook::FalconH1Multipliers) {
+            let rows = shape.first().copied().unwrap_or(1);
+            crate::ssm::falcon_h1_scale(&self.release.hp, hf, rows)?
+        } else {
+            (spec.norm_plus_one && t.name.ends_with("norm.weight")).then_some(ValueOp::PlusOne)
+        };
         Ok(OutTensor {
             name,
             origin,
             shape,
             permute,
             force_f32,
-            value: (spec.norm_plus_one && t.name.ends_with("norm.weight"))
-                .then_some(ValueOp::PlusOne),
+            value,
             dtype,
         })
     }
