@@ -18,12 +18,13 @@ fn pre(name: &str) -> Option<&'static str> {
     match name {
         "mamba2" => Some("qwen2"),
         "falcon_h1" => Some("falcon-h1"),
+        "granite_hybrid" => Some("granite-docling"),
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of ssm.json, in its order.
-const RELEASES: &[&str] = &["falcon_h1", "mamba2"];
+const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "mamba2"];
 
 #[test]
 fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
@@ -43,6 +44,64 @@ fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
         .collect();
     assert_eq!(names, RELEASES);
     assert_eq!(done.len(), RELEASES.len() * 4, "{done:?}");
+}
+
+/// One-pass `--quant Q4_K_M` equals the reference's f16 file run through the pinned
+/// `llama-quantize` (recorded by the generator; no llama.cpp needed here).
+#[test]
+fn ssm_one_pass_quant_equals_convert_then_llama_quantize() {
+    let exp = expected("ssm.json");
+    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
+    let done = arch::against(
+        &cases,
+        "quantized",
+        |q| vec!["--outtype", "f16", "--quant", q],
+        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+    );
+    assert_eq!(done.len(), RELEASES.len(), "{done:?}");
+}
+
+/// llama.cpp runs our f16 file of every release and continues the prompt as it continues the
+/// reference's.
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn ssm_llama_simple_continues_like_the_reference() {
+    let exp = expected("ssm.json");
+    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
+    assert_eq!(arch::continuations(&cases).len(), RELEASES.len());
+}
+
+/// Granite 4 hybrid with `layer_types` as transformers 5.24 saves them (`linear_attention` /
+/// `full_attention`): the reference counts no attention layer (every KV head count 0, q/k not
+/// permuted: a file llama.cpp cannot run), and we write the same bytes.
+#[test]
+fn granite_hybrid_with_transformers_layer_types_is_written_as_the_reference_writes_it() {
+    let exp = expected("ssm.json");
+    let want = exp["granite_hybrid"]["transformers_layer_types_f16"]["sha256"]
+        .as_str()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // The directory name is `general.name`: keep the fixture's.
+    let dir = copy_release("granite_hybrid", tmp.path(), "granite_hybrid_t5");
+    edit_config(&dir, |m| {
+        let types: Vec<serde_json::Value> = m["layer_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                if t == "mamba" {
+                    "linear_attention"
+                } else {
+                    "full_attention"
+                }
+                .into()
+            })
+            .collect();
+        m.insert("layer_types".into(), types.into());
+    });
+    let out = tmp.path().join("t5.gguf");
+    arch::convert(&dir, &out, Some("granite-docling"), &["--dtype", "f16"]);
+    assert_eq!(arch::sha_file(&out), want);
 }
 
 /// Mamba 2's assertions (`d_inner == expand × d_model`, `d_inner % head_dim == 0`) refuse a

@@ -127,6 +127,7 @@ pub fn views(
         }
         SplitRule::SsmA | SplitRule::AppendUnitAxis => Ok(vec![(hf.to_owned(), unit_axis(t))]),
         SplitRule::SsmNormGroups => ssm_norm_groups(hf, t, hp, dir),
+        SplitRule::RowHalves => row_halves(hf, t, hp, dir),
     }
 }
 
@@ -146,9 +147,7 @@ fn ssm_norm_groups(
     hp: &HParams,
     dir: &Path,
 ) -> Result<Vec<(String, View)>> {
-    let falcon = crate::table::lookup(&hp.hf_arch)
-        .is_some_and(|s| s.kv_layout == crate::table::KvLayout::FalconH1);
-    let dims = crate::ssm::mamba2_dims(hp, falcon)?;
+    let dims = crate::ssm::mamba2_dims(hp, crate::ssm::Flavor::of(hp))?;
     let (d, g) = (u64::from(dims.d_inner), u64::from(dims.n_group));
     if t.shape.iter().product::<u64>() != d || !d.is_multiple_of(g) {
         return Err(refuse(
@@ -165,6 +164,39 @@ fn ssm_norm_groups(
         dims: vec![(g, d / g), (d / g, 1)],
     };
     Ok(vec![(hf.to_owned(), view)])
+}
+
+/// `[2·n, cols]` as its two halves of rows, n = `shared_intermediate_size` (the reference
+/// asserts the rows are 2·n): `…gate_proj.weight` and `…up_proj.weight` in place of
+/// `…input_linear.weight`.
+fn row_halves(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<Vec<(String, View)>> {
+    let n = u64::from(hp.need_u32(&["shared_intermediate_size"])?);
+    let [rows, cols] = t.shape[..] else {
+        return Err(refuse(
+            dir,
+            t,
+            format!("a 2-D tensor expected, not {:?}", t.shape),
+        ));
+    };
+    if rows != 2 * n {
+        return Err(refuse(
+            dir,
+            t,
+            format!("{rows} rows are not 2 × shared_intermediate_size {n}"),
+        ));
+    }
+    let stem = hf.trim_end_matches("input_linear.weight");
+    Ok(["gate_proj", "up_proj"]
+        .iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let view = View {
+                offset: k as u64 * n * cols,
+                dims: vec![(n, cols), (cols, 1)],
+            };
+            (format!("{stem}{w}.weight"), view)
+        })
+        .collect())
 }
 
 /// The dims of a row-major tensor of `shape` read as it is.

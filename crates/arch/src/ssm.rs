@@ -10,8 +10,12 @@
 
 use weightport_core::{MetaValue, Result};
 
+use serde_json::Value;
+use weightport_core::MetaType;
+
 use crate::config::{bad, HParams};
 use crate::plan::{RowScale, ValueOp};
+use crate::table::{Hook, KvLayout};
 
 /// Mamba 2's dimensions as the class reads them.
 pub(crate) struct Mamba2Dims {
@@ -25,10 +29,32 @@ pub(crate) struct Mamba2Dims {
     pub(crate) head_dim: u32,
 }
 
-/// A `find_hparam` of the class: `keys`, then (Falcon-H1) each under the `mamba_` prefix.
-fn find_u32(hp: &HParams, keys: &[&str], falcon: bool) -> Result<Option<u32>> {
+/// Which class reads the SSM hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// `Mamba2Model`.
+    Mamba2,
+    /// `FalconH1Model` (keys also under `mamba_`).
+    FalconH1,
+    /// `GraniteHybridModel` (keys also under `mamba_`).
+    GraniteHybrid,
+}
+
+impl Flavor {
+    /// The flavor of the release's architecture.
+    pub(crate) fn of(hp: &HParams) -> Flavor {
+        match crate::table::lookup(&hp.hf_arch) {
+            Some(s) if s.kv_layout == KvLayout::FalconH1 => Flavor::FalconH1,
+            Some(s) if s.hooks.contains(&Hook::GraniteHybridLayers) => Flavor::GraniteHybrid,
+            _ => Flavor::Mamba2,
+        }
+    }
+}
+
+/// A `find_hparam` of the class: `keys`, then (`prefixed`) each under the `mamba_` prefix.
+fn find_u32(hp: &HParams, keys: &[&str], prefixed: bool) -> Result<Option<u32>> {
     let mut all: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-    if falcon {
+    if prefixed {
         all.extend(keys.iter().map(|k| format!("mamba_{k}")));
     }
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
@@ -36,8 +62,8 @@ fn find_u32(hp: &HParams, keys: &[&str], falcon: bool) -> Result<Option<u32>> {
 }
 
 /// A required [`find_u32`].
-fn need(hp: &HParams, keys: &[&str], falcon: bool) -> Result<u32> {
-    find_u32(hp, keys, falcon)?
+fn need(hp: &HParams, keys: &[&str], prefixed: bool) -> Result<u32> {
+    find_u32(hp, keys, prefixed)?
         .ok_or_else(|| bad(&hp.path, format!("config.json lacks `{}`", keys[0])))
 }
 
@@ -45,7 +71,11 @@ fn need(hp: &HParams, keys: &[&str], falcon: bool) -> Result<u32> {
 /// assertions refuse: for Mamba 2 an inner size other than `expand × hidden_size` or not a
 /// multiple of the head dimension, for Falcon-H1 an inner size not a multiple of `d_head` or an
 /// activation other than silu.
-pub(crate) fn mamba2_dims(hp: &HParams, falcon: bool) -> Result<Mamba2Dims> {
+pub(crate) fn mamba2_dims(hp: &HParams, flavor: Flavor) -> Result<Mamba2Dims> {
+    if flavor == Flavor::GraniteHybrid {
+        return granite_dims(hp);
+    }
+    let falcon = flavor == Flavor::FalconH1;
     let d_model = need(hp, &["hidden_size", "d_model", "dim"], falcon)?;
     let expand = or(find_u32(hp, &["mamba_expand", "expand"], falcon)?, 2);
     let product = expand
@@ -115,7 +145,12 @@ pub(crate) fn mamba2_kvs(
     put: &mut impl FnMut(String, MetaValue),
 ) -> Result<()> {
     let a = |k: &str| format!("{arch}.{k}");
-    let d = mamba2_dims(hp, falcon)?;
+    let flavor = if falcon {
+        Flavor::FalconH1
+    } else {
+        Flavor::Mamba2
+    };
+    let d = mamba2_dims(hp, flavor)?;
     let d_conv = or(find_u32(hp, &["conv_kernel", "d_conv"], falcon)?, 4);
     let d_state = or(find_u32(hp, &["state_size", "d_state"], falcon)?, 128);
     let mut eps_keys = vec!["layer_norm_epsilon", "rms_norm_eps"];
@@ -208,6 +243,146 @@ pub(crate) fn falcon_h1_scale(hp: &HParams, name: &str, rows: u64) -> Result<Opt
     } else {
         None
     })
+}
+
+/// Granite 4 hybrid's dimensions (`GraniteHybridModel.__init__`): `d_model` from
+/// `mamba_head_dim` before `hidden_size` (sic), the inner size `expand × d_model`, `n_groups`.
+fn granite_dims(hp: &HParams) -> Result<Mamba2Dims> {
+    let d_model = need(hp, &["mamba_head_dim", "hidden_size", "d_model"], true)?;
+    let expand = need(hp, &["expand", "num_heads"], true)?;
+    let d_inner = expand
+        .checked_mul(d_model)
+        .ok_or_else(|| bad(&hp.path, "expand × hidden_size does not fit 32 bits"))?;
+    let n_group = need(hp, &["n_groups", "num_groups"], true)?;
+    if n_group == 0 {
+        return Err(bad(&hp.path, "`mamba_n_groups` is 0"));
+    }
+    Ok(Mamba2Dims {
+        d_model,
+        d_inner,
+        n_group,
+        head_dim: 1,
+    })
+}
+
+/// The attention layers of a Granite 4 hybrid (`GraniteHybridModel.get_attn_layers`):
+/// `layer_types` entries `attention` (transformers 5 rewrites them `full_attention`, which the
+/// reference does not count), else `attn_layer_indices`, else every `attn_layer_period`-th layer
+/// from `attn_layer_offset` (both required then, as the reference asserts).
+pub(crate) fn attention_layers(hp: &HParams, block_count: u32) -> Result<Vec<u32>> {
+    if let Some(types) = hp
+        .raw
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+    {
+        return Ok((0u32..)
+            .zip(types)
+            .filter(|(_, t)| t.as_str() == Some("attention"))
+            .map(|(i, _)| i)
+            .collect());
+    }
+    if let Some(list) = hp
+        .raw
+        .get("attn_layer_indices")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+    {
+        return list
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad(&hp.path, format!("`attn_layer_indices` holds {v}")))
+            })
+            .collect();
+    }
+    let period = hp
+        .u32(&["attn_layer_period"])?
+        .filter(|&p| p != 0)
+        .ok_or_else(|| {
+            bad(
+                &hp.path,
+                "neither `attn_layer_indices` nor `attn_layer_period`",
+            )
+        })?;
+    let offset = hp
+        .u32(&["attn_layer_offset"])?
+        .ok_or_else(|| bad(&hp.path, "`attn_layer_period` without `attn_layer_offset`"))?;
+    Ok((0..block_count).filter(|i| i % period == offset).collect())
+}
+
+/// Whether HF tensor `name` lies in an attention layer (its block id is the first all-digit
+/// part of the name, as the reference takes it).
+pub(crate) fn in_attention_layer(hp: &HParams, block_count: u32, name: &str) -> Result<bool> {
+    let Some(bid) = name
+        .split('.')
+        .find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse::<u32>().ok())
+    else {
+        return Ok(false);
+    };
+    Ok(attention_layers(hp, block_count)?.contains(&bid))
+}
+
+/// Granite 4 hybrid's keys after Granite MoE's (`GraniteHybridModel.set_gguf_parameters`), each
+/// `{arch}.<key>` through `put`; refuses a config without SSM layers (the reference converts it
+/// as another architecture) and what its assertions refuse.
+pub(crate) fn granite_hybrid_kvs(
+    hp: &HParams,
+    block_count: u32,
+    put: &mut impl FnMut(&str, MetaValue),
+) -> Result<()> {
+    let d = granite_dims(hp)?;
+    let attn = attention_layers(hp, block_count)?;
+    if (0..block_count).all(|i| attn.contains(&i)) {
+        return Err(bad(
+            &hp.path,
+            "a Granite hybrid config without SSM layers (the reference writes it as granite or granitemoe)",
+        ));
+    }
+    let state = &["state_size", "d_state", "state_dim", "ssm_state_size"];
+    put(
+        "ssm.conv_kernel",
+        MetaValue::U32(need(hp, &["conv_kernel", "d_conv"], true)?),
+    );
+    put("ssm.state_size", MetaValue::U32(need(hp, state, true)?));
+    put("ssm.group_count", MetaValue::U32(d.n_group));
+    put("ssm.inner_size", MetaValue::U32(d.d_inner));
+    put(
+        "ssm.time_step_rank",
+        MetaValue::U32(need(hp, &["n_heads", "num_heads"], true)?),
+    );
+    let kv = need(hp, &["num_key_value_heads", "n_head_kv"], true)?;
+    let kv = i32::try_from(kv).map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
+    if let Some(rope_dim) = hp.u32(&["attn_rotary_emb"])?.filter(|&r| r != 0) {
+        put("rope.dimension_count", MetaValue::U32(rope_dim));
+    }
+    let items = (0..block_count)
+        .map(|i| MetaValue::I32(if attn.contains(&i) { kv } else { 0 }))
+        .collect();
+    put(
+        "attention.head_count_kv",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
+    let bamba = hp
+        .raw
+        .get("architectures")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some("BambaForCausalLM")));
+    put("rope.scaling.finetuned", MetaValue::Bool(bamba));
+    if !bamba {
+        put("context_length", MetaValue::U32(1 << 20));
+    }
+    let d_head = or(find_u32(hp, &["d_head"], true)?, 64);
+    let act = hp.raw.get("hidden_act").filter(|v| !v.is_null());
+    if act.is_some_and(|a| a.as_str() != Some("silu")) {
+        return Err(bad(&hp.path, "`hidden_act` is not silu"));
+    }
+    multiple(hp, d.d_inner, d_head, "d_head")
 }
 
 /// Python's `value or default` for an optional count.

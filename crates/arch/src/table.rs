@@ -184,6 +184,13 @@ pub enum ExtraKv {
     U32Value(&'static str, u32),
     /// `{arch}.<key>` u32 ← hyper-parameter `.1`, else the constant `.2` (`hparams.get(k, d)`).
     U32Or(&'static str, &'static str, u32),
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, when truthy.
+    U32IfTruthy(&'static str, &'static str),
+    /// Granite 4 hybrid's own keys after Granite MoE's (`GraniteHybridModel.set_gguf_parameters`):
+    /// the SSM keys, `rope.dimension_count` ← `attn_rotary_emb` when set, `attention.head_count_kv`
+    /// per layer (0 for SSM layers), `rope.scaling.finetuned` and, without rope, a 2^20 context
+    /// ([`crate::ssm::granite_hybrid_kvs`]).
+    GraniteHybrid,
     /// `{arch}.rope.freq_base` f32 ← the rope parameters' `rope_theta` (required; Falcon-H1 writes
     /// it after its own keys).
     RopeFreqBase,
@@ -335,6 +342,9 @@ pub enum VocabKind {
     /// SentencePiece `tokenizer.model`, else GPT-2 style BPE (`Mamba2Model.set_vocab`; a
     /// release without tokenizer files, which the reference gives GPT-NeoX's, is refused).
     SpmElseGpt2PadTo16,
+    /// [`VocabKind::SpmElseGpt2PadTo16`] padded to a multiple of 8 whatever config.json says
+    /// (`GraniteHybridModel.set_vocab`).
+    SpmElseGpt2PadTo8,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -452,6 +462,10 @@ pub enum SplitRule {
     /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
     /// under the same name, a shape change only.
     Conv1dSqueeze,
+    /// A fused `[2·n, cols]` gate/up weight split along its rows (`data_torch.split(n, dim=-2)`,
+    /// Granite's `shared_mlp.input_linear`, n = `shared_intermediate_size`): the first half
+    /// `gate_proj.weight`, the second `up_proj.weight` beside it.
+    RowHalves,
     /// The SSM state matrix: `A = -exp(A_log)` (computed as torch does: the named transform
     /// [`crate::ValueOp::NegExp`]), `A_log` `[heads]` reshaped to `[heads, 1]` (Mamba 2's
     /// `reshape((*shape, 1))`); a tensor of more dimensions keeps its shape (Mamba 1's
@@ -471,6 +485,7 @@ impl SplitRule {
             self,
             SplitRule::MlaKvB
                 | SplitRule::Conv1dSqueeze
+                | SplitRule::RowHalves
                 | SplitRule::SsmA
                 | SplitRule::AppendUnitAxis
                 | SplitRule::SsmNormGroups
@@ -589,6 +604,30 @@ pub(crate) const FALCON_H1_SPLITS: &[Split] = &[
     },
 ];
 
+/// Granite 4 hybrid's SSM tensors (Mamba 2's rules under `mamba.`) and its shared MLP.
+pub(crate) const GRANITE_HYBRID_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mamba.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mamba.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+    Split {
+        suffix: "shared_mlp.input_linear.weight",
+        rule: SplitRule::RowHalves,
+    },
+];
+
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
@@ -674,6 +713,11 @@ pub enum Hook {
     /// tensor whose HF name holds `down_proj`, `gate_proj`, `k_proj`, … is multiplied by its
     /// factors from config.json, `in_proj` per band of rows ([`crate::ssm::falcon_h1_scale`]).
     FalconH1Multipliers,
+    /// Granite 4 hybrid's layers (`GraniteHybridModel.get_attn_layers`): the q/k permutation only
+    /// in attention layers (`layer_types` entries `attention`, else `attn_layer_indices`, else
+    /// every `attn_layer_period`-th from `attn_layer_offset`); the others go through Mamba 2's
+    /// converter, which does not permute.
+    GraniteHybridLayers,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -753,6 +797,27 @@ const FALCON_H1_NAMES: NameGroup = &[
     ),
     (
         "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+];
+
+/// Granite 4 hybrid (`model.layers.N.mamba.*` in SSM layers, `self_attn.*` in attention
+/// layers, the shared MLP split by [`SplitRule::RowHalves`] in every layer).
+const GRANITE_HYBRID_NAMES: NameGroup = &[
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.norm", "blk.{bid}.ssm_norm"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.shared_mlp.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    ("model.layers.{bid}.shared_mlp.up_proj", "blk.{bid}.ffn_up"),
+    (
+        "model.layers.{bid}.shared_mlp.output_linear",
         "blk.{bid}.ffn_down",
     ),
 ];
@@ -2963,6 +3028,59 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: FALCON_H1_SPLITS,
         hooks: &[Hook::FalconH1Multipliers],
+    },
+    // Granite 4 hybrid (`conversion/granite.py` `GraniteHybridModel`: Mamba 2 and Granite MoE):
+    // Granite's keys (head_dim dropped, multipliers as scales), then its SSM and per-layer keys;
+    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0) are not
+    // done: refused as a dense row refuses them.
+    ArchSpec {
+        arch: "granitehybrid",
+        hf_archs: &["GraniteMoeHybridForCausalLM"],
+        tensors: &[
+            EMBED_NORM,
+            LM_HEAD,
+            ATTN_NORM,
+            ATTN,
+            FFN_NORM,
+            GRANITE_HYBRID_NAMES,
+        ],
+        experts: None,
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Ignored,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Scale("attention_multiplier", "attention.scale"),
+            ExtraKv::Scale("embedding_multiplier", "embedding_scale"),
+            ExtraKv::Scale("residual_multiplier", "residual_scale"),
+            ExtraKv::Scale("logits_scaling", "logit_scale"),
+            ExtraKv::U32IfTruthy(
+                "expert_shared_feed_forward_length",
+                "shared_intermediate_size",
+            ),
+            ExtraKv::GraniteHybrid,
+        ],
+        vocab: VocabKind::SpmElseGpt2PadTo8,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: GRANITE_HYBRID_SPLITS,
+        hooks: &[Hook::GraniteHybridLayers],
     },
 ];
 

@@ -294,7 +294,13 @@ impl Planner<'_, '_> {
 
     /// The q/k row permutation of a `llama`-arch model, checked against the tensor's rows.
     fn qk_permute(&self, t: &SourceTensor) -> Result<Option<QkPermute>> {
-        if !self.release.spec.permute_qk {
+        let spec = self.release.spec;
+        if !spec.permute_qk {
+            return Ok(None);
+        }
+        if spec.hooks.contains(&Hook::GraniteHybridLayers)
+            && !crate::ssm::in_attention_layer(&self.release.hp, self.release.block_count, &t.name)?
+        {
             return Ok(None);
         }
         let n_head = self.n_head;

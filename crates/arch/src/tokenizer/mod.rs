@@ -352,7 +352,9 @@ fn export_kind(
         }
     }
     let vocab_size = if kind == VocabKind::SpmElseGpt2PadTo16 {
-        Some(padded_vocab_size(hp)?)
+        Some(padded_vocab_size(hp, None)?)
+    } else if kind == VocabKind::SpmElseGpt2PadTo8 {
+        Some(padded_vocab_size(hp, Some(8))?)
     } else {
         hp.uint(&["vocab_size"])?
     };
@@ -381,11 +383,16 @@ fn export_kind(
 
 /// Mamba 2's vocabulary size: config.json's `vocab_size` rounded up to a multiple of
 /// `pad_vocab_size_multiple` (default 16), as `Mamba2Model.set_vocab` pads it.
-fn padded_vocab_size(hp: &HParams) -> Result<u64> {
+/// `forced`: the multiple whatever config.json says (Granite 4 hybrid's 8).
+fn padded_vocab_size(hp: &HParams, forced: Option<u64>) -> Result<u64> {
     let n = hp
         .uint(&["vocab_size"])?
         .ok_or_else(|| bad(&hp.path, "config.json lacks `vocab_size`"))?;
-    let pad = match hp.uint(&["pad_vocab_size_multiple"])? {
+    let given = match forced {
+        Some(f) => Some(f),
+        None => hp.uint(&["pad_vocab_size_multiple"])?,
+    };
+    let pad = match given {
         None => 16,
         Some(0) => return Err(bad(&hp.path, "`pad_vocab_size_multiple` is 0")),
         Some(p) => p,
@@ -403,7 +410,10 @@ fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
         VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
     ) {
         VocabKind::Gpt2
-    } else if kind == VocabKind::SpmElseGpt2PadTo16 {
+    } else if matches!(
+        kind,
+        VocabKind::SpmElseGpt2PadTo16 | VocabKind::SpmElseGpt2PadTo8
+    ) {
         VocabKind::SpmElseGpt2
     } else {
         kind
