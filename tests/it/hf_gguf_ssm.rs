@@ -19,12 +19,13 @@ fn pre(name: &str) -> Option<&'static str> {
         "mamba2" => Some("qwen2"),
         "falcon_h1" => Some("falcon-h1"),
         "granite_hybrid" => Some("granite-docling"),
+        "jamba" => None,
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of ssm.json, in its order.
-const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "mamba2"];
+const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "jamba", "mamba2"];
 
 #[test]
 fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {

@@ -385,6 +385,88 @@ pub(crate) fn granite_hybrid_kvs(
     multiple(hp, d.d_inner, d_head, "d_head")
 }
 
+/// Writes Jamba's keys (`JambaModel.set_gguf_parameters`) through `put`, in the reference's
+/// order, every key it reads without a fallback required.
+pub(crate) fn jamba_kvs(
+    hp: &HParams,
+    block_count: u32,
+    file_type: u32,
+    put: &mut impl FnMut(String, MetaValue),
+) -> Result<()> {
+    let a = |k: &str| format!("jamba.{k}");
+    let req = |keys: &[&str]| need(hp, keys, false);
+    let d_model = req(&["hidden_size", "mamba_d_model"])?;
+    let d_inner = req(&["mamba_expand"])?
+        .checked_mul(d_model)
+        .ok_or_else(|| bad(&hp.path, "mamba_expand × hidden_size does not fit 32 bits"))?;
+    let dt_rank = or(
+        find_u32(hp, &["mamba_dt_rank"], false)?,
+        d_model.div_ceil(16),
+    );
+    let eps = match hp.float(&["layer_norm_epsilon", "rms_norm_eps"])? {
+        Some(e) if e != 0.0 => e,
+        _ => 1e-6,
+    };
+    let kv = i32::try_from(req(&["num_key_value_heads"])?)
+        .map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
+    let offset = req(&["attn_layer_offset"])?;
+    let period = req(&["attn_layer_period"])?;
+    if period == 0 {
+        return Err(bad(&hp.path, "`attn_layer_period` is 0"));
+    }
+    let items = (0..block_count)
+        .map(|i| {
+            let attn = i >= offset && (i - offset).is_multiple_of(period);
+            MetaValue::I32(if attn { kv } else { 0 })
+        })
+        .collect();
+    put(a("block_count"), MetaValue::U32(block_count));
+    put(
+        a("context_length"),
+        MetaValue::U32(req(&["max_position_embeddings", "n_ctx"])?),
+    );
+    put(a("embedding_length"), MetaValue::U32(d_model));
+    put(
+        a("feed_forward_length"),
+        MetaValue::U32(req(&["intermediate_size"])?),
+    );
+    put(
+        a("attention.head_count"),
+        MetaValue::U32(req(&["num_attention_heads"])?),
+    );
+    put(
+        a("attention.head_count_kv"),
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
+    put(
+        a("ssm.conv_kernel"),
+        MetaValue::U32(or(find_u32(hp, &["mamba_d_conv"], false)?, 4)),
+    );
+    put(a("ssm.inner_size"), MetaValue::U32(d_inner));
+    put(
+        a("ssm.state_size"),
+        MetaValue::U32(or(find_u32(hp, &["mamba_d_state"], false)?, 16)),
+    );
+    put(a("ssm.time_step_rank"), MetaValue::U32(dt_rank));
+    put(
+        a("attention.layer_norm_rms_epsilon"),
+        MetaValue::F32(eps as f32),
+    );
+    put(
+        a("expert_count"),
+        MetaValue::U32(req(&["num_local_experts", "num_experts"])?),
+    );
+    put(
+        a("expert_used_count"),
+        MetaValue::U32(req(&["num_experts_per_tok", "num_experts_per_token"])?),
+    );
+    put("general.file_type".into(), MetaValue::U32(file_type));
+    Ok(())
+}
+
 /// Python's `value or default` for an optional count.
 fn or(v: Option<u32>, default: u32) -> u32 {
     v.filter(|&n| n != 0).unwrap_or(default)

@@ -294,6 +294,11 @@ pub enum KvLayout {
     /// `mamba_d_ssm` and `mamba_n_groups` required, no `expand` assertion, and `hidden_act` silu
     /// with `mamba_d_head` dividing the inner size instead; then the [`ExtraKv`]s.
     FalconH1,
+    /// Jamba's own list (`conversion/jamba.py` `JambaModel.set_gguf_parameters`): blocks,
+    /// context, embedding, feed-forward, heads, KV heads per layer (every `attn_layer_period`-th
+    /// from `attn_layer_offset`, else 0), the Mamba 1 keys, RMS eps, expert counts, file type
+    /// ([`crate::ssm::jamba_kvs`]).
+    Jamba,
 }
 
 /// How the vocabulary is exported.
@@ -345,6 +350,9 @@ pub enum VocabKind {
     /// [`VocabKind::SpmElseGpt2PadTo16`] padded to a multiple of 8 whatever config.json says
     /// (`GraniteHybridModel.set_vocab`).
     SpmElseGpt2PadTo8,
+    /// SentencePiece `tokenizer.model` required (`JambaModel.set_vocab`; its other branch, a
+    /// `tokenizer.json` read as a Llama HF vocabulary, is not done: refused).
+    Spm,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -628,6 +636,28 @@ pub(crate) const GRANITE_HYBRID_SPLITS: &[Split] = &[
     },
 ];
 
+/// Jamba's Mamba 1 tensors: the conv1d squeezed, `A = -exp(A_log)` in its own shape
+/// (`[inner, state]`).
+pub(crate) const JAMBA_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+];
+
+/// Jamba's experts (`feed_forward.experts.N.{gate,up,down}_proj`, as the release stores them),
+/// stacked down, gate, up under Qwen2-MoE's names (`JambaModel.modify_tensors`).
+pub(crate) const JAMBA_EXPERTS: ExpertStack = ExpertStack {
+    marker: "feed_forward.experts",
+    pattern: "model.layers.{bid}.feed_forward.experts.{xid}.{w}.weight",
+    members: QWEN2MOE_EXPERTS.members,
+    count: &["num_local_experts", "num_experts"],
+};
+
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
@@ -819,6 +849,51 @@ const GRANITE_HYBRID_NAMES: NameGroup = &[
     (
         "model.layers.{bid}.shared_mlp.output_linear",
         "blk.{bid}.ffn_down",
+    ),
+];
+
+/// Jamba (`model.layers.N.mamba.*` Mamba 1 mixers with dt/B/C norms, `feed_forward.*` MLPs and
+/// routers, `pre_ff_layernorm`).
+const JAMBA_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.final_layernorm", "output_norm"),
+    ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.pre_ff_layernorm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.x_proj", "blk.{bid}.ssm_x"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.mamba.dt_layernorm",
+        "blk.{bid}.ssm_dt_norm",
+    ),
+    (
+        "model.layers.{bid}.mamba.b_layernorm",
+        "blk.{bid}.ssm_b_norm",
+    ),
+    (
+        "model.layers.{bid}.mamba.c_layernorm",
+        "blk.{bid}.ssm_c_norm",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.router",
+        "blk.{bid}.ffn_gate_inp",
     ),
 ];
 
@@ -3081,6 +3156,33 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: GRANITE_HYBRID_SPLITS,
         hooks: &[Hook::GraniteHybridLayers],
+    },
+    // Jamba (`conversion/jamba.py` `JambaModel`): its own key list, Mamba 1 mixers (`A =
+    // -exp(A_log)` in `[inner, state]`, conv1d squeezed), attention without permutation, per-expert
+    // tensors stacked. Mini-Jamba's `.moe.` names and `experts.0` dense layers are not done.
+    ArchSpec {
+        arch: "jamba",
+        hf_archs: &["JambaForCausalLM"],
+        tensors: &[JAMBA_NAMES, ATTN],
+        experts: Some(&JAMBA_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Spm,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Jamba,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: JAMBA_SPLITS,
+        hooks: &[],
     },
 ];
 

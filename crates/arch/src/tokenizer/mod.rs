@@ -517,6 +517,7 @@ fn refuse_bpe(dir: &Path, kind: VocabKind) -> Result<()> {
             | VocabKind::SpmGemma
             | VocabKind::SpmPhi3
             | VocabKind::SpmThenSpacePrefix
+            | VocabKind::Spm
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),
