@@ -20,12 +20,13 @@ fn pre(name: &str) -> Option<&'static str> {
         "falcon_h1" => Some("falcon-h1"),
         "granite_hybrid" => Some("granite-docling"),
         "jamba" => None,
+        "mamba" => Some("qwen2"),
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of ssm.json, in its order.
-const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "jamba", "mamba2"];
+const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "jamba", "mamba", "mamba2"];
 
 #[test]
 fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {

@@ -467,6 +467,62 @@ pub(crate) fn jamba_kvs(
     Ok(())
 }
 
+/// Writes Mamba 1's keys (`MambaModel.set_gguf_parameters`) through `put`, in the reference's
+/// order; refuses an inner size other than 2 × hidden (the class asserts it).
+pub(crate) fn mamba1_kvs(
+    hp: &HParams,
+    block_count: u32,
+    file_type: u32,
+    put: &mut impl FnMut(String, MetaValue),
+) -> Result<()> {
+    let a = |k: &str| format!("mamba.{k}");
+    let d_model = need(hp, &["hidden_size", "d_model"], false)?;
+    let twice = d_model
+        .checked_mul(2)
+        .ok_or_else(|| bad(&hp.path, "2 × hidden_size does not fit 32 bits"))?;
+    let d_inner = or(
+        find_u32(hp, &["intermediate_size", "d_inner"], false)?,
+        twice,
+    );
+    if d_inner != twice {
+        return Err(bad(
+            &hp.path,
+            format!("the SSM inner size {d_inner} is not 2 × hidden_size {d_model}"),
+        ));
+    }
+    let dt_rank = or(
+        find_u32(hp, &["time_step_rank", "dt_rank"], false)?,
+        d_model.div_ceil(16),
+    );
+    let eps = match hp.float(&["layer_norm_epsilon", "rms_norm_eps"])? {
+        Some(e) if e != 0.0 => e,
+        _ => 1e-5,
+    };
+    let falcon = hp.raw.get("model_type").and_then(Value::as_str) == Some("falcon_mamba");
+    put(a("context_length"), MetaValue::U32(1 << 20));
+    put(a("embedding_length"), MetaValue::U32(d_model));
+    put(a("feed_forward_length"), MetaValue::U32(0));
+    put(a("attention.head_count"), MetaValue::U32(0));
+    put(a("block_count"), MetaValue::U32(block_count));
+    put(
+        a("ssm.conv_kernel"),
+        MetaValue::U32(or(find_u32(hp, &["conv_kernel", "d_conv"], false)?, 4)),
+    );
+    put(a("ssm.inner_size"), MetaValue::U32(d_inner));
+    put(
+        a("ssm.state_size"),
+        MetaValue::U32(or(find_u32(hp, &["state_size", "d_state"], false)?, 16)),
+    );
+    put(a("ssm.time_step_rank"), MetaValue::U32(dt_rank));
+    put(
+        a("attention.layer_norm_rms_epsilon"),
+        MetaValue::F32(eps as f32),
+    );
+    put(a("ssm.dt_b_c_rms"), MetaValue::Bool(falcon));
+    put("general.file_type".into(), MetaValue::U32(file_type));
+    Ok(())
+}
+
 /// Python's `value or default` for an optional count.
 fn or(v: Option<u32>, default: u32) -> u32 {
     v.filter(|&n| n != 0).unwrap_or(default)

@@ -299,6 +299,11 @@ pub enum KvLayout {
     /// from `attn_layer_offset`, else 0), the Mamba 1 keys, RMS eps, expert counts, file type
     /// ([`crate::ssm::jamba_kvs`]).
     Jamba,
+    /// Mamba 1's own list (`conversion/mamba.py` `MambaModel.set_gguf_parameters`): context
+    /// 2^20, embedding, feed-forward 0, heads 0, blocks, the SSM keys, RMS eps,
+    /// `ssm.dt_b_c_rms` (true for `model_type` `falcon_mamba`), file type
+    /// ([`crate::ssm::mamba1_kvs`]).
+    Mamba1,
 }
 
 /// How the vocabulary is exported.
@@ -350,6 +355,11 @@ pub enum VocabKind {
     /// [`VocabKind::SpmElseGpt2PadTo16`] padded to a multiple of 8 whatever config.json says
     /// (`GraniteHybridModel.set_vocab`).
     SpmElseGpt2PadTo8,
+    /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 8), then
+    /// GPT-2 style BPE `tokenizer.json`, else SentencePiece `tokenizer.model`
+    /// (`MambaModel.set_vocab`; the builtin GPT-NeoX vocabulary of a release without tokenizer
+    /// files is refused).
+    Gpt2ElseSpmPadTo8,
     /// SentencePiece `tokenizer.model` required (`JambaModel.set_vocab`; its other branch, a
     /// `tokenizer.json` read as a Llama HF vocabulary, is not done: refused).
     Spm,
@@ -658,6 +668,19 @@ pub(crate) const JAMBA_EXPERTS: ExpertStack = ExpertStack {
     count: &["num_local_experts", "num_experts"],
 };
 
+/// Mamba 1's tensors (`MambaModel.modify_tensors`): the conv1d squeezed, `A = -exp(A_log)`
+/// `[inner, state]`.
+pub(crate) const MAMBA1_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mixer.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mixer.A_log",
+        rule: SplitRule::SsmA,
+    },
+];
+
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
@@ -895,6 +918,21 @@ const JAMBA_NAMES: NameGroup = &[
         "model.layers.{bid}.feed_forward.router",
         "blk.{bid}.ffn_gate_inp",
     ),
+];
+
+/// Mamba 1 (`backbone.*`): Mamba 2's names without the group norm, with `x_proj`.
+const MAMBA1_NAMES: NameGroup = &[
+    ("backbone.embeddings", "token_embd"),
+    ("backbone.norm_f", "output_norm"),
+    ("lm_head", "output"),
+    ("backbone.layers.{bid}.norm", "blk.{bid}.attn_norm"),
+    ("backbone.layers.{bid}.mixer.in_proj", "blk.{bid}.ssm_in"),
+    ("backbone.layers.{bid}.mixer.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("backbone.layers.{bid}.mixer.x_proj", "blk.{bid}.ssm_x"),
+    ("backbone.layers.{bid}.mixer.dt_proj", "blk.{bid}.ssm_dt"),
+    ("backbone.layers.{bid}.mixer.A_log", "blk.{bid}.ssm_a"),
+    ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
+    ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
 ];
 
 /// The norm before attention (absent from OLMo 2, which norms after attention).
@@ -3182,6 +3220,33 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: JAMBA_SPLITS,
+        hooks: &[],
+    },
+    // Mamba 1 (`conversion/mamba.py` `MambaModel`): reads config.json itself; its own keys, the
+    // conv1d squeeze and `A = -exp(A_log)`. The reference also drops an untied `lm_head` equal to
+    // the embedding (`torch.equal`): the plan reads no tensor data, so such a release keeps it.
+    ArchSpec {
+        arch: "mamba",
+        hf_archs: &["MambaForCausalLM"],
+        tensors: &[MAMBA1_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2ElseSpmPadTo8,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Mamba1,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: MAMBA1_SPLITS,
         hooks: &[],
     },
 ];

@@ -92,6 +92,7 @@ pub(super) fn plan_kvs(
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Jamba => crate::ssm::jamba_kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Mamba1 => crate::ssm::mamba1_kvs(hp, *block_count, file_type, put)?,
         KvLayout::Mamba2 | KvLayout::FalconH1 => {
             let falcon = spec.kv_layout == KvLayout::FalconH1;
             crate::ssm::mamba2_kvs(hp, spec.arch, falcon, *block_count, file_type, put)?;

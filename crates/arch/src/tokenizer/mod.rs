@@ -352,9 +352,11 @@ fn export_kind(
         }
     }
     let vocab_size = if kind == VocabKind::SpmElseGpt2PadTo16 {
-        Some(padded_vocab_size(hp, None)?)
+        Some(padded_vocab_size(hp, None, 16)?)
     } else if kind == VocabKind::SpmElseGpt2PadTo8 {
-        Some(padded_vocab_size(hp, Some(8))?)
+        Some(padded_vocab_size(hp, Some(8), 8)?)
+    } else if kind == VocabKind::Gpt2ElseSpmPadTo8 {
+        Some(padded_vocab_size(hp, None, 8)?)
     } else {
         hp.uint(&["vocab_size"])?
     };
@@ -373,6 +375,9 @@ fn export_kind(
         }
         _ => {}
     }
+    if kind == VocabKind::Gpt2ElseSpmPadTo8 && !dir.join("tokenizer.json").is_file() {
+        return export_spm(dir, VocabKind::SpmElseGpt2, vocab_size, kv);
+    }
     let kind = file_kind(dir, kind)?;
     if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
         return export_spm(dir, kind, vocab_size, kv);
@@ -384,7 +389,7 @@ fn export_kind(
 /// Mamba 2's vocabulary size: config.json's `vocab_size` rounded up to a multiple of
 /// `pad_vocab_size_multiple` (default 16), as `Mamba2Model.set_vocab` pads it.
 /// `forced`: the multiple whatever config.json says (Granite 4 hybrid's 8).
-fn padded_vocab_size(hp: &HParams, forced: Option<u64>) -> Result<u64> {
+fn padded_vocab_size(hp: &HParams, forced: Option<u64>, default: u64) -> Result<u64> {
     let n = hp
         .uint(&["vocab_size"])?
         .ok_or_else(|| bad(&hp.path, "config.json lacks `vocab_size`"))?;
@@ -393,7 +398,7 @@ fn padded_vocab_size(hp: &HParams, forced: Option<u64>) -> Result<u64> {
         None => hp.uint(&["pad_vocab_size_multiple"])?,
     };
     let pad = match given {
-        None => 16,
+        None => default,
         Some(0) => return Err(bad(&hp.path, "`pad_vocab_size_multiple` is 0")),
         Some(p) => p,
     };
@@ -407,7 +412,10 @@ fn padded_vocab_size(hp: &HParams, forced: Option<u64>) -> Result<u64> {
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
     let kind = if matches!(
         kind,
-        VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
+        VocabKind::Gpt2AddBosEosSep
+            | VocabKind::Gpt2HunYuan
+            | VocabKind::Gpt2Glm4
+            | VocabKind::Gpt2ElseSpmPadTo8
     ) {
         VocabKind::Gpt2
     } else if matches!(
