@@ -151,3 +151,23 @@ fn falcon_h1_without_a_multiplier_it_applies_is_refused() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(!out.exists());
 }
+
+/// A config announcing 4·10⁹ layers is refused cleanly: the expert bookkeeping allocated a map
+/// per announced block (96 GB here, an abort, for every Mixture-of-Experts row) and the SSM
+/// per-layer arrays have a cap.
+#[test]
+fn absurd_layer_counts_are_refused_not_allocated() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, pre) in [("jamba", None), ("granite_hybrid", Some("granite-docling"))] {
+        let dir = copy_release(name, tmp.path(), name);
+        edit_config(&dir, |m| {
+            m.insert("num_hidden_layers".into(), 4_000_000_000u64.into());
+        });
+        let out = tmp.path().join(format!("{name}.gguf"));
+        let o = arch::convert_output(&dir, &out, pre, &["--dtype", "f16"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains("4000000000"), "{name}: {err}");
+        assert!(!out.exists());
+    }
+}

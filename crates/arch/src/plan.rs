@@ -377,8 +377,11 @@ fn out_dtype(gguf_name: &str, shape: &[u64], outtype: OutType) -> (bool, DType) 
 struct Experts {
     spec: &'static ExpertStack,
     n: u32,
-    /// Per block: `(member, expert)` → index of the HF tensor.
-    pending: Vec<std::collections::BTreeMap<(usize, u32), usize>>,
+    /// The blocks the config announces (a hostile config may claim 2^32: nothing is allocated
+    /// per announced block).
+    block_count: u32,
+    /// Per block with expert tensors read: `(member, expert)` → index of the HF tensor.
+    pending: std::collections::BTreeMap<u32, std::collections::BTreeMap<(usize, u32), usize>>,
 }
 
 /// The stacks of one block: `(GGUF name with {bid}, sources in expert order)` per member.
@@ -393,7 +396,8 @@ impl Experts {
         Ok(Experts {
             spec,
             n,
-            pending: vec![Default::default(); block_count as usize],
+            block_count,
+            pending: Default::default(),
         })
     }
 
@@ -412,7 +416,7 @@ impl Experts {
             what,
         };
         let (bid, xid, w) = match_expert(self.spec.pattern, hf)
-            .filter(|(b, _, _)| (*b as usize) < self.pending.len())
+            .filter(|(b, _, _)| *b < self.block_count)
             .ok_or_else(|| refuse("an expert tensor the architecture does not name".into()))?;
         let member = self
             .spec
@@ -430,14 +434,14 @@ impl Experts {
                 self.n
             )));
         }
-        let block = &mut self.pending[bid as usize];
+        let block = self.pending.entry(bid).or_default();
         if block.insert((member, xid), i).is_some() {
             return Err(refuse("this expert tensor is given twice".into()));
         }
         if block.len() < self.n as usize * self.spec.members.len() {
             return Ok((bid, Vec::new()));
         }
-        let block = std::mem::take(block);
+        let block = self.pending.remove(&bid).unwrap_or_default();
         let mut stacks = Vec::with_capacity(self.spec.members.len());
         for (m, (_, gguf)) in self.spec.members.iter().enumerate() {
             let sources: Vec<(String, usize)> = (0..self.n)
@@ -468,7 +472,7 @@ impl Experts {
     /// Refuses a release in which some block's experts are incomplete (the reference fails with
     /// "Unprocessed experts").
     fn finish(&self, dir: &Path) -> Result<()> {
-        for (bid, block) in self.pending.iter().enumerate() {
+        for (bid, block) in &self.pending {
             if !block.is_empty() {
                 return Err(bad(
                     dir,

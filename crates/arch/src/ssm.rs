@@ -270,6 +270,7 @@ fn granite_dims(hp: &HParams) -> Result<Mamba2Dims> {
 /// reference does not count), else `attn_layer_indices`, else every `attn_layer_period`-th layer
 /// from `attn_layer_offset` (both required then, as the reference asserts).
 pub(crate) fn attention_layers(hp: &HParams, block_count: u32) -> Result<Vec<u32>> {
+    check_layers(hp, block_count)?;
     if let Some(types) = hp
         .raw
         .get("layer_types")
@@ -335,7 +336,13 @@ pub(crate) fn granite_hybrid_kvs(
 ) -> Result<()> {
     let d = granite_dims(hp)?;
     let attn = attention_layers(hp, block_count)?;
-    if (0..block_count).all(|i| attn.contains(&i)) {
+    let mut is_attn = vec![false; block_count as usize];
+    for &i in &attn {
+        if let Some(a) = is_attn.get_mut(i as usize) {
+            *a = true;
+        }
+    }
+    if is_attn.iter().all(|&a| a) {
         return Err(bad(
             &hp.path,
             "a Granite hybrid config without SSM layers (the reference writes it as granite or granitemoe)",
@@ -359,7 +366,7 @@ pub(crate) fn granite_hybrid_kvs(
         put("rope.dimension_count", MetaValue::U32(rope_dim));
     }
     let items = (0..block_count)
-        .map(|i| MetaValue::I32(if attn.contains(&i) { kv } else { 0 }))
+        .map(|i| MetaValue::I32(if is_attn[i as usize] { kv } else { 0 }))
         .collect();
     put(
         "attention.head_count_kv",
@@ -409,6 +416,7 @@ pub(crate) fn jamba_kvs(
     };
     let kv = i32::try_from(req(&["num_key_value_heads"])?)
         .map_err(|_| bad(&hp.path, "`num_key_value_heads` exceeds i32"))?;
+    check_layers(hp, block_count)?;
     let offset = req(&["attn_layer_offset"])?;
     let period = req(&["attn_layer_period"])?;
     if period == 0 {
@@ -520,6 +528,21 @@ pub(crate) fn mamba1_kvs(
     );
     put(a("ssm.dt_b_c_rms"), MetaValue::Bool(falcon));
     put("general.file_type".into(), MetaValue::U32(file_type));
+    Ok(())
+}
+
+/// The most layers a per-layer array is written for: more is refused (a config can claim 2^32
+/// layers; the arrays and layer sets are built in memory).
+const MAX_LAYERS: u32 = 1 << 16;
+
+/// Refuses a block count past [`MAX_LAYERS`].
+fn check_layers(hp: &HParams, block_count: u32) -> Result<()> {
+    if block_count > MAX_LAYERS {
+        return Err(bad(
+            &hp.path,
+            format!("{block_count} layers (more than {MAX_LAYERS})"),
+        ));
+    }
     Ok(())
 }
 

@@ -298,11 +298,6 @@ impl Planner<'_, '_> {
         if !spec.permute_qk {
             return Ok(None);
         }
-        if spec.hooks.contains(&Hook::GraniteHybridLayers)
-            && !crate::ssm::in_attention_layer(&self.release.hp, self.release.block_count, &t.name)?
-        {
-            return Ok(None);
-        }
         let n_head = self.n_head;
         let n_head_kv = if t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias") {
             n_head
@@ -311,6 +306,11 @@ impl Planner<'_, '_> {
         } else {
             return Ok(None);
         };
+        if spec.hooks.contains(&Hook::GraniteHybridLayers)
+            && !crate::ssm::in_attention_layer(&self.release.hp, self.release.block_count, &t.name)?
+        {
+            return Ok(None);
+        }
         let p = QkPermute {
             n_head,
             n_head_kv: Some(n_head_kv),
