@@ -2,8 +2,9 @@
 //! release of fixtures/good/arch (fixtures/gen/gen_arch_fp8.py) is converted by
 //! `weightport convert DIR -o OUT.gguf --dtype T` and compared, as whole files, with the sha256 of
 //! what `convert_hf_to_gguf.py --outtype T` wrote (fixtures/expected/arch/fp8.json) for f32, f16,
-//! bf16 and q8_0. (llama.cpp's binaries were not built where these were recorded: converter
-//! outputs only.)
+//! bf16 and q8_0; one-pass `--quant` (Q2_K, Q3_K_M, Q4_K_M) against the reference's f16 file
+//! run through the pinned `llama-quantize`, and (with `WEIGHTPORT_LLAMA_BIN`) llama-simple's
+//! continuation of our f16 file against the reference's.
 //!
 //! `qwen3_fp8`: a Qwen3 FP8 release: every decoder linear weight F8_E4M3 in 32×32 blocks with
 //! BF16 `weight_scale_inv`, hidden 80 and intermediate 112 (ragged blocks on both axes).
@@ -46,6 +47,23 @@ fn fp8_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
             assert!(done.contains(&want), "{want} not compared");
         }
     }
+}
+
+#[test]
+fn fp8_one_pass_quant_equals_convert_then_llama_quantize() {
+    let done = against(
+        "quantized",
+        |q| vec!["--outtype", "f16", "--quant", q],
+        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+    );
+    assert_eq!(done.len(), RELEASES.len() * 3, "{done:?}");
+}
+
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn fp8_llama_simple_continues_like_the_reference() {
+    let cases = arch::cases(&expected(), |_, _| Some("qwen2".to_owned()));
+    assert_eq!(arch::continuations(&cases).len(), RELEASES.len());
 }
 
 /// Small chunks under two workers: every dequantized range is computed from the weight bytes

@@ -13,6 +13,7 @@
 //! * [`pooling`]: a sentence-transformers release's pooling type (`modules.json`).
 //! * [`phi3`]: Phi-3's hyper-parameter list and longrope factors.
 //! * [`gpt2`]: GPT-2's hyper-parameter list.
+//! * [`ssm`]: Mamba 2's hyper-parameter list and dimensions.
 //! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
 //! * [`fp8`]: the scaled weights of an FP8 release (`weight_scale_inv`) and their blocks.
 //! * [`xlmr`]: XLM-RoBERTa's position offset.
@@ -35,6 +36,7 @@ mod phi3;
 pub mod plan;
 mod pooling;
 pub mod split;
+mod ssm;
 mod table;
 pub mod tokenizer;
 mod xlmr;
@@ -44,6 +46,6 @@ pub use origin::{BlockMap, BlockPart, Origin, SourceTensor, View};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
     check_supported, check_supported_within, llama3_rope_factors, plan, plan_adapter, plan_mmproj,
-    size_label, ArchPlan, OutTensor, OutType, PlanOptions,
+    size_label, ArchPlan, OutTensor, OutType, PlanOptions, RowScale, ValueOp,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

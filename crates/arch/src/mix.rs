@@ -534,6 +534,7 @@ fn allows_quantization(t: &MixTensor, p: &MixParams) -> bool {
         "laurel",
         "per_layer_model_proj",
         "ssm_conv1d",
+        "shortconv.conv.weight",
         "attn_rel_b.weight",
         ".position_embd",
         ".patch_embd",

@@ -87,9 +87,9 @@ pub struct OutTensor {
     pub permute: Option<QkPermute>,
     /// The tensor must stay F32 whatever the output type (1-D, `*_norm.weight`, biases, …).
     pub force_f32: bool,
-    /// Add 1 to every value before the output cast (Gemma norms), in F16 when the source is
-    /// F16 and in F32 otherwise, as the reference does.
-    pub plus_one: bool,
+    /// A value transform before the output cast ([`ValueOp`]), in F16 when the source is F16
+    /// and in F32 otherwise, as the reference computes it.
+    pub value: Option<ValueOp>,
     /// The output element type for the plan's [`OutType`].
     pub dtype: DType,
 }
@@ -99,6 +99,29 @@ impl OutTensor {
     pub fn ne(&self) -> Vec<u64> {
         self.shape.iter().rev().copied().collect()
     }
+}
+
+/// Multiplications of a band of rows by factors, one after another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowScale {
+    /// The rows (outermost axis).
+    pub rows: std::ops::Range<u64>,
+    /// The factors (config.json's numbers): each rounded to f32 and multiplied in, the result
+    /// rounded to the tensor's type each time, as torch's `tensor * python_float` does.
+    pub factors: Vec<f64>,
+}
+
+/// A value transform the reference applies to a tensor before writing it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueOp {
+    /// `1 + w` (Gemma's norms, [`crate::table::ArchSpec::norm_plus_one`]).
+    PlusOne,
+    /// `-exp(w)` (the SSM families' `A = -exp(A_log)`, [`crate::table::SplitRule::SsmA`]),
+    /// with torch's float32 exp.
+    NegExp,
+    /// Scaled rows (Falcon-H1's multipliers, [`crate::ssm::falcon_h1_scale`]); rows in no band
+    /// are kept.
+    Scale(Vec<RowScale>),
 }
 
 /// What the reference converter would write, minus the tensor data.
@@ -293,7 +316,7 @@ fn generated(name: &str, v: Vec<f32>) -> OutTensor {
         origin: Origin::Generated(v),
         permute: None,
         force_f32: true,
-        plus_one: false,
+        value: None,
         dtype: DType::F32,
     }
 }
@@ -356,8 +379,11 @@ fn out_dtype(gguf_name: &str, shape: &[u64], outtype: OutType) -> (bool, DType) 
 struct Experts {
     spec: &'static ExpertStack,
     n: u32,
-    /// Per block: `(member, expert)` → index of the HF tensor.
-    pending: Vec<std::collections::BTreeMap<(usize, u32), usize>>,
+    /// The blocks the config announces (a hostile config may claim 2^32: nothing is allocated
+    /// per announced block).
+    block_count: u32,
+    /// Per block with expert tensors read: `(member, expert)` → index of the HF tensor.
+    pending: std::collections::BTreeMap<u32, std::collections::BTreeMap<(usize, u32), usize>>,
 }
 
 /// The stacks of one block: `(GGUF name with {bid}, sources in expert order)` per member.
@@ -372,7 +398,8 @@ impl Experts {
         Ok(Experts {
             spec,
             n,
-            pending: vec![Default::default(); block_count as usize],
+            block_count,
+            pending: Default::default(),
         })
     }
 
@@ -391,7 +418,7 @@ impl Experts {
             what,
         };
         let (bid, xid, w) = match_expert(self.spec.pattern, hf)
-            .filter(|(b, _, _)| (*b as usize) < self.pending.len())
+            .filter(|(b, _, _)| *b < self.block_count)
             .ok_or_else(|| refuse("an expert tensor the architecture does not name".into()))?;
         let member = self
             .spec
@@ -409,14 +436,14 @@ impl Experts {
                 self.n
             )));
         }
-        let block = &mut self.pending[bid as usize];
+        let block = self.pending.entry(bid).or_default();
         if block.insert((member, xid), i).is_some() {
             return Err(refuse("this expert tensor is given twice".into()));
         }
         if block.len() < self.n as usize * self.spec.members.len() {
             return Ok((bid, Vec::new()));
         }
-        let block = std::mem::take(block);
+        let block = self.pending.remove(&bid).unwrap_or_default();
         let mut stacks = Vec::with_capacity(self.spec.members.len());
         for (m, (_, gguf)) in self.spec.members.iter().enumerate() {
             let sources: Vec<(String, usize)> = (0..self.n)
@@ -447,7 +474,7 @@ impl Experts {
     /// Refuses a release in which some block's experts are incomplete (the reference fails with
     /// "Unprocessed experts").
     fn finish(&self, dir: &Path) -> Result<()> {
-        for (bid, block) in self.pending.iter().enumerate() {
+        for (bid, block) in &self.pending {
             if !block.is_empty() {
                 return Err(bad(
                     dir,

@@ -125,7 +125,94 @@ pub fn views(
             };
             Ok(vec![(hf.to_owned(), view)])
         }
+        SplitRule::SsmA | SplitRule::AppendUnitAxis => Ok(vec![(hf.to_owned(), unit_axis(t))]),
+        SplitRule::SsmNormGroups => ssm_norm_groups(hf, t, hp, dir),
+        SplitRule::RowHalves => row_halves(hf, t, hp, dir),
     }
+}
+
+/// `[n]` as `[n, 1]` (`reshape((*shape, 1))`); a tensor of more dimensions as it is.
+fn unit_axis(t: &SourceTensor) -> View {
+    let mut dims = contiguous(&t.shape);
+    if t.shape.len() == 1 {
+        dims.push((1, 1));
+    }
+    View { offset: 0, dims }
+}
+
+/// `[inner]` as `[n_groups, inner / n_groups]` (`Mamba2Model.modify_tensors`).
+fn ssm_norm_groups(
+    hf: &str,
+    t: &SourceTensor,
+    hp: &HParams,
+    dir: &Path,
+) -> Result<Vec<(String, View)>> {
+    let dims = crate::ssm::mamba2_dims(hp, crate::ssm::Flavor::of(hp))?;
+    let (d, g) = (u64::from(dims.d_inner), u64::from(dims.n_group));
+    if t.shape.iter().product::<u64>() != d || !d.is_multiple_of(g) {
+        return Err(refuse(
+            dir,
+            t,
+            format!(
+                "an SSM norm of {d} values in {g} groups expected, not {:?}",
+                t.shape
+            ),
+        ));
+    }
+    let view = View {
+        offset: 0,
+        dims: vec![(g, d / g), (d / g, 1)],
+    };
+    Ok(vec![(hf.to_owned(), view)])
+}
+
+/// `[2·n, cols]` as its two halves of rows, n = `shared_intermediate_size` (the reference
+/// asserts the rows are 2·n): `…gate_proj.weight` and `…up_proj.weight` in place of
+/// `…input_linear.weight`.
+fn row_halves(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<Vec<(String, View)>> {
+    let n = u64::from(hp.need_u32(&["shared_intermediate_size"])?);
+    let [rows, cols] = t.shape[..] else {
+        return Err(refuse(
+            dir,
+            t,
+            format!("a 2-D tensor expected, not {:?}", t.shape),
+        ));
+    };
+    if rows != 2 * n {
+        return Err(refuse(
+            dir,
+            t,
+            format!("{rows} rows are not 2 × shared_intermediate_size {n}"),
+        ));
+    }
+    let stem = hf.trim_end_matches("input_linear.weight");
+    Ok(["gate_proj", "up_proj"]
+        .iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let view = View {
+                offset: k as u64 * n * cols,
+                dims: vec![(n, cols), (cols, 1)],
+            };
+            (format!("{stem}{w}.weight"), view)
+        })
+        .collect())
+}
+
+/// The dims of a row-major tensor of `shape` read as it is.
+fn contiguous(shape: &[u64]) -> Vec<(u64, u64)> {
+    let mut stride = 1;
+    let mut dims: Vec<(u64, u64)> = shape
+        .iter()
+        .rev()
+        .map(|&n| {
+            let d = (n, stride);
+            stride *= n;
+            d
+        })
+        .collect();
+    dims.reverse();
+    dims
 }
 
 /// Refuses an odd number of alternating gate/up columns (the reference's `::2` and `1::2` would

@@ -182,6 +182,18 @@ pub enum ExtraKv {
     ErnieSharedExperts,
     /// `{arch}.<key>` u32 = this constant (LFM2-MoE's sigmoid gating function, 2).
     U32Value(&'static str, u32),
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, else the constant `.2` (`hparams.get(k, d)`).
+    U32Or(&'static str, &'static str, u32),
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, when truthy.
+    U32IfTruthy(&'static str, &'static str),
+    /// Granite 4 hybrid's own keys after Granite MoE's (`GraniteHybridModel.set_gguf_parameters`):
+    /// the SSM keys, `rope.dimension_count` ← `attn_rotary_emb` when set, `attention.head_count_kv`
+    /// per layer (0 for SSM layers), `rope.scaling.finetuned` and, without rope, a 2^20 context
+    /// ([`crate::ssm::granite_hybrid_kvs`]).
+    GraniteHybrid,
+    /// `{arch}.rope.freq_base` f32 ← the rope parameters' `rope_theta` (required; Falcon-H1 writes
+    /// it after its own keys).
+    RopeFreqBase,
     /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
     HeadCountKvFullAttention,
 }
@@ -272,6 +284,26 @@ pub enum KvLayout {
     /// required: blocks, context (`n_ctx`), embedding (`n_embd`), feed-forward `4 × n_embd`
     /// (whatever `n_inner` says), heads (`n_head`), LayerNorm epsilon, file type.
     Gpt2,
+    /// Mamba 2's own list (`conversion/mamba.py` `Mamba2Model.set_gguf_parameters`): context
+    /// 2^20, embedding, feed-forward 0, heads 0, blocks, `ssm.conv_kernel`, `ssm.inner_size`,
+    /// `ssm.state_size`, `ssm.time_step_rank` (inner / head dim), `ssm.group_count`, RMS eps,
+    /// file type, each from config.json with the class's fallbacks ([`crate::ssm`]); then the
+    /// architecture's [`ExtraKv`]s.
+    Mamba2,
+    /// [`KvLayout::Mamba2`] as `FalconH1Model` reads it: every key also under a `mamba_` prefix,
+    /// `mamba_d_ssm` and `mamba_n_groups` required, no `expand` assertion, and `hidden_act` silu
+    /// with `mamba_d_head` dividing the inner size instead; then the [`ExtraKv`]s.
+    FalconH1,
+    /// Jamba's own list (`conversion/jamba.py` `JambaModel.set_gguf_parameters`): blocks,
+    /// context, embedding, feed-forward, heads, KV heads per layer (every `attn_layer_period`-th
+    /// from `attn_layer_offset`, else 0), the Mamba 1 keys, RMS eps, expert counts, file type
+    /// ([`crate::ssm::jamba_kvs`]).
+    Jamba,
+    /// Mamba 1's own list (`conversion/mamba.py` `MambaModel.set_gguf_parameters`): context
+    /// 2^20, embedding, feed-forward 0, heads 0, blocks, the SSM keys, RMS eps,
+    /// `ssm.dt_b_c_rms` (true for `model_type` `falcon_mamba`), file type
+    /// ([`crate::ssm::mamba1_kvs`]).
+    Mamba1,
 }
 
 /// How the vocabulary is exported.
@@ -316,6 +348,21 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
     /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
     Gpt2Glm4,
+    /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 16), then
+    /// SentencePiece `tokenizer.model`, else GPT-2 style BPE (`Mamba2Model.set_vocab`; a
+    /// release without tokenizer files, which the reference gives GPT-NeoX's, is refused).
+    SpmElseGpt2PadTo16,
+    /// [`VocabKind::SpmElseGpt2PadTo16`] padded to a multiple of 8 whatever config.json says
+    /// (`GraniteHybridModel.set_vocab`).
+    SpmElseGpt2PadTo8,
+    /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 8), then
+    /// GPT-2 style BPE `tokenizer.json`, else SentencePiece `tokenizer.model`
+    /// (`MambaModel.set_vocab`; the builtin GPT-NeoX vocabulary of a release without tokenizer
+    /// files is refused).
+    Gpt2ElseSpmPadTo8,
+    /// SentencePiece `tokenizer.model` required (`JambaModel.set_vocab`; its other branch, a
+    /// `tokenizer.json` read as a Llama HF vocabulary, is not done: refused).
+    Spm,
 }
 
 /// A Mixture-of-Experts layer stored one tensor per expert and projection, which the reference
@@ -433,12 +480,39 @@ pub enum SplitRule {
     /// (`data_torch.squeeze(1)`: LFM2's short convolutions, the SSM families' `conv1d`): one part
     /// under the same name, a shape change only.
     Conv1dSqueeze,
+    /// A fused `[2·n, cols]` gate/up weight split along its rows (`data_torch.split(n, dim=-2)`,
+    /// Granite's `shared_mlp.input_linear`, n = `shared_intermediate_size`): the first half
+    /// `gate_proj.weight`, the second `up_proj.weight` beside it.
+    RowHalves,
+    /// The SSM state matrix: `A = -exp(A_log)` (computed as torch does: the named transform
+    /// [`crate::ValueOp::NegExp`]), `A_log` `[heads]` reshaped to `[heads, 1]` (Mamba 2's
+    /// `reshape((*shape, 1))`); a tensor of more dimensions keeps its shape (Mamba 1's
+    /// `[inner, state]`).
+    SsmA,
+    /// A tensor `[n]` reshaped to `[n, 1]` (Mamba 2's `D`); more dimensions keep their shape.
+    AppendUnitAxis,
+    /// Mamba 2's gated RMS norm `[inner]` reshaped to `[n_groups, inner / n_groups]`
+    /// (`n_groups` from config.json, default 1; refused when it does not divide).
+    SsmNormGroups,
 }
 
 impl SplitRule {
     /// The parts are stacked experts (the architecture is a Mixture-of-Experts one).
     pub fn experts(self) -> bool {
-        !matches!(self, SplitRule::MlaKvB | SplitRule::Conv1dSqueeze)
+        !matches!(
+            self,
+            SplitRule::MlaKvB
+                | SplitRule::Conv1dSqueeze
+                | SplitRule::RowHalves
+                | SplitRule::SsmA
+                | SplitRule::AppendUnitAxis
+                | SplitRule::SsmNormGroups
+        )
+    }
+
+    /// The value transform the part gets before the output cast.
+    pub fn value_op(self) -> Option<crate::ValueOp> {
+        (self == SplitRule::SsmA).then_some(crate::ValueOp::NegExp)
     }
 }
 
@@ -505,6 +579,107 @@ pub(crate) const SHORTCONV_SPLITS: &[Split] = &[Split {
     suffix: "conv.conv.weight",
     rule: SplitRule::Conv1dSqueeze,
 }];
+
+/// Mamba 2's SSM tensors (`conversion/mamba.py` `Mamba2Model.modify_tensors`): the conv1d
+/// squeezed, `A = -exp(A_log)` and `D` as `[heads, 1]`, the norm grouped.
+pub(crate) const MAMBA2_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mixer.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mixer.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mixer.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mixer.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+];
+
+/// Falcon-H1's SSM tensors: Mamba 2's rules under `mamba.` (`FalconH1Model` is a
+/// `Mamba2Model`).
+pub(crate) const FALCON_H1_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mamba.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mamba.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+];
+
+/// Granite 4 hybrid's SSM tensors (Mamba 2's rules under `mamba.`) and its shared MLP.
+pub(crate) const GRANITE_HYBRID_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+    Split {
+        suffix: "mamba.D",
+        rule: SplitRule::AppendUnitAxis,
+    },
+    Split {
+        suffix: "mamba.norm.weight",
+        rule: SplitRule::SsmNormGroups,
+    },
+    Split {
+        suffix: "shared_mlp.input_linear.weight",
+        rule: SplitRule::RowHalves,
+    },
+];
+
+/// Jamba's Mamba 1 tensors: the conv1d squeezed, `A = -exp(A_log)` in its own shape
+/// (`[inner, state]`).
+pub(crate) const JAMBA_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mamba.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mamba.A_log",
+        rule: SplitRule::SsmA,
+    },
+];
+
+/// Jamba's experts (`feed_forward.experts.N.{gate,up,down}_proj`, as the release stores them),
+/// stacked down, gate, up under Qwen2-MoE's names (`JambaModel.modify_tensors`).
+pub(crate) const JAMBA_EXPERTS: ExpertStack = ExpertStack {
+    marker: "feed_forward.experts",
+    pattern: "model.layers.{bid}.feed_forward.experts.{xid}.{w}.weight",
+    members: QWEN2MOE_EXPERTS.members,
+    count: &["num_local_experts", "num_experts"],
+};
+
+/// Mamba 1's tensors (`MambaModel.modify_tensors`): the conv1d squeezed, `A = -exp(A_log)`
+/// `[inner, state]`.
+pub(crate) const MAMBA1_SPLITS: &[Split] = &[
+    Split {
+        suffix: "mixer.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    Split {
+        suffix: "mixer.A_log",
+        rule: SplitRule::SsmA,
+    },
+];
 
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
@@ -587,6 +762,15 @@ pub enum Hook {
     /// `num_hidden_layers`, as its release ships them) are skipped
     /// (`DeepseekV2Model.skip_mtp`).
     SkipMtpLayers,
+    /// Falcon-H1's µP multipliers folded into the weights (`FalconH1Model.modify_tensors`): each
+    /// tensor whose HF name holds `down_proj`, `gate_proj`, `k_proj`, … is multiplied by its
+    /// factors from config.json, `in_proj` per band of rows ([`crate::ssm::falcon_h1_scale`]).
+    FalconH1Multipliers,
+    /// Granite 4 hybrid's layers (`GraniteHybridModel.get_attn_layers`): the q/k permutation only
+    /// in attention layers (`layer_types` entries `attention`, else `attn_layer_indices`, else
+    /// every `attn_layer_period`-th from `attn_layer_offset`); the others go through Mamba 2's
+    /// converter, which does not permute.
+    GraniteHybridLayers,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -604,6 +788,7 @@ pub(crate) const FORCE_F32: &[&str] = &[
     "position_embd",
     "token_types",
     "shortconv.conv",
+    "ssm_conv1d",
 ];
 
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
@@ -619,6 +804,136 @@ const EMBED_NORM: NameGroup = &[
 
 /// An untied output head (absent from Gemma and Gemma 2, which always tie it).
 const LM_HEAD: NameGroup = &[("lm_head", "output")];
+
+/// Mamba 2 (`backbone.*`, `gguf-py/gguf/tensor_mapping.py`; `dt_bias` renamed `dt_proj.bias`
+/// first, as `Mamba2Model.filter_tensors` does).
+const MAMBA2_NAMES: NameGroup = &[
+    ("backbone.embeddings", "token_embd"),
+    ("backbone.norm_f", "output_norm"),
+    ("lm_head", "output"),
+    ("backbone.layers.{bid}.norm", "blk.{bid}.attn_norm"),
+    ("backbone.layers.{bid}.mixer.in_proj", "blk.{bid}.ssm_in"),
+    ("backbone.layers.{bid}.mixer.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("backbone.layers.{bid}.mixer.dt_proj", "blk.{bid}.ssm_dt"),
+    ("backbone.layers.{bid}.mixer.A_log", "blk.{bid}.ssm_a"),
+    ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
+    ("backbone.layers.{bid}.mixer.norm", "blk.{bid}.ssm_norm"),
+    ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
+];
+
+/// Falcon-H1's blocks: attention, a Mamba 2 mixer and the MLP side by side. gguf-py's map
+/// lists `pre_ff_layernorm` with its `.weight`, so the reference writes `blk.N.ffn_norm` without
+/// a suffix (kept F32).
+const FALCON_H1_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.final_layernorm", "output_norm"),
+    ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    (
+        "model.layers.{bid}.pre_ff_layernorm.weight",
+        "blk.{bid}.ffn_norm",
+    ),
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.norm", "blk.{bid}.ssm_norm"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+];
+
+/// Granite 4 hybrid (`model.layers.N.mamba.*` in SSM layers, `self_attn.*` in attention
+/// layers, the shared MLP split by [`SplitRule::RowHalves`] in every layer).
+const GRANITE_HYBRID_NAMES: NameGroup = &[
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.norm", "blk.{bid}.ssm_norm"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.shared_mlp.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    ("model.layers.{bid}.shared_mlp.up_proj", "blk.{bid}.ffn_up"),
+    (
+        "model.layers.{bid}.shared_mlp.output_linear",
+        "blk.{bid}.ffn_down",
+    ),
+];
+
+/// Jamba (`model.layers.N.mamba.*` Mamba 1 mixers with dt/B/C norms, `feed_forward.*` MLPs and
+/// routers, `pre_ff_layernorm`).
+const JAMBA_NAMES: NameGroup = &[
+    ("model.embed_tokens", "token_embd"),
+    ("model.final_layernorm", "output_norm"),
+    ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.pre_ff_layernorm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.mamba.in_proj", "blk.{bid}.ssm_in"),
+    ("model.layers.{bid}.mamba.x_proj", "blk.{bid}.ssm_x"),
+    ("model.layers.{bid}.mamba.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.mamba.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.mamba.D", "blk.{bid}.ssm_d"),
+    ("model.layers.{bid}.mamba.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("model.layers.{bid}.mamba.out_proj", "blk.{bid}.ssm_out"),
+    (
+        "model.layers.{bid}.mamba.dt_layernorm",
+        "blk.{bid}.ssm_dt_norm",
+    ),
+    (
+        "model.layers.{bid}.mamba.b_layernorm",
+        "blk.{bid}.ssm_b_norm",
+    ),
+    (
+        "model.layers.{bid}.mamba.c_layernorm",
+        "blk.{bid}.ssm_c_norm",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.router",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+];
+
+/// Mamba 1 (`backbone.*`): Mamba 2's names without the group norm, with `x_proj`.
+const MAMBA1_NAMES: NameGroup = &[
+    ("backbone.embeddings", "token_embd"),
+    ("backbone.norm_f", "output_norm"),
+    ("lm_head", "output"),
+    ("backbone.layers.{bid}.norm", "blk.{bid}.attn_norm"),
+    ("backbone.layers.{bid}.mixer.in_proj", "blk.{bid}.ssm_in"),
+    ("backbone.layers.{bid}.mixer.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("backbone.layers.{bid}.mixer.x_proj", "blk.{bid}.ssm_x"),
+    ("backbone.layers.{bid}.mixer.dt_proj", "blk.{bid}.ssm_dt"),
+    ("backbone.layers.{bid}.mixer.A_log", "blk.{bid}.ssm_a"),
+    ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
+    ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
+];
 
 /// The norm before attention (absent from OLMo 2, which norms after attention).
 const ATTN_NORM: NameGroup = &[("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm")];
@@ -2751,6 +3066,187 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: QWEN3VLMOE_SPLITS,
+        hooks: &[],
+    },
+    // Mamba 2 (`conversion/mamba.py` `Mamba2Model`): reads config.json itself (no config class
+    // defaults); its own keys, the SSM tensors' reshapes and `A = -exp(A_log)` as splits.
+    ArchSpec {
+        arch: "mamba2",
+        hf_archs: &["Mamba2ForCausalLM"],
+        tensors: &[MAMBA2_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::SpmElseGpt2PadTo16,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &["model."],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Mamba2,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: MAMBA2_SPLITS,
+        hooks: &[],
+    },
+    // Falcon-H1 (`conversion/falcon_h1.py` `FalconH1Model`, a `Mamba2Model` with Llama
+    // attention): Mamba 2's keys read with `mamba_` prefixes, then its own; the µP multipliers
+    // folded into the weights (a named hook).
+    ArchSpec {
+        arch: "falcon-h1",
+        hf_archs: &["FalconH1ForCausalLM"],
+        tensors: &[FALCON_H1_NAMES, ATTN],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::U32Or("context_length", "max_position_embeddings", 0),
+            ExtraKv::U32("feed_forward_length", "intermediate_size"),
+            ExtraKv::U32("attention.head_count", "num_attention_heads"),
+            ExtraKv::U32("attention.head_count_kv", "num_key_value_heads"),
+            ExtraKv::U32("attention.key_length", "head_dim"),
+            ExtraKv::U32("attention.value_length", "head_dim"),
+            ExtraKv::RopeFreqBase,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::FalconH1,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: FALCON_H1_SPLITS,
+        hooks: &[Hook::FalconH1Multipliers],
+    },
+    // Granite 4 hybrid (`conversion/granite.py` `GraniteHybridModel`: Mamba 2 and Granite MoE):
+    // Granite's keys (head_dim dropped, multipliers as scales), then its SSM and per-layer keys;
+    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0) are not
+    // done: refused as a dense row refuses them.
+    ArchSpec {
+        arch: "granitehybrid",
+        hf_archs: &["GraniteMoeHybridForCausalLM"],
+        tensors: &[
+            EMBED_NORM,
+            LM_HEAD,
+            ATTN_NORM,
+            ATTN,
+            FFN_NORM,
+            GRANITE_HYBRID_NAMES,
+        ],
+        experts: None,
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Ignored,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Scale("attention_multiplier", "attention.scale"),
+            ExtraKv::Scale("embedding_multiplier", "embedding_scale"),
+            ExtraKv::Scale("residual_multiplier", "residual_scale"),
+            ExtraKv::Scale("logits_scaling", "logit_scale"),
+            ExtraKv::U32IfTruthy(
+                "expert_shared_feed_forward_length",
+                "shared_intermediate_size",
+            ),
+            ExtraKv::GraniteHybrid,
+        ],
+        vocab: VocabKind::SpmElseGpt2PadTo8,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[(".dt_bias", ".dt_proj.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: GRANITE_HYBRID_SPLITS,
+        hooks: &[Hook::GraniteHybridLayers],
+    },
+    // Jamba (`conversion/jamba.py` `JambaModel`): its own key list, Mamba 1 mixers (`A =
+    // -exp(A_log)` in `[inner, state]`, conv1d squeezed), attention without permutation, per-expert
+    // tensors stacked. Mini-Jamba's `.moe.` names and `experts.0` dense layers are not done.
+    ArchSpec {
+        arch: "jamba",
+        hf_archs: &["JambaForCausalLM"],
+        tensors: &[JAMBA_NAMES, ATTN],
+        experts: Some(&JAMBA_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Spm,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Jamba,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: JAMBA_SPLITS,
+        hooks: &[],
+    },
+    // Mamba 1 (`conversion/mamba.py` `MambaModel`): reads config.json itself; its own keys, the
+    // conv1d squeeze and `A = -exp(A_log)`. The reference also drops an untied `lm_head` equal to
+    // the embedding (`torch.equal`): the plan reads no tensor data, so such a release keeps it.
+    ArchSpec {
+        arch: "mamba",
+        hf_archs: &["MambaForCausalLM"],
+        tensors: &[MAMBA1_NAMES],
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[],
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2ElseSpmPadTo8,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::Mamba1,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: MAMBA1_SPLITS,
         hooks: &[],
     },
 ];

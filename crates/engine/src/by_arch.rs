@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use weightport_arch::split::BlockMap;
 use weightport_arch::{
-    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor,
+    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor, ValueOp,
 };
 use weightport_core::{
     sanitize, Access, DType, Error, Knob, Limits, Metadata, Result, TensorInfo, TensorSource,
@@ -25,8 +25,10 @@ use crate::route::AdapterRoute;
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
+use crate::transform::neg_exp::NegExp;
 use crate::transform::permute::PermuteRows;
 use crate::transform::plus_one::PlusOne;
+use crate::transform::scale::Scale;
 use crate::transform::slice::Slice;
 use crate::transform::stack::Stack;
 use weightport_arch::mix::{self, TypedTensor};
@@ -440,7 +442,7 @@ fn op_of(
     }
     let layout = layout_op(t, src)?;
     let permute = permute_op(t, src)?;
-    let (plus_one, mid) = plus_one_op(t, src)?;
+    let (value, mid) = value_op(t, src)?;
     // The reference converter's cast, then llama-quantize's (each with its tool's NaN bits).
     let converter = Stage {
         rule: naming::CONVERT_CASTS,
@@ -449,7 +451,7 @@ fn op_of(
     let cast = op_for(mid, t.dtype, &t.name, &t.shape, opts, converter)?;
     let quant = quantize_op(t, to, opts)?;
     Ok(Chain::of(
-        Chain::of(Chain::of(Chain::of(layout, permute), plus_one), cast),
+        Chain::of(Chain::of(Chain::of(layout, permute), value), cast),
         quant,
     ))
 }
@@ -517,14 +519,29 @@ fn permute_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>
     ))
 }
 
-/// `1 + w` when the plan asks for it, and the type its result is stored as (`src` without).
-fn plus_one_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
-    if !t.plus_one {
-        return Ok((None, src));
-    }
-    let p = PlusOne::new(src)?;
-    let mid = p.out;
-    Ok((Some(Arc::new(p) as Arc<dyn Transform>), mid))
+/// The plan's value transform of `t` (`1 + w`, `-exp(w)`), and the type its result is stored
+/// as (`src` without).
+fn value_op(t: &PlannedTensor, src: DType) -> Result<(Option<Arc<dyn Transform>>, DType)> {
+    let (op, mid): (Arc<dyn Transform>, DType) = match &t.value {
+        None => return Ok((None, src)),
+        Some(ValueOp::PlusOne) => {
+            let p = PlusOne::new(src)?;
+            let mid = p.out;
+            (Arc::new(p), mid)
+        }
+        Some(ValueOp::NegExp) => {
+            let n = NegExp::new(src)?;
+            let mid = n.out;
+            (Arc::new(n), mid)
+        }
+        Some(ValueOp::Scale(bands)) => {
+            let row = t.shape.iter().skip(1).product::<u64>();
+            let s = Scale::new(src, row, bands)?;
+            let mid = s.out;
+            (Arc::new(s), mid)
+        }
+    };
+    Ok((Some(op), mid))
 }
 
 /// llama-quantize's conversion of `t` from its planned type to `to` (with its NaN bits).

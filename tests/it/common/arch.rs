@@ -141,3 +141,57 @@ pub(crate) fn against(
     }
     done
 }
+
+/// llama-simple's greedy continuation (`-n 8`, the generators' prompt) of our file of each case,
+/// against the one recorded for the reference's file on the outtype the entry names (f16 by
+/// default); cases without a recorded continuation are skipped, and where llama-simple failed on
+/// the reference's file (`<llama-simple exit N>`) it must fail on ours. The tools' directory is
+/// `WEIGHTPORT_LLAMA_BIN` (the callers are `#[ignore]`d: CI builds no llama.cpp). Returns the
+/// names run.
+pub(crate) fn continuations(cases: &[Case]) -> Vec<String> {
+    let bin = std::env::var_os("WEIGHTPORT_LLAMA_BIN")
+        .map(PathBuf::from)
+        .expect(
+            "WEIGHTPORT_LLAMA_BIN is not set: the directory of the pinned llama.cpp build's tools",
+        );
+    let tmp = tempfile::tempdir().unwrap();
+    let mut done = Vec::new();
+    for c in cases {
+        let Some(want) = c.entry["continuation"].as_str() else {
+            continue;
+        };
+        let on = c.entry["continuation_outtype"].as_str().unwrap_or("f16");
+        let out = tmp.path().join(format!("{}-{on}.gguf", c.name));
+        convert(&c.dir, &out, c.pre.as_deref(), &["--dtype", on]);
+        let o = std::process::Command::new(bin.join("llama-simple"))
+            .args([
+                "-m",
+                out.to_str().unwrap(),
+                "-n",
+                "8",
+                "The quick brown fox",
+            ])
+            .env("LD_LIBRARY_PATH", &bin)
+            .output()
+            .unwrap();
+        if want.starts_with("<llama-simple exit") {
+            assert!(
+                !o.status.success(),
+                "{}: llama-simple ran ours, not the reference's",
+                c.name
+            );
+            done.push(c.name.clone());
+            continue;
+        }
+        assert!(o.status.success(), "{}: llama-simple failed", c.name);
+        let got = format!("{:x}", Sha256::digest(&o.stdout));
+        assert_eq!(
+            want.split(' ').next().unwrap(),
+            got,
+            "{}: continuation",
+            c.name
+        );
+        done.push(c.name.clone());
+    }
+    done
+}

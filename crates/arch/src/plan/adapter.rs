@@ -178,7 +178,7 @@ fn factor_tensors(
         Origin::View { .. } => return Err(refuse("transposes or interleaves")),
         Origin::Stack { .. } | Origin::Blocks { .. } => return Err(refuse("stacks")),
     };
-    if t.plus_one {
+    if t.value.is_some() {
         return Err(refuse("adds one to"));
     }
     let p = match kinds[index] {
@@ -243,7 +243,7 @@ fn factor_tensors(
             shape,
             permute,
             force_f32: dtype == DType::F32 && outtype != OutType::F32,
-            plus_one: false,
+            value: None,
             dtype,
         });
     }

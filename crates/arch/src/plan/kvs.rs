@@ -91,6 +91,15 @@ pub(super) fn plan_kvs(
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Jamba => crate::ssm::jamba_kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Mamba1 => crate::ssm::mamba1_kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Mamba2 | KvLayout::FalconH1 => {
+            let falcon = spec.kv_layout == KvLayout::FalconH1;
+            crate::ssm::mamba2_kvs(hp, spec.arch, falcon, *block_count, file_type, put)?;
+            for extra in spec.extra_kv {
+                extra_kv(&mut kvs, release, *extra)?;
+            }
+        }
         KvLayout::Gemma | KvLayout::Gemma2 => gemma_kvs(&mut kvs, release, file_type)?,
         _ => table_kvs(&mut kvs, release, file_type)?,
     }
@@ -206,7 +215,7 @@ fn table_kvs(kvs: &mut Kvs, release: &Release, file_type: u32) -> Result<()> {
     if let Some(v) = hp.float(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])? {
         kvs.arch("attention.layer_norm_epsilon", f32v(v));
     }
-    if spec.is_moe() {
+    if spec.is_moe() || zero_experts(hp) {
         expert_kvs(kvs, hp)?;
     }
     if let Some(hd) = hp.u32(&["head_dim"])? {
@@ -327,7 +336,7 @@ fn yarn_kvs(kvs: &mut Kvs, hp: &HParams, rope: &serde_json::Map<String, Value>) 
 
 /// Refuses expert counts, expert groups and gating functions in a dense architecture's config.
 fn refuse_stray_experts(spec: &ArchSpec, hp: &HParams) -> Result<()> {
-    if spec.is_moe() {
+    if spec.is_moe() || zero_experts(hp) {
         return Ok(());
     }
     if hp.raw.contains_key("num_local_experts") || hp.raw.contains_key("num_experts") {
@@ -369,6 +378,19 @@ fn expert_kvs(kvs: &mut Kvs, hp: &HParams) -> Result<()> {
     ];
     kvs.arch_u32_if("expert_used_count", hp, &used)?;
     expert_group_kvs(hp, &mut |k, v| kvs.arch(k, v))
+}
+
+/// A config that spells out an expert count of 0 (a dense Granite 4 hybrid's
+/// `num_local_experts: 0`): the reference's common writer writes the counts as they are.
+fn zero_experts(hp: &HParams) -> bool {
+    ["num_local_experts", "num_experts"]
+        .iter()
+        .filter_map(|k| hp.raw.get(*k))
+        .any(|v| v.as_u64() == Some(0))
+        && !["num_local_experts", "num_experts"]
+            .iter()
+            .filter_map(|k| hp.raw.get(*k))
+            .any(|v| v.as_u64().is_some_and(|n| n > 0))
 }
 
 /// One [`ExtraKv`] of the architecture's table.
@@ -437,6 +459,23 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
         ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
+        ExtraKv::U32IfTruthy(key, h) => {
+            if let Some(v) = hp.u32(&[h])?.filter(|&v| v != 0) {
+                kvs.arch(key, MetaValue::U32(v));
+            }
+        }
+        ExtraKv::GraniteHybrid => {
+            crate::ssm::granite_hybrid_kvs(hp, *block_count, &mut |k, v| kvs.arch(k, v))?
+        }
+        ExtraKv::U32Or(key, h, d) => kvs.arch(key, MetaValue::U32(hp.u32(&[h])?.unwrap_or(d))),
+        ExtraKv::RopeFreqBase => {
+            let theta = hp
+                .rope()
+                .get("rope_theta")
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(&hp.path, "the rope parameters lack `rope_theta`"))?;
+            kvs.arch("rope.freq_base", f32v(theta));
+        }
         ExtraKv::ErnieSharedExperts => {
             if let Some(n) = hp.u32(&["moe_num_shared_experts"])? {
                 kvs.arch("expert_shared_count", MetaValue::U32(n));

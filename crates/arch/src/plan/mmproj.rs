@@ -106,7 +106,12 @@ impl Tower<'_> {
             shape,
             permute: None,
             force_f32: dtype == DType::F32,
-            plus_one: self.spec.plus_one.iter().any(|p| hf.contains(p)),
+            value: self
+                .spec
+                .plus_one
+                .iter()
+                .any(|p| hf.contains(p))
+                .then_some(crate::plan::ValueOp::PlusOne),
             dtype,
         }
     }

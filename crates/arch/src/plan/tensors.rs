@@ -27,7 +27,13 @@ pub(super) fn plan_tensors(
     all_layers: bool,
 ) -> Result<Planned> {
     let Release { dir, spec, hp, .. } = release;
-    let n_head = hp.need_u32(&["n_heads", "num_attention_heads", "n_head"])?;
+    // Only the q/k permutation needs the head counts (an SSM model has none).
+    let heads = ["n_heads", "num_attention_heads", "n_head"];
+    let n_head = if spec.permute_qk {
+        hp.need_u32(&heads)?
+    } else {
+        hp.u32(&heads)?.unwrap_or(0)
+    };
     let n_head_kv = hp
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
@@ -198,7 +204,7 @@ impl Planner<'_, '_> {
                 shape,
                 permute: None,
                 force_f32,
-                plus_one: false,
+                value: None,
                 dtype,
             });
         }
@@ -216,7 +222,7 @@ impl Planner<'_, '_> {
                     shape,
                     permute: None,
                     force_f32: false,
-                    plus_one: false,
+                    value: None,
                     dtype: DType::MXFP4,
                 });
             }
@@ -237,7 +243,7 @@ impl Planner<'_, '_> {
                 shape,
                 permute: None,
                 force_f32,
-                plus_one: false,
+                value: split.rule.value_op(),
                 dtype,
             });
         }
@@ -269,20 +275,27 @@ impl Planner<'_, '_> {
         let (shape, origin) = self.source_view(t, i, &name)?;
         let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
         let spec = self.release.spec;
+        let value = if spec.hooks.contains(&Hook::FalconH1Multipliers) {
+            let rows = shape.first().copied().unwrap_or(1);
+            crate::ssm::falcon_h1_scale(&self.release.hp, hf, rows)?
+        } else {
+            (spec.norm_plus_one && t.name.ends_with("norm.weight")).then_some(ValueOp::PlusOne)
+        };
         Ok(OutTensor {
             name,
             origin,
             shape,
             permute,
             force_f32,
-            plus_one: spec.norm_plus_one && t.name.ends_with("norm.weight"),
+            value,
             dtype,
         })
     }
 
     /// The q/k row permutation of a `llama`-arch model, checked against the tensor's rows.
     fn qk_permute(&self, t: &SourceTensor) -> Result<Option<QkPermute>> {
-        if !self.release.spec.permute_qk {
+        let spec = self.release.spec;
+        if !spec.permute_qk {
             return Ok(None);
         }
         let n_head = self.n_head;
@@ -293,6 +306,11 @@ impl Planner<'_, '_> {
         } else {
             return Ok(None);
         };
+        if spec.hooks.contains(&Hook::GraniteHybridLayers)
+            && !crate::ssm::in_attention_layer(&self.release.hp, self.release.block_count, &t.name)?
+        {
+            return Ok(None);
+        }
         let p = QkPermute {
             n_head,
             n_head_kv: Some(n_head_kv),

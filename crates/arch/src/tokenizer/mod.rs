@@ -351,7 +351,15 @@ fn export_kind(
             }
         }
     }
-    let vocab_size = hp.uint(&["vocab_size"])?;
+    let vocab_size = if kind == VocabKind::SpmElseGpt2PadTo16 {
+        Some(padded_vocab_size(hp, None, 16)?)
+    } else if kind == VocabKind::SpmElseGpt2PadTo8 {
+        Some(padded_vocab_size(hp, Some(8), 8)?)
+    } else if kind == VocabKind::Gpt2ElseSpmPadTo8 {
+        Some(padded_vocab_size(hp, None, 8)?)
+    } else {
+        hp.uint(&["vocab_size"])?
+    };
     match kind {
         VocabKind::Bert => return export_bert(dir, hp, vocab_size, pre_override),
         VocabKind::XlmRoberta => return xlmr::export(dir, hp),
@@ -367,6 +375,9 @@ fn export_kind(
         }
         _ => {}
     }
+    if kind == VocabKind::Gpt2ElseSpmPadTo8 && !dir.join("tokenizer.json").is_file() {
+        return export_spm(dir, VocabKind::SpmElseGpt2, vocab_size, kv);
+    }
     let kind = file_kind(dir, kind)?;
     if kind != VocabKind::Gpt2 && dir.join("tokenizer.model").is_file() {
         return export_spm(dir, kind, vocab_size, kv);
@@ -375,14 +386,43 @@ fn export_kind(
     export_gpt2(dir, vocab_size, pre_override, kv)
 }
 
+/// Mamba 2's vocabulary size: config.json's `vocab_size` rounded up to a multiple of
+/// `pad_vocab_size_multiple` (default 16), as `Mamba2Model.set_vocab` pads it.
+/// `forced`: the multiple whatever config.json says (Granite 4 hybrid's 8).
+fn padded_vocab_size(hp: &HParams, forced: Option<u64>, default: u64) -> Result<u64> {
+    let n = hp
+        .uint(&["vocab_size"])?
+        .ok_or_else(|| bad(&hp.path, "config.json lacks `vocab_size`"))?;
+    let given = match forced {
+        Some(f) => Some(f),
+        None => hp.uint(&["pad_vocab_size_multiple"])?,
+    };
+    let pad = match given {
+        None => default,
+        Some(0) => return Err(bad(&hp.path, "`pad_vocab_size_multiple` is 0")),
+        Some(p) => p,
+    };
+    n.div_ceil(pad)
+        .checked_mul(pad)
+        .ok_or_else(|| bad(&hp.path, "the padded `vocab_size` overflows"))
+}
+
 /// The kind whose files the release holds: ModernBERT's and Phi-4's (Phi-3's class with a
 /// GPT-2 tokenizer) are GPT-2's.
 fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
     let kind = if matches!(
         kind,
-        VocabKind::Gpt2AddBosEosSep | VocabKind::Gpt2HunYuan | VocabKind::Gpt2Glm4
+        VocabKind::Gpt2AddBosEosSep
+            | VocabKind::Gpt2HunYuan
+            | VocabKind::Gpt2Glm4
+            | VocabKind::Gpt2ElseSpmPadTo8
     ) {
         VocabKind::Gpt2
+    } else if matches!(
+        kind,
+        VocabKind::SpmElseGpt2PadTo16 | VocabKind::SpmElseGpt2PadTo8
+    ) {
+        VocabKind::SpmElseGpt2
     } else {
         kind
     };
@@ -485,6 +525,7 @@ fn refuse_bpe(dir: &Path, kind: VocabKind) -> Result<()> {
             | VocabKind::SpmGemma
             | VocabKind::SpmPhi3
             | VocabKind::SpmThenSpacePrefix
+            | VocabKind::Spm
     ) {
         return Err(Error::Unsupported {
             at: Location::file(dir.join("tokenizer.model")),

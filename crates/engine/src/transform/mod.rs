@@ -4,7 +4,7 @@
 //!
 //! One file per transform: [`cast`] (with [`cast::Measured`], a narrowing cast whose error is
 //! measured), [`quantize`] (quantize, dequantize, requantize), [`permute`], [`stack`], [`slice`],
-//! [`gather`], [`interleave`], [`plus_one`], [`fp8`] (an FP8 release's scaled weights), and [`chain`] (one transform after another).
+//! [`gather`], [`interleave`], [`plus_one`], [`neg_exp`] (the SSM families' `-exp(A_log)`), [`scale`] (Falcon-H1's multipliers), [`fp8`] (an FP8 release's scaled weights), and [`chain`] (one transform after another).
 //! [`quality`] is the error measurement the lossy ones accumulate; it knows nothing of the trait.
 
 use std::ops::Range;
@@ -18,10 +18,12 @@ pub(crate) mod fp8;
 pub(crate) mod gather;
 pub(crate) mod interleave;
 pub(crate) mod lora_merge;
+pub(crate) mod neg_exp;
 pub(crate) mod permute;
 pub(crate) mod plus_one;
 pub(crate) mod quality;
 pub(crate) mod quantize;
+pub(crate) mod scale;
 pub(crate) mod slice;
 pub(crate) mod stack;
 #[cfg(test)]
