@@ -98,21 +98,20 @@ pub(crate) fn quant_options(q: &QuantArgs, dry_run: bool) -> Result<Option<Quant
             Ok((re, ggml_type(ty)?))
         })
         .collect::<Result<_, Error>>()?;
-    Ok(Some(QuantOptions {
-        ftype: Ftype::parse(t)?,
-        pure: q.pure,
-        tensor_types,
-        output_type: q.output_tensor_type.as_deref().map(ggml_type).transpose()?,
-        token_embd_type: q
-            .token_embedding_type
-            .as_deref()
-            .map(ggml_type)
-            .transpose()?,
-        leave_output: q.leave_output_tensor,
-        allow_requantize: q.allow_requantize,
-        imatrix: importance(q)?.map(Arc::new),
-        dry_run,
-    }))
+    let mut o = QuantOptions::new(Ftype::parse(t)?);
+    o.pure = q.pure;
+    o.tensor_types = tensor_types;
+    o.output_type = q.output_tensor_type.as_deref().map(ggml_type).transpose()?;
+    o.token_embd_type = q
+        .token_embedding_type
+        .as_deref()
+        .map(ggml_type)
+        .transpose()?;
+    o.leave_output = q.leave_output_tensor;
+    o.allow_requantize = q.allow_requantize;
+    o.imatrix = importance(q)?.map(Arc::new);
+    o.dry_run = dry_run;
+    Ok(Some(o))
 }
 
 /// `--imatrix FILE` with its `--include-weights`/`--exclude-weights`.

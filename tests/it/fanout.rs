@@ -250,17 +250,7 @@ fn small_chunks_give_the_same_files_and_read_once() {
 }
 
 fn quant(name: &str) -> weightport_engine::mix::QuantOptions {
-    weightport_engine::mix::QuantOptions {
-        ftype: weightport_engine::mix::Ftype::parse(name).unwrap(),
-        pure: false,
-        tensor_types: Vec::new(),
-        output_type: None,
-        token_embd_type: None,
-        leave_output: false,
-        allow_requantize: false,
-        imatrix: None,
-        dry_run: false,
-    }
+    weightport_engine::mix::QuantOptions::new(weightport_engine::mix::Ftype::parse(name).unwrap())
 }
 
 /// One output refused when planned (requantizing a quantized GGUF), one output path that

@@ -607,17 +607,9 @@ fn pieces_that_cut_rows_give_llama_quantizes_bytes() {
         let mut o = ConvertOptions::new(vec![f16.clone()], out.clone());
         o.chunk = 1000;
         o.workers = weightport_engine::Workers::new(Some(2), None).unwrap();
-        o.transform.quant = Some(QuantOptions {
-            ftype: Ftype::parse(ty).unwrap(),
-            pure: false,
-            tensor_types: Vec::new(),
-            output_type: None,
-            token_embd_type: None,
-            leave_output: false,
-            allow_requantize: false,
-            imatrix: Some(im.clone()),
-            dry_run: false,
-        });
+        let mut q = QuantOptions::new(Ftype::parse(ty).unwrap());
+        q.imatrix = Some(im.clone());
+        o.transform.quant = Some(q);
         run(&o, &weightport_engine::NoProgress).unwrap();
         assert_eq!(sha_file(&out), want, "{ty} in 1000-byte chunks");
     }

@@ -201,6 +201,7 @@ pub struct MixTensor {
 
 /// `--quant` and llama-quantize's other options.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct QuantOptions {
     /// The target file type (`Q4_K_M`, …).
     pub ftype: Ftype,
@@ -221,6 +222,24 @@ pub struct QuantOptions {
     /// A dry run: a tensor that llama-quantize would refuse to write without importance data
     /// is planned anyway (and listed), as `llama-quantize --dry-run` does.
     pub dry_run: bool,
+}
+
+impl QuantOptions {
+    /// The file type `ftype` with llama-quantize's defaults for everything else (no
+    /// overrides, no importance matrix, no requantizing).
+    pub fn new(ftype: Ftype) -> Self {
+        QuantOptions {
+            ftype,
+            pure: false,
+            tensor_types: Vec::new(),
+            output_type: None,
+            token_embd_type: None,
+            leave_output: false,
+            allow_requantize: false,
+            imatrix: None,
+            dry_run: false,
+        }
+    }
 }
 
 /// An importance matrix as llama-quantize uses it: the weights by tensor name (normalised by

@@ -42,6 +42,7 @@ pub use mmproj::plan_mmproj;
 
 /// Options of [`plan`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PlanOptions {
     /// Output type (decides `general.file_type` and each tensor's dtype).
     pub outtype: OutType,

@@ -96,10 +96,8 @@ fn values_the_reference_cannot_write_are_refused_with_the_key() {
     std::fs::remove_file(dir.join("README.md")).unwrap();
     let over = tmp.path().join("over.json");
     std::fs::write(&over, r#"{"general.tags": "x"}"#).unwrap();
-    let with = CardOptions {
-        overrides: Some(over.clone()),
-        ..Default::default()
-    };
+    let mut with = CardOptions::default();
+    with.overrides = Some(over.clone());
     assert!(keys(&with).unwrap_err().contains("general.tags"));
     std::fs::remove_file(&over).unwrap();
     assert!(keys(&with).unwrap_err().contains("over.json"));

@@ -383,23 +383,19 @@ fn plan_options(outtype: &str, ref_kv: &[Value], pre: Option<&str>) -> PlanOptio
         .iter()
         .find(|e| e["key"] == "general.name")
         .map(|e| e["value"].as_str().unwrap().to_owned());
-    PlanOptions {
-        outtype: match outtype {
-            "f32" => OutType::F32,
-            "f16" => OutType::F16,
-            "bf16" => OutType::Bf16,
-            "q8_0" => OutType::Q8_0,
-            _ => unreachable!(),
-        },
-        card: weightport_arch::card::CardOptions {
-            name: ref_name,
-            ..Default::default()
-        },
-        pre_tokenizer: pre.map(str::to_owned),
-        vocab: true,
-        sort_names: true,
-        limits: Default::default(),
-    }
+    let mut o = PlanOptions::default();
+    o.outtype = match outtype {
+        "f32" => OutType::F32,
+        "f16" => OutType::F16,
+        "bf16" => OutType::Bf16,
+        "q8_0" => OutType::Q8_0,
+        _ => unreachable!(),
+    };
+    o.card.name = ref_name;
+    o.pre_tokenizer = pre.map(str::to_owned);
+    o.vocab = true;
+    o.sort_names = true;
+    o
 }
 
 /// One plan of a release against the reference's tensors.
@@ -559,20 +555,15 @@ fn legacy_configs_match_reference_hparams() {
         let exp = expected(name);
         let dir = fixtures().join("good/arch").join(name);
         let ref_kv = exp["kv"].as_array().unwrap();
-        let opts = PlanOptions {
-            outtype: OutType::F16,
-            card: weightport_arch::card::CardOptions {
-                name: ref_kv
-                    .iter()
-                    .find(|e| e["key"] == "general.name")
-                    .map(|e| e["value"].as_str().unwrap().to_owned()),
-                ..Default::default()
-            },
-            pre_tokenizer: exp["pre_override"].as_str().map(str::to_owned),
-            vocab: true,
-            sort_names: true,
-            limits: Default::default(),
-        };
+        let mut opts = PlanOptions::default();
+        opts.outtype = OutType::F16;
+        opts.card.name = ref_kv
+            .iter()
+            .find(|e| e["key"] == "general.name")
+            .map(|e| e["value"].as_str().unwrap().to_owned());
+        opts.pre_tokenizer = exp["pre_override"].as_str().map(str::to_owned);
+        opts.vocab = true;
+        opts.sort_names = true;
         let p = plan(&dir, &[], &opts).unwrap();
         assert!(p.tensors.is_empty());
         compare_kv(name, &p.kv, ref_kv);
@@ -634,10 +625,8 @@ fn check_hash_ignores_truncation_and_padding() {
         "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"});
     std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec(&tj).unwrap()).unwrap();
     let (srcs, _) = sources(&dir);
-    let opts = PlanOptions {
-        pre_tokenizer: Some("bert-bge".into()),
-        ..PlanOptions::default()
-    };
+    let mut opts = PlanOptions::default();
+    opts.pre_tokenizer = Some("bert-bge".into());
     let p = plan(&dir, &srcs, &opts).unwrap();
     assert_eq!(p.chkhsh.as_deref(), exp["chkhsh"].as_str());
 }
@@ -745,14 +734,11 @@ fn gemma3_embedding_is_cut_to_the_vocabulary() {
     v["vocab_size"] = 540.into();
     std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
     let (srcs, _) = sources(tmp.path());
-    let p = plan(
-        tmp.path(),
-        &srcs,
-        &PlanOptions {
-            outtype: OutType::F16,
-            ..PlanOptions::default()
-        },
-    )
+    let p = plan(tmp.path(), &srcs, &{
+        let mut o = PlanOptions::default();
+        o.outtype = OutType::F16;
+        o
+    })
     .unwrap();
     let t = p
         .tensors

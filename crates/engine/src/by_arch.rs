@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use weightport_arch::split::BlockMap;
 use weightport_arch::{
-    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, PlanOptions, SourceTensor, ValueOp,
+    ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, OutType, PlanOptions, SourceTensor,
+    ValueOp,
 };
 use weightport_core::{
     sanitize, Access, DType, Error, Knob, Limits, Metadata, Result, TensorInfo, TensorSource,
@@ -111,18 +112,13 @@ pub(crate) fn build_mmproj(
     let plan = weightport_arch::plan_mmproj(
         dir,
         &tensors,
-        &PlanOptions {
-            outtype: naming::outtype_for(asked, &tensors, sort_names)?,
-            card: weightport_arch::card::CardOptions {
-                name: opts.name.clone(),
-                overrides: opts.metadata.clone(),
-                dir_id: naming::dir_id(dir),
-            },
-            pre_tokenizer: None,
-            vocab: false,
+        &plan_options(
+            naming::outtype_for(asked, &tensors, sort_names)?,
+            opts,
+            dir,
             sort_names,
-            limits: limits.clone(),
-        },
+            limits,
+        ),
     )?;
     job_of(source, plan, &tensors, dir, opts)
 }
@@ -150,18 +146,13 @@ pub(crate) fn build_adapter(
         &adapter.dir,
         &adapter.config,
         &tensors,
-        &PlanOptions {
-            outtype: adapter_outtype(opts, &tensors, sort_names)?,
-            card: weightport_arch::card::CardOptions {
-                name: opts.name.clone(),
-                overrides: opts.metadata.clone(),
-                dir_id: naming::dir_id(&adapter.dir),
-            },
-            pre_tokenizer: None,
-            vocab: false,
+        &plan_options(
+            adapter_outtype(opts, &tensors, sort_names)?,
+            opts,
+            &adapter.dir,
             sort_names,
-            limits: limits.clone(),
-        },
+            limits,
+        ),
     )?;
     job_of(source, plan, &tensors, &adapter.dir, opts)
 }
@@ -346,29 +337,37 @@ fn arch_plan(
     limits: &Limits,
 ) -> Result<ArchPlan> {
     let sort_names = naming::sorts_names(source.format());
-    weightport_arch::plan(
-        dir,
-        tensors,
-        &PlanOptions {
-            outtype: naming::outtype_for(
-                match opts.dtype {
-                    DtypeChoice::Keep => None,
-                    DtypeChoice::To(d) => Some(d),
-                },
-                tensors,
-                sort_names,
-            )?,
-            card: weightport_arch::card::CardOptions {
-                name: opts.name.clone(),
-                overrides: opts.metadata.clone(),
-                dir_id: naming::dir_id(dir),
-            },
-            pre_tokenizer: opts.pre_tokenizer.clone(),
-            vocab: true,
-            sort_names,
-            limits: limits.clone(),
-        },
-    )
+    let asked = match opts.dtype {
+        DtypeChoice::Keep => None,
+        DtypeChoice::To(d) => Some(d),
+    };
+    let outtype = naming::outtype_for(asked, tensors, sort_names)?;
+    let mut plan_opts = plan_options(outtype, opts, dir, sort_names, limits);
+    plan_opts.pre_tokenizer = opts.pre_tokenizer.clone();
+    plan_opts.vocab = true;
+    weightport_arch::plan(dir, tensors, &plan_opts)
+}
+
+/// The architecture plan's options for `dir` (tensors only: no vocabulary, no pre-tokenizer
+/// override): the output type, the model card's `--name`/`--metadata` and the directory's name.
+fn plan_options(
+    outtype: OutType,
+    opts: &TransformOptions,
+    dir: &Path,
+    sort_names: bool,
+    limits: &Limits,
+) -> PlanOptions {
+    let mut card = weightport_arch::card::CardOptions::default();
+    card.name = opts.name.clone();
+    card.overrides = opts.metadata.clone();
+    card.dir_id = naming::dir_id(dir);
+    let mut p = PlanOptions::default();
+    p.outtype = outtype;
+    p.card = card;
+    p.vocab = false;
+    p.sort_names = sort_names;
+    p.limits = limits.clone();
+    p
 }
 
 /// Tensors computed in memory: their info and F32 bytes.

@@ -117,10 +117,8 @@ fuzz_target!(|data: &[u8]| {
     let target = r.dir.join(file);
     let original = std::fs::read(fixtures().join(release).join(file)).unwrap();
     std::fs::write(&target, body).unwrap();
-    let opts = PlanOptions {
-        pre_tokenizer: Some("qwen2".into()),
-        ..PlanOptions::default()
-    };
+    let mut opts = PlanOptions::default();
+    opts.pre_tokenizer = Some("qwen2".into());
     let _ = plan(&r.dir, &r.tensors, &opts);
     std::fs::write(&target, original).unwrap();
 });

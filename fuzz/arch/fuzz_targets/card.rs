@@ -43,10 +43,8 @@ fuzz_target!(|data: &[u8]| {
     let overrides = release.join("metadata.json");
     std::fs::write(&overrides, b"{}").unwrap();
     std::fs::write(release.join(FILES[pick as usize % FILES.len()]), body).unwrap();
-    let opts = CardOptions {
-        overrides: Some(overrides),
-        ..CardOptions::default()
-    };
+    let mut opts = CardOptions::default();
+    opts.overrides = Some(overrides);
     if let Ok(a) = Authorship::load(&release, &opts, (i64::from(pick) - 100) * 1_000_003, || "1.0K".into()) {
         let _ = a.kvs(&mut |_, _| {});
     }

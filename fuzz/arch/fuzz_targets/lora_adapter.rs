@@ -68,7 +68,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = factors(&tensors, &cfg, adapter);
     for outtype in [OutType::F16, OutType::Q8_0] {
-        let opts = PlanOptions { outtype, vocab: false, ..PlanOptions::default() };
+        let mut opts = PlanOptions::default();
+        opts.outtype = outtype;
+        opts.vocab = false;
         if let Ok(plan) = plan_adapter(base, adapter, &cfg, &tensors, &opts) {
             for t in &plan.tensors {
                 let index = match &t.origin {

@@ -66,11 +66,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     for outtype in [OutType::F16, OutType::Q8_0] {
-        let opts = PlanOptions {
-            outtype,
-            vocab: false,
-            ..PlanOptions::default()
-        };
+        let mut opts = PlanOptions::default();
+        opts.outtype = outtype;
+        opts.vocab = false;
         let Ok(plan) = plan_mmproj(d, &tensors, &opts) else {
             continue;
         };

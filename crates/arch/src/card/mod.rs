@@ -23,6 +23,7 @@ use crate::naming::id_to_title;
 
 /// Where the authorship metadata comes from, besides the release directory.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct CardOptions {
     /// `--name`: `general.name`, over everything else (the reference's `--model-name`).
     pub name: Option<String>,
