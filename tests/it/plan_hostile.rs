@@ -10,7 +10,6 @@ use std::process::Output;
 
 use common::{fixtures, wp};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// A real plan of the sharded repo resharded at 12 KB in one unit; returns its document.
 fn real_plan(dir: &Path) -> Value {
@@ -37,9 +36,7 @@ fn real_plan(dir: &Path) -> Value {
 
 /// Writes `doc` as the plan file with `plan_sha256` set to its real hash, as `plan` does.
 fn write_rehashed(dir: &Path, mut doc: Value) {
-    doc.as_object_mut().unwrap().remove("plan_sha256");
-    let sha = format!("{:x}", Sha256::digest(doc.to_string().as_bytes()));
-    doc["plan_sha256"] = sha.into();
+    doc["plan_sha256"] = weightport_units::doc_sha256(&doc).into();
     std::fs::write(dir.join("job.plan.json"), doc.to_string()).unwrap();
 }
 

@@ -39,6 +39,7 @@ pub mod split;
 mod ssm;
 mod table;
 pub mod tokenizer;
+mod value_op;
 mod xlmr;
 
 pub use config::{hf_architecture, HParams};

@@ -14,8 +14,8 @@ use serde_json::Value;
 use weightport_core::MetaType;
 
 use crate::config::{bad, HParams};
-use crate::plan::{RowScale, ValueOp};
 use crate::table::{Hook, KvLayout};
+use crate::value_op::{RowScale, ValueOp};
 
 /// Mamba 2's dimensions as the class reads them.
 pub(crate) struct Mamba2Dims {

@@ -126,23 +126,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn exists(&self, name: &Path) -> bool;
 }
 
-static DEFAULT_STORAGE: std::sync::RwLock<Option<Arc<dyn Storage>>> = std::sync::RwLock::new(None);
-
-/// Sets the storage every [`crate::ReadOptions::default`] opens inputs through from now on, for
-/// the whole process (the CLI installs weightport-remote's, which serves the names of remote
-/// objects it registered and hands every other name to local files). `None` restores local
-/// files, mapped.
-pub fn set_default_storage(storage: Option<Arc<dyn Storage>>) {
-    *DEFAULT_STORAGE.write().unwrap_or_else(|e| e.into_inner()) = storage;
-}
-
-/// The storage [`crate::ReadOptions::default`] uses (see [`set_default_storage`]).
-pub fn default_storage() -> Arc<dyn Storage> {
-    let set = DEFAULT_STORAGE.read().unwrap_or_else(|e| e.into_inner());
-    set.clone()
-        .unwrap_or_else(|| Arc::new(crate::mapped::LocalFiles::default()))
-}
-
 /// The error of a read past the end of a source (`len` bytes at `offset` of `total`).
 pub fn past_end(name: &Path, offset: u64, len: u64, total: u64) -> Error {
     Error::io(
@@ -381,7 +364,7 @@ impl Extent {
     }
 
     /// Copies `[offset, offset + dst.len())` of the tensor from `src` (out of its map, or by
-    /// `read_at`), after the bounds check every reader applies ([`crate::source::check_read`];
+    /// `read_at`), after the bounds check every reader applies ([`check_read`];
     /// `at` names the tensor).
     pub fn read_into(
         &self,
@@ -391,7 +374,7 @@ impl Extent {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<()> {
-        crate::source::check_read(at, format, self.len, offset, dst.len(), 1)?;
+        check_read(at, format, self.len, offset, dst.len(), 1)?;
         let (a, b) = self.clip(offset, dst.len() as u64);
         match src.map() {
             Some(map) => {
@@ -463,6 +446,36 @@ impl StoredTensors {
     }
 }
 
+/// Checks a [`TensorSource::read_into`] request against its tensor, the same way for every
+/// reader: `[offset, offset + len)` must lie inside the tensor's `total` bytes and, when the
+/// reader serves whole elements only (`element` > 1), start and end on an element. The error
+/// names `at` (the file, the tensor, and where its bytes are) and the request.
+pub fn check_read(
+    at: impl FnOnce() -> Location,
+    format: Format,
+    total: u64,
+    offset: u64,
+    len: usize,
+    element: u64,
+) -> Result<()> {
+    let len = len as u64;
+    if offset.checked_add(len).is_none_or(|end| end > total) {
+        return Err(Error::malformed(
+            at(),
+            format,
+            format!("read of {len} bytes at {offset} past the end of the tensor ({total} bytes)"),
+        ));
+    }
+    if element > 1 && (!offset.is_multiple_of(element) || !len.is_multiple_of(element)) {
+        return Err(Error::malformed(
+            at(),
+            format,
+            format!("read of {len} bytes at {offset} is not aligned to the {element}-byte element"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,7 +517,7 @@ mod tests {
         assert_eq!(Extent::new(u64::MAX, 2).of(&file), None);
         assert_eq!(x.clip(4, u64::MAX), (12, 16));
         let at = || Location::file("f").tensor("t").at(8);
-        let e = crate::source::check_read(at, Format::Npz, 8, 2, 4, 4).unwrap_err();
+        let e = check_read(at, Format::Npz, 8, 2, 4, 4).unwrap_err();
         assert!(e
             .to_string()
             .contains("is not aligned to the 4-byte element"));

@@ -154,7 +154,7 @@ pub struct ReadOptions {
     pub one_part: bool,
     /// Where inputs come from: the registry opens every input through it, and readers of
     /// multi-file sets open the other files of the set through it. Default: the process's
-    /// storage ([`crate::bytes::set_default_storage`]), else local files, mapped
+    /// storage ([`crate::mapped::set_default_storage`]), else local files, mapped
     /// ([`crate::mapped::LocalFiles`]).
     pub storage: std::sync::Arc<dyn crate::bytes::Storage>,
 }
@@ -168,7 +168,7 @@ impl Default for ReadOptions {
             shared_copy: false,
             inert_objects: false,
             one_part: false,
-            storage: crate::bytes::default_storage(),
+            storage: crate::mapped::default_storage(),
         }
     }
 }

@@ -294,6 +294,23 @@ pub fn will_need(map: &Mmap, begin: usize, end: usize) {
     }
 }
 
+static DEFAULT_STORAGE: std::sync::RwLock<Option<Arc<dyn Storage>>> = std::sync::RwLock::new(None);
+
+/// Sets the storage every [`crate::ReadOptions::default`] opens inputs through from now on, for
+/// the whole process (the CLI installs weightport-remote's, which serves the names of remote
+/// objects it registered and hands every other name to local files). `None` restores local
+/// files, mapped.
+pub fn set_default_storage(storage: Option<Arc<dyn Storage>>) {
+    *DEFAULT_STORAGE.write().unwrap_or_else(|e| e.into_inner()) = storage;
+}
+
+/// The storage [`crate::ReadOptions::default`] uses (see [`set_default_storage`]).
+pub fn default_storage() -> Arc<dyn Storage> {
+    let set = DEFAULT_STORAGE.read().unwrap_or_else(|e| e.into_inner());
+    set.clone()
+        .unwrap_or_else(|| Arc::new(LocalFiles::default()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@
 
 use std::path::PathBuf;
 
-use crate::error::{Error, Location, Result};
+use crate::error::Result;
 use crate::format::Format;
 use crate::tensor::{Metadata, TensorInfo};
 
@@ -81,35 +81,7 @@ pub trait TensorSource: Send + Sync {
     fn will_need(&self, _index: usize, _offset: u64, _len: u64) {}
 }
 
-/// Checks a [`TensorSource::read_into`] request against its tensor, the same way for every
-/// reader: `[offset, offset + len)` must lie inside the tensor's `total` bytes and, when the
-/// reader serves whole elements only (`element` > 1), start and end on an element. The error
-/// names `at` (the file, the tensor, and where its bytes are) and the request.
-pub fn check_read(
-    at: impl FnOnce() -> Location,
-    format: Format,
-    total: u64,
-    offset: u64,
-    len: usize,
-    element: u64,
-) -> Result<()> {
-    let len = len as u64;
-    if offset.checked_add(len).is_none_or(|end| end > total) {
-        return Err(Error::malformed(
-            at(),
-            format,
-            format!("read of {len} bytes at {offset} past the end of the tensor ({total} bytes)"),
-        ));
-    }
-    if element > 1 && (!offset.is_multiple_of(element) || !len.is_multiple_of(element)) {
-        return Err(Error::malformed(
-            at(),
-            format,
-            format!("read of {len} bytes at {offset} is not aligned to the {element}-byte element"),
-        ));
-    }
-    Ok(())
-}
+pub use crate::bytes::check_read;
 
 /// One output file a sink stages.
 #[derive(Debug, Clone)]

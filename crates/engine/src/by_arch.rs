@@ -58,11 +58,6 @@ pub(crate) struct ArchJob {
     pub(crate) dequant: Dequantized,
 }
 
-/// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
-pub(crate) fn is_release(dir: &Path) -> bool {
-    dir.join("config.json").is_file()
-}
-
 fn source_tensors(source: &dyn TensorSource) -> Vec<SourceTensor> {
     source
         .tensors()

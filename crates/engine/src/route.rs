@@ -10,7 +10,6 @@ use weightport_core::hash;
 use weightport_core::registry::{OpenRequest, OutputFormat};
 use weightport_core::{shown, Error, Result};
 
-use crate::by_arch;
 use crate::by_options::TransformOptions;
 use crate::merge::MergeAdapter;
 use crate::registry::output_for;
@@ -116,8 +115,7 @@ impl Route {
     /// The release directory the architecture plan reads, when one applies to an input whose
     /// repo directory is `repo_dir`.
     pub(crate) fn arch_release<'a>(&self, repo_dir: Option<&'a Path>) -> Option<&'a Path> {
-        repo_dir
-            .filter(|d| self.adapter.is_none() && self.by_architecture && by_arch::is_release(d))
+        repo_dir.filter(|d| self.adapter.is_none() && self.by_architecture && is_release(d))
     }
 }
 
@@ -130,7 +128,7 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
     let mut open = opts.open.clone();
     let adapter = adapter_route(opts, by_architecture)?;
     if let [dir] = opts.inputs.as_slice() {
-        if adapter.is_none() && by_architecture && by_arch::is_release(dir) {
+        if adapter.is_none() && by_architecture && is_release(dir) {
             if opts.mmproj {
                 weightport_arch::mmproj::check_within(dir, &opts.open.read.limits)?;
             } else {
@@ -168,7 +166,7 @@ fn check_mmproj_route(
     adapter: &Option<AdapterRoute>,
     merges: &[MergeAdapter],
 ) -> Result<()> {
-    let release = matches!(opts.inputs.as_slice(), [dir] if by_arch::is_release(dir));
+    let release = matches!(opts.inputs.as_slice(), [dir] if is_release(dir));
     if !release || !by_architecture || adapter.is_some() {
         return Err(Error::Usage(
             "a multimodal projector is written from one HF release directory (with config.json) \
@@ -212,4 +210,9 @@ fn adapter_route(opts: &ConvertOptions, by_architecture: bool) -> Result<Option<
         config,
         base,
     }))
+}
+
+/// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
+pub(crate) fn is_release(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
 }

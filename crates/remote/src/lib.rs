@@ -158,7 +158,7 @@ impl Storage for RemoteFiles {
 
 /// Makes [`RemoteFiles`] the storage of every [`weightport_core::ReadOptions::default`].
 pub fn install() {
-    weightport_core::bytes::set_default_storage(Some(Arc::new(RemoteFiles)));
+    weightport_core::mapped::set_default_storage(Some(Arc::new(RemoteFiles)));
 }
 
 /// An opened remote input: the local path readers are given, and what it stands for.

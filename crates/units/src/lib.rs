@@ -32,6 +32,6 @@ mod unit;
 pub use balance::UnitSplit;
 pub use finish::{finish, FinishReport};
 #[doc(hidden)]
-pub use planfile::check_indices;
+pub use planfile::{check_indices, doc_sha256};
 pub use planfile::{parse_plan, plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
 pub use unit::{run_unit, UnitOutcome, UnitReport};

@@ -396,7 +396,8 @@ const LOCAL_FIELDS: [&str; 3] = ["mtime_ns", "ctime_ns", "ino"];
 /// made the same plan from their own copy of the inputs (the GitHub Actions recipe: another
 /// checkout, other mtimes and inodes) agree on it, while another size or sha256 of any input
 /// changes it.
-fn doc_sha256(doc: &Value) -> String {
+#[doc(hidden)]
+pub fn doc_sha256(doc: &Value) -> String {
     let mut d = doc.clone();
     if let Some(m) = d.as_object_mut() {
         m.remove("plan_sha256");

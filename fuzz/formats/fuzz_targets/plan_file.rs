@@ -8,15 +8,12 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use sha2::{Digest, Sha256};
 
 /// `data` with `plan_sha256` set to the hash of the rest of the document, as `plan` writes it.
 fn with_real_hash(data: &[u8]) -> Option<Vec<u8>> {
     let mut doc: serde_json::Value = serde_json::from_slice(data).ok()?;
-    let m = doc.as_object_mut()?;
-    m.remove("plan_sha256");
-    let sha = format!("{:x}", Sha256::digest(doc.to_string().as_bytes()));
-    doc["plan_sha256"] = sha.into();
+    doc.as_object()?;
+    doc["plan_sha256"] = weightport_units::doc_sha256(&doc).into();
     serde_json::to_vec(&doc).ok()
 }
 
