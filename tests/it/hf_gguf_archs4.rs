@@ -16,8 +16,6 @@
 use crate::common;
 use common::arch::{self, copy_release, edit_config, expected};
 
-use std::path::Path;
-
 /// The pre-tokenizer name gen_arch_archs4.py gave the reference for the made-up BPE vocabulary
 /// (`None`: a SentencePiece vocabulary).
 fn pre(name: &str) -> Option<&'static str> {
@@ -53,87 +51,26 @@ const RELEASES: &[&str] = &[
     "seed_oss",
 ];
 
+const TABLE: arch::Table = arch::Table {
+    file: "archs4.json",
+    releases: RELEASES,
+    pre,
+};
+
 #[test]
 fn archs4_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
-    let exp = expected("archs4.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    let done = arch::against(
-        &cases,
-        "outtypes",
-        |t| vec!["--dtype", t],
-        "convert_hf_to_gguf.py --outtype",
-    );
-    let names: Vec<&str> = exp
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(names, RELEASES);
-    assert_eq!(done.len(), RELEASES.len() * 4, "{done:?}");
+    TABLE.outtypes_match_the_reference();
 }
 
 #[test]
 fn archs4_one_pass_quant_equals_convert_then_llama_quantize() {
-    let exp = expected("archs4.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    let done = arch::against(
-        &cases,
-        "quantized",
-        |q| vec!["--outtype", "f16", "--quant", q],
-        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
-    );
-    assert_eq!(done.len(), RELEASES.len(), "{done:?}");
+    TABLE.one_pass_quant_matches_llama_quantize();
 }
 
 #[test]
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn archs4_llama_simple_continues_like_the_reference() {
-    let exp = expected("archs4.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    assert_eq!(arch::continuations(&cases).len(), RELEASES.len());
-}
-
-/// `--quant Q4_K_M` in one pass plans and writes every release: the file re-opens (the CLI
-/// verifies it) and holds the tensors of the reference's f16 file. Not a
-/// byte comparison (no `llama-quantize` reference was recorded; see the module docs).
-#[test]
-fn one_pass_quant_plans_every_release() {
-    let tmp = tempfile::tempdir().unwrap();
-    for name in RELEASES {
-        let out = tmp.path().join(format!("{name}.gguf"));
-        arch::convert(
-            &arch::release(name),
-            &out,
-            pre(name),
-            &["--outtype", "f16", "--quant", "Q4_K_M"],
-        );
-        let described = expected(&format!("{name}.json"));
-        let mut want: Vec<&str> = described["outtypes"]["f16"]["tensors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
-        let mut got = tensor_names(&out);
-        // llama-quantize writes the tensors in its own order (by block, then name).
-        got.sort();
-        want.sort_unstable();
-        assert_eq!(got, want, "{name}");
-    }
-}
-
-/// The tensor names of a GGUF file, in order, as `weightport inspect --json` lists them.
-fn tensor_names(path: &Path) -> Vec<String> {
-    let o = common::wp(&["inspect", path.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect()
+    TABLE.llama_simple_continues_like_the_reference();
 }
 
 /// Exaone 4 without `layer_types` takes its pattern from `sliding_window_pattern` (a string

@@ -28,39 +28,22 @@ fn pre(name: &str) -> Option<&'static str> {
 /// Every release of ssm.json, in its order.
 const RELEASES: &[&str] = &["falcon_h1", "granite_hybrid", "jamba", "mamba", "mamba2"];
 
+const TABLE: arch::Table = arch::Table {
+    file: "ssm.json",
+    releases: RELEASES,
+    pre,
+};
+
 #[test]
 fn ssm_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
-    let exp = expected("ssm.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    let done = arch::against(
-        &cases,
-        "outtypes",
-        |t| vec!["--dtype", t],
-        "convert_hf_to_gguf.py --outtype",
-    );
-    let names: Vec<&str> = exp
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(names, RELEASES);
-    assert_eq!(done.len(), RELEASES.len() * 4, "{done:?}");
+    TABLE.outtypes_match_the_reference();
 }
 
 /// One-pass `--quant Q4_K_M` equals the reference's f16 file run through the pinned
 /// `llama-quantize` (recorded by the generator; no llama.cpp needed here).
 #[test]
 fn ssm_one_pass_quant_equals_convert_then_llama_quantize() {
-    let exp = expected("ssm.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    let done = arch::against(
-        &cases,
-        "quantized",
-        |q| vec!["--outtype", "f16", "--quant", q],
-        "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
-    );
-    assert_eq!(done.len(), RELEASES.len(), "{done:?}");
+    TABLE.one_pass_quant_matches_llama_quantize();
 }
 
 /// llama.cpp runs our f16 file of every release and continues the prompt as it continues the
@@ -68,9 +51,7 @@ fn ssm_one_pass_quant_equals_convert_then_llama_quantize() {
 #[test]
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn ssm_llama_simple_continues_like_the_reference() {
-    let exp = expected("ssm.json");
-    let cases = arch::cases(&exp, |name, _| pre(name).map(str::to_owned));
-    assert_eq!(arch::continuations(&cases).len(), RELEASES.len());
+    TABLE.llama_simple_continues_like_the_reference();
 }
 
 /// Granite 4 hybrid with `layer_types` as transformers 5.24 saves them (`linear_attention` /

@@ -195,3 +195,54 @@ pub(crate) fn continuations(cases: &[Case]) -> Vec<String> {
     }
     done
 }
+
+/// A table of releases the generator recorded in one expected file (`file` under
+/// fixtures/expected/arch), in its order, each converted with the pre-tokenizer name `pre`
+/// gives it: the three comparisons every table gets.
+pub(crate) struct Table {
+    pub file: &'static str,
+    pub releases: &'static [&'static str],
+    pub pre: fn(&str) -> Option<&'static str>,
+}
+
+impl Table {
+    fn cases(&self) -> Vec<Case> {
+        let exp = expected(self.file);
+        let names: Vec<&str> = exp
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, self.releases, "{}", self.file);
+        cases(&exp, |name, _| (self.pre)(name).map(str::to_owned))
+    }
+
+    /// f32, f16, bf16 and q8_0 of every release, whole files against `convert_hf_to_gguf.py`.
+    pub(crate) fn outtypes_match_the_reference(&self) {
+        let done = against(
+            &self.cases(),
+            "outtypes",
+            |t| vec!["--dtype", t],
+            "convert_hf_to_gguf.py --outtype",
+        );
+        assert_eq!(done.len(), self.releases.len() * 4, "{done:?}");
+    }
+
+    /// One-pass `--quant` of every release against the reference's f16 file run through the
+    /// pinned `llama-quantize` (recorded by the generator; no llama.cpp needed here).
+    pub(crate) fn one_pass_quant_matches_llama_quantize(&self) {
+        let done = against(
+            &self.cases(),
+            "quantized",
+            |q| vec!["--outtype", "f16", "--quant", q],
+            "convert_hf_to_gguf.py --outtype f16 + llama-quantize",
+        );
+        assert_eq!(done.len(), self.releases.len(), "{done:?}");
+    }
+
+    /// llama-simple continues our f16 file of every release as it continues the reference's.
+    pub(crate) fn llama_simple_continues_like_the_reference(&self) {
+        assert_eq!(continuations(&self.cases()).len(), self.releases.len());
+    }
+}
