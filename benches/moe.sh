@@ -84,36 +84,8 @@ in_size=$(du -cb "$HF"/*.safetensors | tail -1 | cut -f1)
 free_b=$(( $(df -Pk "$SCRATCH" | awk 'NR==2 {print $4}') * 1024 ))
 (( free_b > in_size * 3 )) || die "not enough free space in $SCRATCH for ~3 copies of $in_size bytes"
 
-warm() { cat "$@" > /dev/null; }
-rss_of() { awk -F': ' '/Maximum resident set size/ {printf "%.1f\n", $2 / 1024}' "$1"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-maxof() { printf '%s\n' "$@" | sort -g | tail -1; }
-slug() { tr -cs 'A-Za-z0-9_.-' '_' <<<"$1" | sed 's/_*$//'; }
-M_WALL="" M_RSS="" M_REPS=""
-
-# measure KEY KEEP_SRC KEEP_DST cmd... : REPS runs, each in a fresh empty $OUT.
-measure() {
-    local key=$1 keep_src=$2 keep_dst=$3; shift 3
-    local -a walls=() rsss=()
-    local r t0 t1 log; log="$LOGS/$(slug "$key").log"
-    echo "-- $key ($REPS reps)" >&2
-    for ((r = 1; r <= REPS; r++)); do
-        rm -rf -- "$OUT"; mkdir -p "$OUT"; sync
-        t0=$(date +%s%N)
-        /usr/bin/time -v -o "$TMPD/time.txt" "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "$key failed"; }
-        t1=$(date +%s%N)
-        walls+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", (b - a) / 1e9}')")
-        rsss+=("$(rss_of "$TMPD/time.txt")")
-        echo "   rep $r: ${walls[-1]} s, ${rsss[-1]} MiB" >&2
-    done
-    [[ "$keep_src" == - ]] || mv -f -- "$keep_src" "$keep_dst"
-    rm -rf -- "$OUT"
-    M_WALL=$(median "${walls[@]}") M_RSS=$(maxof "${rsss[@]}") M_REPS="${walls[*]}"
-}
-same() { if cmp -s -- "$1" "$2"; then echo identical; else echo DIFFERS; fi; }
-
-declare -a ROWS=()
-row() { ROWS+=("$1|$M_WALL|$M_RSS|$2|$3|$M_REPS"); }  # STEP REFWALL OUTPUT
+# shellcheck source=benches/lib.sh
+source "$ROOT/benches/lib.sh"
 
 warm "$HF"/*.safetensors
 measure "convert_hf_to_gguf.py --outtype f16" "$OUT/ref.gguf" "$REF_F16" \
@@ -147,7 +119,6 @@ measure "cp + sync" - - sh -c 'cp "$1" "$2" && sync' sh "$REF_F16" "$OUT/copy.gg
 CPSYNC=$M_WALL
 row "cp + sync of the F16 output ($(( f16_size / 2**20 )) MiB)" - -
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
 {
     echo "# weightport MoE bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
@@ -156,14 +127,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.
     echo "release: $HF ($(( in_size / 2**20 )) MiB in $(ls "$HF"/*.safetensors | wc -l) shards; $LAYERS layers × $EXPERTS experts, hidden $HIDDEN, expert intermediate $INTERMEDIATE, vocab $VOCAB; each layer's experts in two shards)"
     echo "reps: $REPS (median wall; peak RSS = max over reps); threads $THREADS"
     echo
-    printf '| %-52s | %9s | %9s | %9s | %12s | %-10s | %-26s |\n' step "wall s" "/ cp+sync" speedup "peak RSS MiB" output "reps (s)"
-    printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..54})" "$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..11})" \
-        "$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..28})"
-    for r in "${ROWS[@]}"; do
-        IFS='|' read -r s w p ref o reps <<<"$r"
-        sp=-; [[ $ref =~ ^[0-9.]+$ ]] && sp="$(ratio "$ref" "$w")x"
-        printf '| %-52s | %9s | %9s | %9s | %12s | %-10s | %-26s |\n' "$s" "$w" "$(ratio "$w" "$CPSYNC")" "$sp" "$p" "$o" "$reps"
-    done
+    print_rows "$CPSYNC"
     echo
     echo "Targets (issue 15): F16 ≤ 1.3× cp + sync; one-pass Q4_K_M ≥ 3× faster than convert + quantize at $THREADS threads; peak RSS ≤ 256 MiB."
 } | tee "$SCRATCH/results-moe.md"
