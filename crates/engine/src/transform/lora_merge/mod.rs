@@ -12,14 +12,18 @@
 //! float32 and the sum rounded to the weight's type (torch's in-place `+=`), once per adapter
 //! in order.
 
+mod product;
+
 use std::ops::Range;
 
 use weightport_core::{DType, Error, Result};
 use weightport_quant::cast::{
-    bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, Bf16Rounding, F16Nan,
+    bf16_to_f32, decode_f32, encode_f32, f16_to_f32, f32_to_bf16, f32_to_f16, Bf16Rounding,
+    CastRule, F16Nan,
 };
 
 use super::Transform;
+use product::product;
 
 /// One adapter's term of a merge.
 #[derive(Debug, Clone)]
@@ -45,6 +49,8 @@ pub(crate) struct LoraMerge {
     rows: u64,
     cols: u64,
     terms: Vec<LoraTerm>,
+    /// Elements merged at a time ([`BLOCK`]; smaller in tests).
+    block: u64,
 }
 
 fn size(d: DType) -> u64 {
@@ -68,14 +74,6 @@ fn round(d: DType, x: f32) -> f32 {
     }
 }
 
-fn store(d: DType, x: f32, out: &mut [u8]) {
-    match d {
-        DType::F16 => out.copy_from_slice(&f32_to_f16(x, F16Nan::KeepPayload).to_le_bytes()),
-        DType::BF16 => out.copy_from_slice(&f32_to_bf16(x, Bf16Rounding::Torch).to_le_bytes()),
-        _ => out.copy_from_slice(&x.to_le_bytes()),
-    }
-}
-
 impl LoraMerge {
     /// The merge of `terms` into a `[rows, cols]` weight of type `w` (F32, F16 or BF16).
     pub(crate) fn new(w: DType, rows: u64, cols: u64, terms: Vec<LoraTerm>) -> Result<LoraMerge> {
@@ -90,6 +88,7 @@ impl LoraMerge {
             rows,
             cols,
             terms,
+            block: BLOCK,
         })
     }
 
@@ -112,52 +111,81 @@ impl LoraMerge {
         e0 / self.cols..e1.div_ceil(self.cols)
     }
 
-    /// The deltas of term `t` at weight row `i`, columns `cols` (rows of `B` from `row0`), into
-    /// `acc`: `(B @ A)[i, j]` (transposed: `[j, i]`) accumulated over the rank in order, from
-    /// the term's factors as f32 ([`Factors`]).
-    fn delta_row(
+    /// The deltas of term `t` for weight rows `rows`, columns `cols`, into `out` (row-major):
+    /// `(B @ A)[i, j]` (transposed: `[j, i]`) as [`product`] sums it, times the scale, rounded
+    /// to the weight's type for an embedding. `f`'s rows of `B` start at weight row `row0`.
+    fn delta(
         &self,
         t: &LoraTerm,
         f: &Factors,
         row0: u64,
-        i: u64,
+        rows: Range<u64>,
         cols: Range<u64>,
-        acc: &mut [f32],
+        out: &mut Vec<f32>,
     ) {
         let r = t.rank as usize;
-        let (j0, j1) = (cols.start as usize, cols.end as usize);
-        acc.fill(0.0);
-        // Rank step k: the scalar s_k and the row it multiplies.
-        let step = |k: usize| -> (f32, &[f32]) {
-            if t.transposed {
-                // (B @ A)[j, i] = Σ_k B[j, k] · A[k, i]; `f.b` holds B k-major.
-                let av = f.a[k * self.rows as usize + i as usize];
-                (av, &f.b[k * self.cols as usize..][j0..j1])
-            } else {
-                let bv = f.b[(i - row0) as usize * r + k];
-                (bv, &f.a[k * self.cols as usize..][j0..j1])
-            }
-        };
-        let mut k = 0;
-        while k + 4 <= r {
-            fma_rows(acc, [step(k), step(k + 1), step(k + 2), step(k + 3)]);
-            k += 4;
+        let n = rows.end - rows.start;
+        out.clear();
+        out.resize((n * (cols.end - cols.start)) as usize, 0.0);
+        let cols = cols.start as usize..cols.end as usize;
+        if t.transposed {
+            // (B @ A)[j, i] = Σ_k A[k, i] · B[j, k]: one scalar of A per (row, k), `f.b` k-major.
+            let s: Vec<f32> = (rows.start as usize..rows.end as usize)
+                .flat_map(|i| (0..r).map(move |k| (k, i)))
+                .map(|(k, i)| f.a[k * self.rows as usize + i])
+                .collect();
+            product(&s, r, &f.b, self.cols as usize, cols, out);
+        } else {
+            let s = &f.b[(rows.start - row0) as usize * r..][..n as usize * r];
+            product(s, r, &f.a, self.cols as usize, cols, out);
         }
-        for k in k..r {
-            fma_rows(acc, [step(k)]);
-        }
-        for x in acc.iter_mut() {
+        for x in out.iter_mut() {
             *x *= t.scale as f32;
             if t.round_to_weight {
                 *x = round(self.w, *x);
             }
         }
     }
+
+    /// The weight rows and columns whose deltas the elements `e0..e1` need: the columns of one
+    /// row when the range stays in a row, else whole rows.
+    fn block(&self, e0: u64, e1: u64) -> (Range<u64>, Range<u64>) {
+        let rows = e0 / self.cols..e1.div_ceil(self.cols);
+        if rows.end - rows.start == 1 {
+            let j0 = e0 % self.cols;
+            (rows, j0..j0 + (e1 - e0))
+        } else {
+            (rows, 0..self.cols)
+        }
+    }
+
+    /// Adds term `t`'s deltas of the elements `elems` to their values `x`.
+    fn add_delta(
+        &self,
+        t: &LoraTerm,
+        f: &Factors,
+        row0: u64,
+        elems: Range<u64>,
+        x: &mut [f32],
+        delta: &mut Vec<f32>,
+    ) {
+        let (rows, cols) = self.block(elems.start, elems.end);
+        self.delta(t, f, row0, rows.clone(), cols.clone(), delta);
+        let width = cols.end - cols.start;
+        for (e, x) in elems.zip(x.iter_mut()) {
+            let (i, j) = (e / self.cols - rows.start, e % self.cols - cols.start);
+            *x += delta[(i * width + j) as usize];
+        }
+    }
 }
 
+/// Elements of a weight merged at a time (whole rows, at least one): 512 KiB of f32 values
+/// and as much of deltas per worker.
+const BLOCK: u64 = 128 << 10;
+
 /// A term's factors widened to f32 once per chunk: `a` as stored (`[rank, n]`), `b` as stored
-/// (`[rows, rank]`) or, for a transposed product, k-major (`[rank, cols]`), so the inner loop
-/// runs over contiguous values.
+/// (`[rows, rank]`) or, for a transposed product, k-major (`[rank, cols]`), so a rank step's
+/// values are contiguous.
 struct Factors {
     a: Vec<f32>,
     b: Vec<f32>,
@@ -187,39 +215,8 @@ impl Factors {
     }
 }
 
-/// `acc[n] = s_k · row_k[n] + acc[n]` for each step `k` in order, each a fused multiply-add
-/// (as torch's CPU matrix product accumulates): N steps per pass over `acc` (fewer loads and
-/// stores of it), eight lanes at a time where the CPU has AVX2 and FMA, else `f32::mul_add`.
-/// The same single rounding per step in the same order either way, so the same bits.
-fn fma_rows<const N: usize>(acc: &mut [f32], steps: [(f32, &[f32]); N]) {
-    #[inline(always)]
-    fn body<const N: usize>(acc: &mut [f32], steps: &[(f32, &[f32]); N]) {
-        for (n, x) in acc.iter_mut().enumerate() {
-            let mut v = *x;
-            for (s, row) in steps {
-                v = s.mul_add(row[n], v);
-            }
-            *x = v;
-        }
-    }
-    for (_, row) in &steps {
-        assert!(
-            row.len() >= acc.len(),
-            "a LoRA factor row shorter than the weight's row"
-        );
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn fused<const N: usize>(acc: &mut [f32], steps: &[(f32, &[f32]); N]) {
-                body(acc, steps)
-            }
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { fused(acc, &steps) };
-        }
-    }
-    body(acc, &steps)
+fn cast_error(e: weightport_quant::QuantError) -> Error {
+    Error::Internal(format!("LoRA merge: {e}"))
 }
 
 impl Transform for LoraMerge {
@@ -245,34 +242,31 @@ impl Transform for LoraMerge {
 
     fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         let el = size(self.w);
+        let (e0, e1) = (out.start / el, out.end / el);
         let row0 = self.rows_of(&out).start;
-        let (mut e, end) = (out.start / el, out.end / el);
-        let mut acc = Vec::new();
         let factors: Vec<Factors> = (self.terms.iter().enumerate())
             .map(|(k, t)| Factors::of(t, inputs[1 + 2 * k], inputs[2 + 2 * k], self.cols))
             .collect();
-        while e < end {
-            // One row's part of the chunk at a time.
-            let (i, j0) = (e / self.cols, e % self.cols);
-            let j1 = self.cols.min(j0 + (end - e));
-            let at = ((e - out.start / el) * el) as usize;
-            let len = ((j1 - j0) * el) as usize;
-            let (w, o) = (&inputs[0][at..at + len], &mut dst[at..at + len]);
-            let mut x: Vec<f32> = w
-                .chunks_exact(el as usize)
-                .map(|b| load(self.w, b))
-                .collect();
-            acc.resize(x.len(), 0.0);
-            for (t, f) in self.terms.iter().zip(&factors) {
-                self.delta_row(t, f, row0, i, j0..j1, &mut acc);
-                for (x, d) in x.iter_mut().zip(&acc) {
-                    *x = round(self.w, *x + d);
+        // A few rows at a time, so the f32 values and deltas stay small (and in cache).
+        let step = (self.block / self.cols).max(1) * self.cols;
+        let (mut x, mut delta) = (Vec::new(), Vec::new());
+        let mut e = e0;
+        while e < e1 {
+            let end = e1.min((e / self.cols) * self.cols + step);
+            let at = ((e - e0) * el) as usize..((end - e0) * el) as usize;
+            x.resize((end - e) as usize, 0.0);
+            decode_f32(self.w, &inputs[0][at.clone()], &mut x, CastRule::Torch)
+                .map_err(cast_error)?;
+            for (k, (t, f)) in self.terms.iter().zip(&factors).enumerate() {
+                self.add_delta(t, f, row0, e..end, &mut x, &mut delta);
+                // torch's in-place `+=` rounds to the weight's type after each adapter; the
+                // last rounding is the store's.
+                if k + 1 < self.terms.len() {
+                    x.iter_mut().for_each(|v| *v = round(self.w, *v));
                 }
             }
-            for (v, o) in x.iter().zip(o.chunks_exact_mut(el as usize)) {
-                store(self.w, *v, o);
-            }
-            e += j1 - j0;
+            encode_f32(self.w, &x, &mut dst[at], CastRule::Torch).map_err(cast_error)?;
+            e = end;
         }
         Ok(())
     }
@@ -281,6 +275,14 @@ impl Transform for LoraMerge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn store(d: DType, x: f32, out: &mut [u8]) {
+        match d {
+            DType::F16 => out.copy_from_slice(&f32_to_f16(x, F16Nan::KeepPayload).to_le_bytes()),
+            DType::BF16 => out.copy_from_slice(&f32_to_bf16(x, Bf16Rounding::Torch).to_le_bytes()),
+            _ => out.copy_from_slice(&x.to_le_bytes()),
+        }
+    }
 
     /// A 2×3 F32 weight plus a rank-1 product, by hand.
     #[test]
@@ -336,11 +338,11 @@ mod tests {
                 transposed,
                 round_to_weight: transposed,
             };
-            let m = LoraMerge::new(w, rows, cols, vec![term(false), term(true)]).unwrap();
+            let mut m = LoraMerge::new(w, rows, cols, vec![term(false), term(true)]).unwrap();
             let (a1, b1) = (vals(r * cols, 1.0), vals(rows * r, 2.0));
             let (a2, b2) = (vals(r * rows, 3.0), vals(cols * r, 4.0));
             let all = [&wb[..], &a1[..], &b1[..], &a2[..], &b2[..]];
-            let run = |range: Range<u64>| {
+            let run = |m: &LoraMerge, range: Range<u64>| {
                 let needs = m.needs(range.clone());
                 let ins: Vec<&[u8]> = needs
                     .iter()
@@ -350,12 +352,18 @@ mod tests {
                 m.apply(range, &ins, &mut out).unwrap();
                 out
             };
-            let whole = run(0..rows * cols * 2);
+            let whole = run(&m, 0..rows * cols * 2);
             let pieces: Vec<u8> = (0..rows * cols * 2)
                 .step_by(6)
-                .flat_map(|s| run(s..(s + 6).min(rows * cols * 2)))
+                .flat_map(|s| run(&m, s..(s + 6).min(rows * cols * 2)))
                 .collect();
             assert_eq!(whole, pieces, "{w}");
+            // A row (or two) at a time: the same bytes.
+            for block in [1, 12] {
+                m.block = block;
+                assert_eq!(run(&m, 0..rows * cols * 2), whole, "{w}, block {block}");
+                m.block = BLOCK;
+            }
             assert_ne!(whole, wb);
         }
     }
