@@ -17,9 +17,19 @@
 #   merge  $WP --threads $THREADS convert llama.safetensors -o merged.safetensors
 #          --merge-lora adapter --force                     (verified, as always)
 #   copy   cp merged.safetensors copy.safetensors && sync
+# With CHAIN=1 (needs torch, transformers and peft in $PYTHON, and llama.cpp's converter and
+# llama-quantize), the merged-to-Q4_K_M half, on a release made of the same file (hard link,
+# benches/llama_config.py, fixtures/good/arch/llama's tokenizer):
+#   onepass  $WP convert release -o X.gguf --merge-lora adapter --dtype f16 --quant Q4_K_M
+#   chain    peft: PEFT from_pretrained (float16) + PeftModel.from_pretrained + merge_and_unload
+#            + save_pretrained; convert: convert_hf_to_gguf.py --outtype f16; quantize:
+#            llama-quantize Q4_K_M $THREADS (each step timed; the chain's wall is their sum);
+#            the two Q4_K_M files are cmp'd
 #
 # Environment (defaults): SCRATCH=/tmp/wp-bench-lora LAYERS=5 RANK=64 REPS=3 THREADS=2
-#   WP=<repo>/target/release/weightport PYTHON=python3 (numpy, safetensors)
+#   WP=<repo>/target/release/weightport PYTHON=python3 (numpy, safetensors) CHAIN=0
+#   LLAMA_DIR=$HOME/llama/llama_cpp_python-0.3.36/vendor/llama.cpp
+#   QUANTIZE=$LLAMA_DIR/build/bin/llama-quantize
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(dirname "$HERE")"
@@ -81,3 +91,39 @@ timed merge "$WP" --threads "$THREADS" convert "$BASE" -o "$OUT" --merge-lora "$
 timed copy sh -c "cp '$OUT' '$SCRATCH/copy.safetensors' && sync"
 rm -f "$SCRATCH/copy.safetensors"
 ls -l "$BASE" "$ADAPTER/adapter_model.safetensors" "$OUT" | awk '{print $5, $NF}'
+
+[[ "${CHAIN:-0}" == 1 ]] || exit 0
+LLAMA_DIR="${LLAMA_DIR:-$HOME/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}"
+QUANTIZE="${QUANTIZE:-$LLAMA_DIR/build/bin/llama-quantize}"
+export LD_LIBRARY_PATH="$(dirname "$QUANTIZE")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+REL="$SCRATCH/release-${LAYERS}l"
+mkdir -p "$REL"
+[[ "$BASE" -ef "$REL/model.safetensors" ]] || ln -f "$BASE" "$REL/model.safetensors"
+for f in "$ROOT"/fixtures/good/arch/llama/*; do
+    case "$(basename "$f")" in config.json | *.safetensors | *.index.json | *.bin | *.md) continue ;; esac
+    cp "$f" "$REL/"
+done
+"$PYTHON" "$HERE/llama_config.py" "$BASE" 32 v5 > "$REL/config.json"
+# The merged release is named as the base release: general.name and the other names derived
+# from the directory agree, so the two files can be compared whole.
+ONE="$SCRATCH/onepass-q4km.gguf" PM="$SCRATCH/peft/release-${LAYERS}l"
+timed onepass "$WP" --threads "$THREADS" convert "$REL" -o "$ONE" --merge-lora "$ADAPTER" \
+    --dtype f16 --quant Q4_K_M --force
+cat > "$SCRATCH/peft_merge.py" <<'EOF'
+import shutil, sys, torch
+from pathlib import Path
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+rel, adapter, out = sys.argv[1:4]
+model = AutoModelForCausalLM.from_pretrained(rel, dtype=torch.float16)
+model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+model.save_pretrained(out)
+for f in Path(rel).glob("tokenizer*"):
+    shutil.copy(f, out)
+EOF
+timed peft "$PYTHON" "$SCRATCH/peft_merge.py" "$REL" "$ADAPTER" "$PM"
+timed convert env PYTHONPATH="$LLAMA_DIR/gguf-py" "$PYTHON" "$LLAMA_DIR/convert_hf_to_gguf.py" "$PM" \
+    --outtype f16 --outfile "$SCRATCH/chain-f16.gguf"
+timed quantize "$QUANTIZE" "$SCRATCH/chain-f16.gguf" "$SCRATCH/chain-q4km.gguf" Q4_K_M "$THREADS"
+if cmp -s "$ONE" "$SCRATCH/chain-q4km.gguf"; then echo "outputs: identical"; else echo "outputs: DIFFER"; fi
+rm -rf -- "$SCRATCH/peft" "$SCRATCH/chain-f16.gguf"
