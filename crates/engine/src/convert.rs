@@ -12,8 +12,9 @@ use crate::by_options::TensorRecipe;
 use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads, ToSink};
 use crate::input::{open_inputs, Input};
 use crate::lineage;
-use crate::planned::{self, ArchReport, Planned};
+use crate::planned::{self, Planned};
 use crate::route::{route, ConvertOptions, Route};
+use crate::routes::ArchReport;
 use crate::side::{self, SideFile};
 use crate::transform::quality::Quality;
 use crate::txn::{self, Prepared};
@@ -175,7 +176,7 @@ pub fn convert_source(
     }
     let pool = pool_of(threads)?;
     let reads = Reads::new(out.job.input_tensors);
-    let sink = out.open_sink(opts)?;
+    let sink = out.open_sink()?;
     let hashes = pool.install(|| {
         progress.start("write", out.report.data_bytes);
         let h = run_counted(
@@ -210,12 +211,12 @@ pub(crate) fn start<'s>(
     opts: &ConvertOptions,
     route: &Route,
 ) -> Result<Started<'s>> {
-    let job = planned::plan(source, repo_dir, opts, route)?;
+    let job = planned::plan(source, repo_dir, route)?;
     check_side_files(&job, opts, &opts.side_files)?;
     let prepared = prepare_output(&job, opts, opts.dry_run)?;
     let mut report = report_of(
         job.source(),
-        job.fmt.name,
+        job.output.format.name,
         &job.plan,
         &job.outs,
         &prepared,
@@ -309,9 +310,9 @@ fn refuse_own_names(plan: &OutputPlan, sides: &[SideFile]) -> Result<()> {
 
 impl Started<'_> {
     /// The sink the executor writes this output's staged files through.
-    pub(crate) fn open_sink(&mut self, opts: &ConvertOptions) -> Result<Box<dyn TensorSink>> {
-        let req = self.job.request(opts);
-        let mut sink = (self.job.fmt.sink)(&req, &self.job.plan)?;
+    pub(crate) fn open_sink(&mut self) -> Result<Box<dyn TensorSink>> {
+        let req = self.job.request();
+        let mut sink = (self.job.output.format.sink)(&req, &self.job.plan)?;
         self.staged = sink.plan(&self.job.infos, &self.job.metadata)?.files;
         Ok(sink)
     }
@@ -345,7 +346,7 @@ impl Started<'_> {
         let committed = txn::commit(prepared, &job.plan, finished, opts.force, &job.io)?;
         if let Some(r) = read {
             let tensors = lineage::tensors_of(source, outs, hashes, &r);
-            let by_arch = job.fmt.by_architecture;
+            let by_arch = job.output.format.by_architecture;
             let mut inputs = opts.inputs.clone();
             // The importance matrix decides the quantized bytes: a material too.
             let quant = opts.transform.quant.as_ref();

@@ -75,9 +75,9 @@ pub fn convert_many(
         report.outputs = slots.into_iter().map(planned).collect();
         return Ok(report);
     }
-    for (slot, o) in slots.iter_mut().zip(opts) {
+    for slot in slots.iter_mut() {
         if let Slot::Live(s, sink) = slot {
-            match s.open_sink(o) {
+            match s.open_sink() {
                 Ok(k) => *sink = Some(k),
                 Err(e) => *slot = Slot::Failed(e),
             }

@@ -26,11 +26,11 @@ use crate::workers::pool_of;
 /// operation), metadata and the output format's plan, every file, header and offset fixed.
 pub struct Job<'s>(Planned<'s>);
 
-/// Plans `opts.output` from `input` (opened with `route`'s request) on `route`: the same plan,
-/// so the same bytes, as [`crate::convert_input`] writes. Nothing is written.
-pub fn plan<'s>(input: &'s Input, opts: &ConvertOptions, route: &Route) -> Result<Job<'s>> {
+/// Plans the output of `route` from `input` (opened with its request): the same plan, so the
+/// same bytes, as [`crate::convert_input`] writes. Nothing is written.
+pub fn plan<'s>(input: &'s Input, route: &Route) -> Result<Job<'s>> {
     let source = input.source.as_ref();
-    crate::planned::plan(source, input.repo_dir.as_deref(), opts, route).map(Job)
+    crate::planned::plan(source, input.repo_dir.as_deref(), route).map(Job)
 }
 
 /// Where [`Job::execute`] puts each chunk of output bytes (positional writes into the caller's
@@ -98,7 +98,7 @@ impl Job<'_> {
 
     /// The output format's name.
     pub fn format_name(&self) -> &'static str {
-        self.0.fmt.name
+        self.0.output.format.name
     }
 
     /// The input repo directory (companions come from it).
@@ -120,23 +120,20 @@ impl Job<'_> {
     /// The format's sink opened on the job, its files planned and staged (sparse temp files
     /// beside them, removed with the sink): the headers and offsets `convert` writes. With
     /// `into`, every file (and the target) is moved into that directory first.
-    pub fn stage(
-        &self,
-        opts: &ConvertOptions,
-        into: Option<&Path>,
-    ) -> Result<(Box<dyn TensorSink>, Vec<StagedFile>)> {
+    pub fn stage(&self, into: Option<&Path>) -> Result<(Box<dyn TensorSink>, Vec<StagedFile>)> {
         let job = &self.0;
         let moved = |p: &Path| into.map(|d| d.join(p.file_name().unwrap_or_default()));
         let mut plan = job.plan.clone();
         for f in &mut plan.files {
             f.path = moved(&f.path).unwrap_or_else(|| f.path.clone());
         }
-        let target = moved(&opts.output).unwrap_or_else(|| opts.output.clone());
+        let output = &job.output.target;
+        let target = moved(output).unwrap_or_else(|| output.clone());
         let req = OutputRequest {
             target: &target,
-            ..job.request(opts)
+            ..job.request()
         };
-        let mut sink = (job.fmt.sink)(&req, &plan)?;
+        let mut sink = (job.output.format.sink)(&req, &plan)?;
         let staged = sink.plan(&job.infos, &job.metadata)?.files;
         Ok((sink, staged))
     }

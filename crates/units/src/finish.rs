@@ -238,7 +238,7 @@ fn assemble(
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<FinishedFile>> {
-    let (sink, staged) = job.stage(opts, None)?;
+    let (sink, staged) = job.stage(None)?;
     progress.start("verify", data_bytes(job));
     if plan.files.len() != job.output_plan().files.len() {
         return Err(Error::Internal("the plan's files are not the job's".into()));

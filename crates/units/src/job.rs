@@ -87,7 +87,7 @@ impl JobCosts for Job<'_> {
 pub(crate) fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
     let route = route(opts)?;
     let input = open_inputs(&opts.inputs, &route.open)?;
-    let job = weightport_engine::plan(&input, opts, &route)?;
+    let job = weightport_engine::plan(&input, &route)?;
     if job.tensor_count() == 0 {
         return Err(Error::Usage("the input holds no tensors to convert".into()));
     }
