@@ -3,7 +3,6 @@
 //! staged files verified and committed by `convert`'s transaction ([`Job::prepare`],
 //! [`Job::verify`], [`Job::commit`]). The unit commands (`weightport-units`) are built on it.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use weightport_core::kernel_copy::Origin;
@@ -230,15 +229,6 @@ impl Job<'_> {
             extras: c.extras,
             removed: c.removed,
         })
-    }
-
-    /// The input ranges output tensor `k` needs for its bytes `out` (each with its position
-    /// in [`Job::inputs`]).
-    pub fn needs(&self, k: usize, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
-        match self.operation(k) {
-            None => vec![(0, out)],
-            Some(op) => op.needs(out),
-        }
     }
 }
 

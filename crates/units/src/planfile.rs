@@ -268,7 +268,7 @@ fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> 
 fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
     let mut v = Vec::new();
     for &k in tensors {
-        let needs = job.needs(k, 0..job.tensor(k).byte_len);
+        let needs = job.reads(k);
         let mut by_input: Vec<(usize, Vec<std::ops::Range<u64>>)> = Vec::new();
         for (j, r) in needs {
             match by_input.iter_mut().find(|(i, _)| *i == j) {
