@@ -11,11 +11,12 @@ use weightport_core::{
     ContentHash, FinishedFile, IoCounter, Result, StagedFile, TensorInfo, TensorSink, TensorSource,
 };
 
+use crate::by_options::TensorRecipe;
 use crate::convert::FileReport;
 use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
 use crate::input::Input;
 use crate::planned::Planned;
-use crate::route::{ConvertOptions, Route};
+use crate::route::Route;
 use crate::side::SideFile;
 use crate::transform::Transform;
 use crate::txn;
@@ -137,12 +138,16 @@ impl Job<'_> {
         Ok((sink, staged))
     }
 
-    /// Worker threads for executing `tensors` within `opts.workers`' threads and memory
-    /// budget; refused when not even one worker fits (`what` names the work: "this unit").
-    pub fn threads(&self, tensors: &[usize], opts: &ConvertOptions, what: &str) -> Result<usize> {
-        let outs: Vec<_> = tensors.iter().map(|&k| self.0.outs[k].clone()).collect();
-        let worker = worker_bytes(self.0.source(), &outs, opts.chunk);
-        Ok(opts.workers.fit(worker, None, what)?.0)
+    /// Worker threads for executing `tensors` within the route's threads and memory budget;
+    /// refused when not even one worker fits (`what` names the work: "this unit").
+    pub fn threads(&self, tensors: &[usize], what: &str) -> Result<usize> {
+        let (outs, run) = (self.outs_of(tensors), &self.0.run);
+        let worker = worker_bytes(self.0.source(), &outs, run.chunk);
+        Ok(run.workers.fit(worker, None, what)?.0)
+    }
+
+    fn outs_of(&self, tensors: &[usize]) -> Vec<TensorRecipe> {
+        tensors.iter().map(|&k| self.0.outs[k].clone()).collect()
     }
 
     /// Computes output tensors `tensors` on `threads` workers, handing every chunk to `emit`
@@ -151,56 +156,55 @@ impl Job<'_> {
     pub fn execute(
         &self,
         tensors: &[usize],
-        (opts, threads): (&ConvertOptions, usize),
+        threads: usize,
         progress: &dyn Progress,
         emit: impl Emit + Send,
     ) -> Result<Vec<ContentHash>> {
-        let outs: Vec<_> = tensors.iter().map(|&k| self.0.outs[k].clone()).collect();
+        let (outs, chunk) = (self.outs_of(tensors), self.0.run.chunk);
         progress.start("write", outs.iter().map(|o| o.info.byte_len).sum());
         let hashes = pool_of(threads)?
-            .install(|| run(self.0.source(), &outs, opts.chunk, progress, ByEmit(&emit)))?;
+            .install(|| run(self.0.source(), &outs, chunk, progress, ByEmit(&emit)))?;
         progress.finish();
         Ok(hashes.out)
     }
 
     /// Refuses side files at an input's place or an output file's, or existing ones without
     /// their `replace`.
-    pub fn check_side_files(&self, opts: &ConvertOptions, sides: &[SideFile]) -> Result<()> {
-        crate::convert::check_side_files(&self.0, opts, sides)
+    pub fn check_side_files(&self, sides: &[SideFile]) -> Result<()> {
+        crate::convert::check_side_files(&self.0, sides)
     }
 
     /// Locks and checks the output as `convert` does before writing (an existing output
     /// without `force`, a file the job reads, killed commits finished); with `dry_run`,
     /// refuses what the real run would and changes nothing.
-    pub fn prepare(&self, opts: &ConvertOptions, dry_run: bool) -> Result<Prepared> {
-        crate::convert::prepare_output(&self.0, opts, dry_run).map(Prepared)
+    pub fn prepare(&self, dry_run: bool) -> Result<Prepared> {
+        crate::convert::prepare_output(&self.0, dry_run).map(Prepared)
     }
 
     /// Verifies a staged output file (`file.temp`, to be published as `file.path`) as
     /// `convert` does: reopened strictly, every tensor's content hash against `hashes` (one
-    /// per output tensor, as written). Runs on `opts.workers`' threads.
+    /// per output tensor, as written). Runs on the route's worker threads.
     pub fn verify(
         &self,
         file: &StagedFile,
         hashes: &[ContentHash],
-        opts: &ConvertOptions,
         progress: &dyn Progress,
     ) -> Result<()> {
-        let job = &self.0;
+        let (job, run) = (&self.0, &self.0.run);
         let hashes = Hashes {
             out: hashes.to_vec(),
             src: vec![None; hashes.len()],
         };
         // The reader opens the staged file once.
         job.io.opened();
-        pool_of(opts.workers.wanted())?.install(|| {
+        pool_of(run.workers.wanted())?.install(|| {
             crate::verify::verify_staged(
                 file,
                 &job.outs,
                 &hashes,
                 job.source(),
-                &opts.open,
-                opts.chunk,
+                &run.reopen,
+                run.chunk,
                 progress,
             )
         })
@@ -208,14 +212,9 @@ impl Job<'_> {
 
     /// Publishes the verified weights files `files` (one per planned file, in plan order) and
     /// the extras with `convert`'s transaction.
-    pub fn commit(
-        &self,
-        prepared: Prepared,
-        files: Vec<FinishedFile>,
-        force: bool,
-    ) -> Result<Committed> {
+    pub fn commit(&self, prepared: Prepared, files: Vec<FinishedFile>) -> Result<Committed> {
         let job = &self.0;
-        let c = txn::commit(prepared.0, &job.plan, files, force, &job.io)?;
+        let c = txn::commit(prepared.0, &job.plan, files, job.run.force, &job.io)?;
         Ok(Committed {
             files: c
                 .files

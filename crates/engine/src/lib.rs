@@ -16,8 +16,8 @@
 //!    registry (probed by content, repos first) and joins them into one [`Input`]. The bytes
 //!    are not read yet, only the headers. Outputs whose routes have equal open requests may
 //!    share one `Input`.
-//! 3. **[`convert_input`]`(&input, &opts, &route, progress)`** (one output) or
-//!    **[`convert_many`]`(&input, &[(opts, route)…], progress)`** (several outputs, each input
+//! 3. **[`convert_input`]`(&input, &route, progress)`** (one output) or
+//!    **[`convert_many`]`(&input, &[route…], progress)`** (several outputs, each input
 //!    byte read once) runs the rest, which the caller does not sequence:
 //!    - *plan*: output tensors (each an input range and an operation), metadata, and the
 //!      output format's plan, every file, header and offset fixed;

@@ -11,7 +11,7 @@ use weightport_core::registry::{OutputPlan, OutputRequest};
 use weightport_core::{Format, IoCounter, Metadata, Result, TensorInfo, TensorSource};
 
 use crate::by_options::TensorRecipe;
-use crate::route::{Output, Route};
+use crate::route::{Output, Route, Run};
 use crate::routes::{ArchReport, Src};
 
 /// A planned output: its source, tensors, metadata and output plan.
@@ -29,6 +29,8 @@ pub(crate) struct Planned<'s> {
     pub plan: OutputPlan,
     /// The output: its format, target and what the format plans from.
     pub output: Output,
+    /// How the conversion runs, checks and publishes it.
+    pub run: Run,
     /// The input repo directory (companions come from it).
     pub repo_dir: Option<&'s Path>,
     /// Planned by architecture: what the report says of it.
@@ -102,6 +104,7 @@ pub(crate) fn plan<'s>(
         metadata: t.metadata,
         plan,
         output: route.output.clone(),
+        run: route.run.clone(),
         repo_dir,
         architecture: t.architecture,
         source_format: t.source_format,

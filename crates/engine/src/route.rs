@@ -95,6 +95,55 @@ pub struct Route {
     pub(crate) output: Output,
     /// How the output tensors are planned.
     pub(crate) tensors: Arc<dyn PlansTensors>,
+    /// How the conversion runs, checks and publishes the output.
+    pub(crate) run: Run,
+}
+
+/// What the executor, the verification and the transaction are told of the options: decided
+/// with the route, so no step after it reads [`ConvertOptions`].
+#[derive(Clone)]
+pub(crate) struct Run {
+    /// The inputs as given (never replaced by the output; materials of its provenance).
+    pub(crate) given: Vec<PathBuf>,
+    /// The importance matrix: the path as given, and the file it was read from.
+    pub(crate) imatrix: Option<(PathBuf, PathBuf)>,
+    /// The metadata override file of an HF release → GGUF.
+    pub(crate) metadata_file: Option<PathBuf>,
+    /// Files the caller writes beside the output, checked with it.
+    pub(crate) side_files: Vec<SideFile>,
+    pub(crate) force: bool,
+    pub(crate) verify: bool,
+    pub(crate) dry_run: bool,
+    /// Chunk (hash leaf) target size.
+    pub(crate) chunk: u64,
+    pub(crate) workers: Workers,
+    /// Collect what the output was made of.
+    pub(crate) provenance: bool,
+    /// How a staged file is reopened to verify it (the options' request, as given).
+    pub(crate) reopen: OpenRequest,
+}
+
+impl Run {
+    fn of(opts: &ConvertOptions) -> Run {
+        let imatrix = opts
+            .transform
+            .quant
+            .as_ref()
+            .and_then(|q| q.imatrix.as_ref());
+        Run {
+            given: opts.inputs.clone(),
+            imatrix: imatrix.map(|m| (PathBuf::from(&m.file), m.path.clone())),
+            metadata_file: opts.transform.metadata.clone(),
+            side_files: opts.side_files.clone(),
+            force: opts.force,
+            verify: opts.verify,
+            dry_run: opts.dry_run,
+            chunk: opts.chunk,
+            workers: opts.workers,
+            provenance: opts.provenance,
+            reopen: opts.open.clone(),
+        }
+    }
 }
 
 /// The output of a route: its format (from `--to`, or the output's name) and what the format
@@ -150,6 +199,7 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
         open,
         output,
         tensors,
+        run: Run::of(opts),
     })
 }
 

@@ -432,9 +432,9 @@ pub fn plan_units(
     let (doc, report) = with_job(opts, |job| {
         let plan_file = SideFile::new(&weightport_core::Knob::Plan.to_string(), plan_path)
             .replacing(opts.force);
-        job.check_side_files(opts, &[plan_file])?;
+        job.check_side_files(&[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
-        job.prepare(opts, true)?;
+        job.prepare(true)?;
         let lay = layout(job, opts)?;
         let units = split(job, &lay, how, in_place)?;
         let mut doc = plan_doc(job, opts, command, &lay, &units)?;
