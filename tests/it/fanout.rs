@@ -230,14 +230,8 @@ fn small_chunks_give_the_same_files_and_read_once() {
                 o
             })
             .collect();
-        let outputs: Vec<_> = opts
-            .into_iter()
-            .map(|o| {
-                let r = route(&o).unwrap();
-                (o, r)
-            })
-            .collect();
-        let input = open_inputs(&outputs[1].0.inputs, &outputs[1].1.open).unwrap();
+        let outputs: Vec<_> = opts.iter().map(|o| route(o).unwrap()).collect();
+        let input = open_inputs(&opts[1].inputs, &outputs[1].open).unwrap();
         let r = convert_many(&input, &outputs, &NoProgress).unwrap();
         for o in &r.outputs {
             assert!(o.is_ok(), "{o:?}");

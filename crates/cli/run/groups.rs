@@ -176,7 +176,7 @@ pub(super) fn convert_members(
 ) -> Result<(Results, Option<GroupRead>), Error> {
     let indices: Vec<usize> = members.iter().map(|m| m.index).collect();
     if let [one] = members {
-        let r = convert_input(input, &one.opts, &one.route, progress);
+        let r = convert_input(input, &one.route, progress);
         let read = r.as_ref().ok().filter(|r| !r.dry_run).map(|r| GroupRead {
             outputs: indices,
             read_bytes: r.read_bytes,
@@ -184,12 +184,9 @@ pub(super) fn convert_members(
         });
         return Ok((vec![r], read));
     }
-    let outputs: Vec<(ConvertOptions, Route)> = members
-        .iter()
-        .map(|m| (m.opts.clone(), m.route.clone()))
-        .collect();
+    let outputs: Vec<Route> = members.iter().map(|m| m.route.clone()).collect();
     let many = convert_many(input, &outputs, progress)?;
-    let read = (!outputs[0].0.dry_run).then(|| GroupRead {
+    let read = (!members[0].opts.dry_run).then(|| GroupRead {
         outputs: indices,
         read_bytes: many.read_bytes,
         files: many.reads.clone(),

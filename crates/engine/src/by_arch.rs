@@ -11,18 +11,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use weightport_arch::lora::AdapterConfig;
 use weightport_arch::split::BlockMap;
 use weightport_arch::{
     ArchPlan, BlockPart, Origin, OutTensor as PlannedTensor, OutType, PlanOptions, SourceTensor,
     ValueOp,
 };
 use weightport_core::{
-    sanitize, Access, DType, Error, Knob, Limits, Metadata, Result, TensorInfo, TensorSource,
+    sanitize, DType, Error, Knob, Limits, Metadata, Result, TensorInfo, TensorSource,
 };
 
 use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
 use crate::dequantized::Dequantized;
-use crate::route::AdapterRoute;
 use crate::transform::chain::Chain;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
@@ -34,6 +34,17 @@ use crate::transform::slice::Slice;
 use crate::transform::stack::Stack;
 use weightport_arch::mix::{self, TypedTensor};
 use weightport_arch::naming;
+
+/// A LoRA adapter planned by its base model's architecture.
+#[derive(Debug, Clone)]
+pub(crate) struct AdapterRoute {
+    /// The adapter directory.
+    pub dir: PathBuf,
+    /// Its configuration.
+    pub config: AdapterConfig,
+    /// The base model's directory (its config.json).
+    pub base: PathBuf,
+}
 
 /// What the architecture plan adds to a job.
 pub(crate) struct ArchJob {
@@ -574,120 +585,5 @@ fn in_tensor(e: Error, source: &dyn TensorSource, i: usize, n: usize, name: &str
             Error::Refused { at, reason }
         }
         other => other,
-    }
-}
-
-/// A source plus tensors computed in memory (appended after the source's own), with the
-/// scaled weights of an FP8 release read as F32 ([`Dequantized`]).
-pub(crate) struct WithGenerated<'a> {
-    inner: &'a dyn TensorSource,
-    tensors: Vec<TensorInfo>,
-    data: Vec<Vec<u8>>,
-    origin: PathBuf,
-    dequant: Dequantized,
-}
-
-impl<'a> WithGenerated<'a> {
-    /// `inner`'s tensors followed by `generated` (computed from `origin`, e.g. a config.json).
-    pub(crate) fn new(
-        inner: &'a dyn TensorSource,
-        generated: Vec<(TensorInfo, Vec<u8>)>,
-        origin: PathBuf,
-        dequant: Dequantized,
-    ) -> Self {
-        let mut tensors: Vec<TensorInfo> = (inner.tensors().iter().enumerate())
-            .map(|(i, t)| dequant.info(i, t))
-            .collect();
-        let mut data = Vec::with_capacity(generated.len());
-        for (info, bytes) in generated {
-            tensors.push(info);
-            data.push(bytes);
-        }
-        WithGenerated {
-            inner,
-            tensors,
-            data,
-            origin,
-            dequant,
-        }
-    }
-
-    /// Appends more in-memory tensors after the ones held.
-    pub(crate) fn append(&mut self, generated: Vec<(TensorInfo, Vec<u8>)>) {
-        for (info, bytes) in generated {
-            self.tensors.push(info);
-            self.data.push(bytes);
-        }
-    }
-
-    fn own(&self, index: usize) -> Option<&[u8]> {
-        let n = self.inner.tensors().len();
-        (index >= n).then(|| self.data[index - n].as_slice())
-    }
-}
-
-impl TensorSource for WithGenerated<'_> {
-    fn format(&self) -> weightport_core::Format {
-        self.inner.format()
-    }
-    fn metadata(&self) -> &Metadata {
-        self.inner.metadata()
-    }
-    fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
-    }
-    fn files(&self) -> Vec<PathBuf> {
-        self.inner.files()
-    }
-    fn file_of(&self, index: usize) -> PathBuf {
-        match self.own(index) {
-            Some(_) => self.origin.clone(),
-            None => self.inner.file_of(index),
-        }
-    }
-    fn bytes(&self, index: usize) -> Option<&[u8]> {
-        match self.own(index) {
-            Some(b) => Some(b),
-            None if self.dequant.has(index) => None,
-            None => self.inner.bytes(index),
-        }
-    }
-    fn read_into(&self, index: usize, offset: u64, dst: &mut [u8]) -> Result<()> {
-        match self.own(index) {
-            Some(b) => {
-                let s = offset as usize;
-                dst.copy_from_slice(&b[s..s + dst.len()]);
-                Ok(())
-            }
-            None if self.dequant.read(self.inner, index, offset, dst)? => Ok(()),
-            None => self.inner.read_into(index, offset, dst),
-        }
-    }
-    fn unconverted(&self) -> Vec<(String, String)> {
-        self.inner.unconverted()
-    }
-    fn access(&self, index: usize) -> Access {
-        match self.own(index) {
-            Some(_) => Access::Mapped,
-            None => self.inner.access(index),
-        }
-    }
-    fn release(&self, index: usize, offset: u64, len: u64) {
-        if self.own(index).is_none() {
-            let (o, l) = self
-                .dequant
-                .stored(index, offset, len)
-                .unwrap_or((offset, len));
-            self.inner.release(index, o, l)
-        }
-    }
-    fn will_need(&self, index: usize, offset: u64, len: u64) {
-        if self.own(index).is_none() {
-            let (o, l) = self
-                .dequant
-                .stored(index, offset, len)
-                .unwrap_or((offset, len));
-            self.inner.will_need(index, o, l)
-        }
     }
 }

@@ -12,8 +12,9 @@ use crate::by_options::TensorRecipe;
 use crate::exec::{run_counted, worker_bytes, Hashes, Progress, Reads, ToSink};
 use crate::input::{open_inputs, Input};
 use crate::lineage;
-use crate::planned::{self, ArchReport, Planned};
+use crate::planned::{self, Planned};
 use crate::route::{route, ConvertOptions, Route};
+use crate::routes::ArchReport;
 use crate::side::{self, SideFile};
 use crate::transform::quality::Quality;
 use crate::txn::{self, Prepared};
@@ -135,53 +136,48 @@ pub struct ConvertReport {
 pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<ConvertReport> {
     let route = route(opts)?;
     let input = open_inputs(&opts.inputs, &route.open)?;
-    convert_input(&input, opts, &route, progress)
+    convert_input(&input, &route, progress)
 }
 
-/// Runs a conversion of an input opened with the request of `route` (`opts.inputs` is not
-/// opened again).
+/// Runs the conversion [`route`] decided of an input opened with its request (the inputs
+/// are not opened again).
 pub fn convert_input(
     input: &Input,
-    opts: &ConvertOptions,
     route: &Route,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    let mut r = convert_source(
-        input.source.as_ref(),
-        input.repo_dir.as_deref(),
-        (opts, route),
-        progress,
-    )?;
+    let source = input.source.as_ref();
+    let mut r = convert_source(source, input.repo_dir.as_deref(), route, progress)?;
     r.notes = input.notes.clone();
     Ok(r)
 }
 
-/// Runs a conversion of an already opened source (`opts.inputs` is ignored) on the route
-/// [`route`] decided for `opts`. `repo_dir` is the input repo whose companion files are copied
-/// into a repo output.
+/// Runs the conversion [`route`] decided of an already opened source (the options' inputs are
+/// ignored). `repo_dir` is the input repo whose companion files are copied into a repo output.
 pub fn convert_source(
     source: &dyn TensorSource,
     repo_dir: Option<&Path>,
-    (opts, route): (&ConvertOptions, &Route),
+    route: &Route,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
-    let mut out = start(source, repo_dir, opts, route)?;
-    let worker = worker_bytes(out.job.source(), &out.job.outs, opts.chunk);
-    let (threads, memory) = opts.workers.fit(worker, None, "this job")?;
+    let mut out = start(source, repo_dir, route)?;
+    let run = &route.run;
+    let worker = worker_bytes(out.job.source(), &out.job.outs, run.chunk);
+    let (threads, memory) = run.workers.fit(worker, None, "this job")?;
     out.report.threads = threads;
     out.report.memory_bytes = memory;
-    if opts.dry_run {
+    if run.dry_run {
         return Ok(out.report);
     }
     let pool = pool_of(threads)?;
     let reads = Reads::new(out.job.input_tensors);
-    let sink = out.open_sink(opts)?;
+    let sink = out.open_sink()?;
     let hashes = pool.install(|| {
         progress.start("write", out.report.data_bytes);
         let h = run_counted(
             out.job.source(),
             &out.job.outs,
-            opts.chunk,
+            run.chunk,
             &reads,
             progress,
             ToSink(&*sink),
@@ -191,7 +187,7 @@ pub fn convert_source(
     })?;
     out.report.read_bytes = reads.total();
     out.report.reads = reads.by_file(source);
-    pool.install(|| out.finish(sink, &hashes, opts, progress))
+    pool.install(|| out.finish(sink, &hashes, progress))
 }
 
 /// An output planned and prepared (locked, checked), with its report so far: the plan and
@@ -203,23 +199,23 @@ pub(crate) struct Started<'s> {
     staged: Vec<StagedFile>,
 }
 
-/// Plans `opts.output` from `source` on `route` and prepares it (lock, refusals, disk space).
+/// Plans the output of `route` from `source` and prepares it (lock, refusals, disk space).
 pub(crate) fn start<'s>(
     source: &'s dyn TensorSource,
     repo_dir: Option<&'s Path>,
-    opts: &ConvertOptions,
     route: &Route,
 ) -> Result<Started<'s>> {
-    let job = planned::plan(source, repo_dir, opts, route)?;
-    check_side_files(&job, opts, &opts.side_files)?;
-    let prepared = prepare_output(&job, opts, opts.dry_run)?;
+    let job = planned::plan(source, repo_dir, route)?;
+    let run = &job.run;
+    check_side_files(&job, &run.side_files)?;
+    let prepared = prepare_output(&job, run.dry_run)?;
     let mut report = report_of(
         job.source(),
-        job.fmt.name,
+        job.output.format.name,
         &job.plan,
         &job.outs,
         &prepared,
-        opts,
+        run.dry_run,
     );
     report.dropped = job.source().unconverted();
     if let Some(arch) = job.architecture.clone() {
@@ -235,17 +231,13 @@ pub(crate) fn start<'s>(
 
 /// Every file the conversion reads: the inputs given, every file read, the input repo's
 /// companions, the importance matrix.
-fn input_files(job: &Planned, opts: &ConvertOptions) -> Vec<PathBuf> {
-    let mut inputs = opts.inputs.clone();
+fn input_files(job: &Planned) -> Vec<PathBuf> {
+    let run = &job.run;
+    let mut inputs = run.given.clone();
     inputs.extend(job.source().files());
     inputs.extend(job.repo_dir.map(companions).unwrap_or_default());
-    let quant = opts.transform.quant.as_ref();
-    inputs.extend(
-        quant
-            .and_then(|q| q.imatrix.as_ref())
-            .map(|m| PathBuf::from(&m.file)),
-    );
-    inputs.extend(opts.transform.metadata.clone());
+    inputs.extend(run.imatrix.as_ref().map(|(given, _)| given.clone()));
+    inputs.extend(run.metadata_file.clone());
     inputs
 }
 
@@ -253,13 +245,10 @@ fn input_files(job: &Planned, opts: &ConvertOptions) -> Vec<PathBuf> {
 /// output whose commit would replace or remove a file the conversion reads (`convert
 /// m.safetensors -o m.safetensors --force`, or a repo written over its own shards): inputs are
 /// never modified.
-pub(crate) fn prepare_output(
-    job: &Planned,
-    opts: &ConvertOptions,
-    dry_run: bool,
-) -> Result<Prepared> {
-    let prepared = txn::prepare(&job.plan, &opts.output, opts.force, dry_run)?;
-    let inputs = input_files(job, opts);
+pub(crate) fn prepare_output(job: &Planned, dry_run: bool) -> Result<Prepared> {
+    let target = &job.output.target;
+    let prepared = txn::prepare(&job.plan, target, job.run.force, dry_run)?;
+    let inputs = input_files(job);
     let plan = &job.plan;
     let touched = plan.files.iter().map(|f| &f.path);
     let touched = touched.chain(plan.extras.iter().map(|e| &e.path));
@@ -269,19 +258,15 @@ pub(crate) fn prepare_output(
 
 /// Refuses side files at an input's place ([`input_files`]) or an output file's, or existing
 /// ones without `--force`.
-pub(crate) fn check_side_files(
-    job: &Planned,
-    opts: &ConvertOptions,
-    sides: &[SideFile],
-) -> Result<()> {
+pub(crate) fn check_side_files(job: &Planned, sides: &[SideFile]) -> Result<()> {
     if sides.is_empty() {
         return Ok(());
     }
-    let inputs = input_files(job, opts);
+    let inputs = input_files(job);
     let plan = &job.plan;
     let mut outputs: Vec<PathBuf> = plan.files.iter().map(|f| f.path.clone()).collect();
     outputs.extend(plan.extras.iter().map(|e| e.path.clone()));
-    side::check(sides, &inputs, &outputs, !opts.dry_run)?;
+    side::check(sides, &inputs, &outputs, !job.run.dry_run)?;
     refuse_own_names(plan, sides)
 }
 
@@ -309,9 +294,9 @@ fn refuse_own_names(plan: &OutputPlan, sides: &[SideFile]) -> Result<()> {
 
 impl Started<'_> {
     /// The sink the executor writes this output's staged files through.
-    pub(crate) fn open_sink(&mut self, opts: &ConvertOptions) -> Result<Box<dyn TensorSink>> {
-        let req = self.job.request(opts);
-        let mut sink = (self.job.fmt.sink)(&req, &self.job.plan)?;
+    pub(crate) fn open_sink(&mut self) -> Result<Box<dyn TensorSink>> {
+        let req = self.job.request();
+        let mut sink = (self.job.output.format.sink)(&req, &self.job.plan)?;
         self.staged = sink.plan(&self.job.infos, &self.job.metadata)?.files;
         Ok(sink)
     }
@@ -322,37 +307,34 @@ impl Started<'_> {
         mut self,
         sink: Box<dyn TensorSink>,
         hashes: &Hashes,
-        opts: &ConvertOptions,
         progress: &dyn Progress,
     ) -> Result<ConvertReport> {
         let (job, data_bytes) = (&self.job, self.report.data_bytes);
-        let (source, outs) = (job.source(), &job.outs);
-        let read = match opts.provenance {
-            true => Some(lineage::source_hashes(source, outs, hashes, opts.chunk)?),
+        let (source, outs, run) = (job.source(), &job.outs, &job.run);
+        let read = match run.provenance {
+            true => Some(lineage::source_hashes(source, outs, hashes, run.chunk)?),
             false => None,
         };
-        if opts.verify {
+        if run.verify {
             progress.start("verify", data_bytes);
             for f in &self.staged {
                 // The reader opens the staged file once.
                 job.io.opened();
-                verify_staged(f, outs, hashes, source, &opts.open, opts.chunk, progress)?;
+                verify_staged(f, outs, hashes, source, &run.reopen, run.chunk, progress)?;
             }
             progress.finish();
         }
         let finished = sink.finish()?;
         let prepared = self.prepared.take().expect("finished once");
-        let committed = txn::commit(prepared, &job.plan, finished, opts.force, &job.io)?;
+        let committed = txn::commit(prepared, &job.plan, finished, run.force, &job.io)?;
         if let Some(r) = read {
             let tensors = lineage::tensors_of(source, outs, hashes, &r);
-            let by_arch = job.fmt.by_architecture;
-            let mut inputs = opts.inputs.clone();
+            let by_arch = job.output.format.by_architecture;
+            let mut inputs = run.given.clone();
             // The importance matrix decides the quantized bytes: a material too.
-            let quant = opts.transform.quant.as_ref();
-            let imatrix = quant.and_then(|q| q.imatrix.as_deref());
-            inputs.extend(imatrix.map(|m| m.path.clone()));
+            inputs.extend(run.imatrix.as_ref().map(|(_, read)| read.clone()));
             // So does the metadata override file of an HF release → GGUF.
-            inputs.extend(opts.transform.metadata.clone());
+            inputs.extend(run.metadata_file.clone());
             let p = provenance_of(
                 &inputs,
                 source,
@@ -365,7 +347,7 @@ impl Started<'_> {
             self.report.provenance = Some(p);
         }
         let mut report = self.report;
-        report.verified = opts.verify;
+        report.verified = run.verify;
         report.files = committed.files.into_iter().map(file_report).collect();
         report.removed = committed.removed;
         report.transforms = transforms_of(outs);
@@ -458,7 +440,7 @@ fn report_of(
     plan: &OutputPlan,
     outs: &[TensorRecipe],
     prepared: &Prepared,
-    opts: &ConvertOptions,
+    dry_run: bool,
 ) -> ConvertReport {
     let files: Vec<FileReport> = plan
         .files
@@ -510,7 +492,7 @@ fn report_of(
         needed_bytes: prepared.needed_bytes,
         free_bytes: prepared.free_bytes,
         verified: false,
-        dry_run: opts.dry_run,
+        dry_run,
         threads: 0,
         memory_bytes: 0,
         provenance: None,

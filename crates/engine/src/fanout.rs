@@ -11,7 +11,7 @@ use crate::convert::{start, ConvertReport, Started};
 use crate::exec::{worker_bytes, Progress, Reads};
 use crate::input::Input;
 use crate::one_read::{run_one_read, Output, AHEAD};
-use crate::route::{ConvertOptions, Route};
+use crate::route::{Route, Run};
 use crate::workers::{pool_of, Workers};
 
 /// What a [`convert_many`] run did.
@@ -37,26 +37,27 @@ enum Slot<'s> {
 }
 
 /// Converts `input` (opened with the request of every route in `outputs`, which are equal)
-/// into every output of `outputs` (each its options and the [`crate::route`] decided for them). Threads, memory budget and chunk size are the first
-/// output's (the budget the smallest given). `Err` only when the run as a whole cannot go on:
+/// into the output of every route in `outputs` (each the [`crate::route`] decided for its
+/// options). Threads, memory budget and chunk size are the first output's (the budget the
+/// smallest given). `Err` only when the run as a whole cannot go on:
 /// an interruption, worker threads that cannot start, a budget too small for one worker.
 pub fn convert_many(
     input: &Input,
-    outputs: &[(ConvertOptions, Route)],
+    outputs: &[Route],
     progress: &dyn Progress,
 ) -> Result<ManyReport> {
-    let opts: Vec<ConvertOptions> = outputs.iter().map(|(o, _)| o.clone()).collect();
-    let opts = opts.as_slice();
+    let runs: Vec<&Run> = outputs.iter().map(|r| &r.run).collect();
+    let runs = runs.as_slice();
     let source = input.source.as_ref();
     let repo = input.repo_dir.as_deref();
     let mut slots: Vec<Slot> = outputs
         .iter()
-        .map(|(o, r)| match start(source, repo, o, r) {
+        .map(|r| match start(source, repo, r) {
             Ok(s) => Slot::Live(Box::new(s), None),
             Err(e) => Slot::Failed(e),
         })
         .collect();
-    let (threads, memory) = threads_for(&slots, opts)?;
+    let (threads, memory) = threads_for(&slots, runs)?;
     for slot in &mut slots {
         if let Slot::Live(s, _) = slot {
             s.report.threads = threads;
@@ -71,13 +72,13 @@ pub fn convert_many(
         threads,
         memory_bytes: memory,
     };
-    if opts.first().is_none_or(|o| o.dry_run) {
+    if runs.first().is_none_or(|r| r.dry_run) {
         report.outputs = slots.into_iter().map(planned).collect();
         return Ok(report);
     }
-    for (slot, o) in slots.iter_mut().zip(opts) {
+    for slot in slots.iter_mut() {
         if let Slot::Live(s, sink) = slot {
-            match s.open_sink(o) {
+            match s.open_sink() {
                 Ok(k) => *sink = Some(k),
                 Err(e) => *slot = Slot::Failed(e),
             }
@@ -85,18 +86,18 @@ pub fn convert_many(
     }
     let reads = Reads::new(source.tensors().len());
     let pool = pool_of(threads)?;
-    let hashes = pool.install(|| execute(&slots, opts, &reads, progress))?;
+    let hashes = pool.install(|| execute(&slots, runs, &reads, progress))?;
     report.read_bytes = reads.total();
     report.reads = reads.by_file(source);
     let mut hashes = hashes.into_iter();
-    for (slot, o) in slots.into_iter().zip(opts) {
+    for slot in slots {
         let r = match slot {
             Slot::Failed(e) => Err(e),
             Slot::Live(mut s, Some(sink)) => {
                 s.report.read_bytes = report.read_bytes;
                 s.report.reads = report.reads.clone();
                 let h = hashes.next().expect("one result per live output");
-                h.and_then(|h| pool.install(|| s.finish(sink, &h, o, progress)))
+                h.and_then(|h| pool.install(|| s.finish(sink, &h, progress)))
             }
             Slot::Live(..) => Err(Error::Internal("an output without its sink".into())),
         };
@@ -115,7 +116,7 @@ fn planned(slot: Slot) -> Result<ConvertReport> {
 /// One executor pass over the live outputs; their hashes (or errors) in order.
 fn execute(
     slots: &[Slot],
-    opts: &[ConvertOptions],
+    runs: &[&Run],
     reads: &Reads,
     progress: &dyn Progress,
 ) -> Result<Vec<Result<crate::exec::Hashes>>> {
@@ -141,7 +142,7 @@ fn execute(
     let r = run_one_read(
         first.job.input_tensors,
         &outputs,
-        opts[0].chunk,
+        runs[0].chunk,
         reads,
         progress,
         |p, k, off, b| live[p].1.write_at(k, off, b),
@@ -152,8 +153,8 @@ fn execute(
 
 /// Threads for the run: as the first output asks (or one per core), reduced to fit the
 /// smallest budget given with the resident windows; and the memory they hold.
-fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> {
-    let first = opts.first().map(|o| o.chunk);
+fn threads_for(slots: &[Slot], runs: &[&Run]) -> Result<(usize, u64)> {
+    let first = runs.first().map(|r| r.chunk);
     let chunk = first.unwrap_or(weightport_core::hash::HASH_CHUNK);
     let worker = slots
         .iter()
@@ -174,5 +175,5 @@ fn threads_for(slots: &[Slot], opts: &[ConvertOptions]) -> Result<(usize, u64)> 
         })
         .unwrap_or(0);
     let windows = (AHEAD as u64 * chunk + worker).min(input);
-    Workers::tightest(opts.iter().map(|o| o.workers)).fit(worker, Some(windows), "these outputs")
+    Workers::tightest(runs.iter().map(|r| r.workers)).fit(worker, Some(windows), "these outputs")
 }

@@ -3,7 +3,6 @@
 //! staged files verified and committed by `convert`'s transaction ([`Job::prepare`],
 //! [`Job::verify`], [`Job::commit`]). The unit commands (`weightport-units`) are built on it.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use weightport_core::kernel_copy::Origin;
@@ -12,11 +11,12 @@ use weightport_core::{
     ContentHash, FinishedFile, IoCounter, Result, StagedFile, TensorInfo, TensorSink, TensorSource,
 };
 
+use crate::by_options::TensorRecipe;
 use crate::convert::FileReport;
 use crate::exec::{leaf_of, run, worker_bytes, Hashes, Progress};
 use crate::input::Input;
 use crate::planned::Planned;
-use crate::route::{ConvertOptions, Route};
+use crate::route::Route;
 use crate::side::SideFile;
 use crate::transform::Transform;
 use crate::txn;
@@ -26,11 +26,11 @@ use crate::workers::pool_of;
 /// operation), metadata and the output format's plan, every file, header and offset fixed.
 pub struct Job<'s>(Planned<'s>);
 
-/// Plans `opts.output` from `input` (opened with `route`'s request) on `route`: the same plan,
-/// so the same bytes, as [`crate::convert_input`] writes. Nothing is written.
-pub fn plan<'s>(input: &'s Input, opts: &ConvertOptions, route: &Route) -> Result<Job<'s>> {
+/// Plans the output of `route` from `input` (opened with its request): the same plan, so the
+/// same bytes, as [`crate::convert_input`] writes. Nothing is written.
+pub fn plan<'s>(input: &'s Input, route: &Route) -> Result<Job<'s>> {
     let source = input.source.as_ref();
-    crate::planned::plan(source, input.repo_dir.as_deref(), opts, route).map(Job)
+    crate::planned::plan(source, input.repo_dir.as_deref(), route).map(Job)
 }
 
 /// Where [`Job::execute`] puts each chunk of output bytes (positional writes into the caller's
@@ -98,7 +98,7 @@ impl Job<'_> {
 
     /// The output format's name.
     pub fn format_name(&self) -> &'static str {
-        self.0.fmt.name
+        self.0.output.format.name
     }
 
     /// The input repo directory (companions come from it).
@@ -120,33 +120,34 @@ impl Job<'_> {
     /// The format's sink opened on the job, its files planned and staged (sparse temp files
     /// beside them, removed with the sink): the headers and offsets `convert` writes. With
     /// `into`, every file (and the target) is moved into that directory first.
-    pub fn stage(
-        &self,
-        opts: &ConvertOptions,
-        into: Option<&Path>,
-    ) -> Result<(Box<dyn TensorSink>, Vec<StagedFile>)> {
+    pub fn stage(&self, into: Option<&Path>) -> Result<(Box<dyn TensorSink>, Vec<StagedFile>)> {
         let job = &self.0;
         let moved = |p: &Path| into.map(|d| d.join(p.file_name().unwrap_or_default()));
         let mut plan = job.plan.clone();
         for f in &mut plan.files {
             f.path = moved(&f.path).unwrap_or_else(|| f.path.clone());
         }
-        let target = moved(&opts.output).unwrap_or_else(|| opts.output.clone());
+        let output = &job.output.target;
+        let target = moved(output).unwrap_or_else(|| output.clone());
         let req = OutputRequest {
             target: &target,
-            ..job.request(opts)
+            ..job.request()
         };
-        let mut sink = (job.fmt.sink)(&req, &plan)?;
+        let mut sink = (job.output.format.sink)(&req, &plan)?;
         let staged = sink.plan(&job.infos, &job.metadata)?.files;
         Ok((sink, staged))
     }
 
-    /// Worker threads for executing `tensors` within `opts.workers`' threads and memory
-    /// budget; refused when not even one worker fits (`what` names the work: "this unit").
-    pub fn threads(&self, tensors: &[usize], opts: &ConvertOptions, what: &str) -> Result<usize> {
-        let outs: Vec<_> = tensors.iter().map(|&k| self.0.outs[k].clone()).collect();
-        let worker = worker_bytes(self.0.source(), &outs, opts.chunk);
-        Ok(opts.workers.fit(worker, None, what)?.0)
+    /// Worker threads for executing `tensors` within the route's threads and memory budget;
+    /// refused when not even one worker fits (`what` names the work: "this unit").
+    pub fn threads(&self, tensors: &[usize], what: &str) -> Result<usize> {
+        let (outs, run) = (self.outs_of(tensors), &self.0.run);
+        let worker = worker_bytes(self.0.source(), &outs, run.chunk);
+        Ok(run.workers.fit(worker, None, what)?.0)
+    }
+
+    fn outs_of(&self, tensors: &[usize]) -> Vec<TensorRecipe> {
+        tensors.iter().map(|&k| self.0.outs[k].clone()).collect()
     }
 
     /// Computes output tensors `tensors` on `threads` workers, handing every chunk to `emit`
@@ -155,56 +156,55 @@ impl Job<'_> {
     pub fn execute(
         &self,
         tensors: &[usize],
-        (opts, threads): (&ConvertOptions, usize),
+        threads: usize,
         progress: &dyn Progress,
         emit: impl Emit + Send,
     ) -> Result<Vec<ContentHash>> {
-        let outs: Vec<_> = tensors.iter().map(|&k| self.0.outs[k].clone()).collect();
+        let (outs, chunk) = (self.outs_of(tensors), self.0.run.chunk);
         progress.start("write", outs.iter().map(|o| o.info.byte_len).sum());
         let hashes = pool_of(threads)?
-            .install(|| run(self.0.source(), &outs, opts.chunk, progress, ByEmit(&emit)))?;
+            .install(|| run(self.0.source(), &outs, chunk, progress, ByEmit(&emit)))?;
         progress.finish();
         Ok(hashes.out)
     }
 
     /// Refuses side files at an input's place or an output file's, or existing ones without
     /// their `replace`.
-    pub fn check_side_files(&self, opts: &ConvertOptions, sides: &[SideFile]) -> Result<()> {
-        crate::convert::check_side_files(&self.0, opts, sides)
+    pub fn check_side_files(&self, sides: &[SideFile]) -> Result<()> {
+        crate::convert::check_side_files(&self.0, sides)
     }
 
     /// Locks and checks the output as `convert` does before writing (an existing output
     /// without `force`, a file the job reads, killed commits finished); with `dry_run`,
     /// refuses what the real run would and changes nothing.
-    pub fn prepare(&self, opts: &ConvertOptions, dry_run: bool) -> Result<Prepared> {
-        crate::convert::prepare_output(&self.0, opts, dry_run).map(Prepared)
+    pub fn prepare(&self, dry_run: bool) -> Result<Prepared> {
+        crate::convert::prepare_output(&self.0, dry_run).map(Prepared)
     }
 
     /// Verifies a staged output file (`file.temp`, to be published as `file.path`) as
     /// `convert` does: reopened strictly, every tensor's content hash against `hashes` (one
-    /// per output tensor, as written). Runs on `opts.workers`' threads.
+    /// per output tensor, as written). Runs on the route's worker threads.
     pub fn verify(
         &self,
         file: &StagedFile,
         hashes: &[ContentHash],
-        opts: &ConvertOptions,
         progress: &dyn Progress,
     ) -> Result<()> {
-        let job = &self.0;
+        let (job, run) = (&self.0, &self.0.run);
         let hashes = Hashes {
             out: hashes.to_vec(),
             src: vec![None; hashes.len()],
         };
         // The reader opens the staged file once.
         job.io.opened();
-        pool_of(opts.workers.wanted())?.install(|| {
+        pool_of(run.workers.wanted())?.install(|| {
             crate::verify::verify_staged(
                 file,
                 &job.outs,
                 &hashes,
                 job.source(),
-                &opts.open,
-                opts.chunk,
+                &run.reopen,
+                run.chunk,
                 progress,
             )
         })
@@ -212,14 +212,9 @@ impl Job<'_> {
 
     /// Publishes the verified weights files `files` (one per planned file, in plan order) and
     /// the extras with `convert`'s transaction.
-    pub fn commit(
-        &self,
-        prepared: Prepared,
-        files: Vec<FinishedFile>,
-        force: bool,
-    ) -> Result<Committed> {
+    pub fn commit(&self, prepared: Prepared, files: Vec<FinishedFile>) -> Result<Committed> {
         let job = &self.0;
-        let c = txn::commit(prepared.0, &job.plan, files, force, &job.io)?;
+        let c = txn::commit(prepared.0, &job.plan, files, job.run.force, &job.io)?;
         Ok(Committed {
             files: c
                 .files
@@ -233,15 +228,6 @@ impl Job<'_> {
             extras: c.extras,
             removed: c.removed,
         })
-    }
-
-    /// The input ranges output tensor `k` needs for its bytes `out` (each with its position
-    /// in [`Job::inputs`]).
-    pub fn needs(&self, k: usize, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
-        match self.operation(k) {
-            None => vec![(0, out)],
-            Some(op) => op.needs(out),
-        }
     }
 }
 

@@ -7,15 +7,17 @@
 //! A caller (the CLI, the Python wheel, a test) converts in four calls, in this order:
 //!
 //! 1. **[`route`]`(&opts)`** decides, once and before any input is opened, how the inputs are
-//!    opened ([`Route::open`]), the output format, and whether an architecture plan applies.
-//!    It refuses what can be refused from names and config files alone (an unknown output
+//!    opened ([`Route::open`]), the output, and the route's own value for planning the output
+//!    tensors (by the options, by an architecture, a LoRA adapter, with adapters merged): what
+//!    that route needs of the options. Planning reads the route, never the options. It
+//!    refuses what can be refused from names and config files alone (an unknown output
 //!    format, an unsupported architecture). Nothing is read or written.
 //! 2. **[`open_inputs`]`(&opts.inputs, &route.open)`** opens every input through the format
 //!    registry (probed by content, repos first) and joins them into one [`Input`]. The bytes
 //!    are not read yet, only the headers. Outputs whose routes have equal open requests may
 //!    share one `Input`.
-//! 3. **[`convert_input`]`(&input, &opts, &route, progress)`** (one output) or
-//!    **[`convert_many`]`(&input, &[(opts, route)…], progress)`** (several outputs, each input
+//! 3. **[`convert_input`]`(&input, &route, progress)`** (one output) or
+//!    **[`convert_many`]`(&input, &[route…], progress)`** (several outputs, each input
 //!    byte read once) runs the rest, which the caller does not sequence:
 //!    - *plan*: output tensors (each an input range and an operation), metadata, and the
 //!      output format's plan, every file, header and offset fixed;
@@ -39,9 +41,9 @@
 //! A caller that spreads one conversion over many processes (the `weightport-units` crate)
 //! runs the same plan, execution, verification and commit in pieces, in this order:
 //!
-//! 1. **[`plan`]`(&input, &opts, &route)`** (after steps 1 and 2 above) plans the output
+//! 1. **[`plan`]`(&input, &route)`** (after steps 1 and 2 above) plans the output
 //!    exactly as `convert_input` does, into a [`Job`]: its output tensors
-//!    ([`Job::tensor`], [`Job::inputs`], [`Job::operation`], [`Job::needs`]), the output
+//!    ([`Job::tensor`], [`Job::inputs`], [`Job::operation`]), the output
 //!    format's plan ([`Job::output_plan`]) and, from the format's own sink, every staged file's
 //!    header and tensor offsets ([`Job::stage`]). Nothing is written.
 //! 2. **[`Job::execute`]`(&tensors, …, emit)`** computes any subset of the output tensors on
@@ -59,10 +61,11 @@
 //!
 //! # Inside
 //!
-//! `route` (the options and the route decided for them), `convert` (one output's prepare,
-//! verify and commit around the executor),
-//! `planned` (the plan: `by_options` for option-driven tensors, `by_arch` for an
-//! architecture's),
+//! `route` (the options and the route decided for them), `routes` (one value per route and
+//! how it plans the output tensors: `by_options` for option-driven tensors, `by_arch` for an
+//! architecture's, `merge` for merged adapters, `generated` for tensors computed in memory),
+//! `convert` (one output's prepare, verify and commit around the executor), `planned` (the
+//! plan: the route's tensors, then the output format's files),
 //! `transform/` (one file per operation, the trait in its `mod.rs`), `exec` (the executor),
 //! `fanout`/`one_read` (many outputs, one read), `verify`, `txn` (prepare and commit),
 //! `lineage` (what provenance is handed), `workers` (threads, budget, pool). None of them is
@@ -76,6 +79,7 @@ mod convert;
 mod dequantized;
 mod exec;
 mod fanout;
+mod generated;
 mod guarded;
 pub mod importance;
 mod input;
@@ -87,6 +91,7 @@ mod one_read;
 mod planned;
 pub mod registry;
 mod route;
+mod routes;
 pub mod side;
 mod transform;
 mod txn;
@@ -103,8 +108,7 @@ pub use fanout::{convert_many, ManyReport};
 pub use input::{open_input, open_inputs, Input};
 pub use job::{plan, Committed, Emit, Job, Prepared};
 pub use lineage::sha256_files;
-pub use merge::MergeAdapter;
-pub use route::{route, AdapterRoute, ConvertOptions, Route};
+pub use route::{route, ConvertOptions, Route};
 pub use transform::quality::Quality;
 pub use transform::Transform;
 pub use verify::{comparable_hashes, compare, NamedHashes};

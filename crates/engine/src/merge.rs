@@ -19,11 +19,11 @@ use crate::transform::lora_merge::{LoraMerge, LoraTerm};
 
 /// An adapter to merge, as the route read it.
 #[derive(Debug, Clone)]
-pub struct MergeAdapter {
+pub(crate) struct MergeAdapter {
     /// Its directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Its configuration.
-    pub config: AdapterConfig,
+    pub(crate) config: AdapterConfig,
 }
 
 /// Tensors held in memory (the factors), appended after the source's.

@@ -1,18 +1,22 @@
 //! What a conversion is asked to do ([`ConvertOptions`]) and the route decided for it once,
-//! before any input is opened ([`route`]): how the inputs are opened, the output format, and
-//! whether an architecture plan applies. Planning ([`crate::planned`]) and the conversion
-//! ([`crate::convert`]) consume both; this module calls neither.
+//! before any input is opened ([`route`]): how the inputs are opened, the output, and the
+//! route's own value for planning the output tensors ([`crate::routes`]). Planning
+//! ([`crate::planned`]) consumes the route, not the options; this module calls neither it nor
+//! the conversion.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use weightport_arch::lora::{self, AdapterConfig};
 use weightport_core::hash;
 use weightport_core::registry::{OpenRequest, OutputFormat};
-use weightport_core::{shown, Error, Result};
+use weightport_core::{shown, DType, Error, Result};
 
-use crate::by_options::TransformOptions;
+use crate::by_arch::AdapterRoute;
+use crate::by_options::{DtypeChoice, TransformOptions};
 use crate::merge::MergeAdapter;
 use crate::registry::output_for;
+use crate::routes::{is_release, ByAdapter, ByOptions, ByRelease, Merged, PlansTensors};
 use crate::side::SideFile;
 use crate::workers::Workers;
 
@@ -79,52 +83,88 @@ impl ConvertOptions {
 }
 
 /// The route of one conversion, decided once before any input is opened: how the inputs are
-/// opened, the output format, and whether an architecture plan applies. Planning consumes it.
+/// opened, the output, and the route's own value for planning the output tensors
+/// ([`crate::routes`]: by the options, by an architecture, a LoRA adapter, with merges).
+/// Planning consumes it, never the options.
 #[derive(Clone)]
 pub struct Route {
     /// How the inputs are opened. Outputs whose requests are equal can share one opened input
     /// ([`convert_input`], [`crate::convert_many`]).
     pub open: OpenRequest,
-    /// The output format (from `--to`, or the output's name).
-    pub(crate) output: &'static OutputFormat,
-    /// The output format plans by architecture and `--arch` (names kept) was not given: an
-    /// input read as a release directory (a repo with a `config.json`) is planned by its
-    /// architecture.
-    by_architecture: bool,
-    /// The input is a PEFT LoRA adapter written as a GGUF adapter by its base's architecture.
-    pub(crate) adapter: Option<AdapterRoute>,
-    /// The adapters merged into the weights (`--merge-lora`), configurations read and checked.
-    pub(crate) merges: Vec<MergeAdapter>,
-    /// The release's multimodal projector is written, not its text model
-    /// ([`weightport_arch::mmproj`]).
-    pub(crate) mmproj: bool,
+    /// The output, as its format is asked to plan it.
+    pub(crate) output: Output,
+    /// How the output tensors are planned.
+    pub(crate) tensors: Arc<dyn PlansTensors>,
+    /// How the conversion runs, checks and publishes the output.
+    pub(crate) run: Run,
 }
 
-/// A LoRA adapter planned by its base model's architecture.
-#[derive(Debug, Clone)]
-pub struct AdapterRoute {
-    /// The adapter directory.
-    pub dir: PathBuf,
-    /// Its configuration.
-    pub config: AdapterConfig,
-    /// The base model's directory (its config.json).
-    pub base: PathBuf,
+/// What the executor, the verification and the transaction are told of the options: decided
+/// with the route, so no step after it reads [`ConvertOptions`].
+#[derive(Clone)]
+pub(crate) struct Run {
+    /// The inputs as given (never replaced by the output; materials of its provenance).
+    pub(crate) given: Vec<PathBuf>,
+    /// The importance matrix: the path as given, and the file it was read from.
+    pub(crate) imatrix: Option<(PathBuf, PathBuf)>,
+    /// The metadata override file of an HF release → GGUF.
+    pub(crate) metadata_file: Option<PathBuf>,
+    /// Files the caller writes beside the output, checked with it.
+    pub(crate) side_files: Vec<SideFile>,
+    pub(crate) force: bool,
+    pub(crate) verify: bool,
+    pub(crate) dry_run: bool,
+    /// Chunk (hash leaf) target size.
+    pub(crate) chunk: u64,
+    pub(crate) workers: Workers,
+    /// Collect what the output was made of.
+    pub(crate) provenance: bool,
+    /// How a staged file is reopened to verify it (the options' request, as given).
+    pub(crate) reopen: OpenRequest,
 }
 
-impl Route {
-    /// The release directory the architecture plan reads, when one applies to an input whose
-    /// repo directory is `repo_dir`.
-    pub(crate) fn arch_release<'a>(&self, repo_dir: Option<&'a Path>) -> Option<&'a Path> {
-        repo_dir.filter(|d| self.adapter.is_none() && self.by_architecture && is_release(d))
+impl Run {
+    fn of(opts: &ConvertOptions) -> Run {
+        let imatrix = opts
+            .transform
+            .quant
+            .as_ref()
+            .and_then(|q| q.imatrix.as_ref());
+        Run {
+            given: opts.inputs.clone(),
+            imatrix: imatrix.map(|m| (PathBuf::from(&m.file), m.path.clone())),
+            metadata_file: opts.transform.metadata.clone(),
+            side_files: opts.side_files.clone(),
+            force: opts.force,
+            verify: opts.verify,
+            dry_run: opts.dry_run,
+            chunk: opts.chunk,
+            workers: opts.workers,
+            provenance: opts.provenance,
+            reopen: opts.open.clone(),
+        }
     }
+}
+
+/// The output of a route: its format (from `--to`, or the output's name) and what the format
+/// plans its files from.
+#[derive(Clone)]
+pub(crate) struct Output {
+    pub(crate) format: &'static OutputFormat,
+    pub(crate) target: PathBuf,
+    pub(crate) shard_size: Option<u64>,
+    /// The dtype every floating tensor is cast to, when `--dtype` applies to all of them.
+    pub(crate) float_dtype: Option<DType>,
 }
 
 /// Decides the route of `opts` (see [`Route`]), after the checks made before an input is
 /// opened: an HF release going to a format that plans by architecture is refused from its
 /// config.json alone when its architecture is not supported.
 pub fn route(opts: &ConvertOptions) -> Result<Route> {
-    let output = output_for(&opts.output, opts.to.as_deref())?;
-    let by_architecture = output.by_architecture && opts.transform.arch.is_none();
+    let format = output_for(&opts.output, opts.to.as_deref())?;
+    // The format plans by architecture and `--arch` (names kept) was not given: an input read
+    // as a release directory (a repo with a `config.json`) is planned by its architecture.
+    let by_architecture = format.by_architecture && opts.transform.arch.is_none();
     let mut open = opts.open.clone();
     let adapter = adapter_route(opts, by_architecture)?;
     if let [dir] = opts.inputs.as_slice() {
@@ -148,14 +188,65 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
     if opts.mmproj {
         check_mmproj_route(opts, by_architecture, &adapter, &merges)?;
     }
+    let output = Output {
+        format,
+        target: opts.output.clone(),
+        shard_size: opts.shard_size,
+        float_dtype: float_dtype(&opts.transform, format.by_architecture),
+    };
+    let tensors = tensors_route(opts, format, (by_architecture, adapter), merges);
     Ok(Route {
         open,
         output,
-        by_architecture,
-        adapter,
-        merges,
-        mmproj: opts.mmproj,
+        tensors,
+        run: Run::of(opts),
     })
+}
+
+/// The route's value for planning the output tensors: what that route needs of the options.
+fn tensors_route(
+    opts: &ConvertOptions,
+    format: &OutputFormat,
+    (by_architecture, adapter): (bool, Option<AdapterRoute>),
+    merges: Vec<MergeAdapter>,
+) -> Arc<dyn PlansTensors> {
+    let (transform, limits) = (&opts.transform, &opts.open.read.limits);
+    let options = ByOptions {
+        transform: transform.clone(),
+        stores: format.stores,
+        cast_rule: format.cast_rule,
+        names_architecture: format.by_architecture,
+    };
+    let planned: Arc<dyn PlansTensors> = match adapter {
+        Some(adapter) => Arc::new(ByAdapter {
+            adapter,
+            transform: transform.clone(),
+            limits: limits.clone(),
+        }),
+        None if by_architecture => Arc::new(ByRelease {
+            options,
+            limits: limits.clone(),
+            mmproj: opts.mmproj,
+        }),
+        None => Arc::new(options),
+    };
+    if merges.is_empty() {
+        return planned;
+    }
+    Arc::new(Merged {
+        inner: planned,
+        adapters: merges,
+        scale: transform.lora_scale.unwrap_or(1.0),
+    })
+}
+
+/// The dtype every floating tensor was cast to, when `--dtype` applied to all of them (not
+/// to a format that plans by architecture, whose plan decides the types).
+fn float_dtype(t: &TransformOptions, by_arch: bool) -> Option<DType> {
+    match t.dtype {
+        DtypeChoice::To(d) if !by_arch && t.dtype_filter.is_none() && t.quant.is_none() => Some(d),
+        _ => None,
+    }
 }
 
 /// Refuses a projector asked of anything but one HF release directory converted to GGUF by its
@@ -210,9 +301,4 @@ fn adapter_route(opts: &ConvertOptions, by_architecture: bool) -> Result<Option<
         config,
         base,
     }))
-}
-
-/// True when `dir` is a release an architecture plan reads: a directory with a `config.json`.
-pub(crate) fn is_release(dir: &Path) -> bool {
-    dir.join("config.json").is_file()
 }

@@ -139,13 +139,11 @@ fn every_read_path_and_thread_count_writes_the_reference_reshard() {
             o.workers = weightport_engine::Workers::new(Some(threads), None).unwrap();
             let inner = open_input(&repo, &req()).unwrap().source;
             match mode {
-                "mapped" => {
-                    convert_source(inner.as_ref(), None, (&o, &route(&o).unwrap()), &NoProgress)
-                }
+                "mapped" => convert_source(inner.as_ref(), None, &route(&o).unwrap(), &NoProgress),
                 m => convert_source(
                     &streaming(inner, None, m == "sequential"),
                     None,
-                    (&o, &route(&o).unwrap()),
+                    &route(&o).unwrap(),
                     &NoProgress,
                 ),
             }
@@ -167,13 +165,7 @@ fn a_failure_part_way_leaves_no_output() {
     let last = inner.tensors().len() - 1;
     let src = streaming(inner, Some(last), false);
     let out = tmp.path().join("out");
-    let err = convert_source(
-        &src,
-        None,
-        (&opts(&out), &route(&opts(&out)).unwrap()),
-        &NoProgress,
-    )
-    .unwrap_err();
+    let err = convert_source(&src, None, &route(&opts(&out)).unwrap(), &NoProgress).unwrap_err();
     assert!(err.to_string().contains("injected failure"), "{err}");
     assert!(
         !out.exists(),
@@ -187,22 +179,10 @@ fn a_failure_part_way_leaves_no_output() {
 
     // Into an existing directory: nothing may appear in it either.
     std::fs::create_dir(&out).unwrap();
-    convert_source(
-        &src,
-        None,
-        (&opts(&out), &route(&opts(&out)).unwrap()),
-        &NoProgress,
-    )
-    .unwrap_err();
+    convert_source(&src, None, &route(&opts(&out)).unwrap(), &NoProgress).unwrap_err();
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     let single = tmp.path().join("one.safetensors");
-    convert_source(
-        &src,
-        None,
-        (&opts(&single), &route(&opts(&single)).unwrap()),
-        &NoProgress,
-    )
-    .unwrap_err();
+    convert_source(&src, None, &route(&opts(&single)).unwrap(), &NoProgress).unwrap_err();
     assert!(!single.exists());
 }
 

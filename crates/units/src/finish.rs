@@ -209,9 +209,9 @@ pub fn finish(
     let report = with_planned_job(plan, opts, |job| {
         let hashes = recorded_hashes(plan, &records)?;
         check_parts(plan)?;
-        let prepared = job.prepare(opts, false)?;
-        let files = assemble(plan, job, &hashes, opts, progress)?;
-        let committed = job.commit(prepared, files, opts.force)?;
+        let prepared = job.prepare(false)?;
+        let files = assemble(plan, job, &hashes, progress)?;
+        let committed = job.commit(prepared, files)?;
         Ok(FinishReport {
             files: committed.files,
             extras: committed.extras,
@@ -235,10 +235,9 @@ fn assemble(
     plan: &UnitPlan,
     job: &Job,
     hashes: &[ContentHash],
-    opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<Vec<FinishedFile>> {
-    let (sink, staged) = job.stage(opts, None)?;
+    let (sink, staged) = job.stage(None)?;
     progress.start("verify", data_bytes(job));
     if plan.files.len() != job.output_plan().files.len() {
         return Err(Error::Internal("the plan's files are not the job's".into()));
@@ -255,7 +254,7 @@ fn assemble(
                     temp: first.clone(),
                     ..st.clone()
                 };
-                job.verify(&check, hashes, opts, progress)
+                job.verify(&check, hashes, progress)
                     .map_err(|e| blame(plan, f, e))?;
                 check_between_tensors(plan, f, &first, &st.temp)?;
                 Ok((first, check))

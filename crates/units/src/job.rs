@@ -2,6 +2,8 @@
 //! tensors, metadata and output plan as the one-process `convert` of that command, so a unit
 //! writes exactly the bytes `convert` would have written for its tensors.
 
+use std::ops::Range;
+
 use sha2::{Digest, Sha256};
 use weightport_core::registry::ExtraContent;
 use weightport_core::{Error, Result};
@@ -16,6 +18,9 @@ pub(super) const IO_NS_PER_BYTE: f64 = 2.0;
 /// What units ask of a planned job ([`weightport_engine::plan`]: convert's own plan) beyond
 /// the engine's protocol: its costs and its fingerprint.
 pub(crate) trait JobCosts {
+    /// The input ranges output tensor `k` reads for all its bytes (each with its position in
+    /// [`Job::inputs`]): its operation's needs, or (no operation) its one input whole.
+    fn reads(&self, k: usize) -> Vec<(usize, Range<u64>)>;
     /// Bytes unit work costs for output tensor `k`: what it reads plus what it writes.
     fn cost(&self, k: usize) -> u64;
     /// Estimated single-thread CPU nanoseconds unit work on output tensor `k` takes.
@@ -25,14 +30,18 @@ pub(crate) trait JobCosts {
 }
 
 impl JobCosts for Job<'_> {
+    fn reads(&self, k: usize) -> Vec<(usize, Range<u64>)> {
+        let out = 0..self.tensor(k).byte_len;
+        match self.operation(k) {
+            None => vec![(0, out)],
+            Some(op) => op.needs(out),
+        }
+    }
+
     /// Bytes unit work costs for output tensor `k`: what it reads plus what it writes.
     fn cost(&self, k: usize) -> u64 {
         let len = self.tensor(k).byte_len;
-        let read: u64 = self
-            .needs(k, 0..len)
-            .iter()
-            .map(|(_, r)| r.end - r.start)
-            .sum();
+        let read: u64 = self.reads(k).iter().map(|(_, r)| r.end - r.start).sum();
         read + len
     }
 
@@ -87,7 +96,7 @@ impl JobCosts for Job<'_> {
 pub(crate) fn with_job<R>(opts: &ConvertOptions, f: impl FnOnce(&Job) -> Result<R>) -> Result<R> {
     let route = route(opts)?;
     let input = open_inputs(&opts.inputs, &route.open)?;
-    let job = weightport_engine::plan(&input, opts, &route)?;
+    let job = weightport_engine::plan(&input, &route)?;
     if job.tensor_count() == 0 {
         return Err(Error::Usage("the input holds no tensors to convert".into()));
     }

@@ -74,7 +74,7 @@ fn offsets_in(
 /// their headers with the format's reader.
 pub(crate) fn layout(job: &Job, opts: &ConvertOptions) -> Result<Layout> {
     let scratch = scratch_dir()?;
-    let (sink, staged) = job.stage(opts, Some(&scratch.0))?;
+    let (sink, staged) = job.stage(Some(&scratch.0))?;
     let files = &job.output_plan().files;
     let mut at = vec![None; job.tensor_count()];
     let mut data_start = Vec::with_capacity(files.len());

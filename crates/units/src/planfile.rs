@@ -268,7 +268,7 @@ fn segments(job: &Job, lay: &Layout, units: &[Vec<usize>]) -> Vec<Vec<Segment>> 
 fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
     let mut v = Vec::new();
     for &k in tensors {
-        let needs = job.needs(k, 0..job.tensor(k).byte_len);
+        let needs = job.reads(k);
         let mut by_input: Vec<(usize, Vec<std::ops::Range<u64>>)> = Vec::new();
         for (j, r) in needs {
             match by_input.iter_mut().find(|(i, _)| *i == j) {
@@ -432,9 +432,9 @@ pub fn plan_units(
     let (doc, report) = with_job(opts, |job| {
         let plan_file = SideFile::new(&weightport_core::Knob::Plan.to_string(), plan_path)
             .replacing(opts.force);
-        job.check_side_files(opts, &[plan_file])?;
+        job.check_side_files(&[plan_file])?;
         // Refuse now what `finish` would refuse (an existing output without --force, ...).
-        job.prepare(opts, true)?;
+        job.prepare(true)?;
         let lay = layout(job, opts)?;
         let units = split(job, &lay, how, in_place)?;
         let mut doc = plan_doc(job, opts, command, &lay, &units)?;

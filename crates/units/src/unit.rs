@@ -311,12 +311,10 @@ fn write_in_place(u: &UnitRun) -> Result<UnitReport> {
     files.sort_unstable();
     files.dedup();
     let shared = super::in_place::InPlaceFiles::open(u.plan, &files, u.job.io())?;
-    let threads = u.job.threads(u.tensors, u.opts, "this unit")?;
+    let threads = u.job.threads(u.tensors, "this unit")?;
     let total: u64 = outs.iter().map(|o| o.byte_len).sum();
     let emit = IntoShared(&shared, &at);
-    let hashes = u
-        .job
-        .execute(u.tensors, (u.opts, threads), u.progress, emit)?;
+    let hashes = u.job.execute(u.tensors, threads, u.progress, emit)?;
     shared.sync()?;
     u.progress.start("verify", total);
     let items: Vec<_> = (0..outs.len())
@@ -337,7 +335,7 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
     let outs = unit_outs(u.plan, u.job, u.tensors)?;
     let place = places(u.plan, u.index, u.tensors)?;
     let segs = &u.plan.segments[u.index];
-    let threads = u.job.threads(u.tensors, u.opts, "this unit")?;
+    let threads = u.job.threads(u.tensors, "this unit")?;
     let temps = segs
         .iter()
         .enumerate()
@@ -349,9 +347,7 @@ fn write_part(u: &UnitRun) -> Result<UnitReport> {
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = outs.iter().map(|o| o.byte_len).sum();
     let emit = IntoParts(&temps, &place);
-    let hashes = u
-        .job
-        .execute(u.tensors, (u.opts, threads), u.progress, emit)?;
+    let hashes = u.job.execute(u.tensors, threads, u.progress, emit)?;
     u.progress.start("verify", total);
     let parts = check_parts(u, &temps, &place, &outs, &hashes)?;
     u.progress.finish();
