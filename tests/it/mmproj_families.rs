@@ -1,0 +1,162 @@
+//! Multimodal projectors of the Pixtral-tower families (LLaVA with a Pixtral tower, the HF
+//! Pixtral releases; Mistral 3) and of Idefics3 / SmolVLM (issue 31 item 3): what their configs
+//! and tokenizers may hold beyond the byte comparisons of tests/it/mmproj.rs (whose harness this
+//! module reuses). Each release is a copy of fixtures/good/arch/NAME (gen_mmproj.py).
+
+use crate::common;
+use crate::mmproj::{garble_weights, hostile_copy, mmproj, refused};
+use common::arch::{edit_config, edit_json, sha_file};
+use common::fixtures;
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+/// The sha256 of the reference's `--mmproj --outtype f16` file of release `name`.
+fn reference_f16(name: &str) -> String {
+    let p = fixtures().join("expected/mmproj/files.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    v[name]["outtypes"]["f16"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Converts `dir` to an F16 projector and checks it is the reference's file of release `name`.
+fn converts_as_reference(dir: &Path, name: &str) {
+    let out = dir.parent().unwrap().join("mmproj.gguf");
+    let o = mmproj(dir, &out, &["--dtype", "f16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sha_file(&out), reference_f16(name), "{name}");
+}
+
+/// Removes `token` from the added tokens of both tokenizer files of `dir`.
+fn drop_added_token(dir: &Path, token: &str, config: bool, json: bool) {
+    if config {
+        edit_json(&dir.join("tokenizer_config.json"), |m| {
+            let dec = m["added_tokens_decoder"].as_object_mut().unwrap();
+            dec.retain(|_, v| v["content"] != token);
+        });
+    }
+    if json {
+        edit_json(&dir.join("tokenizer.json"), |m| {
+            let added = m["added_tokens"].as_array_mut().unwrap();
+            added.retain(|v| v["content"] != token);
+        });
+    }
+}
+
+/// The reference's `LlavaVisionModel.get_token_id("[IMG_BREAK]")` reads tokenizer_config.json's
+/// added tokens, then tokenizer.json's, and stops ("Token '[IMG_BREAK]' not found in tokenizer
+/// config.") when neither has it, though the row it looks up is never written: so does
+/// weightport, before any weight is read; found in tokenizer.json alone it converts.
+#[test]
+fn a_pixtral_tower_needs_the_img_break_token_as_the_reference_does() {
+    for name in ["llava_pixtral", "mistral3_mm"] {
+        let (_t, dir) = hostile_copy(name, |d| {
+            drop_added_token(d, "[IMG_BREAK]", true, true);
+            garble_weights(d);
+        });
+        refused(&dir, 1, "tokenizer.json", "[IMG_BREAK]");
+        let (_t, dir) = hostile_copy(name, |d| drop_added_token(d, "[IMG_BREAK]", true, false));
+        converts_as_reference(&dir, name);
+    }
+    let (_t, dir) = hostile_copy("llava_pixtral", |d| {
+        edit_json(&d.join("tokenizer_config.json"), |m| {
+            m.insert("added_tokens_decoder".into(), json!([1, 2]));
+        });
+        garble_weights(d);
+    });
+    refused(&dir, 1, "tokenizer_config.json", "added_tokens_decoder");
+    let (_t, dir) = hostile_copy("llava_pixtral", |d| {
+        std::fs::remove_file(d.join("tokenizer_config.json")).unwrap();
+        garble_weights(d);
+    });
+    refused(&dir, 1, "tokenizer_config.json", "missing");
+}
+
+/// A Pixtral tower's activation is written as `use_silu` or `use_gelu`; the reference stops on
+/// any other ("Unsupported hidden_act"), naming none of the file: weightport names the field.
+#[test]
+fn a_pixtral_tower_with_another_activation_is_refused() {
+    for act in [json!("quick_gelu"), json!(null), json!(7)] {
+        let (_t, dir) = hostile_copy("llava_pixtral", |d| {
+            edit_config(d, |m| m["vision_config"]["hidden_act"] = act.clone());
+            garble_weights(d);
+        });
+        refused(&dir, 1, "config.json", "vision_config.hidden_act");
+    }
+}
+
+/// Mistral3Config builds a Pixtral tower when `vision_config` names none (LlavaConfig a CLIP
+/// one, refused): the same file; another tower is refused as the reference refuses it.
+#[test]
+fn mistral3_towers_as_the_config_class_builds_them() {
+    let (_t, dir) = hostile_copy("mistral3_mm", |d| {
+        edit_config(d, |m| {
+            m["vision_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("model_type");
+        });
+    });
+    converts_as_reference(&dir, "mistral3_mm");
+    let (_t, dir) = hostile_copy("mistral3_mm", |d| {
+        edit_config(d, |m| {
+            m["vision_config"]["model_type"] = json!("siglip_vision_model")
+        });
+        garble_weights(d);
+    });
+    refused(&dir, 3, "config.json", "Unsupported model type");
+    let (_t, dir) = hostile_copy("llava_pixtral", |d| {
+        edit_config(d, |m| {
+            m["vision_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("model_type");
+        });
+        garble_weights(d);
+    });
+    refused(&dir, 3, "config.json", "clip_vision_model");
+}
+
+/// Top-level keys the projector reads (`spatial_merge_size` of Mistral 3, `scale_factor` of
+/// Idefics3) and the processor's `size.longest_edge`, when they are not what they must be.
+#[test]
+fn absurd_top_level_and_processor_sizes_are_refused() {
+    for bad in [json!(null), json!("2"), json!(-2), json!(1u64 << 40)] {
+        let (_t, dir) = hostile_copy("mistral3_mm", |d| {
+            edit_config(d, |m| m["spatial_merge_size"] = bad.clone());
+            garble_weights(d);
+        });
+        refused(&dir, 1, "config.json", "spatial_merge_size");
+        let (_t, dir) = hostile_copy("idefics3", |d| {
+            edit_config(d, |m| m["scale_factor"] = bad.clone());
+            garble_weights(d);
+        });
+        refused(&dir, 1, "config.json", "scale_factor");
+    }
+    for (size, field) in [
+        (json!("128"), "`size`"),
+        (json!({"longest_edge": -1}), "size.longest_edge"),
+        (json!({"longest_edge": 1.5}), "size.longest_edge"),
+    ] {
+        let (_t, dir) = hostile_copy("idefics3", |d| {
+            edit_json(&d.join("preprocessor_config.json"), |m| {
+                m.insert("size".into(), size.clone());
+            });
+            garble_weights(d);
+        });
+        refused(&dir, 1, "preprocessor_config.json", field);
+    }
+}
+
+/// A vision head count that does not divide the q/k rows into heads of an even size: the
+/// permutation is refused when planned (naming the tensor), nothing written.
+#[test]
+fn a_head_count_the_qk_rows_do_not_split_into_is_refused() {
+    let (_t, dir) = hostile_copy("llava_pixtral", |d| {
+        edit_config(d, |m| m["vision_config"]["num_attention_heads"] = json!(3));
+    });
+    refused(&dir, 1, "attention.k_proj.weight", "num_attention_heads");
+}
