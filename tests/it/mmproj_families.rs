@@ -160,3 +160,99 @@ fn a_head_count_the_qk_rows_do_not_split_into_is_refused() {
     });
     refused(&dir, 1, "attention.k_proj.weight", "num_attention_heads");
 }
+
+/// The pinned build's tools directory.
+fn llama_bin() -> std::path::PathBuf {
+    std::env::var_os("WEIGHTPORT_LLAMA_BIN")
+        .expect("WEIGHTPORT_LLAMA_BIN: the directory of the pinned llama.cpp build's tools")
+        .into()
+}
+
+/// Runs `llama-mtmd-cli` on text model `text` and projector `proj` with a 64×64 image.
+fn mtmd_cli(text: &Path, proj: &Path) -> std::process::Output {
+    let bin = llama_bin();
+    let image = proj.with_extension("ppm");
+    let mut ppm = b"P6\n64 64\n255\n".to_vec();
+    ppm.extend((0..64 * 64 * 3).map(|i| (i * 7 % 251) as u8));
+    std::fs::write(&image, ppm).unwrap();
+    std::process::Command::new(bin.join("llama-mtmd-cli"))
+        .env("LD_LIBRARY_PATH", &bin)
+        .args(["-m", text.to_str().unwrap()])
+        .args(["--mmproj", proj.to_str().unwrap()])
+        .args(["--image", image.to_str().unwrap()])
+        .args(["-p", "describe", "-n", "2", "-t", "1"])
+        .output()
+        .unwrap()
+}
+
+/// Projector `name` (F16) written by weightport under `dir`.
+fn projector(name: &str, dir: &Path) -> std::path::PathBuf {
+    let out = dir.join(format!("mmproj-{name}.gguf"));
+    let o = mmproj(&common::arch::release(name), &out, &["--dtype", "f16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// The Pixtral-tower projectors as the reference writes them (and so weightport) lack the
+/// `[IMG_BREAK]` row, and the pinned `llama-mtmd-cli` refuses to load them for it, beside
+/// Mistral 3's text model (written by weightport). The day the reference writes the row, the
+/// byte comparisons fail first.
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn llama_mtmd_cli_refuses_the_pixtral_projectors_for_the_row_the_reference_omits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = tmp.path().join("mistral3_mm.gguf");
+    let release = common::arch::release("mistral3_mm");
+    common::arch::convert(&release, &text, Some("tekken"), &["--dtype", "f16"]);
+    for name in ["llava_pixtral", "mistral3_mm"] {
+        let o = mtmd_cli(&text, &projector(name, tmp.path()));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{name}: {err}");
+        assert!(
+            err.contains("unable to find tensor v.token_embd.img_break"),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// The Idefics3 projector beside a stand-in text model of the same width (Mistral 3's, written
+/// by weightport; the reference converts no Idefics3 text model) whose tokenizer has the tokens
+/// llama.cpp's Idefics3 image template looks up (`<fake_token_around_image>`, `<global-img>`,
+/// `\n\n`): loaded, every image tile encoded, the run completes.
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn llama_mtmd_cli_encodes_an_image_with_the_idefics3_projector() {
+    let tmp = tempfile::tempdir().unwrap();
+    let standin = common::arch::copy_release("mistral3_mm", tmp.path(), "standin");
+    let added = [
+        ("<fake_token_around_image>", true),
+        ("<global-img>", true),
+        ("\n\n", false),
+    ];
+    let first = 363;
+    edit_json(&standin.join("tokenizer.json"), |m| {
+        let list = m["added_tokens"].as_array_mut().unwrap();
+        for (i, (content, special)) in added.iter().enumerate() {
+            list.push(
+                json!({"id": first + i, "content": content, "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": special}),
+            );
+        }
+    });
+    edit_json(&standin.join("tokenizer_config.json"), |m| {
+        let dec = m["added_tokens_decoder"].as_object_mut().unwrap();
+        for (i, (content, special)) in added.iter().enumerate() {
+            dec.insert(
+                (first + i).to_string(),
+                json!({"content": content, "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": special}),
+            );
+        }
+    });
+    let text = tmp.path().join("standin.gguf");
+    common::arch::convert(&standin, &text, Some("tekken"), &["--dtype", "f16"]);
+    let o = mtmd_cli(&text, &projector("idefics3", tmp.path()));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("mtmd batch encoding done"), "{err}");
+}
