@@ -101,6 +101,7 @@ const CONVERTED: &[&str] = &[
     "llava_pixtral",
     "mistral3_mm",
     "idefics3",
+    "smolvlm2",
 ];
 
 #[test]
@@ -126,8 +127,8 @@ fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
         }
     }
     assert_eq!(
-        n, 28,
-        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, five others × f32/f16/bf16/q8_0"
+        n, 32,
+        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, six others × f32/f16/bf16/q8_0"
     );
 }
 

@@ -215,13 +215,13 @@ fn llama_mtmd_cli_refuses_the_pixtral_projectors_for_the_row_the_reference_omits
     }
 }
 
-/// The Idefics3 projector beside a stand-in text model of the same width (Mistral 3's, written
+/// The Idefics3 and SmolVLM2 projectors beside a stand-in text model of the same width (Mistral 3's, written
 /// by weightport; the reference converts no Idefics3 text model) whose tokenizer has the tokens
 /// llama.cpp's Idefics3 image template looks up (`<fake_token_around_image>`, `<global-img>`,
 /// `\n\n`): loaded, every image tile encoded, the run completes.
 #[test]
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
-fn llama_mtmd_cli_encodes_an_image_with_the_idefics3_projector() {
+fn llama_mtmd_cli_encodes_an_image_with_the_idefics3_projectors() {
     let tmp = tempfile::tempdir().unwrap();
     let standin = common::arch::copy_release("mistral3_mm", tmp.path(), "standin");
     let added = [
@@ -251,8 +251,10 @@ fn llama_mtmd_cli_encodes_an_image_with_the_idefics3_projector() {
     });
     let text = tmp.path().join("standin.gguf");
     common::arch::convert(&standin, &text, Some("tekken"), &["--dtype", "f16"]);
-    let o = mtmd_cli(&text, &projector("idefics3", tmp.path()));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    assert!(err.contains("mtmd batch encoding done"), "{err}");
+    for name in ["idefics3", "smolvlm2"] {
+        let o = mtmd_cli(&text, &projector(name, tmp.path()));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        assert!(err.contains("mtmd batch encoding done"), "{name}: {err}");
+    }
 }

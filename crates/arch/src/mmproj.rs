@@ -513,9 +513,13 @@ const MISTRAL3: ProjectorSpec = ProjectorSpec {
     ..LLAVA_PIXTRAL
 };
 
-/// conversion/smolvlm.py `SmolVLMModel` for Idefics3 (SmolVLM, Idefics3-8B).
+/// conversion/smolvlm.py `SmolVLMModel`: Idefics3 (SmolVLM, Idefics3-8B) and SmolVLM2 (the same
+/// layout under another class; SmolVLMVisionConfig's defaults are Idefics3VisionConfig's).
 const IDEFICS3: ProjectorSpec = ProjectorSpec {
-    hf_archs: &["Idefics3ForConditionalGeneration"],
+    hf_archs: &[
+        "Idefics3ForConditionalGeneration",
+        "SmolVLMForConditionalGeneration",
+    ],
     projector_type: "idefics3",
     // The reference keeps names holding `vision_tower`, `vision_model` or `model.connector`;
     // the releases have these.
