@@ -161,6 +161,59 @@ fn a_head_count_the_qk_rows_do_not_split_into_is_refused() {
     refused(&dir, 1, "attention.k_proj.weight", "num_attention_heads");
 }
 
+/// A one-layer Pixtral tower (the `mistral3/` text fixture, with the tokenizer and processor files
+/// of `mistral3_mm/`): the reference maps the projector's `linear_{1,2}` as vision layers and stops
+/// ("Can not map tensor 'multi_modal_projector.linear_1.weight'", seen when this test was
+/// written, not recorded); weightport writes them under the names llama.cpp reads.
+#[test]
+fn a_one_layer_pixtral_tower_converts_where_the_reference_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = common::arch::copy_release("mistral3", tmp.path(), "mistral3");
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+    ] {
+        let from = common::arch::release("mistral3_mm").join(f);
+        std::fs::copy(from, dir.join(f)).unwrap();
+    }
+    let out = tmp.path().join("one.gguf");
+    let o = mmproj(&dir, &out, &["--dtype", "f16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = weightport_gguf::open(&out, &Default::default()).unwrap();
+    let names: Vec<String> = weightport_core::TensorSource::tensors(&f)
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    for n in [
+        "mm.1.weight",
+        "mm.2.weight",
+        "mm.input_norm.weight",
+        "mm.patch_merger.weight",
+        "v.blk.0.attn_q.weight",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
+    }
+    assert!(!names.iter().any(|x| x.contains("img_break")), "{names:?}");
+}
+
+/// The text models of the LLaVA and Idefics3 / SmolVLM2 releases are not converted (as before:
+/// the reference converts LLaVA's with its Llama class, which weightport has no row for; it
+/// converts no Idefics3 text model); the projector rows do not change that.
+#[test]
+fn the_text_models_weightport_does_not_convert_are_still_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["llava_pixtral", "idefics3", "smolvlm2"] {
+        let out = tmp.path().join(format!("{name}.gguf"));
+        let o = common::arch::convert_output(&common::arch::release(name), &out, None, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains("cannot be converted to GGUF"), "{name}: {err}");
+        assert!(!out.exists());
+    }
+}
+
 /// The pinned build's tools directory.
 fn llama_bin() -> std::path::PathBuf {
     std::env::var_os("WEIGHTPORT_LLAMA_BIN")
