@@ -31,6 +31,7 @@ mod lora;
 mod lora_llama;
 mod messages;
 mod mmproj;
+mod mmproj_families;
 mod nan_payloads;
 mod pickle;
 mod plan_hostile;

@@ -27,7 +27,7 @@ fn expected() -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
-fn mmproj(src: &Path, out: &Path, extra: &[&str]) -> Output {
+pub(crate) fn mmproj(src: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["--mmproj"];
     args.extend(extra);
     arch::convert_output(src, out, None, &args)
@@ -94,7 +94,15 @@ fn against_reference(name: &str, dir: &Path, entry: &Value, tmp: &Path, tag: &st
 
 /// The releases whose projector weightport converts (the expected file records the reference's
 /// outputs for more).
-const CONVERTED: &[&str] = &["gemma3_mm", "qwen25vl_mm", "qwen3vl"];
+const CONVERTED: &[&str] = &[
+    "gemma3_mm",
+    "qwen25vl_mm",
+    "qwen3vl",
+    "llava_pixtral",
+    "mistral3_mm",
+    "idefics3",
+    "smolvlm2",
+];
 
 #[test]
 fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
@@ -119,8 +127,8 @@ fn projectors_are_byte_identical_to_convert_hf_to_gguf_mmproj() {
         }
     }
     assert_eq!(
-        n, 16,
-        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, qwen25vl_mm and qwen3vl × f32/f16/bf16/q8_0"
+        n, 32,
+        "gemma3_mm × f32/f16/bf16/q8_0 × two layouts, six others × f32/f16/bf16/q8_0"
     );
 }
 
@@ -133,6 +141,7 @@ fn the_text_model_of_a_vision_release_converts_as_before() {
         ("gemma3_mm", "dense.json", None),
         ("qwen3vl", "archs4.json", Some("qwen2")),
         ("qwen25vl_mm", "", Some("qwen2")),
+        ("mistral3_mm", "", Some("tekken")),
     ] {
         let want = match file {
             // Made by gen_mmproj.py, which recorded its text model too.
@@ -146,7 +155,7 @@ fn the_text_model_of_a_vision_release_converts_as_before() {
 }
 
 /// A refusal: non-zero exit `code`, stderr naming `file` and `field`, nothing written.
-fn refused(dir: &Path, code: i32, file: &str, field: &str) {
+pub(crate) fn refused(dir: &Path, code: i32, file: &str, field: &str) {
     let out = dir.parent().unwrap().join("out.gguf");
     let o = mmproj(dir, &out, &["--dtype", "f16"]);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -171,7 +180,10 @@ fn hostile(edit: impl FnOnce(&Path)) -> (tempfile::TempDir, std::path::PathBuf) 
 }
 
 /// A copy of release `name` in its own directory, with `edit` applied.
-fn hostile_copy(name: &str, edit: impl FnOnce(&Path)) -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn hostile_copy(
+    name: &str,
+    edit: impl FnOnce(&Path),
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_release(name, tmp.path(), name);
     edit(&dir);
@@ -180,7 +192,7 @@ fn hostile_copy(name: &str, edit: impl FnOnce(&Path)) -> (tempfile::TempDir, std
 
 /// Replaces the weights by garbage: a refusal that comes before any weight is read still
 /// names the configuration, not a tensor file.
-fn garble_weights(dir: &Path) {
+pub(crate) fn garble_weights(dir: &Path) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "safetensors") {

@@ -96,6 +96,18 @@ pub enum ClipKv {
     /// Gemma 3's `clip.vision.projector.scale_factor` u32 = (image side ÷ patch side) ÷
     /// ⌊√`image_seq_length`⌋ (processor config, default 256), written when positive and not 4.
     Gemma3ScaleFactor,
+    /// `clip.use_silu` or `clip.use_gelu` = true as the vision config's `hidden_act` is `silu`
+    /// or `gelu`; any other is refused (the reference's "Unsupported hidden_act").
+    SiluOrGelu,
+    /// `clip.vision.spatial_merge_size` u32 ← config.json's top-level `spatial_merge_size`, else
+    /// the default (the config class's; `None`: not written).
+    TopSpatialMergeSize(Option<u32>),
+    /// `clip.vision.projector.scale_factor` u32 ← config.json's top-level `scale_factor`, else
+    /// the default (Idefics3).
+    TopScaleFactor(u32),
+    /// `clip.vision.preproc_image_size` u32 ← the processor's `size.longest_edge`, else the
+    /// vision image size (Idefics3).
+    PreprocImageSize,
 }
 
 /// The HF → GGUF rules of one projector family.
@@ -139,6 +151,12 @@ pub struct ProjectorSpec {
     pub vision_aliases: &'static [(&'static str, &'static str)],
     /// An absent `image_size` is ⌊√`num_position_embeddings` × `patch_size`⌋ (Qwen3-VL).
     pub image_size_from_positions: bool,
+    /// The tower's `q_proj`/`k_proj` rows permuted as a Llama's, by the vision heads (the
+    /// reference's `LlavaVisionModel`).
+    pub permute_qk: bool,
+    /// A token the reference looks up in the tokenizer's added tokens and stops without
+    /// (Pixtral's `[IMG_BREAK]`, whose embedding row it then never writes: see [`PIXTRAL_TENSORS`]).
+    pub break_token: Option<&'static str>,
     /// The family's keys.
     pub keys: &'static [ClipKv],
 }
@@ -225,6 +243,8 @@ pub static PROJECTORS: &[ProjectorSpec] = &[
         model_type: None,
         vision_aliases: &[],
         image_size_from_positions: false,
+        permute_qk: false,
+        break_token: None,
         // transformers' SiglipVisionConfig.
         vision_defaults: &[
             ("hidden_size", "768"),
@@ -244,6 +264,9 @@ pub static PROJECTORS: &[ProjectorSpec] = &[
     },
     QWEN25VL,
     QWEN3VL,
+    LLAVA_PIXTRAL,
+    MISTRAL3,
+    IDEFICS3,
 ];
 
 /// conversion/qwenvl.py `Qwen2VLVisionModel` for Qwen2.5-VL.
@@ -293,6 +316,8 @@ const QWEN25VL: ProjectorSpec = ProjectorSpec {
         ("num_hidden_layers", "depth"),
     ],
     image_size_from_positions: false,
+    permute_qk: false,
+    break_token: None,
     keys: &[
         ClipKv::ProjectorType,
         ClipKv::UseSilu,
@@ -357,12 +382,225 @@ const QWEN3VL: ProjectorSpec = ProjectorSpec {
         ("num_hidden_layers", "depth"),
     ],
     image_size_from_positions: true,
+    permute_qk: false,
+    break_token: None,
     keys: &[
         ClipKv::ProjectorType,
         ClipKv::UseGelu,
         ClipKv::SpatialMergeSize,
         ClipKv::LayerNormEps(Cfg::Text, "rms_norm_eps", 1e-6),
         ClipKv::DeepstackLayers,
+    ],
+};
+
+/// The names of a Pixtral tower and its LLaVA / Mistral 3 projector (gguf-py's map for the
+/// `pixtral-hf` and Mistral Small 3.1 names). The reference's `LlavaVisionModel` would also write
+/// the `[IMG_BREAK]` row of the text model's token embeddings (`v.token_embd.img_break`), but
+/// its own `MmprojModel.filter_tensors` drops every `language_model.` tensor before, so its file
+/// holds no such row; neither does weightport's (byte for byte, README "Multimodal projectors").
+/// It maps the projector's `linear_{1,2}` as if the index were a vision layer (so it cannot
+/// convert a tower of fewer than three layers); the names are these.
+pub static PIXTRAL_TENSORS: &[(&str, &str)] = &[
+    ("multi_modal_projector.linear_1", "mm.1"),
+    ("multi_modal_projector.linear_2", "mm.2"),
+    ("multi_modal_projector.norm", "mm.input_norm"),
+    (
+        "multi_modal_projector.patch_merger.merging_layer",
+        "mm.patch_merger",
+    ),
+    ("vision_tower.patch_conv", "v.patch_embd"),
+    ("vision_tower.ln_pre", "v.pre_ln"),
+    (
+        "vision_tower.transformer.layers.{bid}.attention.q_proj",
+        "v.blk.{bid}.attn_q",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.attention.k_proj",
+        "v.blk.{bid}.attn_k",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.attention.v_proj",
+        "v.blk.{bid}.attn_v",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.attention.o_proj",
+        "v.blk.{bid}.attn_out",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.attention_norm",
+        "v.blk.{bid}.ln1",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.ffn_norm",
+        "v.blk.{bid}.ln2",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.feed_forward.gate_proj",
+        "v.blk.{bid}.ffn_gate",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.feed_forward.up_proj",
+        "v.blk.{bid}.ffn_up",
+    ),
+    (
+        "vision_tower.transformer.layers.{bid}.feed_forward.down_proj",
+        "v.blk.{bid}.ffn_down",
+    ),
+];
+
+/// `LlavaVisionModel`'s `valid_prefixes`: the other tensors (the text model) are not written.
+const PIXTRAL_KEEP: &[&str] = &[
+    "multi_modal_projector.",
+    "vision_tower.",
+    "vision_encoder.",
+    "vision_language_adapter.",
+    "patch_merger.",
+    "pre_mm_projector_norm",
+];
+
+/// transformers' PixtralVisionConfig.
+const PIXTRAL_DEFAULTS: &[(&str, &str)] = &[
+    ("hidden_size", "1024"),
+    ("intermediate_size", "4096"),
+    ("num_hidden_layers", "24"),
+    ("num_attention_heads", "16"),
+    ("image_size", "1024"),
+    ("patch_size", "16"),
+    ("hidden_act", "\"gelu\""),
+];
+
+/// conversion/llava.py `LlavaVisionModel` for a LLaVA release with a Pixtral tower (the HF
+/// Pixtral releases, mistral-community/pixtral-12b).
+const LLAVA_PIXTRAL: ProjectorSpec = ProjectorSpec {
+    hf_archs: &["LlavaForConditionalGeneration"],
+    projector_type: "pixtral",
+    keep: PIXTRAL_KEEP,
+    skip: &[],
+    layouts: &[],
+    replace: &[],
+    tensors: PIXTRAL_TENSORS,
+    force: &[],
+    plus_one: &[],
+    temporal_split: &[],
+    row_split: &[],
+    model_type: None,
+    vision_defaults: PIXTRAL_DEFAULTS,
+    vision_aliases: &[],
+    image_size_from_positions: false,
+    permute_qk: true,
+    break_token: Some("[IMG_BREAK]"),
+    keys: &[
+        ClipKv::ProjectorType,
+        // Hard-coded in modeling_pixtral.py; the reference reads it when config.json has one.
+        ClipKv::LayerNormEps(Cfg::Vision, "layer_norm_eps", 1e-5),
+        ClipKv::SiluOrGelu,
+        // LlavaConfig has none: written only when config.json has one.
+        ClipKv::TopSpatialMergeSize(None),
+    ],
+};
+
+/// conversion/llava.py `LlavaVisionModel` for Mistral 3 (Mistral Small 3.1: the projector's
+/// RMS norm and patch merger).
+const MISTRAL3: ProjectorSpec = ProjectorSpec {
+    hf_archs: &["Mistral3ForConditionalGeneration"],
+    keys: &[
+        ClipKv::ProjectorType,
+        ClipKv::LayerNormEps(Cfg::Vision, "layer_norm_eps", 1e-5),
+        ClipKv::SiluOrGelu,
+        // Mistral3Config's default.
+        ClipKv::TopSpatialMergeSize(Some(2)),
+    ],
+    ..LLAVA_PIXTRAL
+};
+
+/// conversion/smolvlm.py `SmolVLMModel`: Idefics3 (SmolVLM, Idefics3-8B) and SmolVLM2 (the same
+/// layout under another class; SmolVLMVisionConfig's defaults are Idefics3VisionConfig's).
+const IDEFICS3: ProjectorSpec = ProjectorSpec {
+    hf_archs: &[
+        "Idefics3ForConditionalGeneration",
+        "SmolVLMForConditionalGeneration",
+    ],
+    projector_type: "idefics3",
+    // The reference keeps names holding `vision_tower`, `vision_model` or `model.connector`;
+    // the releases have these.
+    keep: &["model.vision_model.", "model.connector."],
+    skip: &[],
+    layouts: &[],
+    replace: &[],
+    tensors: &[
+        (
+            "model.vision_model.embeddings.patch_embedding",
+            "v.patch_embd",
+        ),
+        (
+            "model.vision_model.embeddings.position_embedding",
+            "v.position_embd",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.self_attn.q_proj",
+            "v.blk.{bid}.attn_q",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.self_attn.k_proj",
+            "v.blk.{bid}.attn_k",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.self_attn.v_proj",
+            "v.blk.{bid}.attn_v",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.self_attn.out_proj",
+            "v.blk.{bid}.attn_out",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.layer_norm1",
+            "v.blk.{bid}.ln1",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.layer_norm2",
+            "v.blk.{bid}.ln2",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.mlp.fc1",
+            "v.blk.{bid}.ffn_up",
+        ),
+        (
+            "model.vision_model.encoder.layers.{bid}.mlp.fc2",
+            "v.blk.{bid}.ffn_down",
+        ),
+        ("model.vision_model.post_layernorm", "v.post_ln"),
+        ("model.connector.modality_projection.proj", "mm.model.fc"),
+    ],
+    force: &[Force {
+        on: On::Hf,
+        contains: ".embeddings.",
+        to: Forced::F32,
+    }],
+    plus_one: &[],
+    temporal_split: &[],
+    row_split: &[],
+    model_type: None,
+    // transformers' Idefics3VisionConfig.
+    vision_defaults: &[
+        ("hidden_size", "1152"),
+        ("intermediate_size", "3072"),
+        ("num_hidden_layers", "12"),
+        ("num_attention_heads", "16"),
+        ("image_size", "224"),
+        ("patch_size", "32"),
+        ("layer_norm_eps", "1e-06"),
+    ],
+    vision_aliases: &[],
+    image_size_from_positions: false,
+    permute_qk: false,
+    break_token: None,
+    keys: &[
+        ClipKv::ProjectorType,
+        ClipKv::LayerNormEps(Cfg::Vision, "layer_norm_eps", 1e-5),
+        // Idefics3Config's default.
+        ClipKv::TopScaleFactor(2),
+        ClipKv::UseGelu,
+        ClipKv::PreprocImageSize,
     ],
 };
 
@@ -400,17 +638,26 @@ pub struct Refusal {
 }
 
 /// The projectors refused as the reference refuses them, before any weight is read.
-pub static REFUSALS: &[Refusal] = &[Refusal {
-    // conversion/llava.py `LlavaVisionModel.__init__`: only Pixtral towers.
-    hf_archs: &[
-        "LlavaForConditionalGeneration",
-        "Mistral3ForConditionalGeneration",
-    ],
-    towers: &["pixtral"],
-    default_tower: "clip_vision_model",
-    reason: "the reference converter writes a LLaVA projector only for a Pixtral vision tower \
-             (\"Unsupported model type\")",
-}];
+pub static REFUSALS: &[Refusal] = &[
+    Refusal {
+        // conversion/llava.py `LlavaVisionModel.__init__`: only Pixtral towers.
+        hf_archs: &["LlavaForConditionalGeneration"],
+        towers: &["pixtral"],
+        default_tower: "clip_vision_model",
+        reason: LLAVA_REASON,
+    },
+    Refusal {
+        hf_archs: &["Mistral3ForConditionalGeneration"],
+        towers: &["pixtral"],
+        // Mistral3Config's.
+        default_tower: "pixtral",
+        reason: LLAVA_REASON,
+    },
+];
+
+/// Why a LLaVA / Mistral 3 release without a Pixtral tower is refused.
+const LLAVA_REASON: &str = "the reference converter writes a LLaVA projector only for a Pixtral \
+                            vision tower (\"Unsupported model type\")";
 
 /// Refuses the release at `dir` (config.json `raw`) when its projector is one the reference
 /// refuses ([`REFUSALS`]): [`Error::Refused`], exit 3.
@@ -537,6 +784,22 @@ impl Processor {
                 )
             })?;
         Ok(MetaValue::Array(values))
+    }
+
+    /// `size.longest_edge` of the processor configuration, `default` when absent.
+    pub fn longest_edge(&self, default: u32) -> Result<u32> {
+        let size = match self.cfg.get("size") {
+            None => return Ok(default),
+            Some(Value::Object(m)) => m,
+            Some(v) => return Err(bad(&self.path, format!("`size` is not an object: {v}"))),
+        };
+        match size.get("longest_edge") {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| bad(&self.path, format!("`size.longest_edge` is not a u32: {v}"))),
+        }
     }
 
     /// A positive integer of the processor configuration, `default` when absent.
@@ -755,24 +1018,33 @@ pub(crate) struct Sources {
     pub(crate) vision: Vision,
     /// The processor configuration.
     pub(crate) processor: Processor,
+    /// config.json as saved (the reference's `global_config`: top-level keys the text config
+    /// does not shadow).
+    pub(crate) top: Map<String, Value>,
 }
+
+/// The text config defaults when the text model's architecture is not one weightport converts
+/// (LLaVA, Idefics3): the projector reads only the text width, which the releases' `text_config`
+/// holds.
+const NO_TEXT_DEFAULTS: crate::table::ConfigDefaults = crate::table::ConfigDefaults {
+    values: &[],
+    kv_heads: crate::table::KvHeadsDefault::Absent,
+    head_dim: crate::table::HeadDimDefault::Absent,
+    rope_theta: None,
+    local_rope_theta: None,
+};
 
 impl Sources {
     /// Reads config.json and the processor files of `dir`.
     pub(crate) fn read(dir: &Path, spec: &ProjectorSpec) -> Result<Sources> {
         let hf_arch = crate::hf_architecture(dir)?;
-        let text = crate::table::lookup(&hf_arch).ok_or_else(|| Error::Unsupported {
-            at: Location::file(dir.join("config.json")),
-            format: Some(Format::Gguf),
-            what: format!(
-                "the text model of `{}` is not supported",
-                weightport_core::sanitize(&hf_arch)
-            ),
-        })?;
-        let hp = crate::HParams::load(dir, &text.config)?;
+        let defaults = crate::table::lookup(&hf_arch).map_or(&NO_TEXT_DEFAULTS, |t| &t.config);
+        let hp = crate::HParams::load(dir, defaults)?;
+        // The release's own keys (the text config's are merged over them in `hp`).
+        let Value::Object(top) = read_json(&hp.path)? else {
+            return Err(bad(&hp.path, "config.json is not a JSON object"));
+        };
         if let Some(want) = spec.model_type {
-            // The release's own `model_type` (the text config's is merged over it in `hp`).
-            let top = read_json(&hp.path)?;
             let got = top.get("model_type").and_then(Value::as_str);
             if got != Some(want) {
                 return Err(Error::Unsupported {
@@ -790,13 +1062,71 @@ impl Sources {
             }
         }
         let vision = Vision::read(spec, &hp.raw, &hp.path)?;
+        if let Some(token) = spec.break_token {
+            find_added_token(dir, token)?;
+        }
         let processor = Processor::read(dir)?;
         Ok(Sources {
             hp,
             vision,
             processor,
+            top,
         })
     }
+
+    /// A u32 of config.json's top level, `default` when absent (`None`: absent).
+    fn top_u32(&self, key: &str, default: Option<u32>) -> Result<Option<u32>> {
+        match self.top.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| bad(&self.hp.path, format!("`{key}` is not a u32: {v}"))),
+        }
+    }
+}
+
+/// The added token `token` of the tokenizer in `dir`, looked up as the reference's
+/// `LlavaVisionModel.get_token_id` does (tokenizer_config.json's `added_tokens_decoder`, then
+/// tokenizer.json's `added_tokens`); refused when neither holds it, as the reference stops.
+fn find_added_token(dir: &Path, token: &str) -> Result<()> {
+    let config = dir.join("tokenizer_config.json");
+    if !config.is_file() {
+        return Err(bad(
+            &config,
+            format!("missing: the reference converter looks `{token}` up in its added tokens"),
+        ));
+    }
+    let decoder = match read_json(&config)?.get("added_tokens_decoder") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(v) => {
+            return Err(bad(
+                &config,
+                format!("`added_tokens_decoder` is not an object: {v}"),
+            ))
+        }
+    };
+    let holds = |v: &Value| v.get("content").and_then(Value::as_str) == Some(token);
+    if decoder.values().any(holds) {
+        return Ok(());
+    }
+    let json = dir.join("tokenizer.json");
+    let found = match read_json(&json)?.get("added_tokens") {
+        Some(Value::Array(a)) => a.iter().any(holds),
+        _ => return Err(bad(&json, "`added_tokens` is not a list")),
+    };
+    if found {
+        return Ok(());
+    }
+    Err(bad(
+        &json,
+        format!(
+            "the added tokens (here and in tokenizer_config.json) hold no `{token}`: the \
+             reference converter looks it up for this projector and stops without it"
+        ),
+    ))
 }
 
 /// The keys from `clip.has_vision_encoder` to the family's last (`MmprojModel` and the
@@ -877,6 +1207,32 @@ fn family_kv(
         ClipKv::WindowAttentionPattern => Some((
             "clip.vision.n_wa_pattern",
             MetaValue::U32(v.window_pattern()?),
+        )),
+        ClipKv::SiluOrGelu => match v.cfg.get("hidden_act").and_then(Value::as_str) {
+            Some("silu") => Some(("clip.use_silu", MetaValue::Bool(true))),
+            Some("gelu") => Some(("clip.use_gelu", MetaValue::Bool(true))),
+            _ => {
+                let act = v.cfg.get("hidden_act").unwrap_or(&Value::Null);
+                return Err(Error::Unsupported {
+                    at: Location::file(&v.path),
+                    format: Some(Format::Gguf),
+                    what: format!(
+                        "`vision_config.hidden_act` = {}: the reference converter writes a \
+                         `silu` or `gelu` tower (\"Unsupported hidden_act\")",
+                        weightport_core::sanitize(&act.to_string())
+                    ),
+                });
+            }
+        },
+        ClipKv::TopSpatialMergeSize(default) => s
+            .top_u32("spatial_merge_size", default)?
+            .map(|n| ("clip.vision.spatial_merge_size", MetaValue::U32(n))),
+        ClipKv::TopScaleFactor(default) => s
+            .top_u32("scale_factor", Some(default))?
+            .map(|n| ("clip.vision.projector.scale_factor", MetaValue::U32(n))),
+        ClipKv::PreprocImageSize => Some((
+            "clip.vision.preproc_image_size",
+            MetaValue::U32(p.longest_edge(v.image_size)?),
         )),
         ClipKv::Gemma3ScaleFactor => {
             let seq = p.positive("image_seq_length", 256)?;

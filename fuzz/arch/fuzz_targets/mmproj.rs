@@ -5,9 +5,13 @@
 //! Err, never panic; every planned tensor must name one of the given tensors and a view or a
 //! row range must stay inside it.
 //!
-//! Seeds: the `gemma3_mm` and `qwen3vl` releases of fixtures/good/arch written this way from
-//! their config.json, preprocessor_config.json and safetensors headers (fuzz/README.md), and
-//! variants with absurd sizes.
+//! The tokenizer files hold the `[IMG_BREAK]` added token (a Pixtral tower's projector is
+//! refused without it), so the Pixtral families reach the planner.
+//!
+//! Seeds: the `gemma3_mm`, `qwen25vl_mm`, `qwen3vl`, `llava_clip`, `llava_pixtral`,
+//! `mistral3_mm` and `idefics3` releases of fixtures/good/arch written this way from their
+//! config.json, preprocessor_config.json and safetensors headers (fuzz/README.md), and variants
+//! with absurd sizes.
 #![no_main]
 
 use std::path::PathBuf;
@@ -23,6 +27,9 @@ fn dir() -> &'static PathBuf {
     DIR.get_or_init(|| {
         let d = std::env::temp_dir().join(format!("wp-fuzz-mmproj-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
+        let added = r#"{"added_tokens_decoder": {"12": {"content": "[IMG_BREAK]"}}}"#;
+        std::fs::write(d.join("tokenizer_config.json"), added).unwrap();
+        std::fs::write(d.join("tokenizer.json"), r#"{"added_tokens": []}"#).unwrap();
         d
     })
 }

@@ -27,6 +27,7 @@ fn plan_within(dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Resu
         dir,
         spec,
         blocks,
+        heads: sources.vision.heads,
         deepstack: &deepstack,
         outtype: opts.outtype,
     };
@@ -84,6 +85,7 @@ struct Tower<'a> {
     dir: &'a Path,
     spec: &'static ProjectorSpec,
     blocks: u32,
+    heads: u32,
     deepstack: &'a [u32],
     outtype: OutType,
 }
@@ -95,6 +97,28 @@ impl Tower<'_> {
             format: Some(Format::Gguf),
             what,
         }
+    }
+
+    /// The q/k row permutation of HF tensor `hf` (`t`, of `shape`), when the family permutes
+    /// the tower's q/k (`LlamaModel.permute(w, n_head, n_head)` by the vision heads).
+    fn permute(&self, t: &SourceTensor, hf: &str, shape: &[u64]) -> Result<Option<QkPermute>> {
+        const QK: [&str; 4] = [
+            "q_proj.weight",
+            "q_proj.bias",
+            "k_proj.weight",
+            "k_proj.bias",
+        ];
+        if !self.spec.permute_qk || !QK.iter().any(|s| hf.ends_with(s)) {
+            return Ok(None);
+        }
+        let p = QkPermute {
+            n_head: self.heads,
+            n_head_kv: Some(self.heads),
+        };
+        let rows = shape.first().copied().unwrap_or(0);
+        p.rows(rows as usize)
+            .map_err(|e| self.refuse(t, format!("{e} (`vision_config.num_attention_heads`)")))?;
+        Ok(Some(p))
     }
 
     /// The output tensor named `gguf` (from HF name `hf`) of `shape` read from `origin`.
@@ -159,7 +183,9 @@ impl Tower<'_> {
             name: t.name.clone(),
             index: i,
         };
-        out.push(self.tensor(hf, self.name(t, hf)?, t.shape.clone(), origin));
+        let mut planned = self.tensor(hf, self.name(t, hf)?, t.shape.clone(), origin);
+        planned.permute = self.permute(t, hf, &t.shape)?;
+        out.push(planned);
         Ok(())
     }
 
