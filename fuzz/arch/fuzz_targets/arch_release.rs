@@ -43,7 +43,9 @@ fn tensors(dir: &Path) -> Vec<SourceTensor> {
         let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
         // Minimal header walk: `"name":{"dtype":"F16","shape":[a,b],...}`.
         for part in header.split("},").flat_map(|s| s.split("}}")) {
-            let Some((k, rest)) = part.rsplit_once("\":{") else { continue };
+            let Some((k, rest)) = part.rsplit_once("\":{") else {
+                continue;
+            };
             let k = k.rsplit_once('"').map_or(k, |(_, k)| k);
             if k == "__metadata__" {
                 continue;
@@ -61,7 +63,12 @@ fn tensors(dir: &Path) -> Vec<SourceTensor> {
                 .and_then(|s| s.split(']').next())
                 .map(|s| s.split(',').filter_map(|d| d.trim().parse().ok()).collect())
                 .unwrap_or_default();
-            out.push(SourceTensor { name: k.to_string(), shape, dtype, file: name.clone() });
+            out.push(SourceTensor {
+                name: k.to_string(),
+                shape,
+                dtype,
+                file: name.clone(),
+            });
         }
     }
     out
@@ -111,7 +118,9 @@ fn quiet_contained_panics() {
 
 fuzz_target!(|data: &[u8]| {
     quiet_contained_panics();
-    let Some((&pick, body)) = data.split_first() else { return };
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
     let (release, file) = FILES[pick as usize % FILES.len()];
     let (_, r) = releases().iter().find(|(n, _)| n == release).unwrap();
     let target = r.dir.join(file);

@@ -39,13 +39,19 @@ fuzz_target!(|data: &[u8]| {
     for f in FILES {
         let _ = std::fs::remove_file(release.join(f));
     }
-    std::fs::write(release.join("config.json"), b"{\"_name_or_path\": \"org/Model-7B-v1\"}").unwrap();
+    std::fs::write(
+        release.join("config.json"),
+        b"{\"_name_or_path\": \"org/Model-7B-v1\"}",
+    )
+    .unwrap();
     let overrides = release.join("metadata.json");
     std::fs::write(&overrides, b"{}").unwrap();
     std::fs::write(release.join(FILES[pick as usize % FILES.len()]), body).unwrap();
     let mut opts = CardOptions::default();
     opts.overrides = Some(overrides);
-    if let Ok(a) = Authorship::load(&release, &opts, (i64::from(pick) - 100) * 1_000_003, || "1.0K".into()) {
+    if let Ok(a) = Authorship::load(&release, &opts, (i64::from(pick) - 100) * 1_000_003, || {
+        "1.0K".into()
+    }) {
         let _ = a.kvs(&mut |_, _| {});
     }
 });

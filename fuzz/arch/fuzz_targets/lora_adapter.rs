@@ -25,7 +25,10 @@ fn dirs() -> &'static (PathBuf, PathBuf) {
         let (adapter, base) = (root.join("my-adapter-7b-lora"), root.join("base"));
         std::fs::create_dir_all(&adapter).unwrap();
         std::fs::create_dir_all(&base).unwrap();
-        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/good/arch/llama/config.json");
+        let config = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/good/arch/llama/config.json"
+        );
         std::fs::copy(config, base.join("config.json")).unwrap();
         (adapter, base)
     })
@@ -46,7 +49,12 @@ fn tensor(line: &str) -> Option<SourceTensor> {
         .filter(|s| !s.is_empty())
         .map(|d| d.parse().ok())
         .collect::<Option<Vec<u64>>>()?;
-    Some(SourceTensor { name, shape, dtype, file: "adapter_model.safetensors".into() })
+    Some(SourceTensor {
+        name,
+        shape,
+        dtype,
+        file: "adapter_model.safetensors".into(),
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -74,7 +82,9 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(plan) = plan_adapter(base, adapter, &cfg, &tensors, &opts) {
             for t in &plan.tensors {
                 let index = match &t.origin {
-                    Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => *index,
+                    Origin::Hf { index, .. }
+                    | Origin::Rows { index, .. }
+                    | Origin::View { index, .. } => *index,
                     other => panic!("{}: an adapter tensor from {other:?}", t.name),
                 };
                 assert!(index < tensors.len(), "{} names tensor {index}", t.name);

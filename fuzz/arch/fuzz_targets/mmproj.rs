@@ -85,7 +85,11 @@ fuzz_target!(|data: &[u8]| {
                 Origin::View { index, view, .. } => (*index, Some(view)),
                 Origin::Rows { index, rows, .. } => {
                     let n = tensors[*index].shape.first().copied().unwrap_or(0);
-                    assert!(rows.start < rows.end && rows.end <= n, "{}: rows {rows:?} of {n}", t.name);
+                    assert!(
+                        rows.start < rows.end && rows.end <= n,
+                        "{}: rows {rows:?} of {n}",
+                        t.name
+                    );
                     (*index, None)
                 }
                 other => panic!("{}: a projector tensor from {other:?}", t.name),

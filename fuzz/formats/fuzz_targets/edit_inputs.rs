@@ -18,14 +18,21 @@ use weightport_core::DType;
 use weightport_edit::scalar::{is_elementwise, Scalar};
 use weightport_edit::{Selection, Target};
 
-const SHAPES: &[&[u64]] = &[&[], &[7], &[4, 6], &[2, 3, 5], &[1, 0, 3], &[u32::MAX as u64, 2]];
+const SHAPES: &[&[u64]] = &[
+    &[],
+    &[7],
+    &[4, 6],
+    &[2, 3, 5],
+    &[1, 0, 3],
+    &[u32::MAX as u64, 2],
+];
 
 /// A private copy of a small real safetensors target, made once per process.
 fn target() -> &'static (PathBuf, Vec<u8>) {
     static T: OnceLock<(PathBuf, Vec<u8>)> = OnceLock::new();
     T.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/good/edit/base.safetensors");
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/good/edit/base.safetensors");
         let dir = std::env::temp_dir().join(format!("wp-fuzz-edit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("target.safetensors");
@@ -68,7 +75,11 @@ fn patch(bytes: &[u8]) {
             let _ = p.steps(&t);
         }
     }
-    assert_eq!(&std::fs::read(path).unwrap(), original, "the target changed");
+    assert_eq!(
+        &std::fs::read(path).unwrap(),
+        original,
+        "the target changed"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

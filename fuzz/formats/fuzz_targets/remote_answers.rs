@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             if let Ok((commit, files)) = answers::listing(rest) {
                 assert_eq!(commit.len(), 40);
-                assert!(commit.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
+                assert!(commit
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
                 assert!(files.len() <= 100_000);
             }
         }

@@ -35,7 +35,9 @@ fn entries(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
 fn pieces() -> &'static Pieces {
     static P: OnceLock<Pieces> = OnceLock::new();
     P.get_or_init(|| {
-        let good = entries(include_bytes!("../../../fixtures/good/pickle/archive_prefix.pt"));
+        let good = entries(include_bytes!(
+            "../../../fixtures/good/pickle/archive_prefix.pt"
+        ));
         let evil = entries(include_bytes!(
             "../../../fixtures/hostile/pickle/02_rce_global_posix_system.pt"
         ))
@@ -97,7 +99,12 @@ fn entry(input: &mut Input<'_>, p: &Pieces) -> craft::Entry {
             .find(|(n, _)| n.eq_ignore_ascii_case(&name))
             .map_or_else(|| p.good[0].1.clone(), |(_, d)| d.clone()),
         2 => p.good[usize::from(content / 4) % p.good.len()].1.clone(),
-        _ => input.0.iter().take(usize::from(content / 4)).copied().collect(),
+        _ => input
+            .0
+            .iter()
+            .take(usize::from(content / 4))
+            .copied()
+            .collect(),
     };
     craft::Entry {
         name: name.into_bytes(),

@@ -31,9 +31,38 @@ fn arg_len(data: &[u8], pos: usize) -> Option<usize> {
         Some(at)
     };
     let n = match data[pos] {
-        b'(' | b'.' | b'0' | b'1' | b'2' | b'N' | 0x88 | 0x89 | b')' | b']' | b'}' | 0x8f
-        | b't' | b'l' | b'd' | 0x91 | 0x85..=0x87 | b'a' | b's' | b'e' | b'u' | 0x90
-        | 0x94 | b'R' | 0x81 | 0x92 | b'o' | b'b' | b'Q' | 0x93 | 0x97 | 0x98 => 0,
+        b'('
+        | b'.'
+        | b'0'
+        | b'1'
+        | b'2'
+        | b'N'
+        | 0x88
+        | 0x89
+        | b')'
+        | b']'
+        | b'}'
+        | 0x8f
+        | b't'
+        | b'l'
+        | b'd'
+        | 0x91
+        | 0x85..=0x87
+        | b'a'
+        | b's'
+        | b'e'
+        | b'u'
+        | 0x90
+        | 0x94
+        | b'R'
+        | 0x81
+        | 0x92
+        | b'o'
+        | b'b'
+        | b'Q'
+        | 0x93
+        | 0x97
+        | 0x98 => 0,
         b'I' | b'L' | b'F' | b'S' | b'V' | b'p' | b'g' | b'P' => line(1)?,
         b'c' | b'i' => line(2)?,
         0x80 | b'K' | b'q' | b'h' | 0x82 => 1,
@@ -75,7 +104,8 @@ fn oracle_flags(data: &[u8]) -> bool {
         let bad = match op {
             b'c' | b'i' => names(&data[pos + 1..pos + 1 + n])
                 .is_some_and(|(m, g)| weightport_pickle::allow::lookup(&m, &g).is_none()),
-            0x93 => match (last.len() >= 2).then(|| (&last[last.len() - 2], &last[last.len() - 1])) {
+            0x93 => match (last.len() >= 2).then(|| (&last[last.len() - 2], &last[last.len() - 1]))
+            {
                 Some((Some(m), Some(g))) => weightport_pickle::allow::lookup(m, g).is_none(),
                 _ => false,
             },
@@ -105,8 +135,8 @@ fn torch_zip(pkl: &[u8]) -> Vec<u8> {
         .map(|p| p.storages)
         .unwrap_or_default();
     let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     let mut put = |name: &str, bytes: &[u8]| {
         if z.start_file(name, opts).is_ok() {
             let _ = z.write_all(bytes);
@@ -133,6 +163,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if report.verdict == Verdict::Safe {
         let w = weightport_pickle::walk::walk(data, 1 << 28);
-        assert!(w.is_clean(), "safe verdict but the walk found {:?}", w.hazards);
+        assert!(
+            w.is_clean(),
+            "safe verdict but the walk found {:?}",
+            w.hazards
+        );
     }
 });
