@@ -38,6 +38,7 @@ mod provenance;
 mod quality;
 mod recipes;
 mod remote_hub;
+mod remote_s3;
 mod scan;
 mod side_files;
 mod slurm;
