@@ -91,6 +91,12 @@ impl Server {
         ] {
             put(&root, to, from);
         }
+        // A key with a space and a `+`, and an empty object beside it.
+        let odd = root.join("models/odd");
+        std::fs::create_dir_all(&odd).unwrap();
+        let st = fixtures().join("good/safetensors/llama_tiny.safetensors");
+        std::fs::copy(st, odd.join("my model+1.safetensors")).unwrap();
+        std::fs::write(odd.join(".gitkeep"), b"").unwrap();
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("s3s.log")).unwrap();
         let child = Command::new(bin)
@@ -243,6 +249,27 @@ fn s3_conversions_equal_the_local_ones() {
             .filter(|r| !r.contains("list-type=2"))
             .all(|r| r.contains("\"range\": \"bytes=")),
         "{reqs:?}"
+    );
+}
+
+/// A key with a space and a `+` (s3s-fs echoes `encoding-type=url` without encoding keys, so
+/// asking for it read the `+` as a space: "no such key") and an empty object in a prefix (a
+/// range of it is not satisfiable: 416) read as the local directory does.
+#[test]
+fn odd_keys_and_empty_objects_read_as_local_files() {
+    let Some(bin) = s3s_fs() else { return };
+    let s = Server::start(&bin);
+    let tmp = s.dir.path().join("out");
+    let wp = |a: &[&str]| s.wp(a);
+    let local = s.object("odd");
+    same_as_local(&wp, &tmp, "s3://models/odd/", &local, "a.safetensors", &[]);
+    same_as_local(
+        &wp,
+        &tmp,
+        "s3://models/odd/my model+1.safetensors",
+        &local.join("my model+1.safetensors"),
+        "b.safetensors",
+        &[],
     );
 }
 
