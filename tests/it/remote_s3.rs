@@ -97,6 +97,17 @@ impl Server {
         let st = fixtures().join("good/safetensors/llama_tiny.safetensors");
         std::fs::copy(st, odd.join("my model+1.safetensors")).unwrap();
         std::fs::write(odd.join(".gitkeep"), b"").unwrap();
+        // More keys than a listing page holds (1,000): the object asked is on the second page.
+        let many = root.join("models/many");
+        std::fs::create_dir_all(&many).unwrap();
+        for i in 0..1000 {
+            std::fs::write(many.join(format!("a{i:04}.txt")), b"x").unwrap();
+        }
+        std::fs::copy(
+            fixtures().join("good/safetensors/llama_tiny.safetensors"),
+            many.join("z.safetensors"),
+        )
+        .unwrap();
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("s3s.log")).unwrap();
         let child = Command::new(bin)
@@ -271,6 +282,49 @@ fn odd_keys_and_empty_objects_read_as_local_files() {
         "b.safetensors",
         &[],
     );
+}
+
+/// A listing of more than one page (continuation token): the object on the second page is
+/// found; `verify` of a prefix against the local repo, and of an object, pass.
+#[test]
+fn listings_of_several_pages_and_verify() {
+    let Some(bin) = s3s_fs() else { return };
+    let s = Server::start(&bin);
+    let out = s.wp(&["inspect", "--json", "s3://models/many/z.safetensors"]);
+    ok(&out, "inspect");
+    let lists: Vec<String> = s
+        .requests()
+        .into_iter()
+        .filter(|r| r.contains("list-type=2"))
+        .collect();
+    assert_eq!(lists.len(), 2, "{lists:?}");
+    assert!(lists[1].contains("continuation-token="), "{}", lists[1]);
+    let repo = fixtures().join("good/hf_repo_sharded");
+    let out = s.wp(&[
+        "verify",
+        "s3://models/hf_repo_sharded/",
+        "--against",
+        repo.to_str().unwrap(),
+    ]);
+    ok(&out, "verify --against");
+    let one = fixtures().join("good/safetensors/llama_tiny.safetensors");
+    ok(
+        &s.wp(&[
+            "verify",
+            one.to_str().unwrap(),
+            "--against",
+            "s3://models/many/z.safetensors",
+        ]),
+        "verify against s3",
+    );
+    // And it compares: another source is a difference.
+    let out = s.wp(&[
+        "verify",
+        "s3://models/many/z.safetensors",
+        "--against",
+        repo.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
 /// `inspect` of a sharded safetensors repo: one listing, and per shard one ranged read (the

@@ -514,6 +514,63 @@ mod tests {
         }
     }
 
+    fn config(endpoint: Option<&str>, token: Option<&str>) -> Config {
+        Config {
+            endpoint: endpoint.map_or("https://s3.eu-west-1.amazonaws.com".into(), Into::into),
+            custom: endpoint.is_some(),
+            region: "eu-west-1".into(),
+            creds: Some(match token {
+                Some(t) => Credentials::new_with_token("AKID", "SECRET/KEY", t),
+                None => Credentials::new("AKID", "SECRET/KEY"),
+            }),
+        }
+    }
+
+    #[test]
+    fn custom_endpoints_are_path_style_and_aws_virtual_hosted() {
+        let c = config(Some("http://127.0.0.1:9000/base"), None);
+        assert!(c.plain_http());
+        let b = c.bucket("models").unwrap();
+        assert_eq!(
+            b.object_url("a b/c+d").as_str(),
+            "http://127.0.0.1:9000/base/models/a%20b/c%2Bd"
+        );
+        let c = config(None, None);
+        assert!(!c.plain_http());
+        let b = c.bucket("models").unwrap();
+        assert_eq!(
+            b.object_url("k").as_str(),
+            "https://models.s3.eu-west-1.amazonaws.com/k"
+        );
+        // A name that cannot be a host name: path-style.
+        let b = c.bucket("My_Bucket").unwrap();
+        assert_eq!(
+            b.object_url("k").as_str(),
+            "https://s3.eu-west-1.amazonaws.com/My_Bucket/k"
+        );
+    }
+
+    #[test]
+    fn signed_urls_carry_the_token_and_signature_only_in_the_query_never_shown() {
+        let c = config(Some("https://s3.example:8443"), Some("SESSION-TOKEN"));
+        let s3 = S3::new(
+            Client::new().unwrap(),
+            &c,
+            S3Ref::parse("s3://models/k/x.gguf").unwrap(),
+        )
+        .unwrap();
+        let (shown, t) = s3.target("k/x.gguf", Some(7));
+        assert_eq!(shown, "s3://models/k/x.gguf");
+        let url = t.sign.as_ref().unwrap().url();
+        assert!(
+            url.contains("X-Amz-Signature=") && url.contains("X-Amz-Security-Token=SESSION-TOKEN"),
+            "{url}"
+        );
+        assert!(!url.contains("SECRET"), "{url}");
+        assert_eq!(shown_url(&url), "https://s3.example:8443/models/k/x.gguf");
+        assert!(!format!("{t:?}").contains("SECRET"));
+    }
+
     #[test]
     fn error_codes_are_read_from_error_answers_only() {
         let e =
