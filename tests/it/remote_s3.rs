@@ -327,6 +327,71 @@ fn listings_of_several_pages_and_verify() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
+/// Credentials from the shared credentials file, as the AWS CLI reads them: the profile
+/// `AWS_PROFILE` names (else `default`), from `AWS_SHARED_CREDENTIALS_FILE` (else
+/// `~/.aws/credentials`); the environment's pair wins over it; a profile named but absent is a
+/// usage error that names it and no secret.
+#[test]
+fn credentials_from_the_shared_credentials_file() {
+    let Some(bin) = s3s_fs() else { return };
+    let s = Server::start(&bin);
+    let home = s.dir.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let file = format!(
+        "# a comment\n[default]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = wrong\n\n\
+         [wp]\naws_access_key_id = {KEY_ID}\naws_secret_access_key = {SECRET}\n"
+    );
+    std::fs::write(home.join(".aws/credentials"), file).unwrap();
+    let other = s.dir.path().join("other-credentials");
+    std::fs::write(
+        &other,
+        format!("[default]\naws_access_key_id={KEY_ID}\naws_secret_access_key={SECRET}\n"),
+    )
+    .unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weightport"));
+        c.args(["inspect", "s3://models/llama_tiny.safetensors"])
+            .env("AWS_ENDPOINT_URL", s.endpoint())
+            .env("HOME", &home);
+        for v in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_CONFIG_FILE",
+            "SSL_CERT_FILE",
+        ] {
+            c.env_remove(v);
+        }
+        c.envs(env.iter().copied()).output().unwrap()
+    };
+    ok(&run(&[("AWS_PROFILE", "wp")]), "AWS_PROFILE=wp");
+    let out = run(&[]);
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("SignatureDoesNotMatch"),
+        "the default profile's wrong secret: {t}"
+    );
+    ok(
+        &run(&[
+            ("AWS_ACCESS_KEY_ID", KEY_ID),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ]),
+        "the environment's pair over the default profile",
+    );
+    ok(
+        &run(&[("AWS_SHARED_CREDENTIALS_FILE", other.to_str().unwrap())]),
+        "AWS_SHARED_CREDENTIALS_FILE",
+    );
+    let out = run(&[("AWS_PROFILE", "nope")]);
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("AWS_PROFILE nope"), "{t}");
+    assert!(!t.contains(SECRET), "{t}");
+}
+
 /// `inspect` of a sharded safetensors repo: one listing, and per shard one ranged read (the
 /// first 100,001 bytes hold the header).
 #[test]

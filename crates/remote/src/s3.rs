@@ -1,7 +1,9 @@
 //! `s3://BUCKET/KEY` (one object) and `s3://BUCKET/PREFIX/` (the objects right under a prefix,
 //! laid out as a view as a Hub repo is). Credentials, region and endpoint come from the
 //! environment as the AWS CLI takes them: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-//! `AWS_SESSION_TOKEN`; `AWS_REGION`, else `AWS_DEFAULT_REGION`, else `us-east-1`;
+//! `AWS_SESSION_TOKEN`, else the profile (`AWS_PROFILE`, else `default`) of the shared
+//! credentials file, else of the config file; `AWS_REGION`, else `AWS_DEFAULT_REGION`, else the
+//! profile's `region`, else `us-east-1`;
 //! `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL` (path-style addressing), else AWS's own
 //! regional endpoint (virtual-hosted addressing where the bucket's name allows it). Every request
 //! is a presigned SigV4 URL made by rusty-s3 just before it is sent; the signature is in the
@@ -104,20 +106,25 @@ fn var(name: &str) -> Option<String> {
 
 impl Config {
     pub(crate) fn from_env() -> Result<Config> {
+        let profile = Profile::read()?;
         let region = var("AWS_REGION")
             .or_else(|| var("AWS_DEFAULT_REGION"))
+            .or_else(|| profile.get("region"))
             .unwrap_or_else(|| "us-east-1".into());
         let given = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL"));
         let custom = given.is_some();
         let endpoint = given.unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
-        let creds = Credentials::from_env();
-        if creds.is_none()
-            && (var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_SECRET_ACCESS_KEY").is_some())
-        {
-            return Err(Error::Usage(
-                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set one without the other".into(),
-            ));
-        }
+        let env_pair = var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_SECRET_ACCESS_KEY").is_some();
+        let creds = match Credentials::from_env() {
+            Some(c) => Some(c),
+            None if env_pair => {
+                return Err(Error::Usage(
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set one without the other"
+                        .into(),
+                ))
+            }
+            None => profile.credentials()?,
+        };
         Ok(Config {
             endpoint,
             custom,
@@ -151,6 +158,128 @@ impl Config {
         };
         b.map_err(|e| bad(format!("cannot address bucket {name}: {e}")))
     }
+}
+
+/// The shared files are read up to this size.
+const MAX_PROFILE_FILE: u64 = 1 << 20;
+
+/// The profile's sections of the shared credentials file and of the config file, as the AWS
+/// CLI reads them: `AWS_PROFILE` (else `default`); `AWS_SHARED_CREDENTIALS_FILE` (else
+/// `~/.aws/credentials`), section `[NAME]`; `AWS_CONFIG_FILE` (else `~/.aws/config`), section
+/// `[NAME]` for `default`, else `[profile NAME]`.
+struct Profile {
+    name: String,
+    /// Whether the name was given (`AWS_PROFILE`): then it must exist.
+    given: bool,
+    /// `(file, its section's keys)` of the credentials file, then the config file.
+    found: Vec<(PathBuf, std::collections::HashMap<String, Option<String>>)>,
+}
+
+impl Profile {
+    fn read() -> Result<Profile> {
+        let given = var("AWS_PROFILE");
+        let name = given.clone().unwrap_or_else(|| "default".into());
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let file = |v: &str, under: &str| {
+            std::env::var_os(v)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| home.as_ref().map(|h| h.join(".aws").join(under)))
+        };
+        let config_section = match name.as_str() {
+            "default" => name.clone(),
+            n => format!("profile {n}"),
+        };
+        let mut found = Vec::new();
+        for (path, section) in [
+            (
+                file("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
+                name.clone(),
+            ),
+            (file("AWS_CONFIG_FILE", "config"), config_section),
+        ] {
+            let Some(path) = path else { continue };
+            if let Some(keys) = section_of(&path, &section)? {
+                found.push((path, keys));
+            }
+        }
+        Ok(Profile {
+            name,
+            given: given.is_some(),
+            found,
+        })
+    }
+
+    /// `key` of the first file whose section has it.
+    fn get(&self, key: &str) -> Option<String> {
+        self.found
+            .iter()
+            .find_map(|(_, keys)| keys.get(key).cloned().flatten())
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The key pair (and session token) of the first file whose section has both.
+    fn credentials(&self) -> Result<Option<Credentials>> {
+        for (_, keys) in &self.found {
+            let get = |k: &str| {
+                keys.get(k)
+                    .cloned()
+                    .flatten()
+                    .filter(|v| !v.trim().is_empty())
+            };
+            if let (Some(id), Some(secret)) =
+                (get("aws_access_key_id"), get("aws_secret_access_key"))
+            {
+                return Ok(Some(match get("aws_session_token") {
+                    Some(t) => Credentials::new_with_token(id, secret, t),
+                    None => Credentials::new(id, secret),
+                }));
+            }
+        }
+        if self.given {
+            let files: Vec<String> = self
+                .found
+                .iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect();
+            return Err(Error::Usage(format!(
+                "AWS_PROFILE {}: no aws_access_key_id and aws_secret_access_key for it ({})",
+                weightport_core::sanitize(&self.name),
+                match files.is_empty() {
+                    true =>
+                        "no section of that name in the shared credentials or config file".into(),
+                    false => format!("its sections in {}", files.join(", ")),
+                }
+            )));
+        }
+        Ok(None)
+    }
+}
+
+/// The keys of `section` in the configparser file `path`; `None` when the file or the section
+/// is not there.
+fn section_of(
+    path: &Path,
+    section: &str,
+) -> Result<Option<std::collections::HashMap<String, Option<String>>>> {
+    let bad = |why: &str| Error::io(path, "read", std::io::Error::other(why.to_string()));
+    let text = match std::fs::read(path) {
+        Ok(b) if b.len() as u64 > MAX_PROFILE_FILE => {
+            return Err(bad(&format!("larger than {MAX_PROFILE_FILE} bytes")))
+        }
+        Ok(b) => String::from_utf8(b).map_err(|_| bad("not UTF-8"))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, "read", e)),
+    };
+    let mut ini = configparser::ini::Ini::new_cs();
+    // The parser's message quotes no line, but say only where: a line may hold a secret.
+    let mut map = ini.read(text).map_err(|m| {
+        bad(&format!(
+            "not in the INI syntax of the AWS CLI ({})",
+            m.split(':').next().unwrap_or_default()
+        ))
+    })?;
+    Ok(map.remove(section))
 }
 
 /// An object's presigned GET, made afresh for each request.
