@@ -39,6 +39,7 @@ mod provenance;
 mod quality;
 mod recipes;
 mod remote_hub;
+mod remote_s3;
 mod scan;
 mod side_files;
 mod slurm;

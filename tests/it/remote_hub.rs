@@ -12,8 +12,8 @@
 //! so and pass without checking anything.
 
 use crate::common;
-#[path = "remote_hub/fault_proxy.rs"]
-mod fault_proxy;
+use common::fault_proxy;
+use common::remote::{convert_args, free_port, names_in, ok};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -176,14 +176,6 @@ impl Drop for Hub {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The nginx locations of one repo, its listing and its LFS objects under `root`.
@@ -351,56 +343,11 @@ fn unsafe_is_root() -> bool {
         .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
 }
 
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Converts `remote` (through the Hub) and `local` with the same `args`; both outputs must be
 /// the same bytes (every file of an output directory). Returns the remote output's path.
 fn same_as_local(hub: &Hub, remote: &str, local: &Path, out: &str, args: &[&str]) -> PathBuf {
     let tmp = hub.dir.path().join("out");
-    let (a, b) = (tmp.join("remote").join(out), tmp.join("local").join(out));
-    std::fs::create_dir_all(a.parent().unwrap()).unwrap();
-    std::fs::create_dir_all(b.parent().unwrap()).unwrap();
-    let run = |input: &str, o: &Path| {
-        let mut v = vec!["convert", input, "-o", o.to_str().unwrap()];
-        v.extend_from_slice(args);
-        hub.wp(&v)
-    };
-    ok(&run(remote, &a), remote);
-    ok(
-        &run(local.to_str().unwrap(), &b),
-        &local.display().to_string(),
-    );
-    assert!(
-        tree_bytes(&a) == tree_bytes(&b),
-        "{remote}: differs from the conversion of {}",
-        local.display()
-    );
-    a
-}
-
-/// A file's bytes, or a directory's files and their bytes.
-fn tree_bytes(p: &Path) -> Vec<(String, Vec<u8>)> {
-    if p.is_file() {
-        return vec![(String::new(), std::fs::read(p).unwrap())];
-    }
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(p)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|f| {
-            (
-                f.file_name().unwrap().to_string_lossy().into(),
-                std::fs::read(&f).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
+    common::remote::same_as_local(&|a| hub.wp(a), &tmp, remote, local, out, args)
 }
 
 #[test]
@@ -624,6 +571,7 @@ fn a_file_changed_on_the_server_mid_read_is_detected() {
         .clone();
     let bytes = std::fs::read(&shard).unwrap();
     let hub = Hub::start(&nginx, &[r]);
+    let _env = common::remote::IN_PROCESS_ENV.lock();
     std::env::set_var("HF_ENDPOINT", hub.endpoint());
     std::env::set_var("HF_TOKEN", TOKEN);
     std::env::set_var("SSL_CERT_FILE", hub.dir.path().join("ca.pem"));
@@ -647,21 +595,6 @@ fn a_file_changed_on_the_server_mid_read_is_detected() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("input changed while reading"), "{err}");
-}
-
-/// `convert INPUT -o OUT ARGS…`.
-fn convert_args<'a>(input: &'a str, out: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
-    [&["convert", input, "-o", out.to_str().unwrap()][..], args].concat()
-}
-
-/// Files in `dir` (a conversion's output directory): nothing partial or temporary may remain.
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// A proxy between weightport and nginx drops connections, answers 500 and 503, cuts bodies

@@ -78,13 +78,18 @@ fn stall_timeout() -> Duration {
 
 impl Client {
     pub(crate) fn new() -> Result<Client, String> {
+        Client::with_plain_http(false)
+    }
+
+    /// A client that also speaks plain http (an S3 endpoint given as `http://`: see `s3`).
+    pub(crate) fn with_plain_http(plain_http: bool) -> Result<Client, String> {
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(root_certs()?)
             .build();
         let stall = Some(stall_timeout());
         let config = ureq::Agent::config_builder()
             .tls_config(tls)
-            .https_only(true)
+            .https_only(!plain_http)
             .http_status_as_error(false)
             .max_redirects(0)
             .user_agent(concat!("weightport/", env!("CARGO_PKG_VERSION")))

@@ -1,5 +1,5 @@
 //! Remote inputs read where they live, by byte ranges: `hf://ORG/REPO[@REVISION][/PATH]` (the
-//! Hugging Face Hub's layout) and `https://…/FILE`.
+//! Hugging Face Hub's layout), `https://…/FILE` and `s3://BUCKET/KEY-or-PREFIX/` (see `s3`).
 //!
 //! # How an input becomes readable
 //!
@@ -24,6 +24,7 @@
 mod fetch;
 mod hub;
 mod object;
+mod s3;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,27 @@ pub mod answers {
     /// A URL as messages show it.
     pub fn shown_url(url: &str) -> String {
         crate::fetch::shown_url(url)
+    }
+
+    /// A ListObjectsV2 page: `(key, size)` of its objects, its common prefixes, its next token.
+    pub fn s3_page(body: &[u8]) -> Result<S3Page, String> {
+        let l = crate::s3::parse_page(body)?;
+        let objects = l.objects.into_iter().map(|o| (o.key, o.size)).collect();
+        Ok((objects, l.prefixes, l.next))
+    }
+
+    /// A ListObjectsV2 page's parts.
+    pub type S3Page = (Vec<(String, Option<u64>)>, Vec<String>, Option<String>);
+
+    /// The code of an S3 error answer.
+    pub fn s3_error_code(body: &[u8]) -> Option<String> {
+        crate::s3::error_code(body)
+    }
+
+    /// An `s3://` address as `(bucket, key)`.
+    pub fn s3_ref(arg: &str) -> Option<(String, String)> {
+        let r = crate::s3::S3Ref::parse(arg).ok()?;
+        Some((r.bucket, r.key))
     }
 
     /// Whether a file name may be laid out in a view.
@@ -114,8 +136,19 @@ fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
 }
 
 fn client(name: &Path) -> Result<Client> {
-    static C: OnceLock<std::result::Result<Client, String>> = OnceLock::new();
-    C.get_or_init(Client::new)
+    client_of(false, name)
+}
+
+/// The https-only client, or the one that also speaks plain http (only an S3 endpoint given as
+/// `http://` makes targets of plain http URLs).
+fn client_of(plain_http: bool, name: &Path) -> Result<Client> {
+    static C: [OnceLock<std::result::Result<Client, String>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
+    C[usize::from(plain_http)]
+        .get_or_init(|| match plain_http {
+            false => Client::new(),
+            true => Client::with_plain_http(true),
+        })
         .clone()
         .map_err(|m| Error::io(name, "connect", std::io::Error::other(m)))
 }
@@ -131,7 +164,9 @@ impl RemoteFiles {
         if let Some(o) = &e.opened {
             return Some(Ok(o.clone()));
         }
-        let opened = client(name).and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target));
+        let plain = e.target.url.starts_with("http://");
+        let opened =
+            client_of(plain, name).and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target));
         Some(opened.map(|o| {
             let o = Arc::new(o);
             e.opened = Some(o.clone());
@@ -191,13 +226,11 @@ pub fn open(arg: &str) -> Result<RemoteInput> {
     if arg.starts_with("https://") {
         return open_https(arg);
     }
-    let why = if arg.starts_with("http://") {
-        "plain http is not read (use https)"
-    } else {
-        "s3:// inputs are not read by this build yet"
-    };
+    if arg.starts_with("s3://") {
+        return s3::open(arg);
+    }
     Err(Error::Usage(format!(
-        "{}: {why}",
+        "{}: plain http is not read (use https)",
         weightport_core::sanitize(arg)
     )))
 }
@@ -249,6 +282,7 @@ fn open_https(arg: &str) -> Result<RemoteInput> {
         url: arg.to_string(),
         token: None,
         expect: Expect::default(),
+        sign: None,
     };
     stand_in(&path, shown_url(arg), target)?;
     Ok(RemoteInput {
@@ -383,6 +417,7 @@ impl HubView {
                 len: f.size,
                 commit: Some(self.commit.clone()),
             },
+            sign: None,
         };
         (shown, t)
     }
@@ -395,21 +430,30 @@ impl HubView {
     /// Fetches `f` whole into `path`, checked against its listed size and LFS sha256.
     fn whole(&self, path: &Path, f: &Sibling) -> Result<()> {
         let (shown, t) = self.target(f);
-        let o = RemoteObject::open(&self.client, path, &shown, &t)?;
-        let mut bytes = vec![0u8; o.len() as usize];
-        o.read_at(0, &mut bytes)?;
-        if let Some(want) = &f.lfs_sha256 {
-            let got = format!("{:x}", Sha256::digest(&bytes));
-            if !got.eq_ignore_ascii_case(want) {
-                return Err(Error::io(
-                    path,
-                    "fetch",
-                    std::io::Error::other(format!(
-                        "{shown}: sha256 {got}, but the Hub lists {want}"
-                    )),
-                ));
-            }
-        }
-        std::fs::write(path, &bytes).map_err(|e| Error::io(path, "write", e))
+        fetch_whole(&self.client, path, &shown, &t, f.lfs_sha256.as_deref())
     }
+}
+
+/// Fetches `t` whole into `path` (checked against its listed size and, given one, the sha256).
+fn fetch_whole(
+    client: &Client,
+    path: &Path,
+    shown: &str,
+    t: &Target,
+    sha256: Option<&str>,
+) -> Result<()> {
+    let o = RemoteObject::open(client, path, shown, t)?;
+    let mut bytes = vec![0u8; o.len() as usize];
+    o.read_at(0, &mut bytes)?;
+    if let Some(want) = sha256 {
+        let got = format!("{:x}", Sha256::digest(&bytes));
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(Error::io(
+                path,
+                "fetch",
+                std::io::Error::other(format!("{shown}: sha256 {got}, but the Hub lists {want}")),
+            ));
+        }
+    }
+    std::fs::write(path, &bytes).map_err(|e| Error::io(path, "write", e))
 }

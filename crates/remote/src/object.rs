@@ -42,14 +42,31 @@ pub(crate) struct Expect {
     pub(crate) commit: Option<String>,
 }
 
+/// Makes the URL of each request afresh: S3's presigned SigV4 URLs (the signature in the query,
+/// which messages never show) expire, so every request is signed when it is made.
+pub(crate) trait Sign: Send + Sync + std::fmt::Debug {
+    fn url(&self) -> String;
+}
+
 /// Where the object is and how to ask for it.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    /// The URL asked first (a Hub `/resolve/` URL, or the file's own).
+    /// The URL asked first (a Hub `/resolve/` URL, or the file's own; S3's, unsigned).
     pub(crate) url: String,
     /// The Hub token, for its own host only.
     pub(crate) token: Option<Token>,
     pub(crate) expect: Expect,
+    /// When set, every request goes to the URL it makes instead (no redirect is kept).
+    pub(crate) sign: Option<std::sync::Arc<dyn Sign>>,
+}
+
+impl Target {
+    /// The URL of the next request.
+    fn request_url(&self) -> String {
+        self.sign
+            .as_ref()
+            .map_or_else(|| self.url.clone(), |s| s.url())
+    }
 }
 
 /// An opened remote object (see the module docs).
@@ -62,6 +79,7 @@ pub(crate) struct RemoteObject {
     token: Option<Token>,
     /// Where ranged reads go: the URL after redirects.
     url: String,
+    sign: Option<std::sync::Arc<dyn Sign>>,
     len: u64,
     etag: String,
     identity: Identity,
@@ -135,7 +153,7 @@ struct First {
 
 fn first_request(client: &Client, t: &Target) -> std::result::Result<First, Failure> {
     let range = ("range", format!("bytes=0-{}", FIRST_READ - 1));
-    let (resp, url, hub) = client.get(&t.url, &[range], t.token.as_ref())?;
+    let (resp, url, hub) = client.get(&t.request_url(), &[range], t.token.as_ref())?;
     let etag = header_str(&resp, "etag").map(str::to_string);
     let (len, body) = match resp.status() {
         StatusCode::PARTIAL_CONTENT => {
@@ -243,6 +261,7 @@ impl RemoteObject {
             client: client.clone(),
             token: t.token.clone(),
             url: first.url,
+            sign: t.sign.clone(),
             len: first.len,
             identity: Identity::Object {
                 etag,
@@ -262,7 +281,11 @@ impl RemoteObject {
             ("range", format!("bytes={offset}-{end}")),
             ("if-match", self.etag.clone()),
         ];
-        let (resp, url, _) = match self.client.get(&self.url, &headers, self.token.as_ref()) {
+        let url = self
+            .sign
+            .as_ref()
+            .map_or_else(|| self.url.clone(), |s| s.url());
+        let (resp, url, _) = match self.client.get(&url, &headers, self.token.as_ref()) {
             Ok(r) => r,
             Err(f) => return (0, Some(f)),
         };

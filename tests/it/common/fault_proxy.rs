@@ -1,7 +1,10 @@
-//! A TLS-terminating proxy between weightport and nginx that injects faults: connections
-//! dropped before an answer, 500 and 503 answers, bodies cut in half, stalls longer than the
-//! client's timeout. One request per connection (it answers `Connection: close`); its faults
-//! come from a seeded generator, so a run is reproducible. Stopped on drop (its threads end).
+//! A proxy between weightport and a server (nginx's plain listener, s3s-fs) that injects faults:
+//! connections dropped before an answer, 500 and 503 answers, bodies cut in half, stalls longer
+//! than the client's timeout. TLS-terminating ([`FaultProxy::start`]) or plain http
+//! ([`FaultProxy::start_plain`]); the request head is forwarded unchanged (its `Host` too, so a
+//! SigV4 signature made for the proxy's address still verifies). One request per connection (it
+//! answers `Connection: close`); its faults come from a seeded generator, so a run is
+//! reproducible. Stopped on drop (its threads end).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -130,7 +133,20 @@ impl FaultProxy {
     /// Listens on 127.0.0.1 and 127.0.0.2 at `port` with the certificate in `dir`, forwarding to
     /// nginx's plain listener at 127.0.0.1:`upstream`.
     pub(crate) fn start(dir: &Path, port: u16, upstream: u16, mode: Mode) -> FaultProxy {
-        let config = tls_config(dir);
+        Self::start_with(Some(tls_config(dir)), port, upstream, mode)
+    }
+
+    /// The same over plain http (for s3s-fs, which serves http).
+    pub(crate) fn start_plain(port: u16, upstream: u16, mode: Mode) -> FaultProxy {
+        Self::start_with(None, port, upstream, mode)
+    }
+
+    fn start_with(
+        config: Option<Arc<rustls::ServerConfig>>,
+        port: u16,
+        upstream: u16,
+        mode: Mode,
+    ) -> FaultProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let seed = match mode {
             Mode::Random { seed, .. } => seed | 1,
@@ -167,7 +183,7 @@ fn accept_loop(
     l: TcpListener,
     stop: &AtomicBool,
     shared: &Arc<Mutex<Shared>>,
-    config: &Arc<rustls::ServerConfig>,
+    config: &Option<Arc<rustls::ServerConfig>>,
     upstream: u16,
 ) {
     let mut handlers = Vec::new();
@@ -213,24 +229,40 @@ fn forward(head: &str, upstream: u16) -> std::io::Result<Vec<u8>> {
 fn serve(
     tcp: TcpStream,
     shared: &Mutex<Shared>,
-    config: Arc<rustls::ServerConfig>,
+    config: Option<Arc<rustls::ServerConfig>>,
     upstream: u16,
 ) -> std::io::Result<()> {
     tcp.set_nonblocking(false)?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let Some(config) = config else {
+        let mut tcp = tcp;
+        return exchange(&mut tcp, shared, upstream);
+    };
     let conn = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let head = read_head(&mut tls)?;
+    if exchange(&mut tls, shared, upstream).is_ok() {
+        tls.conn.send_close_notify();
+    }
+    tls.flush()
+}
+
+/// One request read from `s`, answered with a fault or with the upstream's answer.
+fn exchange(
+    s: &mut (impl Read + Write),
+    shared: &Mutex<Shared>,
+    upstream: u16,
+) -> std::io::Result<()> {
+    let head = read_head(s)?;
     let fault = shared.lock().unwrap().decide(&head);
     match fault {
-        Fault::Drop => return Ok(()),
+        Fault::Drop => return Err(std::io::ErrorKind::ConnectionAborted.into()),
         Fault::Stall => {
             std::thread::sleep(Duration::from_millis(2500));
-            return Ok(());
+            return Err(std::io::ErrorKind::TimedOut.into());
         }
         Fault::Status(code) => {
             write!(
-                tls,
+                s,
                 "HTTP/1.1 {code} Fault\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )?;
         }
@@ -244,13 +276,12 @@ fn serve(
                 Fault::Truncate if answer.len() > body_at => body_at + (answer.len() - body_at) / 2,
                 _ => answer.len(),
             };
-            tls.write_all(&answer[..keep])?;
+            s.write_all(&answer[..keep])?;
             if keep < answer.len() {
-                tls.flush()?;
-                return Ok(());
+                s.flush()?;
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
         }
     }
-    tls.conn.send_close_notify();
-    tls.flush()
+    s.flush()
 }

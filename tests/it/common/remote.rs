@@ -1,0 +1,86 @@
+//! What the remote-input tests share (tests/it/remote_hub.rs, tests/it/remote_s3.rs): comparing
+//! a conversion of a remote input with the same conversion of the local files, byte for byte.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Mutex;
+
+/// Held by a test that sets the process's environment (the endpoint, credentials and CA) to open
+/// a remote input in-process: the HTTP clients are made once per process from it.
+pub(crate) static IN_PROCESS_ENV: Mutex<()> = Mutex::new(());
+
+/// A port free on 127.0.0.1 now.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Panics with `what` and the stderr unless `out` succeeded.
+pub(crate) fn ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `convert INPUT -o OUT ARGS…`.
+pub(crate) fn convert_args<'a>(input: &'a str, out: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    [&["convert", input, "-o", out.to_str().unwrap()][..], args].concat()
+}
+
+/// Converts `remote` and `local` with the same `args` through `wp` (weightport with the
+/// server's environment), into `tmp/remote/OUT` and `tmp/local/OUT`; both outputs must be the
+/// same bytes (every file of an output directory). Returns the remote output's path.
+pub(crate) fn same_as_local(
+    wp: &dyn Fn(&[&str]) -> Output,
+    tmp: &Path,
+    remote: &str,
+    local: &Path,
+    out: &str,
+    args: &[&str],
+) -> PathBuf {
+    let (a, b) = (tmp.join("remote").join(out), tmp.join("local").join(out));
+    std::fs::create_dir_all(a.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(b.parent().unwrap()).unwrap();
+    ok(&wp(&convert_args(remote, &a, args)), remote);
+    let l = local.to_str().unwrap();
+    ok(&wp(&convert_args(l, &b, args)), l);
+    assert!(
+        tree_bytes(&a) == tree_bytes(&b),
+        "{remote}: differs from the conversion of {l}"
+    );
+    a
+}
+
+/// A file's bytes, or a directory's files and their bytes.
+pub(crate) fn tree_bytes(p: &Path) -> Vec<(String, Vec<u8>)> {
+    if p.is_file() {
+        return vec![(String::new(), std::fs::read(p).unwrap())];
+    }
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|f| {
+            (
+                f.file_name().unwrap().to_string_lossy().into(),
+                std::fs::read(&f).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Files in `dir` (a conversion's output directory): nothing partial or temporary may remain.
+pub(crate) fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
