@@ -20,8 +20,28 @@ use std::process::{Child, Command, Output, Stdio};
 const KEY_ID: &str = "WPTESTKEYID0123456789";
 const SECRET: &str = "wp/test+Secret0123456789abcdefghijklmnopq";
 
+/// In CI s3s-fs may still be building in the background: `.ci/run` names its log
+/// (`WEIGHTPORT_S3S_PENDING`), whose last line says `s3s-fs built …` or `s3s-fs failed: WHY`.
+/// Waits for that line (at most 20 minutes) and returns the reason it failed, if it did.
+fn wait_for_background_build() -> Option<String> {
+    let log = std::env::var_os("WEIGHTPORT_S3S_PENDING")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20 * 60);
+    while std::time::Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.starts_with("s3s-fs ")) {
+            return l.strip_prefix("s3s-fs failed: ").map(str::to_string);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("s3s-fs's background build did not finish in 20 minutes");
+}
+
 /// s3s-fs: `WEIGHTPORT_S3S_FS`, else `$CARGO_HOME/bin` or `~/.cargo/bin`; or why not.
 fn s3s_fs() -> Option<PathBuf> {
+    if let Some(why) = wait_for_background_build() {
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
