@@ -29,9 +29,10 @@ fn refuse(what: &str) -> Error {
     ))
 }
 
-/// Lays out every remote input of `cmd` (convert, inspect, verify) and points the command at
-/// the views; the returned inputs must live until the command is done. Other commands given a
-/// remote input are refused.
+/// Lays out every remote input of `cmd` (convert, inspect, verify, scan) and points the
+/// command at the views; the returned inputs must live until the command is done. Other
+/// commands given a remote input are refused. A scan's view holds every file under the
+/// address (its notes are files not scanned, which `scan` reports as unread).
 pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
     match cmd {
@@ -55,7 +56,12 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
                 localize_one(p, &mut held)?;
             }
         }
-        Command::Scan(a) if is_remote(&a.input) => return Err(refuse("scan")),
+        Command::Scan(a) if is_remote(&a.input) => {
+            weightport_remote::install();
+            let r = weightport_remote::open_for_scan(&a.input.to_string_lossy())?;
+            a.input = r.path.clone();
+            held.push(r);
+        }
         _ => {}
     }
     Ok(held)

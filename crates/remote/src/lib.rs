@@ -24,6 +24,7 @@
 mod fetch;
 mod hub;
 mod object;
+mod sparse;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -106,6 +107,8 @@ struct Entry {
     shown: String,
     target: Target,
     opened: Option<Arc<RemoteObject>>,
+    /// Read in small pieces ([`sparse::Sparse`]): a scan's view.
+    sparse: bool,
 }
 
 fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
@@ -128,14 +131,20 @@ impl RemoteFiles {
     fn remote(&self, name: &Path) -> Option<Result<Arc<dyn ByteSource>>> {
         let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
         let e = t.get_mut(name)?;
-        if let Some(o) = &e.opened {
-            return Some(Ok(o.clone()));
-        }
-        let opened = client(name).and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target));
-        Some(opened.map(|o| {
-            let o = Arc::new(o);
-            e.opened = Some(o.clone());
-            o as Arc<dyn ByteSource>
+        let sparse = e.sparse;
+        let o = match &e.opened {
+            Some(o) => Ok(o.clone()),
+            None => client(name)
+                .and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target))
+                .map(|o| {
+                    let o = Arc::new(o);
+                    e.opened = Some(o.clone());
+                    o
+                }),
+        };
+        Some(o.map(|o| match sparse {
+            true => Arc::new(sparse::Sparse::new(o)) as Arc<dyn ByteSource>,
+            false => o as Arc<dyn ByteSource>,
         }))
     }
 }
@@ -183,13 +192,35 @@ impl Drop for RemoteInput {
     }
 }
 
+/// How a view is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// For the readers: the files of one directory, small ones fetched whole, weights ranged.
+    Convert,
+    /// For `scan`: every file under the address, subdirectories included, each read by
+    /// ranges in small pieces, whatever its name or size (the scan tells files apart by
+    /// content). A file that cannot be laid out is a note: the scan reports it unread.
+    Scan,
+}
+
 /// Opens the remote input `arg` (see the module docs).
 pub fn open(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Convert)
+}
+
+/// Opens the remote input `arg` for `scan`: every file under it (subdirectories included) is
+/// a stand-in read by ranges in small pieces, so a scan reads the bytes it audits and no
+/// others. Each of [`RemoteInput::notes`] is then a file not laid out, so not scanned.
+pub fn open_for_scan(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Scan)
+}
+
+fn open_as(arg: &str, mode: Mode) -> Result<RemoteInput> {
     if arg.starts_with("hf://") {
-        return open_hub(arg);
+        return open_hub(arg, mode);
     }
     if arg.starts_with("https://") {
-        return open_https(arg);
+        return open_https(arg, mode);
     }
     let why = if arg.starts_with("http://") {
         "plain http is not read (use https)"
@@ -220,12 +251,13 @@ fn safe_name(n: &str) -> bool {
 }
 
 /// Registers an empty stand-in at `path` for `target`.
-fn stand_in(path: &Path, shown: String, target: Target) -> Result<()> {
+fn stand_in(path: &Path, shown: String, target: Target, sparse: bool) -> Result<()> {
     std::fs::write(path, b"").map_err(|e| Error::io(path, "create", e))?;
     let entry = Entry {
         shown,
         target,
         opened: None,
+        sparse,
     };
     table()
         .lock()
@@ -234,7 +266,7 @@ fn stand_in(path: &Path, shown: String, target: Target) -> Result<()> {
     Ok(())
 }
 
-fn open_https(arg: &str) -> Result<RemoteInput> {
+fn open_https(arg: &str, mode: Mode) -> Result<RemoteInput> {
     let no_query = arg.split(['?', '#']).next().unwrap_or_default();
     let name = no_query.rsplit('/').next().unwrap_or_default();
     if !safe_name(name) || no_query.trim_start_matches("https://").find('/').is_none() {
@@ -250,7 +282,7 @@ fn open_https(arg: &str) -> Result<RemoteInput> {
         token: None,
         expect: Expect::default(),
     };
-    stand_in(&path, shown_url(arg), target)?;
+    stand_in(&path, shown_url(arg), target, mode == Mode::Scan)?;
     Ok(RemoteInput {
         path,
         shown: shown_url(arg),
@@ -267,7 +299,10 @@ enum Placement {
     LeftOut(&'static str),
 }
 
-fn placement(s: &Sibling) -> Placement {
+fn placement(s: &Sibling, mode: Mode) -> Placement {
+    if mode == Mode::Scan {
+        return Placement::Ranged;
+    }
     let lower = s.path.to_ascii_lowercase();
     if RANGED.iter().any(|e| lower.ends_with(e)) {
         Placement::Ranged
@@ -280,7 +315,13 @@ fn placement(s: &Sibling) -> Placement {
     }
 }
 
-fn open_hub(arg: &str) -> Result<RemoteInput> {
+/// Whether a listed path below the view's directory is laid out in this mode: a file of the
+/// directory itself, or (scanning) of any directory under it.
+fn under(rest: &str, mode: Mode) -> bool {
+    mode == Mode::Scan || !rest.contains('/')
+}
+
+fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
     let r = HubRef::parse(arg)?;
     let endpoint = hub::endpoint();
     let token = hub::token(&endpoint);
@@ -300,10 +341,10 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
     let here: Vec<&Sibling> = listing
         .files
         .iter()
-        .filter(|f| {
-            f.path
-                .strip_prefix(&prefix)
-                .is_some_and(|n| !n.contains('/'))
+        .filter(|f| match (is_file, mode) {
+            // A file scanned is that file; a file converted brings its directory's companions.
+            (true, Mode::Scan) => f.path == r.path,
+            _ => f.path.strip_prefix(&prefix).is_some_and(|n| under(n, mode)),
         })
         .collect();
     if here.is_empty() {
@@ -329,20 +370,25 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
         token,
         r: r.clone(),
         commit: listing.commit.clone(),
+        sparse: mode == Mode::Scan,
     };
     let mut notes = Vec::new();
     for f in here {
         let name = &f.path[prefix.len()..];
-        if !safe_name(name) {
+        if !name.split('/').all(safe_name) {
             notes.push(format!(
                 "{}: a file name not laid out locally; not read",
                 weightport_core::sanitize(&f.path)
             ));
             continue;
         }
-        match placement(f) {
-            Placement::Ranged => ctx.ranged(&root.join(name), f)?,
-            Placement::Whole => ctx.whole(&root.join(name), f)?,
+        let at = root.join(name);
+        if let Some(parent) = at.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, "create", e))?;
+        }
+        match placement(f, mode) {
+            Placement::Ranged => ctx.ranged(&at, f)?,
+            Placement::Whole => ctx.whole(&at, f)?,
             Placement::LeftOut(why) => notes.push(format!(
                 "{}: {why}; not read",
                 weightport_core::sanitize(&f.path)
@@ -370,6 +416,7 @@ struct HubView {
     token: Option<Token>,
     r: HubRef,
     commit: String,
+    sparse: bool,
 }
 
 impl HubView {
@@ -389,7 +436,7 @@ impl HubView {
 
     fn ranged(&self, path: &Path, f: &Sibling) -> Result<()> {
         let (shown, t) = self.target(f);
-        stand_in(path, shown, t)
+        stand_in(path, shown, t, self.sparse)
     }
 
     /// Fetches `f` whole into `path`, checked against its listed size and LFS sha256.
