@@ -23,10 +23,23 @@ fn localize_one(p: &mut PathBuf, held: &mut Vec<RemoteInput>) -> Result<(), Erro
     Ok(())
 }
 
-fn refuse(what: &str) -> Error {
-    Error::Usage(format!(
-        "{what} is not available for a remote input in this build"
-    ))
+/// An attestation records each remote file's published sha256 (the Hub's LFS sha256); a file
+/// without one would have to be downloaded whole a second time to be hashed, so the
+/// attestation is refused before anything is converted.
+fn attestable(held: &[RemoteInput]) -> Result<(), Error> {
+    let missing: Vec<String> = held.iter().flat_map(|r| r.without_digest()).collect();
+    match missing.first() {
+        None => Ok(()),
+        Some(first) => Err(Error::Usage(format!(
+            "--attest: {first}{} has no sha256 published by its server (the Hub lists one for \
+             LFS files only), and weightport does not download a file a second time to hash \
+             it: attest the conversion of a local copy",
+            match missing.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            }
+        ))),
+    }
 }
 
 /// Lays out every remote input of `cmd` (convert, inspect, verify, scan) and points the
@@ -37,16 +50,11 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
     match cmd {
         Command::Convert(a) => {
-            if a.inputs.iter().any(|p| is_remote(p)) {
-                if a.attest.is_some() {
-                    return Err(refuse("an attestation"));
-                }
-                if a.report.is_some() {
-                    return Err(refuse("a quality report"));
-                }
-            }
             for p in &mut a.inputs {
                 localize_one(p, &mut held)?;
+            }
+            if a.attest.is_some() {
+                attestable(&held)?;
             }
         }
         Command::Inspect(a) => localize_one(&mut a.input, &mut held)?,

@@ -222,3 +222,102 @@ fn remote_scan_verdicts_equal_the_local_ones() {
     assert_eq!(local.status.code(), Some(3));
     assert_eq!(verdicts(&json_of(&remote)), verdicts(&json_of(&local)));
 }
+
+fn sha256_of(p: &Path) -> String {
+    common::hub::sha256_hex(&std::fs::read(p).unwrap())
+}
+
+/// `--attest` of an `hf://` conversion: each material is named by its address at the resolved
+/// commit, with the sha256 of the file's bytes (the LFS sha256 the Hub lists for weights,
+/// the fetched bytes' for the small files), checked here against the fixtures' own bytes; the
+/// subjects are the local conversion's, and `verify --attestation` accepts the output.
+/// `--report` is written too.
+#[test]
+fn attest_of_a_hub_conversion_records_addresses_commit_and_digests() {
+    let Some(nginx) = tools() else { return };
+    let local_dir = fixtures().join("good/hf_repo_sharded");
+    let hub = Hub::start(
+        &nginx,
+        &[common::hub::repo("sharded", "good/hf_repo_sharded")],
+    );
+    let commit = common::hub::commit_of("sharded");
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, st) = (tmp.path().join("out"), tmp.path().join("st.json"));
+    let (lout, lst) = (tmp.path().join("lout"), tmp.path().join("lst.json"));
+    let report = tmp.path().join("q.html");
+    let o = hub.wp(&[
+        "convert",
+        "hf://org/sharded",
+        "-o",
+        out.to_str().unwrap(),
+        "--attest",
+        st.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    common::hub::ok(&o, "convert --attest");
+    assert!(report.is_file());
+    let l = common::wp(&[
+        "convert",
+        local_dir.to_str().unwrap(),
+        "-o",
+        lout.to_str().unwrap(),
+        "--attest",
+        lst.to_str().unwrap(),
+    ]);
+    common::hub::ok(&l, "local convert --attest");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&st).unwrap()).unwrap();
+    let ldoc: Value = serde_json::from_slice(&std::fs::read(&lst).unwrap()).unwrap();
+    assert_eq!(doc["subject"], ldoc["subject"]);
+    let materials = doc["predicate"]["materials"].as_array().unwrap();
+    assert_eq!(
+        materials.len(),
+        ldoc["predicate"]["materials"].as_array().unwrap().len()
+    );
+    for m in materials {
+        let name = m["name"].as_str().unwrap();
+        let file = name
+            .strip_prefix(&format!("hf://org/sharded@{commit}/"))
+            .unwrap_or_else(|| panic!("material {name}: not named by its address and commit"));
+        assert_eq!(
+            m["digest"]["sha256"].as_str().unwrap(),
+            sha256_of(&local_dir.join(file)),
+            "{name}"
+        );
+    }
+    assert!(!String::from_utf8_lossy(&std::fs::read(&st).unwrap()).contains("weightport-remote."));
+    let v = common::wp(&[
+        "verify",
+        "--attestation",
+        st.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
+    common::hub::ok(&v, "verify --attestation");
+}
+
+/// An `https://` file has no published sha256: `--attest` is refused before anything is read
+/// past the first answer or written, with a message that names the URL without its query.
+#[test]
+fn attest_of_a_file_without_a_published_digest_is_refused() {
+    let Some(nginx) = tools() else { return };
+    let hub = Hub::start(&nginx, &[]);
+    let st = fixtures().join("good/safetensors/llama_tiny.safetensors");
+    let url = format!("{}?X-Amz-Signature=secret123", hub.plain(&st));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o.safetensors");
+    let att = tmp.path().join("st.json");
+    let o = hub.wp(&[
+        "convert",
+        &url,
+        "-o",
+        out.to_str().unwrap(),
+        "--attest",
+        att.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no sha256 published"), "{err}");
+    assert!(err.contains("/plain/llama_tiny.safetensors"), "{err}");
+    assert!(!err.contains("secret123"), "{err}");
+    assert!(!out.exists() && !att.exists());
+}

@@ -111,6 +111,43 @@ struct Entry {
     sparse: bool,
 }
 
+/// What an attestation records of a view's file: its remote address and its sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Material {
+    /// The address as shown (`hf://ORG/REPO@COMMIT/PATH`, or the URL without its query).
+    pub shown: String,
+    /// The sha256 of the whole file, hex: the Hub's LFS sha256 for a file read by ranges (the
+    /// Hub's claim, checked when a file is read whole), the bytes' own for a file fetched whole
+    /// into the view; `None` where the server publishes none (an `https://` file, a Hub file
+    /// outside LFS read by ranges).
+    pub sha256: Option<String>,
+}
+
+fn materials() -> &'static Mutex<HashMap<PathBuf, Material>> {
+    static M: OnceLock<Mutex<HashMap<PathBuf, Material>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+fn record(path: &Path, shown: &str, sha256: Option<String>) {
+    let m = Material {
+        shown: shown.to_string(),
+        sha256,
+    };
+    materials()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(path.to_path_buf(), m);
+}
+
+/// The remote file a view's path stands for (`None`: not a file of an open view).
+pub fn material(path: &Path) -> Option<Material> {
+    materials()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(path)
+        .cloned()
+}
+
 fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
     static T: OnceLock<Mutex<HashMap<PathBuf, Entry>>> = OnceLock::new();
     T.get_or_init(Default::default)
@@ -184,11 +221,29 @@ pub struct RemoteInput {
     view: tempfile::TempDir,
 }
 
+impl RemoteInput {
+    /// The addresses of this input's files that have no published sha256 (see
+    /// [`Material::sha256`]), sorted.
+    pub fn without_digest(&self) -> Vec<String> {
+        let root = self.view.path();
+        let m = materials().lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<String> = m
+            .iter()
+            .filter(|(p, m)| p.starts_with(root) && m.sha256.is_none())
+            .map(|(_, m)| m.shown.clone())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 impl Drop for RemoteInput {
     fn drop(&mut self) {
         let root = self.view.path().to_path_buf();
         let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
         t.retain(|p, _| !p.starts_with(&root));
+        let mut m = materials().lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|p, _| !p.starts_with(&root));
     }
 }
 
@@ -283,6 +338,7 @@ fn open_https(arg: &str, mode: Mode) -> Result<RemoteInput> {
         expect: Expect::default(),
     };
     stand_in(&path, shown_url(arg), target, mode == Mode::Scan)?;
+    record(&path, &shown_url(arg), None);
     Ok(RemoteInput {
         path,
         shown: shown_url(arg),
@@ -436,6 +492,7 @@ impl HubView {
 
     fn ranged(&self, path: &Path, f: &Sibling) -> Result<()> {
         let (shown, t) = self.target(f);
+        record(path, &shown, f.lfs_sha256.clone());
         stand_in(path, shown, t, self.sparse)
     }
 
@@ -445,8 +502,9 @@ impl HubView {
         let o = RemoteObject::open(&self.client, path, &shown, &t)?;
         let mut bytes = vec![0u8; o.len() as usize];
         o.read_at(0, &mut bytes)?;
+        let got = format!("{:x}", Sha256::digest(&bytes));
+        record(path, &shown, Some(got.clone()));
         if let Some(want) = &f.lfs_sha256 {
-            let got = format!("{:x}", Sha256::digest(&bytes));
             if !got.eq_ignore_ascii_case(want) {
                 return Err(Error::io(
                     path,
