@@ -10,11 +10,20 @@ use crate::args::Command;
 
 /// Replaces `p` by its view's path when it is remote; the opened input is kept in `held`.
 fn localize_one(p: &mut PathBuf, held: &mut Vec<RemoteInput>) -> Result<(), Error> {
+    localize_as(p, held, weightport_remote::open)
+}
+
+/// [`localize_one`], laying the view out with `open`.
+fn localize_as(
+    p: &mut PathBuf,
+    held: &mut Vec<RemoteInput>,
+    open: fn(&str) -> Result<RemoteInput, Error>,
+) -> Result<(), Error> {
     if !is_remote(p) {
         return Ok(());
     }
     weightport_remote::install();
-    let r = weightport_remote::open(&p.to_string_lossy())?;
+    let r = open(&p.to_string_lossy())?;
     for n in &r.notes {
         eprintln!("weightport: {}: {n}", r.shown);
     }
@@ -50,8 +59,13 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
     match cmd {
         Command::Convert(a) => {
+            // A dry run reads headers only: in small pieces, not the conversion's blocks.
+            let open = match a.dry_run {
+                true => weightport_remote::open_for_plan,
+                false => weightport_remote::open,
+            };
             for p in &mut a.inputs {
-                localize_one(p, &mut held)?;
+                localize_as(p, &mut held, open)?;
             }
             if a.attest.is_some() {
                 attestable(&held)?;

@@ -25,6 +25,11 @@ fn bytes_sent(hub: &Hub) -> u64 {
 /// Builds the 1 GiB torch `.bin` of `fixtures/good/big_bin` (real torch's members, its two
 /// 512 MiB storages as zeros) with Python's zipfile into `dir`; `None` without python3.
 fn big_bin(dir: &Path) -> Option<PathBuf> {
+    big_bin_from(&fixtures().join("good/big_bin"), dir)
+}
+
+/// [`big_bin`] from the skeleton in `skeleton`.
+fn big_bin_from(skeleton: &Path, dir: &Path) -> Option<PathBuf> {
     let out = dir.join("pytorch_model.bin");
     let script = r#"
 import json, os, sys, zipfile
@@ -43,7 +48,7 @@ with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
     let py = std::env::var("WEIGHTPORT_PYTHON").unwrap_or_else(|_| "python3".into());
     let st = Command::new(py)
         .args(["-c", script])
-        .arg(fixtures().join("good/big_bin"))
+        .arg(skeleton)
         .arg(&out)
         .status();
     match st {
@@ -320,4 +325,173 @@ fn attest_of_a_file_without_a_published_digest_is_refused() {
     assert!(err.contains("/plain/llama_tiny.safetensors"), "{err}");
     assert!(!err.contains("secret123"), "{err}");
     assert!(!out.exists() && !att.exists());
+}
+
+/// `[start, end)` of each storage record's bytes in the torch ZIP `bin`.
+fn storage_spans(bin: &Path) -> Vec<(u64, u64)> {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(bin).unwrap()).unwrap();
+    let mut v = Vec::new();
+    for i in 0..z.len() {
+        let f = z.by_index_raw(i).unwrap();
+        let name = f.name().unwrap().to_string();
+        if name.contains("/data/") && !name.ends_with(".pkl") {
+            let start = f.data_start().unwrap();
+            v.push((start, start + f.compressed_size()));
+        }
+    }
+    v
+}
+
+/// Bytes of the storages that ranged reads of an LFS object asked for, the first read (the
+/// Hub client's fixed `bytes=0-100000`, asked before anything is known of the file) aside.
+fn storage_bytes_asked(hub: &Hub, spans: &[(u64, u64)]) -> u64 {
+    let mut total = 0;
+    for l in hub.log().iter().filter(|l| l.contains("/lfs/")) {
+        let Some(r) = l.split("\"bytes=").nth(1).and_then(|r| r.split('"').next()) else {
+            continue;
+        };
+        let (a, b) = r.split_once('-').unwrap();
+        let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse::<u64>().unwrap() + 1);
+        if a == 0 && b == 100_001 {
+            continue;
+        }
+        for &(s, e) in spans {
+            total += e.min(b).saturating_sub(s.max(a));
+        }
+    }
+    total
+}
+
+/// The skeleton of `fixtures/good/big_bin` with the pickle of a hostile fixture (an
+/// `os.system` global) as its `data.pkl`, in `dir`.
+fn evil_skeleton(dir: &Path) -> PathBuf {
+    let skel = dir.join("evil_skeleton");
+    std::fs::create_dir_all(&skel).unwrap();
+    for e in std::fs::read_dir(fixtures().join("good/big_bin")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, skel.join(p.file_name().unwrap())).unwrap();
+    }
+    let f = std::fs::File::open(fixtures().join("hostile/pickle/01_rce_global_os_system.pt"));
+    let mut z = zip::ZipArchive::new(f.unwrap()).unwrap();
+    let mut pkl = Vec::new();
+    std::io::Read::read_to_end(&mut z.by_name("archive/data.pkl").unwrap(), &mut pkl).unwrap();
+    std::fs::write(skel.join("pytorch_model__data.pkl"), pkl).unwrap();
+    skel
+}
+
+/// `convert --dry-run` of a 1 GiB `.bin` on the Hub plans, or refuses (a pickle global, an
+/// architecture it does not convert to GGUF, not enough disk), having asked for none of the
+/// storages' bytes beyond the slack of the small pieces that hold the ZIP's headers: checked on
+/// nginx's access log against the storages' offsets in the file.
+#[test]
+fn dry_run_plans_and_refuses_before_reading_weights() {
+    let Some(nginx) = tools() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = big_bin(dir.path()) else {
+        return;
+    };
+    let evil_dir = dir.path().join("evil");
+    std::fs::create_dir_all(&evil_dir).unwrap();
+    let evil = big_bin_from(&evil_skeleton(dir.path()), &evil_dir).unwrap();
+    let arch_dir = dir.path().join("arch");
+    std::fs::create_dir_all(&arch_dir).unwrap();
+    let config = arch_dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["NoSuchModelForCausalLM"], "model_type": "no_such"}"#,
+    )
+    .unwrap();
+    let hub = Hub::start(
+        &nginx,
+        &[
+            Repo {
+                name: "big",
+                files: vec![bin.clone()],
+            },
+            Repo {
+                name: "evil",
+                files: vec![evil.clone()],
+            },
+            Repo {
+                name: "arch",
+                files: vec![config, bin.clone()],
+            },
+        ],
+    );
+    let spans = storage_spans(&bin);
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let cases: Vec<(&str, Vec<String>, Option<i32>, &str)> = vec![
+        (
+            "plan",
+            vec![
+                "hf://org/big".into(),
+                "-o".into(),
+                out.join("a.safetensors").to_string_lossy().into(),
+            ],
+            Some(0),
+            "",
+        ),
+        (
+            "pickle global",
+            vec![
+                "hf://org/evil".into(),
+                "-o".into(),
+                out.join("b.safetensors").to_string_lossy().into(),
+            ],
+            Some(3),
+            "os.system",
+        ),
+        (
+            "architecture",
+            vec![
+                "hf://org/arch".into(),
+                "-o".into(),
+                out.join("c.gguf").to_string_lossy().into(),
+                "--quant".into(),
+                "q4_k_m".into(),
+            ],
+            None,
+            "NoSuchModelForCausalLM",
+        ),
+    ];
+    for (what, args, code, says) in cases {
+        let before = hub.log().len();
+        let mut v = vec!["convert", "--dry-run"];
+        v.extend(args.iter().map(String::as_str));
+        let o = hub.wp(&v);
+        let err = String::from_utf8_lossy(&o.stderr);
+        match code {
+            Some(c) => assert_eq!(o.status.code(), Some(c), "{what}: {err}"),
+            None => assert!(!o.status.success(), "{what}: {err}"),
+        }
+        assert!(err.contains(says), "{what}: {err}");
+        let asked = storage_bytes_asked(&hub, &spans);
+        let lines = hub.log().len() - before;
+        eprintln!("dry run, {what}: {asked} storage bytes asked in total so far, {lines} requests");
+    }
+    // Not enough disk for the 1 GiB output: refused by the plan.
+    if let Some(small) = common::tmpfs::Tmpfs::mount("1m") {
+        let o = small.mnt.join("d.safetensors");
+        let o = hub.wp(&[
+            "convert",
+            "--dry-run",
+            "hf://org/big",
+            "-o",
+            o.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("free space"), "{err}");
+        assert!(small.mnt.read_dir().unwrap().next().is_none());
+    }
+    let asked = storage_bytes_asked(&hub, &spans);
+    eprintln!("dry runs: {asked} bytes of the 1 GiB of storages asked in all");
+    // Each run: at most two 16 KiB pieces holding a header next to a storage.
+    assert!(
+        asked <= 128 << 10,
+        "{asked} bytes of the storages asked: {:?}",
+        hub.log()
+    );
+    assert!(out.read_dir().unwrap().next().is_none());
 }

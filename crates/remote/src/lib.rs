@@ -252,6 +252,9 @@ impl Drop for RemoteInput {
 enum Mode {
     /// For the readers: the files of one directory, small ones fetched whole, weights ranged.
     Convert,
+    /// For a dry run: laid out as for [`Mode::Convert`], weights read in small pieces (it
+    /// reads headers only, and a 4 MiB block would fetch tensor bytes around each).
+    Plan,
     /// For `scan`: every file under the address, subdirectories included, each read by
     /// ranges in small pieces, whatever its name or size (the scan tells files apart by
     /// content). A file that cannot be laid out is a note: the scan reports it unread.
@@ -261,6 +264,12 @@ enum Mode {
 /// Opens the remote input `arg` (see the module docs).
 pub fn open(arg: &str) -> Result<RemoteInput> {
     open_as(arg, Mode::Convert)
+}
+
+/// Opens the remote input `arg` for a dry run: [`open`]'s layout, every weights file read in
+/// small pieces (the headers a plan needs, without the 4 MiB blocks conversions read through).
+pub fn open_for_plan(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Plan)
 }
 
 /// Opens the remote input `arg` for `scan`: every file under it (subdirectories included) is
@@ -337,7 +346,7 @@ fn open_https(arg: &str, mode: Mode) -> Result<RemoteInput> {
         token: None,
         expect: Expect::default(),
     };
-    stand_in(&path, shown_url(arg), target, mode == Mode::Scan)?;
+    stand_in(&path, shown_url(arg), target, mode != Mode::Convert)?;
     record(&path, &shown_url(arg), None);
     Ok(RemoteInput {
         path,
@@ -426,7 +435,7 @@ fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
         token,
         r: r.clone(),
         commit: listing.commit.clone(),
-        sparse: mode == Mode::Scan,
+        sparse: mode != Mode::Convert,
     };
     let mut notes = Vec::new();
     for f in here {

@@ -195,7 +195,8 @@ fn lfs_object(f: &Path, lfs: &Path) -> (String, u64) {
         .expect("sha256sum");
     let sha = String::from_utf8_lossy(&out.stdout)[..64].to_string();
     let at = lfs.join(&sha);
-    if std::fs::hard_link(f, &at).is_err() {
+    // (Served by two repos: already there. A copy onto the link would truncate the file.)
+    if !at.exists() && std::fs::hard_link(f, &at).is_err() {
         std::fs::copy(f, &at).unwrap();
     }
     (sha, len)
