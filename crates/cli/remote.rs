@@ -32,6 +32,27 @@ fn localize_as(
     Ok(())
 }
 
+/// `edit` rewrites its target in place, which a remote file cannot be; its other inputs are
+/// refused too rather than half supported.
+fn edit_is_local(a: &crate::args::EditArgs) -> Result<(), Error> {
+    if is_remote(&a.target) {
+        return Err(Error::Usage(format!(
+            "{}: edit rewrites its target in place, and a remote file cannot be rewritten; \
+             convert it to a local file first (weightport convert {} -o FILE), then edit that",
+            weightport_remote::answers::shown_url(&a.target.to_string_lossy()),
+            weightport_remote::answers::shown_url(&a.target.to_string_lossy()),
+        )));
+    }
+    let others = a.mask.iter().chain(&a.add).chain(&a.apply);
+    if let Some(p) = others.into_iter().find(|p| is_remote(p)) {
+        return Err(Error::Usage(format!(
+            "{}: edit reads its --mask, --add and --apply files locally only",
+            weightport_remote::answers::shown_url(&p.to_string_lossy())
+        )));
+    }
+    Ok(())
+}
+
 /// An attestation records each remote file's published sha256 (the Hub's LFS sha256); a file
 /// without one would have to be downloaded whole a second time to be hashed, so the
 /// attestation is refused before anything is converted.
@@ -51,9 +72,10 @@ fn attestable(held: &[RemoteInput]) -> Result<(), Error> {
     }
 }
 
-/// Lays out every remote input of `cmd` (convert, inspect, verify, scan) and points the
-/// command at the views; the returned inputs must live until the command is done. Other
-/// commands given a remote input are refused. A scan's view holds every file under the
+/// Lays out every remote input of `cmd` (convert, inspect, verify, scan, diff, slice) and
+/// points the command at the views; the returned inputs must live until the command is done.
+/// `edit`, `delta`, `plan` (so `unit`/`finish`) and job files given a remote input are
+/// refused. A scan's view holds every file under the
 /// address (its notes are files not scanned, which `scan` reports as unread).
 pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
@@ -76,6 +98,32 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
             localize_one(&mut a.path, &mut held)?;
             if let Some(p) = &mut a.against {
                 localize_one(p, &mut held)?;
+            }
+        }
+        Command::Diff(a) => {
+            localize_one(&mut a.a, &mut held)?;
+            localize_one(&mut a.b, &mut held)?;
+        }
+        Command::Delta(a) => {
+            if let Some(r) = [&a.old, &a.new].into_iter().find(|p| is_remote(p)) {
+                return Err(Error::Usage(format!(
+                    "{}: delta compares and hashes its two inputs whole, as local files \
+                     (the patch records both files' sha256); convert the remote one to a \
+                     local file first",
+                    weightport_remote::answers::shown_url(&r.to_string_lossy())
+                )));
+            }
+        }
+        Command::Slice(a) => localize_one(&mut a.input, &mut held)?,
+        Command::Edit(a) => edit_is_local(a)?,
+        Command::Plan(a) => {
+            if let Some(r) = a.convert.inputs.iter().find(|p| is_remote(p)) {
+                return Err(Error::Usage(format!(
+                    "plan: {}: a plan's units read local inputs only in this build (a plan \
+                     file would have to pin the commit every unit reads); convert it with \
+                     `weightport convert`",
+                    weightport_remote::answers::shown_url(&r.to_string_lossy())
+                )));
             }
         }
         Command::Scan(a) if is_remote(&a.input) => {

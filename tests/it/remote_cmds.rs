@@ -495,3 +495,153 @@ fn dry_run_plans_and_refuses_before_reading_weights() {
     );
     assert!(out.read_dir().unwrap().next().is_none());
 }
+
+/// `slice` and `diff` of files on the Hub: the slices are numpy's `np.save` bytes
+/// (`fixtures/expected/edit/slice`), the diff's figures numpy's (`expected/edit/diff.json`);
+/// `delta` is refused with a message.
+#[test]
+fn slice_diff_and_delta_read_remote_inputs() {
+    let Some(nginx) = tools() else { return };
+    let edit = fixtures().join("good/edit");
+    let hub = Hub::start(
+        &nginx,
+        &[
+            Repo {
+                name: "base",
+                files: vec![edit.join("base.safetensors")],
+            },
+            Repo {
+                name: "added",
+                files: vec![fixtures().join("expected/edit/add.safetensors")],
+            },
+            common::hub::repo("ft-old", "good/edit/finetune/old"),
+            common::hub::repo("ft-new", "good/edit/finetune/new"),
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let v: Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("expected/edit/slice.json")).unwrap(),
+    )
+    .unwrap();
+    let mut sliced = 0;
+    for c in v["cases"].as_array().unwrap() {
+        if c["input"] != "good/edit/base.safetensors" {
+            continue;
+        }
+        let want = c["expected"].as_str().unwrap();
+        let out = tmp.path().join(format!("s{sliced}-{want}"));
+        let sel = c["sel"].as_str().unwrap();
+        let o = hub.wp(&[
+            "slice",
+            "hf://org/base/base.safetensors",
+            sel,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        common::hub::ok(&o, sel);
+        let expected = fixtures().join("expected/edit/slice").join(want);
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(expected).unwrap(),
+            "{sel}"
+        );
+        sliced += 1;
+    }
+    assert!(sliced >= 3);
+    // diff: numpy's figures for base against add.safetensors.
+    let d: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("expected/edit/diff.json")).unwrap())
+            .unwrap();
+    let pair = d["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["a"] == "good/edit/base.safetensors"
+                && p["b"] == "expected/edit/add.safetensors"
+                && p["atol"].is_null()
+                && p["rtol"].is_null()
+        })
+        .unwrap();
+    let o = hub.wp(&["--json", "diff", "hf://org/base", "hf://org/added"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got = json_of(&o);
+    for t in got["tensors"].as_array().unwrap() {
+        let want = &pair["tensors"][t["name"].as_str().unwrap()];
+        assert_eq!(t["status"], want["status"], "{t}");
+        if want["status"] == "changed" {
+            assert_eq!(t["changed"], want["changed"], "{t}");
+            let (g, w) = (
+                t["max_abs"].as_f64().unwrap(),
+                want["max_abs"].as_f64().unwrap(),
+            );
+            assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{t}");
+        }
+    }
+    // delta hashes both inputs whole as local files: refused, naming the input.
+    let rp = tmp.path().join("r.patch.safetensors");
+    let o = hub.wp(&[
+        "delta",
+        "hf://org/ft-old/model.safetensors",
+        "hf://org/ft-new/model.safetensors",
+        "-o",
+        rp.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("hf://org/ft-old/model.safetensors: delta compares"),
+        "{e}"
+    );
+    assert!(!rp.exists());
+}
+
+/// What cannot take a remote input says so, exit 2, before any request: `edit` (it rewrites
+/// its target in place), a `plan` (its units would need the commit pinned in the plan file),
+/// a job file's input.
+#[test]
+fn edit_plan_and_job_files_refuse_remote_inputs_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = "https://127.0.0.1:9/x/model.safetensors?sig=secret123";
+    let o = common::wp(&["edit", url, "--set", "k=v"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("rewrites its target in place") && e.contains("/x/model.safetensors"),
+        "{e}"
+    );
+    assert!(!e.contains("secret123"), "{e}");
+    let out = tmp.path().join("o.safetensors");
+    let o = common::wp(&[
+        "plan",
+        "hf://org/x",
+        "-o",
+        out.to_str().unwrap(),
+        "--units",
+        "2",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("hf://org/x") && e.contains("local inputs only"),
+        "{e}"
+    );
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\ninput = \"hf://org/x\"\n[[job.output]]\npath = \"o.safetensors\"\n",
+    )
+    .unwrap();
+    let o = common::wp(&["run", job.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("hf://org/x") && e.contains("local inputs only"),
+        "{e}"
+    );
+    assert!(std::fs::read_dir(tmp.path()).unwrap().count() == 1);
+}
