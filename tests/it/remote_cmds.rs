@@ -198,6 +198,15 @@ fn remote_scan_verdicts_equal_the_local_ones() {
         std::fs::copy(p, all.path().join(p.file_name().unwrap())).unwrap();
         served.push(p.clone());
     }
+    // A legacy checkpoint past the first 1 MiB prefix a remote scan reads (3 MiB appended after
+    // its storages): audited over the prefix, it must get the whole file's verdict.
+    let padded_dir = tempfile::tempdir().unwrap();
+    let padded = padded_dir.path().join("legacy_padded.pt");
+    let mut bytes = std::fs::read(fixtures().join("good/pickle/legacy.pt")).unwrap();
+    bytes.resize(bytes.len() + (3 << 20), 0);
+    std::fs::write(&padded, &bytes).unwrap();
+    std::fs::write(all.path().join("legacy_padded.pt"), &bytes).unwrap();
+    served.push(padded);
     let hub = Hub::start(
         &nginx,
         &[Repo {
@@ -221,6 +230,12 @@ fn remote_scan_verdicts_equal_the_local_ones() {
             "{name}"
         );
     }
+    // An https:// file.
+    let p = f.join("pickle/29_legacy_magic_via_eval.pt");
+    let local = common::wp(&["scan", "--json", p.to_str().unwrap()]);
+    let remote = hub.wp(&["scan", "--json", &hub.plain(&p)]);
+    assert_eq!(remote.status.code(), Some(3));
+    assert_eq!(verdicts(&json_of(&remote)), verdicts(&json_of(&local)));
     let local = common::wp(&["scan", "--json", all.path().to_str().unwrap()]);
     let remote = hub.wp(&["scan", "--json", "hf://org/hostile"]);
     assert_eq!(remote.status.code(), Some(3));
