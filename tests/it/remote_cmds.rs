@@ -394,6 +394,34 @@ fn evil_skeleton(dir: &Path) -> PathBuf {
     skel
 }
 
+/// A Hub serving, from files made in `dir`: `org/big` (the 1 GiB `.bin`), `org/evil` (the same
+/// with an `os.system` pickle), `org/arch` (the `.bin` and a config.json of an unknown
+/// architecture). `None` without python3 (outside CI).
+fn dry_run_hub(nginx: &Path, dir: &Path) -> Option<(Hub, PathBuf)> {
+    let bin = big_bin(dir)?;
+    let evil_dir = dir.join("evil");
+    std::fs::create_dir_all(&evil_dir).unwrap();
+    let evil = big_bin_from(&evil_skeleton(dir), &evil_dir).unwrap();
+    let arch_dir = dir.join("arch");
+    std::fs::create_dir_all(&arch_dir).unwrap();
+    let config = arch_dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["NoSuchModelForCausalLM"], "model_type": "no_such"}"#,
+    )
+    .unwrap();
+    let repo = |name, files| Repo { name, files };
+    let hub = Hub::start(
+        nginx,
+        &[
+            repo("big", vec![bin.clone()]),
+            repo("evil", vec![evil]),
+            repo("arch", vec![config, bin.clone()]),
+        ],
+    );
+    Some((hub, bin))
+}
+
 /// `convert --dry-run` of a 1 GiB `.bin` on the Hub plans, or refuses (a pickle global, an
 /// architecture it does not convert to GGUF, not enough disk), having asked for none of the
 /// storages' bytes beyond the slack of the small pieces that hold the ZIP's headers: checked on
@@ -402,37 +430,9 @@ fn evil_skeleton(dir: &Path) -> PathBuf {
 fn dry_run_plans_and_refuses_before_reading_weights() {
     let Some(nginx) = tools() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = big_bin(dir.path()) else {
+    let Some((hub, bin)) = dry_run_hub(&nginx, dir.path()) else {
         return;
     };
-    let evil_dir = dir.path().join("evil");
-    std::fs::create_dir_all(&evil_dir).unwrap();
-    let evil = big_bin_from(&evil_skeleton(dir.path()), &evil_dir).unwrap();
-    let arch_dir = dir.path().join("arch");
-    std::fs::create_dir_all(&arch_dir).unwrap();
-    let config = arch_dir.join("config.json");
-    std::fs::write(
-        &config,
-        r#"{"architectures": ["NoSuchModelForCausalLM"], "model_type": "no_such"}"#,
-    )
-    .unwrap();
-    let hub = Hub::start(
-        &nginx,
-        &[
-            Repo {
-                name: "big",
-                files: vec![bin.clone()],
-            },
-            Repo {
-                name: "evil",
-                files: vec![evil.clone()],
-            },
-            Repo {
-                name: "arch",
-                files: vec![config, bin.clone()],
-            },
-        ],
-    );
     let spans = storage_spans(&bin);
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();

@@ -386,6 +386,22 @@ fn under(rest: &str, mode: Mode) -> bool {
     mode == Mode::Scan || !rest.contains('/')
 }
 
+/// The repo directory a view holds for the address path `path` (a file's directory, or the
+/// directory named), and that directory as a prefix of listed paths (`""` or `"DIR/"`).
+fn view_dir_of(path: &str, is_file: bool) -> (String, String) {
+    let dir = match (is_file, path.rsplit_once('/')) {
+        (true, Some((d, _))) => d.to_string(),
+        (true, None) => String::new(),
+        (false, _) => path.to_string(),
+    };
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    (dir, prefix)
+}
+
 fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
     let r = HubRef::parse(arg)?;
     let endpoint = hub::endpoint();
@@ -393,16 +409,7 @@ fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
     let c = client(Path::new(&shown_url(&endpoint)))?;
     let listing = hub::list(&c, &endpoint, &r, token.as_ref())?;
     let is_file = listing.files.iter().any(|f| f.path == r.path);
-    let dir = match (is_file, r.path.rsplit_once('/')) {
-        (true, Some((d, _))) => d.to_string(),
-        (true, None) => String::new(),
-        (false, _) => r.path.clone(),
-    };
-    let prefix = if dir.is_empty() {
-        String::new()
-    } else {
-        format!("{dir}/")
-    };
+    let (dir, prefix) = view_dir_of(&r.path, is_file);
     let here: Vec<&Sibling> = listing
         .files
         .iter()
