@@ -21,7 +21,7 @@ use crate::Failure;
 fn recipe(a: &ConvertArgs) -> Value {
     let q = &a.quant;
     json!({
-        "command": std::env::args().collect::<Vec<_>>(),
+        "command": command_line(),
         "options": {
             "to": a.to,
             "shard_size": a.shard_size,
@@ -56,6 +56,25 @@ fn recipe(a: &ConvertArgs) -> Value {
         },
         "weightport": {"version": env!("CARGO_PKG_VERSION")},
     })
+}
+
+/// A remote input's file as the attestation names it: its address (with the commit) and its
+/// published sha256. (`convert` refused `--attest` before converting when a remote file has
+/// none; such a file is named here with no digest rather than hashed as its empty stand-in.)
+fn remote_material(path: &Path) -> Option<(String, String)> {
+    let m = weightport_remote::material(path)?;
+    Some((m.shown, m.sha256.unwrap_or_default()))
+}
+
+/// The command line as recorded: an `https://` argument without its query (a signed URL's
+/// signature) or user information.
+fn command_line() -> Vec<String> {
+    std::env::args()
+        .map(|a| match weightport_remote::is_remote(Path::new(&a)) {
+            true => weightport_remote::answers::shown_url(&a),
+            false => a,
+        })
+        .collect()
 }
 
 /// The sha256 of the file at `path` (hex), or `null` if it cannot be read (the conversion,
@@ -109,7 +128,7 @@ pub(crate) fn write_outputs(
         if let Some(j) = job {
             recipe["job"] = j;
         }
-        let st = provenance::statement(prov, recipe)?;
+        let st = provenance::statement_with(prov, recipe, &remote_material)?;
         let mut text = serde_json::to_vec_pretty(&st)
             .map_err(|e| Error::Internal(format!("attestation: {e}")))?;
         text.push(b'\n');

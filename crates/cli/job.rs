@@ -296,6 +296,13 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
                     k + 1
                 ))
             };
+            if let Some(r) = remote_input(entry.input.get_ref()) {
+                return Err(at(format!(
+                    "input {r}: job files take local inputs only in this build (a remote \
+                     input's view and its records are not kept across a run's outputs); \
+                     convert it with `weightport convert {r} -o …`"
+                )));
+            }
             let inputs = resolve_inputs(&base, entry.input.get_ref());
             let path = base.join(out.path.get_ref());
             let argv = convert_argv(&base, &inputs, &path, &options).map_err(at)?;
@@ -362,6 +369,17 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The first remote input (`hf://`, `https://`, …) of a job, as shown in messages.
+fn remote_input(input: &OneOrMany) -> Option<String> {
+    let all: Vec<&String> = match input {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v.iter().collect(),
+    };
+    all.into_iter()
+        .find(|s| weightport_remote::is_remote(Path::new(s)))
+        .map(|s| weightport_remote::answers::shown_url(s))
 }
 
 fn resolve_inputs(base: &Path, input: &OneOrMany) -> Vec<PathBuf> {

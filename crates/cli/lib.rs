@@ -286,7 +286,7 @@ fn run_command(mut cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> R
         Command::Convert(a) => convert::run(&a, &global, json, progress, out),
         Command::Inspect(a) => inspect::run(&a, json, out),
         Command::Verify(a) => verify::run(&a, json, progress, out),
-        Command::Scan(a) => scan::run(&a, json, out),
+        Command::Scan(a) => scan::run(&a, _remote.first(), json, out),
         Command::Run(a) => run::run(&a, &global, json, progress, out),
         Command::Plan(a) => units::plan(&a, json, out),
         Command::Unit(a) => units::unit(&a, &global, json, progress, out),

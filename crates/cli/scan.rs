@@ -1,12 +1,13 @@
 //! `weightport scan` output: a table, one JSON document, or SARIF 2.1.0.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use weightport_core::sanitize;
 use weightport_pickle::scan::rules;
+use weightport_remote::RemoteInput;
 use weightport_scan::{ScanOutcome, ScanReport, Skipped, Verdict};
 
 use crate::args::{ScanArgs, ScanFormat};
@@ -14,8 +15,18 @@ use crate::render::{meta_json, p};
 use crate::Failure;
 
 /// Runs the scan and prints it; exit 3 unless every file is safe and none was left unread.
-pub(crate) fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), Failure> {
-    let outcome = weightport_scan::scan(&a.input)?;
+/// A remote input (`remote`, its view at `a.input`) is read through its storage, by ranges,
+/// and reported under its address.
+pub(crate) fn run(
+    a: &ScanArgs,
+    remote: Option<&RemoteInput>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let outcome = match remote {
+        None => weightport_scan::scan(&a.input)?,
+        Some(r) => remote_outcome(r)?,
+    };
     let format = if json && a.format == ScanFormat::Text {
         ScanFormat::Json
     } else {
@@ -31,6 +42,42 @@ pub(crate) fn run(a: &ScanArgs, json: bool, out: &mut impl Write) -> Result<(), 
     } else {
         Err(Failure::Findings(3, None))
     }
+}
+
+/// The scan of a remote input's view, every path and message naming the remote address; a
+/// file the view could not lay out is unread (the scan fails).
+fn remote_outcome(r: &RemoteInput) -> Result<ScanOutcome, weightport_core::Error> {
+    let storage = weightport_remote::RemoteFiles;
+    let mut o = weightport_scan::scan_with(&r.path, Some(&storage))?;
+    let path = r.path.to_string_lossy();
+    let view = path.trim_end_matches('/');
+    let shown = r.shown.trim_end_matches('/');
+    let renamed = |p: &Path| -> PathBuf {
+        let s = p.to_string_lossy();
+        match s.strip_prefix(view) {
+            Some(rest) => PathBuf::from(format!("{shown}{rest}")),
+            None => p.to_path_buf(),
+        }
+    };
+    for rep in &mut o.reports {
+        rep.path = renamed(&rep.path);
+        for f in &mut rep.findings {
+            f.what = f.what.replace(view, shown);
+        }
+        rep.error = rep.error.take().map(|e| e.replace(view, shown));
+    }
+    for s in &mut o.skipped {
+        s.path = renamed(&s.path);
+        s.reason = s.reason.replace(view, shown);
+    }
+    for n in &r.notes {
+        o.skipped.push(Skipped {
+            path: PathBuf::from(&r.shown),
+            reason: n.clone(),
+            unverified: true,
+        });
+    }
+    Ok(o)
 }
 
 fn verdict(r: &ScanReport) -> &'static str {

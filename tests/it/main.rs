@@ -38,6 +38,7 @@ mod plan_hostile;
 mod provenance;
 mod quality;
 mod recipes;
+mod remote_cmds;
 mod remote_hub;
 mod remote_s3;
 mod scan;

@@ -341,8 +341,19 @@ impl Acc {
 
     /// Scans `data` as one or more pickles (everything after a STOP is scanned too). Each
     /// pickle is walked statically over its whole length and run by the interpreter.
-    fn pickles(&mut self, data: &[u8], base: u64, pid: PidStyle, limits: &VmLimits, max: usize) {
+    /// Returns whether the audit reached the end of `data` (a pickle not ended within it, an
+    /// interpreter stopped at its last byte, or every byte consumed): only an audit that did
+    /// not is the same over a prefix of the file as over the whole file.
+    fn pickles(
+        &mut self,
+        data: &[u8],
+        base: u64,
+        pid: PidStyle,
+        limits: &VmLimits,
+        max: usize,
+    ) -> bool {
         let mut pos = 0usize;
+        let mut at_end = false;
         for i in 0..max {
             if pos >= data.len() {
                 break;
@@ -367,14 +378,18 @@ impl Acc {
                         self.push(finding(Some(at), what, true, rules::UNREADABLE));
                     }
                 }
-                Err(e) => self.vm_stopped(at, e, &walk),
+                Err(e) => {
+                    at_end |= pos as u64 + e.offset + 1 >= data.len() as u64;
+                    self.vm_stopped(at, e, &walk);
+                }
             }
             self.add_walk(&walk, at);
             match walk.end {
                 Some(end) => pos += end,
-                None => break,
+                None => return true,
             }
         }
+        at_end || pos >= data.len()
     }
 
     fn zip(&mut self, path: &Path, src: &dyn ByteSource, limits: &VmLimits) -> Vec<ScanRecord> {
@@ -464,26 +479,47 @@ pub fn scan(path: &Path) -> Result<ScanReport> {
 /// names it in the report and messages. (An audit reads every byte of a raw pickle, so it
 /// works on a map; its strict read goes through the reader's [`ByteSource`] path.)
 pub fn scan_mapped(path: &Path, map: Arc<Mmap>) -> ScanReport {
-    let src: Arc<dyn ByteSource> = Arc::new(LocalFile::from_map(path, map.clone()));
+    let src: Arc<dyn ByteSource> = Arc::new(LocalFile::from_map(path, map));
+    match scan_source(path, src) {
+        Ok(r) => r,
+        // A mapped source reads without I/O errors; kept fail-closed all the same.
+        Err(e) => {
+            let f = finding(None, e.to_string(), true, rules::UNREADABLE);
+            ScanReport::single(path, None, f)
+        }
+    }
+}
+
+/// First bytes read of a legacy checkpoint that has no map: its five pickles usually end long
+/// before; the prefix grows eightfold while an audit of it reaches its end.
+const LEGACY_PREFIX: u64 = 1 << 20;
+
+/// Audits the object `src` (a mapped file, or a remote object read by ranges); `path` names it
+/// in the report. Without a map, only what the loader unpickles is read: a ZIP's central
+/// directory, local headers and `.pkl` entries; a legacy checkpoint's stacked pickles (a
+/// growing prefix, until an audit of it ends before its last byte, so it is the audit of the
+/// whole file); a raw pickle whole (up to the pickle size cap). Read errors are returned.
+pub fn scan_source(path: &Path, src: Arc<dyn ByteSource>) -> Result<ScanReport> {
     let limits = VmLimits::default();
+    let head = src.head(container::HEAD)?;
     let mut acc = Acc::new();
     let mut records = Vec::new();
     let mut format = None;
-    if map.starts_with(b"PK\x03\x04") {
+    if head.starts_with(b"PK\x03\x04") {
         format = Some(Format::PytorchZip);
         records = acc.zip(path, &*src, &limits);
-    } else if legacy::starts_with_magic(&map) {
+    } else if legacy::starts_with_magic(&head) {
         format = Some(Format::PytorchLegacy);
-        acc.audited(None, &map, true);
-        acc.pickles(&map, 0, PidStyle::Legacy, &limits, 5);
-    } else if container::is_tar(&map) {
+        acc = legacy_audit(&*src, &limits)?;
+    } else if container::is_tar(&head) {
         let what = "legacy tar-format checkpoint (torch <= 0.1.9): refused".to_string();
         acc.push(finding(Some(257), what, true, rules::CONTAINER));
     } else {
         let what = "not a PyTorch checkpoint; scanned as a raw pickle".to_string();
         acc.push(finding(Some(0), what, true, rules::NOT_VERIFIED));
-        acc.audited(None, &map, true);
-        acc.pickles(&map, 0, PidStyle::Zip, &limits, 16);
+        let whole = whole_pickle(&*src, &limits)?;
+        acc.audited(None, &whole, true);
+        acc.pickles(&whole, 0, PidStyle::Zip, &limits, 16);
     }
     let mut report = ScanReport {
         path: path.to_path_buf(),
@@ -505,7 +541,44 @@ pub fn scan_mapped(path: &Path, map: Arc<Mmap>) -> ScanReport {
             .push(finding(None, note, false, rules::NOTE));
     }
     report.settle();
-    report
+    Ok(report)
+}
+
+/// The whole object as a raw pickle: borrowed from a map, else read when within the pickle
+/// size cap (a larger one without a map is an error: not audited, so not a pass).
+fn whole_pickle<'a>(
+    src: &'a dyn ByteSource,
+    limits: &VmLimits,
+) -> Result<std::borrow::Cow<'a, [u8]>> {
+    if src.map().is_none() && src.len() > limits.max_pickle_bytes {
+        return Err(weightport_core::Error::Limit {
+            at: weightport_core::Location::file(src.name()),
+            what: "pickle size",
+            needed: src.len(),
+            limit: limits.max_pickle_bytes,
+        });
+    }
+    src.range(0, src.len())
+}
+
+/// The legacy checkpoint's five stacked pickles audited: over the whole map when there is
+/// one, else over a prefix that grows until the audit ends before its last byte.
+fn legacy_audit(src: &dyn ByteSource, limits: &VmLimits) -> Result<Acc> {
+    let mut n = match src.map() {
+        Some(_) => src.len(),
+        None => src.len().min(LEGACY_PREFIX),
+    };
+    loop {
+        let data = src.range(0, n)?;
+        let mut acc = Acc::new();
+        acc.audited(None, &data, true);
+        let at_end = acc.pickles(&data, 0, PidStyle::Legacy, limits, 5);
+        // (Without a map, the audited pickle's size and hash are of the prefix read.)
+        if !at_end || n == src.len() {
+            return Ok(acc);
+        }
+        n = n.saturating_mul(8).min(src.len());
+    }
 }
 
 /// Whether a ZIP entry is named like a pickle (`*.pkl`, in any letter case).

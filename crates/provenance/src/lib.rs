@@ -132,21 +132,37 @@ fn model_signing_root(subjects: &[(String, String)]) -> String {
 /// The in-toto Statement v1 for a conversion. `recipe` is the caller's record of the command
 /// (command line, options, version).
 pub fn statement(p: &Provenance, recipe: Value) -> Result<Value> {
+    statement_with(p, recipe, &|_| None)
+}
+
+/// [`statement`], where `known` names and digests the materials that are not local files
+/// (a remote input's view): `Some((name, sha256))` is recorded as it is, never read.
+pub fn statement_with(
+    p: &Provenance,
+    recipe: Value,
+    known: &dyn Fn(&Path) -> Option<(String, String)>,
+) -> Result<Value> {
     let outs: Vec<(String, PathBuf)> = p
         .outputs
         .iter()
         .map(|f| (relative(&p.root, f), f.clone()))
         .collect();
-    let ins: Vec<(String, PathBuf)> = p
+    let (given, ins): (Vec<_>, Vec<_>) = p
         .materials
         .iter()
-        .map(|f| (f.display().to_string(), f.clone()))
+        .map(|f| (known(f), f))
+        .partition(|(k, _)| k.is_some());
+    let ins: Vec<(String, PathBuf)> = ins
+        .into_iter()
+        .map(|(_, f)| (f.display().to_string(), f.clone()))
         .collect();
     // One parallel pass over inputs and outputs together (sha256 is sequential per file).
     let both: Vec<(String, PathBuf)> = outs.iter().chain(&ins).cloned().collect();
     let all = digests_unsorted(&both)?;
     let (o, i) = all.split_at(outs.len());
-    let (subjects, materials) = (sorted(o.to_vec()), sorted(i.to_vec()));
+    let mut i = i.to_vec();
+    i.extend(given.into_iter().filter_map(|(k, _)| k));
+    let (subjects, materials) = (sorted(o.to_vec()), sorted(i));
     let tensors: Vec<Value> = p
         .tensors
         .iter()

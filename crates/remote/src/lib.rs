@@ -25,6 +25,7 @@ mod fetch;
 mod hub;
 mod object;
 mod s3;
+mod sparse;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -128,6 +129,45 @@ struct Entry {
     shown: String,
     target: Target,
     opened: Option<Arc<RemoteObject>>,
+    /// Read in small pieces ([`sparse::Sparse`]): a scan's view.
+    sparse: bool,
+}
+
+/// What an attestation records of a view's file: its remote address and its sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Material {
+    /// The address as shown (`hf://ORG/REPO@COMMIT/PATH`, or the URL without its query).
+    pub shown: String,
+    /// The sha256 of the whole file, hex: the Hub's LFS sha256 for a file read by ranges (the
+    /// Hub's claim, checked when a file is read whole), the bytes' own for a file fetched whole
+    /// into the view; `None` where the server publishes none (an `https://` file, a Hub file
+    /// outside LFS read by ranges).
+    pub sha256: Option<String>,
+}
+
+fn materials() -> &'static Mutex<HashMap<PathBuf, Material>> {
+    static M: OnceLock<Mutex<HashMap<PathBuf, Material>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+fn record(path: &Path, shown: &str, sha256: Option<String>) {
+    let m = Material {
+        shown: shown.to_string(),
+        sha256,
+    };
+    materials()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(path.to_path_buf(), m);
+}
+
+/// The remote file a view's path stands for (`None`: not a file of an open view).
+pub fn material(path: &Path) -> Option<Material> {
+    materials()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(path)
+        .cloned()
 }
 
 fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
@@ -161,16 +201,20 @@ impl RemoteFiles {
     fn remote(&self, name: &Path) -> Option<Result<Arc<dyn ByteSource>>> {
         let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
         let e = t.get_mut(name)?;
-        if let Some(o) = &e.opened {
-            return Some(Ok(o.clone()));
-        }
-        let plain = e.target.url.starts_with("http://");
-        let opened =
-            client_of(plain, name).and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target));
-        Some(opened.map(|o| {
-            let o = Arc::new(o);
-            e.opened = Some(o.clone());
-            o as Arc<dyn ByteSource>
+        let sparse = e.sparse;
+        let o = match &e.opened {
+            Some(o) => Ok(o.clone()),
+            None => client_of(e.target.url.starts_with("http://"), name)
+                .and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target))
+                .map(|o| {
+                    let o = Arc::new(o);
+                    e.opened = Some(o.clone());
+                    o
+                }),
+        };
+        Some(o.map(|o| match sparse {
+            true => Arc::new(sparse::Sparse::new(o)) as Arc<dyn ByteSource>,
+            false => o as Arc<dyn ByteSource>,
         }))
     }
 }
@@ -210,24 +254,73 @@ pub struct RemoteInput {
     view: tempfile::TempDir,
 }
 
+impl RemoteInput {
+    /// The addresses of this input's files that have no published sha256 (see
+    /// [`Material::sha256`]), sorted.
+    pub fn without_digest(&self) -> Vec<String> {
+        let root = self.view.path();
+        let m = materials().lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<String> = m
+            .iter()
+            .filter(|(p, m)| p.starts_with(root) && m.sha256.is_none())
+            .map(|(_, m)| m.shown.clone())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 impl Drop for RemoteInput {
     fn drop(&mut self) {
         let root = self.view.path().to_path_buf();
         let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
         t.retain(|p, _| !p.starts_with(&root));
+        let mut m = materials().lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|p, _| !p.starts_with(&root));
     }
+}
+
+/// How a view is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// For the readers: the files of one directory, small ones fetched whole, weights ranged.
+    Convert,
+    /// For a dry run: laid out as for [`Mode::Convert`], weights read in small pieces (it
+    /// reads headers only, and a 4 MiB block would fetch tensor bytes around each).
+    Plan,
+    /// For `scan`: every file under the address, subdirectories included, each read by
+    /// ranges in small pieces, whatever its name or size (the scan tells files apart by
+    /// content). A file that cannot be laid out is a note: the scan reports it unread.
+    Scan,
 }
 
 /// Opens the remote input `arg` (see the module docs).
 pub fn open(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Convert)
+}
+
+/// Opens the remote input `arg` for a dry run: [`open`]'s layout, every weights file read in
+/// small pieces (the headers a plan needs, without the 4 MiB blocks conversions read through).
+pub fn open_for_plan(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Plan)
+}
+
+/// Opens the remote input `arg` for `scan`: every file under it (subdirectories included) is
+/// a stand-in read by ranges in small pieces, so a scan reads the bytes it audits and no
+/// others. Each of [`RemoteInput::notes`] is then a file not laid out, so not scanned.
+pub fn open_for_scan(arg: &str) -> Result<RemoteInput> {
+    open_as(arg, Mode::Scan)
+}
+
+fn open_as(arg: &str, mode: Mode) -> Result<RemoteInput> {
     if arg.starts_with("hf://") {
-        return open_hub(arg);
+        return open_hub(arg, mode);
     }
     if arg.starts_with("https://") {
-        return open_https(arg);
+        return open_https(arg, mode);
     }
     if arg.starts_with("s3://") {
-        return s3::open(arg);
+        return s3::open(arg, mode);
     }
     Err(Error::Usage(format!(
         "{}: plain http is not read (use https)",
@@ -253,12 +346,13 @@ fn safe_name(n: &str) -> bool {
 }
 
 /// Registers an empty stand-in at `path` for `target`.
-fn stand_in(path: &Path, shown: String, target: Target) -> Result<()> {
+fn stand_in(path: &Path, shown: String, target: Target, sparse: bool) -> Result<()> {
     std::fs::write(path, b"").map_err(|e| Error::io(path, "create", e))?;
     let entry = Entry {
         shown,
         target,
         opened: None,
+        sparse,
     };
     table()
         .lock()
@@ -267,7 +361,7 @@ fn stand_in(path: &Path, shown: String, target: Target) -> Result<()> {
     Ok(())
 }
 
-fn open_https(arg: &str) -> Result<RemoteInput> {
+fn open_https(arg: &str, mode: Mode) -> Result<RemoteInput> {
     let no_query = arg.split(['?', '#']).next().unwrap_or_default();
     let name = no_query.rsplit('/').next().unwrap_or_default();
     if !safe_name(name) || no_query.trim_start_matches("https://").find('/').is_none() {
@@ -284,7 +378,8 @@ fn open_https(arg: &str) -> Result<RemoteInput> {
         expect: Expect::default(),
         sign: None,
     };
-    stand_in(&path, shown_url(arg), target)?;
+    stand_in(&path, shown_url(arg), target, mode != Mode::Convert)?;
+    record(&path, &shown_url(arg), None);
     Ok(RemoteInput {
         path,
         shown: shown_url(arg),
@@ -301,7 +396,10 @@ enum Placement {
     LeftOut(&'static str),
 }
 
-fn placement(s: &Sibling) -> Placement {
+fn placement(s: &Sibling, mode: Mode) -> Placement {
+    if mode == Mode::Scan {
+        return Placement::Ranged;
+    }
     let lower = s.path.to_ascii_lowercase();
     if RANGED.iter().any(|e| lower.ends_with(e)) {
         Placement::Ranged
@@ -314,30 +412,43 @@ fn placement(s: &Sibling) -> Placement {
     }
 }
 
-fn open_hub(arg: &str) -> Result<RemoteInput> {
-    let r = HubRef::parse(arg)?;
-    let endpoint = hub::endpoint();
-    let token = hub::token(&endpoint);
-    let c = client(Path::new(&shown_url(&endpoint)))?;
-    let listing = hub::list(&c, &endpoint, &r, token.as_ref())?;
-    let is_file = listing.files.iter().any(|f| f.path == r.path);
-    let dir = match (is_file, r.path.rsplit_once('/')) {
+/// Whether a listed path below the view's directory is laid out in this mode: a file of the
+/// directory itself, or (scanning) of any directory under it.
+fn under(rest: &str, mode: Mode) -> bool {
+    mode == Mode::Scan || !rest.contains('/')
+}
+
+/// The repo directory a view holds for the address path `path` (a file's directory, or the
+/// directory named), and that directory as a prefix of listed paths (`""` or `"DIR/"`).
+fn view_dir_of(path: &str, is_file: bool) -> (String, String) {
+    let dir = match (is_file, path.rsplit_once('/')) {
         (true, Some((d, _))) => d.to_string(),
         (true, None) => String::new(),
-        (false, _) => r.path.clone(),
+        (false, _) => path.to_string(),
     };
     let prefix = if dir.is_empty() {
         String::new()
     } else {
         format!("{dir}/")
     };
+    (dir, prefix)
+}
+
+fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
+    let r = HubRef::parse(arg)?;
+    let endpoint = hub::endpoint();
+    let token = hub::token(&endpoint);
+    let c = client(Path::new(&shown_url(&endpoint)))?;
+    let listing = hub::list(&c, &endpoint, &r, token.as_ref())?;
+    let is_file = listing.files.iter().any(|f| f.path == r.path);
+    let (dir, prefix) = view_dir_of(&r.path, is_file);
     let here: Vec<&Sibling> = listing
         .files
         .iter()
-        .filter(|f| {
-            f.path
-                .strip_prefix(&prefix)
-                .is_some_and(|n| !n.contains('/'))
+        .filter(|f| match (is_file, mode) {
+            // A file scanned is that file; a file converted brings its directory's companions.
+            (true, Mode::Scan) => f.path == r.path,
+            _ => f.path.strip_prefix(&prefix).is_some_and(|n| under(n, mode)),
         })
         .collect();
     if here.is_empty() {
@@ -363,20 +474,25 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
         token,
         r: r.clone(),
         commit: listing.commit.clone(),
+        sparse: mode != Mode::Convert,
     };
     let mut notes = Vec::new();
     for f in here {
         let name = &f.path[prefix.len()..];
-        if !safe_name(name) {
+        if !name.split('/').all(safe_name) {
             notes.push(format!(
                 "{}: a file name not laid out locally; not read",
                 weightport_core::sanitize(&f.path)
             ));
             continue;
         }
-        match placement(f) {
-            Placement::Ranged => ctx.ranged(&root.join(name), f)?,
-            Placement::Whole => ctx.whole(&root.join(name), f)?,
+        let at = root.join(name);
+        if let Some(parent) = at.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, "create", e))?;
+        }
+        match placement(f, mode) {
+            Placement::Ranged => ctx.ranged(&at, f)?,
+            Placement::Whole => ctx.whole(&at, f)?,
             Placement::LeftOut(why) => notes.push(format!(
                 "{}: {why}; not read",
                 weightport_core::sanitize(&f.path)
@@ -404,6 +520,7 @@ struct HubView {
     token: Option<Token>,
     r: HubRef,
     commit: String,
+    sparse: bool,
 }
 
 impl HubView {
@@ -424,29 +541,33 @@ impl HubView {
 
     fn ranged(&self, path: &Path, f: &Sibling) -> Result<()> {
         let (shown, t) = self.target(f);
-        stand_in(path, shown, t)
+        record(path, &shown, f.lfs_sha256.clone());
+        stand_in(path, shown, t, self.sparse)
     }
 
     /// Fetches `f` whole into `path`, checked against its listed size and LFS sha256.
     fn whole(&self, path: &Path, f: &Sibling) -> Result<()> {
         let (shown, t) = self.target(f);
-        fetch_whole(&self.client, path, &shown, &t, f.lfs_sha256.as_deref())
+        let got = fetch_whole(&self.client, path, &shown, &t, f.lfs_sha256.as_deref())?;
+        record(path, &shown, Some(got));
+        Ok(())
     }
 }
 
-/// Fetches `t` whole into `path` (checked against its listed size and, given one, the sha256).
+/// Fetches `t` whole into `path` (checked against its listed size and, given one, the sha256);
+/// returns the sha256 of the bytes fetched.
 fn fetch_whole(
     client: &Client,
     path: &Path,
     shown: &str,
     t: &Target,
     sha256: Option<&str>,
-) -> Result<()> {
+) -> Result<String> {
     let o = RemoteObject::open(client, path, shown, t)?;
     let mut bytes = vec![0u8; o.len() as usize];
     o.read_at(0, &mut bytes)?;
+    let got = format!("{:x}", Sha256::digest(&bytes));
     if let Some(want) = sha256 {
-        let got = format!("{:x}", Sha256::digest(&bytes));
         if !got.eq_ignore_ascii_case(want) {
             return Err(Error::io(
                 path,
@@ -455,5 +576,6 @@ fn fetch_whole(
             ));
         }
     }
-    std::fs::write(path, &bytes).map_err(|e| Error::io(path, "write", e))
+    std::fs::write(path, &bytes).map_err(|e| Error::io(path, "write", e))?;
+    Ok(got)
 }

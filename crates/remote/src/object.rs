@@ -355,6 +355,25 @@ impl RemoteObject {
         Ok(())
     }
 
+    /// Fills `buf` from `offset` with exactly the bytes asked (the first answer's bytes, else
+    /// one ranged request for them, never a block): for readers that want only a few small
+    /// pieces of a large object and keep what they read themselves (`scan`).
+    pub(crate) fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = buf.len() as u64;
+        let end = offset
+            .checked_add(n)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| weightport_core::bytes::past_end(&self.name, offset, n, self.len))?;
+        if end <= self.head.len() as u64 {
+            buf.copy_from_slice(&self.head[offset as usize..end as usize]);
+            return Ok(());
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.fetch(offset, buf)
+    }
+
     /// Block `k`, fetched when not kept.
     fn block(&self, k: u64) -> Result<std::sync::Arc<Vec<u8>>> {
         let now = self.tick.fetch_add(1, Ordering::Relaxed);

@@ -547,8 +547,10 @@ impl S3 {
 /// prefix) under `BUCKET/`, so what reads a directory's name reads the prefix's last part, as
 /// from `aws s3 sync` into a local directory. A prefix's view is laid out as a Hub repo's (small
 /// files fetched whole, weights as stand-ins); a single object's holds stand-ins of its
-/// directory's weights only (the other parts of a gguf-split set), nothing fetched.
-pub(crate) fn open(arg: &str) -> Result<RemoteInput> {
+/// directory's weights only (the other parts of a gguf-split set), nothing fetched. Laid out for
+/// `mode` as an `hf://` view is (a scan's and a dry run's objects read in small pieces).
+pub(crate) fn open(arg: &str, mode: crate::Mode) -> Result<RemoteInput> {
+    let sparse = mode != crate::Mode::Convert;
     let r = S3Ref::parse(arg)?;
     let cfg = Config::from_env()?;
     let shown = r.shown(&r.key);
@@ -593,11 +595,15 @@ pub(crate) fn open(arg: &str) -> Result<RemoteInput> {
             std::fs::write(&path, b"").map_err(|e| Error::io(&path, "create", e))?;
             continue;
         }
-        match (crate::placement(&sibling), at.file.is_some()) {
-            (crate::Placement::Ranged, _) => crate::stand_in(&path, shown_o, t)?,
+        match (crate::placement(&sibling, mode), at.file.is_some()) {
+            (crate::Placement::Ranged, _) => {
+                crate::record(&path, &shown_o, None);
+                crate::stand_in(&path, shown_o, t, sparse)?
+            }
             (_, true) => {}
             (crate::Placement::Whole, false) => {
-                crate::fetch_whole(&s3.client, &path, &shown_o, &t, None)?
+                let got = crate::fetch_whole(&s3.client, &path, &shown_o, &t, None)?;
+                crate::record(&path, &shown_o, Some(got));
             }
             (crate::Placement::LeftOut(why), false) => {
                 notes.push(format!("{shown_key}: {why}; not read"));

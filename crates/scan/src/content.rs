@@ -14,9 +14,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use memmap2::Mmap;
 use weightport_core::archive;
-use weightport_core::{Format, Limits, ReadOptions, Sniffed, TensorSource};
+use weightport_core::mapped::LocalFile;
+use weightport_core::{ByteSource, Format, Limits, ReadOptions, Sniffed, TensorSource};
 use weightport_pickle::scan::{rules, ScanFinding, ScanReport};
 
 use super::unpack::{self, Budget, Codec, Member, Unpacked, Wrapping};
@@ -26,16 +29,71 @@ use super::{ScanOutcome, Skipped};
 /// pickle names its first global or call long before this.
 const SNIFF_WALK_BYTES: usize = 64 << 20;
 
+/// Largest object read whole without a map (a compressed stream, a tar or a ZIP of other
+/// members, a raw pickle read by ranges): a larger one is an unsafe finding, not a pass.
+const MAX_WHOLE_UNMAPPED: u64 = 1 << 30;
+
+/// Where a scanned object's bytes are.
+#[derive(Clone)]
+pub(crate) enum Bytes {
+    Empty,
+    /// A local file or an unpacked member, mapped: read whole for free.
+    Mapped(Arc<Mmap>),
+    /// An object read by ranges (a remote file): only what the audit asks is read.
+    Source(Arc<dyn ByteSource>),
+}
+
 /// The bytes of one scanned object and the name it is reported under.
 pub(crate) struct Blob {
     pub(crate) shown: PathBuf,
-    /// `None`: empty.
-    pub(crate) map: Option<Arc<Mmap>>,
+    pub(crate) bytes: Bytes,
 }
 
 impl Blob {
-    fn bytes(&self) -> &[u8] {
-        self.map.as_deref().map_or(&[], |m| &m[..])
+    pub(crate) fn mapped(shown: PathBuf, map: Option<Arc<Mmap>>) -> Blob {
+        let bytes = map.map_or(Bytes::Empty, Bytes::Mapped);
+        Blob { shown, bytes }
+    }
+
+    fn len(&self) -> u64 {
+        match &self.bytes {
+            Bytes::Empty => 0,
+            Bytes::Mapped(m) => m.len() as u64,
+            Bytes::Source(s) => s.len(),
+        }
+    }
+
+    /// The first `n` bytes (fewer when it is shorter).
+    fn head(&self, n: u64) -> weightport_core::Result<Cow<'_, [u8]>> {
+        let n = n.min(self.len());
+        match &self.bytes {
+            Bytes::Empty => Ok(Cow::Borrowed(&[])),
+            Bytes::Mapped(m) => Ok(Cow::Borrowed(&m[..n as usize])),
+            Bytes::Source(s) => s.range(0, n),
+        }
+    }
+
+    /// Every byte: what unpacking a stream or an archive needs (capped without a map).
+    fn whole(&self) -> weightport_core::Result<Cow<'_, [u8]>> {
+        let unmapped = matches!(&self.bytes, Bytes::Source(s) if s.map().is_none());
+        if unmapped && self.len() > MAX_WHOLE_UNMAPPED {
+            return Err(weightport_core::Error::Limit {
+                at: weightport_core::Location::file(&self.shown),
+                what: "object read whole without a map",
+                needed: self.len(),
+                limit: MAX_WHOLE_UNMAPPED,
+            });
+        }
+        self.head(self.len())
+    }
+
+    /// The object as a source named `name` (`None`: empty).
+    fn source(&self, name: &Path) -> Option<Arc<dyn ByteSource>> {
+        match &self.bytes {
+            Bytes::Empty => None,
+            Bytes::Mapped(m) => Some(Arc::new(LocalFile::from_map(name, m.clone()))),
+            Bytes::Source(s) => Some(s.clone()),
+        }
     }
 }
 
@@ -75,8 +133,11 @@ impl Auditor<'_> {
     /// Audits `blob`; `top` is true for a file the user named or the walk found (a file with
     /// no code then still gets a report when it is the only thing scanned).
     pub(crate) fn audit(&mut self, blob: Blob) {
-        let bytes = blob.bytes();
-        match unpack::wrapping(&bytes[..bytes.len().min(4096)]) {
+        let head = match blob.head(4096) {
+            Ok(h) => h.into_owned(),
+            Err(e) => return self.unread(&blob.shown, &e),
+        };
+        match unpack::wrapping(&head) {
             Some(Wrapping::Stream(codec)) => self.stream(&blob, codec),
             Some(Wrapping::Tar) => self.tar(&blob),
             Some(Wrapping::Unreadable(what)) => self.fail(
@@ -87,9 +148,15 @@ impl Auditor<'_> {
                 ),
                 rules::CONTAINER,
             ),
-            None if is_zip(bytes) => self.zip(&blob),
+            None if is_zip(&head) => self.zip(&blob),
             None => self.plain(&blob),
         }
+    }
+
+    /// Bytes that could not be read: an unsafe report saying why (never a pass).
+    fn unread(&mut self, shown: &Path, e: &weightport_core::Error) {
+        let what = format!("cannot be read, so not proven free of pickles: {e}");
+        self.fail(shown, what, rules::UNREADABLE);
     }
 
     /// An unsafe report for `shown` with one finding.
@@ -131,7 +198,14 @@ impl Auditor<'_> {
         if !self.enter(&blob.shown) {
             return;
         }
-        match unpack::decode(codec, blob.bytes(), &mut self.budget) {
+        let bytes = match blob.whole() {
+            Ok(b) => b,
+            Err(e) => {
+                self.unread(&blob.shown, &e);
+                return self.leave();
+            }
+        };
+        match unpack::decode(codec, &bytes, &mut self.budget) {
             Ok(u) => self.unpacked(&blob.shown, codec.name(), u),
             Err(e) => self.fail(
                 &blob.shown,
@@ -146,10 +220,7 @@ impl Auditor<'_> {
     fn unpacked(&mut self, shown: &Path, codec: &str, u: Unpacked) {
         let first = self.out.reports.len();
         let skipped = self.out.skipped.len();
-        let inner = Blob {
-            shown: shown.to_path_buf(),
-            map: u.map,
-        };
+        let inner = Blob::mapped(shown.to_path_buf(), u.map);
         self.audit(inner);
         let layer = format!(
             "{codec}-compressed: the {} bytes it unpacks to were audited (offsets count in those \
@@ -186,7 +257,14 @@ impl Auditor<'_> {
         if !self.enter(&blob.shown) {
             return;
         }
-        let (members, broken) = unpack::tar_members(blob.bytes(), &mut self.budget);
+        let bytes = match blob.whole() {
+            Ok(b) => b,
+            Err(e) => {
+                self.unread(&blob.shown, &e);
+                return self.leave();
+            }
+        };
+        let (members, broken) = unpack::tar_members(&bytes, &mut self.budget);
         if members
             .iter()
             .any(|m| m.name == "pickle" || m.name == "storages")
@@ -217,10 +295,7 @@ impl Auditor<'_> {
             match m.body {
                 Ok(u) => {
                     let first = self.out.reports.len();
-                    self.audit(Blob {
-                        shown: shown.clone(),
-                        map: u.map,
-                    });
+                    self.audit(Blob::mapped(shown.clone(), u.map));
                     if let Some(why) = u.broken {
                         let what = format!("{why}; what follows is not proven harmless");
                         self.fail_first(first, &shown, what, stop_rule(u.capped));
@@ -237,8 +312,10 @@ impl Auditor<'_> {
 
     /// A ZIP, as its loader reads it.
     fn zip(&mut self, blob: &Blob) {
-        let bytes = weightport_core::bytes::InMemory::new("", blob.bytes());
-        let table = match archive::entries(&bytes, &self.limits) {
+        let Some(src) = blob.source(&blob.shown) else {
+            return self.skip(&blob.shown, "empty".into());
+        };
+        let table = match archive::entries(&*src, &self.limits) {
             Ok(t) => t,
             // The pickle audit reports why the archive cannot be read (fail closed).
             Err(_) => return self.torch(blob),
@@ -262,7 +339,14 @@ impl Auditor<'_> {
         if !self.enter(&blob.shown) {
             return;
         }
-        match unpack::zip_members(blob.bytes(), &self.limits, &mut self.budget) {
+        let bytes = match blob.whole() {
+            Ok(b) => b,
+            Err(e) => {
+                self.unread(&blob.shown, &e);
+                return self.leave();
+            }
+        };
+        match unpack::zip_members(&bytes, &self.limits, &mut self.budget) {
             Ok(members) => self.members(&blob.shown, "ZIP archive", members),
             Err(e) => self.fail(
                 &blob.shown,
@@ -274,36 +358,45 @@ impl Auditor<'_> {
     }
 
     fn torch(&mut self, blob: &Blob) {
-        match &blob.map {
-            Some(map) => {
-                let r = weightport_pickle::scan::scan_mapped(&blob.shown, map.clone());
-                self.out.reports.push(r);
+        let r = match &blob.bytes {
+            Bytes::Empty => return self.skip(&blob.shown, "empty".into()),
+            Bytes::Mapped(map) => weightport_pickle::scan::scan_mapped(&blob.shown, map.clone()),
+            Bytes::Source(src) => {
+                match weightport_pickle::scan::scan_source(&blob.shown, src.clone()) {
+                    Ok(r) => r,
+                    Err(e) => return self.unread(&blob.shown, &e),
+                }
             }
-            None => self.skip(&blob.shown, "empty".into()),
-        }
+        };
+        self.out.reports.push(r);
     }
 
     /// Neither wrapped nor a ZIP: a pickle, an `.npy`, or something that holds no code.
     fn plain(&mut self, blob: &Blob) {
-        match kind(blob.bytes()) {
-            Kind::Pickle => self.torch(blob),
-            Kind::Npy => self.numpy(blob, false),
-            Kind::NoCode(why) => self.skip(&blob.shown, why),
+        match kind(blob) {
+            Ok(Kind::Pickle) => self.torch(blob),
+            Ok(Kind::Npy) => self.numpy(blob, false),
+            Ok(Kind::NoCode(why)) => self.skip(&blob.shown, why),
+            Err(e) => self.unread(&blob.shown, &e),
         }
     }
 
     /// `.npy`/`.npz`: the reader that `convert` uses decides; an object array (a pickle) is
     /// unsafe, as `convert` refuses it, and so is anything else it cannot read.
     fn numpy(&mut self, blob: &Blob, npz: bool) {
-        let Some(map) = blob.map.clone() else {
+        let name = if npz {
+            blob.shown.clone()
+        } else {
+            npy_label(&blob.shown)
+        };
+        let Some(src) = blob.source(&name) else {
             return self.skip(&blob.shown, "empty".into());
         };
         let opts = ReadOptions::default();
         let opened = if npz {
-            weightport_npz::NpzSource::from_map(&blob.shown, map, &opts).map(|s| s.tensors().len())
+            weightport_npz::NpzSource::from_source(src, &opts).map(|s| s.tensors().len())
         } else {
-            weightport_npz::NpySource::from_map(&npy_label(&blob.shown), map, &opts)
-                .map(|s| s.tensors().len())
+            weightport_npz::NpySource::from_source(src, &opts).map(|s| s.tensors().len())
         };
         let format = Some(if npz { Format::Npz } else { Format::Npy });
         let r = match opened {
@@ -371,9 +464,12 @@ fn has_pkl_suffix(name: &str) -> bool {
 }
 
 /// What a blob that is neither wrapped nor a ZIP is: decided by content only.
-fn kind(bytes: &[u8]) -> Kind {
-    let head = &bytes[..bytes.len().min(4096)];
-    match weightport_core::sniff(head) {
+fn kind(blob: &Blob) -> weightport_core::Result<Kind> {
+    let head = blob.head(4096)?;
+    let walked = || -> weightport_core::Result<bool> {
+        Ok(looks_like_pickle(&blob.head(SNIFF_WALK_BYTES as u64)?))
+    };
+    Ok(match weightport_core::sniff(&head) {
         Sniffed::Format(Format::Npy) => Kind::Npy,
         Sniffed::Format(Format::PytorchLegacy) => Kind::Pickle,
         Sniffed::Format(f) => Kind::NoCode(format!("{f}: holds no code")),
@@ -381,22 +477,19 @@ fn kind(bytes: &[u8]) -> Kind {
         Sniffed::Html => Kind::NoCode("an HTML page".into()),
         Sniffed::Empty => Kind::NoCode("empty".into()),
         // A pickle can open with a byte that also opens these formats: walk it to be sure.
-        l @ Sniffed::Lookalike(_) if !looks_like_pickle(bytes) => {
+        l @ Sniffed::Lookalike(_) if !walked()? => {
             Kind::NoCode(l.describe().trim_start_matches("is ").to_string())
         }
         Sniffed::Lookalike(_) => Kind::Pickle,
-        Sniffed::Unknown
-            if weightport_pickle::probe_legacy(Path::new(""), head) || looks_like_pickle(bytes) =>
-        {
+        Sniffed::Unknown if weightport_pickle::probe_legacy(Path::new(""), &head) || walked()? => {
             Kind::Pickle
         }
         Sniffed::Unknown => Kind::NoCode("not a pickle (text or another format)".into()),
         Sniffed::Zip => Kind::Pickle,
-    }
+    })
 }
 
 /// A protocol 0/1 pickle (no `PROTO` header) is told from text by walking its start.
-fn looks_like_pickle(bytes: &[u8]) -> bool {
-    let start = &bytes[..bytes.len().min(SNIFF_WALK_BYTES)];
+fn looks_like_pickle(start: &[u8]) -> bool {
     weightport_pickle::walk::walk(start, 1 << 28).looks_like_pickle()
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memmap2::Mmap;
-use weightport_core::{Limits, Result};
+use weightport_core::{Limits, Result, Storage};
 use weightport_pickle::scan::{rules, ScanFinding};
 pub use weightport_pickle::scan::{AuditedPickle, ScanReport, Verdict};
 
@@ -78,14 +78,15 @@ fn skipped(path: &Path, reason: impl Into<String>, unverified: bool) -> Skipped 
 }
 
 /// The walk over a directory tree.
-struct Walker {
+struct Walker<'s> {
     root: PathBuf,
+    storage: Option<&'s dyn Storage>,
     /// Every file found: the path walked and its canonical path.
     files: Vec<(PathBuf, PathBuf)>,
     out: ScanOutcome,
 }
 
-impl Walker {
+impl Walker<'_> {
     fn dir(&mut self, dir: &Path, depth: usize) {
         if depth > MAX_DEPTH {
             let why = format!("nested more than {MAX_DEPTH} directories deep: not scanned");
@@ -187,7 +188,7 @@ impl Walker {
                 self.out.skipped.push(skipped(p, why, false));
                 continue;
             }
-            if let Err(e) = scan_one(p, &mut self.out) {
+            if let Err(e) = scan_one(p, self.storage, &mut self.out) {
                 self.out.skipped.push(skipped(p, e.to_string(), true));
             }
         }
@@ -204,10 +205,27 @@ fn map_file(p: &Path) -> Result<Option<Arc<Mmap>>> {
     Ok(Some(Arc::new(weightport_core::mapped::map(&file, p)?)))
 }
 
+/// The bytes of the file `p`: mapped, or opened through `storage` when one is given.
+fn blob_of(p: &Path, storage: Option<&dyn Storage>) -> Result<content::Blob> {
+    let Some(storage) = storage else {
+        return Ok(content::Blob::mapped(p.to_path_buf(), map_file(p)?));
+    };
+    let src = storage.open(p, ", expected a file")?;
+    let bytes = if src.is_empty() {
+        content::Bytes::Empty
+    } else {
+        content::Bytes::Source(src)
+    };
+    Ok(content::Blob {
+        shown: p.to_path_buf(),
+        bytes,
+    })
+}
+
 /// Audits the file `p` by its content into `out`, unpacking what wraps it.
-fn scan_one(p: &Path, out: &mut ScanOutcome) -> Result<()> {
-    let map = match map_file(p) {
-        Ok(m) => m,
+fn scan_one(p: &Path, storage: Option<&dyn Storage>, out: &mut ScanOutcome) -> Result<()> {
+    let blob = match blob_of(p, storage) {
+        Ok(b) => b,
         Err(weightport_core::Error::Usage(m)) => {
             out.skipped.push(skipped(p, m, false));
             return Ok(());
@@ -220,21 +238,25 @@ fn scan_one(p: &Path, out: &mut ScanOutcome) -> Result<()> {
         budget: unpack::Budget::new(&limits),
         limits,
     };
-    auditor.audit(content::Blob {
-        shown: p.to_path_buf(),
-        map,
-    });
+    auditor.audit(blob);
     Ok(())
 }
 
 /// Scans `path`: a file (audited whatever it is; a file with no code gets a report that says
-/// so), or every file under a directory.
+/// so), or every file under a directory. Files are mapped.
 pub fn scan(path: &Path) -> Result<ScanOutcome> {
+    scan_with(path, None)
+}
+
+/// [`scan`], opening every file through `storage` when one is given (a remote input's view:
+/// its stand-ins are read by ranges, and only what the audit needs is read: a ZIP's central
+/// directory, local headers and pickles, never a tensor's data).
+pub fn scan_with(path: &Path, storage: Option<&dyn Storage>) -> Result<ScanOutcome> {
     let meta = std::fs::metadata(path).map_err(|e| weightport_core::Error::io(path, "open", e))?;
     if !meta.is_dir() {
         head_of(path)?;
         let mut out = ScanOutcome::default();
-        scan_one(path, &mut out)?;
+        scan_one(path, storage, &mut out)?;
         return Ok(single_file(out));
     }
     let root = path
@@ -242,6 +264,7 @@ pub fn scan(path: &Path) -> Result<ScanOutcome> {
         .map_err(|e| weightport_core::Error::io(path, "resolve", e))?;
     let mut w = Walker {
         root,
+        storage,
         files: Vec::new(),
         out: ScanOutcome::default(),
     };

@@ -3,6 +3,7 @@
 
 pub(crate) mod arch;
 pub(crate) mod fault_proxy;
+pub(crate) mod hub;
 pub(crate) mod remote;
 pub(crate) mod tmpfs;
 
