@@ -196,6 +196,13 @@ pub enum ExtraKv {
     RopeFreqBase,
     /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
     HeadCountKvFullAttention,
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, when present and not null, 0 included
+    /// (`if (v := hparams.get(k)) is not None`).
+    U32IfPresent(&'static str, &'static str),
+    /// `{arch}.expert_weights_norm` bool ← `norm_topk_prob`, when not null: `false` is written
+    /// too (`Glm4MoeModel.set_gguf_parameters`; DeepSeek's [`ExtraKv::ExpertWeightsNorm`]
+    /// writes only `true`).
+    ExpertWeightsNormAny,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -348,6 +355,10 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
     /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
     Gpt2Glm4,
+    /// GPT-2 style BPE, then BOS, EOT, UNK and EOM from the added tokens `[gMASK]`,
+    /// `<|user|>`, `<|endoftext|>` and `<|observation|>` where the special tokens set none
+    /// (`TextModel._set_vocab_glm`: GLM-4.5).
+    Gpt2Glm,
     /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 16), then
     /// SentencePiece `tokenizer.model`, else GPT-2 style BPE (`Mamba2Model.set_vocab`; a
     /// release without tokenizer files, which the reference gives GPT-NeoX's, is refused).
@@ -766,6 +777,12 @@ pub enum Hook {
     /// tensor whose HF name holds `down_proj`, `gate_proj`, `k_proj`, … is multiplied by its
     /// factors from config.json, `in_proj` per band of rows ([`crate::ssm::falcon_h1_scale`]).
     FalconH1Multipliers,
+    /// GLM-4.5's multi-token-prediction layers (`Glm4MoeModel.__init__`): the block count is
+    /// `num_hidden_layers + num_nextn_predict_layers` (written so, and the layers past
+    /// `num_hidden_layers` are converted with their `nextn.*` tensors), and the weights need not
+    /// hold them (transformers' `save_pretrained` writes none; llama.cpp then loads the trunk
+    /// only).
+    NextnLayers,
     /// Granite 4 hybrid's layers (`GraniteHybridModel.get_attn_layers`): the q/k permutation only
     /// in attention layers (`layer_types` entries `attention`, else `attn_layer_indices`, else
     /// every `attn_layer_period`-th from `attn_layer_offset`); the others go through Mamba 2's
@@ -1179,6 +1196,51 @@ const GLM4_BLOCK: NameGroup = &[
         "model.layers.{bid}.post_mlp_layernorm",
         "blk.{bid}.post_ffw_norm",
     ),
+];
+
+/// GLM-4.5's multi-token-prediction layer (`MODEL_TENSORS[GLM4_MOE]`'s `NEXTN_*`), besides
+/// a whole decoder block of its own.
+const NEXTN: NameGroup = &[
+    ("model.layers.{bid}.eh_proj", "blk.{bid}.nextn.eh_proj"),
+    (
+        "model.layers.{bid}.embed_tokens",
+        "blk.{bid}.nextn.embed_tokens",
+    ),
+    ("model.layers.{bid}.enorm", "blk.{bid}.nextn.enorm"),
+    ("model.layers.{bid}.hnorm", "blk.{bid}.nextn.hnorm"),
+    (
+        "model.layers.{bid}.shared_head.head",
+        "blk.{bid}.nextn.shared_head_head",
+    ),
+    (
+        "model.layers.{bid}.shared_head.norm",
+        "blk.{bid}.nextn.shared_head_norm",
+    ),
+];
+
+/// GLM-4.5 (`MODEL_TENSORS[GLM4_MOE]`): attention with biases and optional q/k norms, the norm
+/// after attention named `post_attention_norm` (the map's `ATTN_POST_NORM` comes before
+/// `FFN_NORM`), a dense MLP in the leading blocks, routed experts
+/// ([`DEEPSEEK2_EXPERTS`]) with DeepSeek's router, score correction bias and shared experts
+/// elsewhere, and the [`NEXTN`] layers.
+const GLM4MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    &[(
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    )],
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+    &[(
+        "model.layers.{bid}.mlp.gate.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    )],
+    NEXTN,
 ];
 
 /// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
@@ -2839,6 +2901,66 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         splits: SHORTCONV_SPLITS,
         hooks: &[],
     },
+    // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (`Glm4MoeModel`): a TextModel with DeepSeek-V3's
+    // expert layout, sigmoid gating and the NextN layers counted as blocks.
+    ArchSpec {
+        arch: "glm4moe",
+        hf_archs: &["Glm4MoeForCausalLM"],
+        tensors: GLM4MOE_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        // "GLM4V_MOE uses Neox ordering already": no permutation.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151552"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "10944"),
+                ("num_hidden_layers", "46"),
+                ("num_attention_heads", "96"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("moe_intermediate_size", "1408"),
+                ("num_experts_per_tok", "8"),
+                ("n_shared_experts", "1"),
+                ("n_routed_experts", "128"),
+                ("routed_scaling_factor", "1.0"),
+                ("n_group", "1"),
+                ("topk_group", "1"),
+                ("first_k_dense_replace", "1"),
+                ("norm_topk_prob", "true"),
+                ("num_nextn_predict_layers", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        // Glm4MoeModel.set_gguf_parameters after the common keys.
+        extra_kv: &[
+            ExtraKv::RopeDimensionCountPartial,
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::U32IfPresent("expert_shared_count", "n_shared_experts"),
+            ExtraKv::U32IfPresent("leading_dense_block_count", "first_k_dense_replace"),
+            ExtraKv::U32Value("expert_gating_func", 2),
+            ExtraKv::ExpertWeightsScale,
+            ExtraKv::ExpertWeightsNormAny,
+            ExtraKv::U32IfPresent("nextn_predict_layers", "num_nextn_predict_layers"),
+        ],
+        vocab: VocabKind::Gpt2Glm,
+        llama3_rope_freqs: false,
+        // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
+        names: NameRules {
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::NextnLayers],
+    },
     // DeepSeek-V3 (and Kimi K2, which reuses it): the reference's DeepseekV2Model, with
     // DeepseekV3Config's defaults, the router's `e_score_correction_bias` and the MTP layers.
     ArchSpec {
@@ -3304,7 +3426,7 @@ mod tests {
     fn nearest_supported_class() {
         for (asked, want) in [
             ("Qwen3NextForCausalLM", "Qwen3ForCausalLM"),
-            ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
+            ("Glm4MoeLiteForCausalLM", "Glm4MoeForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {
             assert_eq!(nearest(asked), want, "{asked}");

@@ -74,7 +74,7 @@ pub(super) fn plan_tensors(
         o => o.file_type(),
     };
     if all_layers && !tensors.is_empty() {
-        check_layers(&out, release.block_count, hp)?;
+        check_layers(&out, release.main_layers, hp)?;
     }
     Ok(Planned {
         out,
