@@ -16,12 +16,13 @@ use common::arch::{self, copy_release, edit_config};
 fn pre(name: &str) -> Option<&'static str> {
     match name {
         "glm45" | "glm45_mtp" => Some("glm4"),
+        "granite_hybrid_moe" => Some("granite-docling"),
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of archs5.json, in its order.
-const RELEASES: &[&str] = &["glm45", "glm45_mtp"];
+const RELEASES: &[&str] = &["glm45", "glm45_mtp", "granite_hybrid_moe"];
 
 const TABLE: arch::Table = arch::Table {
     file: "archs5.json",
@@ -124,4 +125,33 @@ fn minimax_m2_is_refused_from_config_json() {
         "{err}"
     );
     assert!(!out.exists());
+}
+
+/// Hostile Granite 4 hybrid MoE configs: an expert width or count the routed experts do not
+/// have (the reference asserts the width; llama.cpp cannot load a count that disagrees) and a
+/// null count are refused naming the key, before an output exists.
+#[test]
+fn granite_hybrid_moe_hostile_configs_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: &[(&str, serde_json::Value)] = &[
+        ("intermediate_size", serde_json::json!(48)),
+        ("intermediate_size", serde_json::json!(4_294_967_295u64)),
+        ("num_local_experts", serde_json::json!(4_000_000_000u64)),
+        ("num_local_experts", serde_json::Value::Null),
+    ];
+    for (i, (key, value)) in cases.iter().enumerate() {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("granite_hybrid_moe", &parent, "granite_hybrid_moe");
+        edit_config(&dir, |m| {
+            m.insert((*key).into(), value.clone());
+        });
+        let out = parent.join("out.gguf");
+        let o = arch::convert_output(&dir, &out, Some("granite-docling"), &["--dtype", "f16"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{key}={value}");
+        assert!(err.contains(key), "{key}={value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "{key}={value}");
+    }
 }

@@ -502,6 +502,11 @@ pub enum SplitRule {
     SsmA,
     /// A tensor `[n]` reshaped to `[n, 1]` (Mamba 2's `D`); more dimensions keep their shape.
     AppendUnitAxis,
+    /// Granite MoE's routed experts `block_sparse_moe.input_linear` `[experts, 2·ff, hidden]`
+    /// (ff = `intermediate_size`, refused otherwise as the reference asserts): the first `ff`
+    /// rows of each expert `gate_proj.weight`, the last `up_proj.weight`, beside it
+    /// (`GraniteMoeModel.modify_tensors`: `data_torch.split(ffn_dim, dim=-2)`).
+    ExpertRowHalves,
     /// Mamba 2's gated RMS norm `[inner]` reshaped to `[n_groups, inner / n_groups]`
     /// (`n_groups` from config.json, default 1; refused when it does not divide).
     SsmNormGroups,
@@ -655,6 +660,10 @@ pub(crate) const GRANITE_HYBRID_SPLITS: &[Split] = &[
         suffix: "shared_mlp.input_linear.weight",
         rule: SplitRule::RowHalves,
     },
+    Split {
+        suffix: "block_sparse_moe.input_linear.weight",
+        rule: SplitRule::ExpertRowHalves,
+    },
 ];
 
 /// Jamba's Mamba 1 tensors: the conv1d squeezed, `A = -exp(A_log)` in its own shape
@@ -786,7 +795,9 @@ pub enum Hook {
     /// Granite 4 hybrid's layers (`GraniteHybridModel.get_attn_layers`): the q/k permutation only
     /// in attention layers (`layer_types` entries `attention`, else `attn_layer_indices`, else
     /// every `attn_layer_period`-th from `attn_layer_offset`); the others go through Mamba 2's
-    /// converter, which does not permute.
+    /// converter, which does not permute. With routed experts (`num_local_experts` truthy) the
+    /// shared MLP is written as the shared expert (`ffn_{gate,up,down}_shexp`,
+    /// `GraniteMoeModel.modify_tensors`), without them as the block's MLP.
     GraniteHybridLayers,
 }
 
@@ -889,6 +900,22 @@ const GRANITE_HYBRID_NAMES: NameGroup = &[
     (
         "model.layers.{bid}.shared_mlp.output_linear",
         "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.output_linear",
+        "blk.{bid}.ffn_down_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.router.layer",
+        "blk.{bid}.ffn_gate_inp",
     ),
 ];
 
@@ -3266,8 +3293,9 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
     },
     // Granite 4 hybrid (`conversion/granite.py` `GraniteHybridModel`: Mamba 2 and Granite MoE):
     // Granite's keys (head_dim dropped, multipliers as scales), then its SSM and per-layer keys;
-    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0) are not
-    // done: refused as a dense row refuses them.
+    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0,
+    // granite-4.0-h-tiny/small) stored fused `[E, 2F, H]` are split by rows, the shared MLP then
+    // written as the shared expert (the hook).
     ArchSpec {
         arch: "granitehybrid",
         hf_archs: &["GraniteMoeHybridForCausalLM"],
