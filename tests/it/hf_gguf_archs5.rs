@@ -17,12 +17,13 @@ fn pre(name: &str) -> Option<&'static str> {
     match name {
         "glm45" | "glm45_mtp" => Some("glm4"),
         "granite_hybrid_moe" => Some("granite-docling"),
+        "llama4" => Some("llama4"),
         other => panic!("no release {other}"),
     }
 }
 
 /// Every release of archs5.json, in its order.
-const RELEASES: &[&str] = &["glm45", "glm45_mtp", "granite_hybrid_moe"];
+const RELEASES: &[&str] = &["glm45", "glm45_mtp", "granite_hybrid_moe", "llama4"];
 
 const TABLE: arch::Table = arch::Table {
     file: "archs5.json",
@@ -151,6 +152,57 @@ fn granite_hybrid_moe_hostile_configs_are_refused_naming_the_key() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{key}={value}");
         assert!(err.contains(key), "{key}={value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "{key}={value}");
+    }
+}
+
+/// Hostile Llama 4 configs are refused naming the key (an absurd layer count, a feed-forward
+/// length or MoE step that is not a count, null `num_hidden_layers` filled with the class's 48
+/// that the weights do not hold), before an output exists.
+#[test]
+fn llama4_hostile_configs_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: &[(&str, serde_json::Value, &str)] = &[
+        (
+            "num_hidden_layers",
+            serde_json::json!(4_000_000_000u64),
+            "4000000000",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::Value::Null,
+            "announces 48 layers",
+        ),
+        (
+            "intermediate_size_mlp",
+            serde_json::json!("wide"),
+            "intermediate_size_mlp",
+        ),
+        (
+            "interleave_moe_layer_step",
+            serde_json::json!(-1),
+            "interleave_moe_layer_step",
+        ),
+    ];
+    for (i, (key, value, word)) in cases.iter().enumerate() {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("llama4", &parent, "llama4");
+        edit_config(&dir, |m| {
+            m["text_config"]
+                .as_object_mut()
+                .unwrap()
+                .insert((*key).into(), value.clone());
+        });
+        let out = parent.join("out.gguf");
+        let o = arch::convert_output(&dir, &out, Some("llama4"), &["--dtype", "f16"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{key}={value}");
+        assert!(
+            err.contains(word) && err.contains("config.json"),
+            "{key}={value}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
         assert!(!out.exists(), "{key}={value}");
     }

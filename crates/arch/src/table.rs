@@ -196,6 +196,9 @@ pub enum ExtraKv {
     RopeFreqBase,
     /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
     HeadCountKvFullAttention,
+    /// `{arch}.attention.sliding_window` u32 = 0 when config.json has `layer_types` and every
+    /// entry is `full_attention` (`Llama4Model.set_gguf_parameters`, MobileLLM's case).
+    SlidingWindowZeroIfAllFull,
     /// `{arch}.<key>` u32 ← hyper-parameter `.1`, when present and not null, 0 included
     /// (`if (v := hparams.get(k)) is not None`).
     U32IfPresent(&'static str, &'static str),
@@ -586,6 +589,20 @@ pub(crate) const QWEN3VLMOE_SPLITS: &[Split] = &[
     },
     Split {
         suffix: "mlp.experts.down_proj",
+        rule: SplitRule::DownTransposed,
+    },
+];
+
+/// Llama 4's fused experts in the original layout (`feed_forward.experts.gate_up_proj`
+/// `[E, H, 2F]`, `down_proj` `[E, F, H]`, no `.weight`), split and transposed as
+/// `Llama4Model.modify_tensors` does (Qwen3-VL-MoE's rules).
+pub(crate) const LLAMA4_SPLITS: &[Split] = &[
+    Split {
+        suffix: "feed_forward.experts.gate_up_proj",
+        rule: SplitRule::GateUpLastHalvesTransposed,
+    },
+    Split {
+        suffix: "feed_forward.experts.down_proj",
         rule: SplitRule::DownTransposed,
     },
 ];
@@ -1222,6 +1239,51 @@ const GLM4_BLOCK: NameGroup = &[
     (
         "model.layers.{bid}.post_mlp_layernorm",
         "blk.{bid}.post_ffw_norm",
+    ),
+];
+
+/// Llama 4 (`MODEL_TENSORS[LLAMA4]`): `feed_forward.*` dense MLPs, router, shared expert and
+/// the experts as [`LLAMA4_SPLITS`] names them.
+const LLAMA4_FFN: NameGroup = &[
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.router",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
     ),
 ];
 
@@ -2926,6 +2988,60 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: SHORTCONV_SPLITS,
+        hooks: &[],
+    },
+    // Llama 4 text (`Llama4Model`, a `LlamaModel` without the q/k permutation): the text model
+    // of the multimodal release, `intermediate_size_mlp` as the feed-forward length (the class
+    // swaps the two), `intermediate_size` as the experts', fused experts split as Qwen3-VL-MoE's.
+    ArchSpec {
+        arch: "llama4",
+        hf_archs: &["Llama4ForConditionalGeneration", "Llama4ForCausalLM"],
+        tensors: &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, LLAMA4_FFN],
+        experts: None,
+        permute_qk: false,
+        // Llama4TextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "202048"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "5120"),
+                ("intermediate_size", "8192"),
+                ("intermediate_size_mlp", "16384"),
+                ("num_hidden_layers", "48"),
+                ("num_attention_heads", "40"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("num_local_experts", "16"),
+                ("num_experts_per_tok", "1"),
+                ("interleave_moe_layer_step", "1"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys (the feed-forward length replaced in place), then Llama4Model's.
+        extra_kv: &[
+            ExtraKv::U32("feed_forward_length", "intermediate_size_mlp"),
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::U32("interleave_moe_layer_step", "interleave_moe_layer_step"),
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+            ExtraKv::SlidingWindowZeroIfAllFull,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: true,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: LLAMA4_SPLITS,
         hooks: &[],
     },
     // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (`Glm4MoeModel`): a TextModel with DeepSeek-V3's

@@ -460,6 +460,12 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
         ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
         ExtraKv::U32IfPresent(key, h) => kvs.arch_u32_if(key, hp, &[h])?,
+        ExtraKv::SlidingWindowZeroIfAllFull => {
+            let types = hp.raw.get("layer_types").and_then(Value::as_array);
+            if types.is_some_and(|t| t.iter().all(|t| t == "full_attention")) {
+                kvs.arch("attention.sliding_window", MetaValue::U32(0));
+            }
+        }
         ExtraKv::ExpertWeightsNormAny => {
             if let Some(b) = hp.raw.get("norm_topk_prob").filter(|v| !v.is_null()) {
                 let b = b
