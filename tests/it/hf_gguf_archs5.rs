@@ -15,7 +15,7 @@ use common::arch::{self, copy_release, edit_config};
 /// The pre-tokenizer name gen_arch_archs5.py gave the reference for the made-up BPE vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "glm45" | "glm45_mtp" => Some("glm4"),
+        "glm45" | "glm45_mtp" | "glm45v" => Some("glm4"),
         "granite_hybrid_moe" => Some("granite-docling"),
         "llama4" => Some("llama4"),
         other => panic!("no release {other}"),
@@ -23,7 +23,13 @@ fn pre(name: &str) -> Option<&'static str> {
 }
 
 /// Every release of archs5.json, in its order.
-const RELEASES: &[&str] = &["glm45", "glm45_mtp", "granite_hybrid_moe", "llama4"];
+const RELEASES: &[&str] = &[
+    "glm45",
+    "glm45_mtp",
+    "glm45v",
+    "granite_hybrid_moe",
+    "llama4",
+];
 
 const TABLE: arch::Table = arch::Table {
     file: "archs5.json",

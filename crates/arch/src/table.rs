@@ -1332,6 +1332,18 @@ const GLM4MOE_TENSORS: &[NameGroup] = &[
     NEXTN,
 ];
 
+/// `Glm4MoeModel.set_gguf_parameters` after the common keys.
+const GLM4MOE_KVS: &[ExtraKv] = &[
+    ExtraKv::RopeDimensionCountPartial,
+    ExtraKv::ExpertFeedForwardLength,
+    ExtraKv::U32IfPresent("expert_shared_count", "n_shared_experts"),
+    ExtraKv::U32IfPresent("leading_dense_block_count", "first_k_dense_replace"),
+    ExtraKv::U32Value("expert_gating_func", 2),
+    ExtraKv::ExpertWeightsScale,
+    ExtraKv::ExpertWeightsNormAny,
+    ExtraKv::U32IfPresent("nextn_predict_layers", "num_nextn_predict_layers"),
+];
+
 /// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
 /// operator, SwiGLU `feed_forward.w1/w3/w2`, `embedding_norm` (the last norm, which llama.cpp
 /// reads as `token_embd_norm`).
@@ -3079,22 +3091,61 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
             rope_theta: Some("10000.0"),
             local_rope_theta: None,
         },
-        // Glm4MoeModel.set_gguf_parameters after the common keys.
-        extra_kv: &[
-            ExtraKv::RopeDimensionCountPartial,
-            ExtraKv::ExpertFeedForwardLength,
-            ExtraKv::U32IfPresent("expert_shared_count", "n_shared_experts"),
-            ExtraKv::U32IfPresent("leading_dense_block_count", "first_k_dense_replace"),
-            ExtraKv::U32Value("expert_gating_func", 2),
-            ExtraKv::ExpertWeightsScale,
-            ExtraKv::ExpertWeightsNormAny,
-            ExtraKv::U32IfPresent("nextn_predict_layers", "num_nextn_predict_layers"),
-        ],
+        extra_kv: GLM4MOE_KVS,
         vocab: VocabKind::Gpt2Glm,
         llama3_rope_freqs: false,
         // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
         names: NameRules {
             suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::NextnLayers],
+    },
+    // GLM-4.5V's text model: the same converter class (`Glm4MoeModel`) on the multimodal
+    // release, with Glm4vMoeTextConfig's defaults (no NextN key) and M-RoPE sections (a common
+    // key); the vision tower is the mmproj's.
+    ArchSpec {
+        arch: "glm4moe",
+        hf_archs: &["Glm4vMoeForConditionalGeneration"],
+        tensors: GLM4MOE_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151424"),
+                ("max_position_embeddings", "65536"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "10944"),
+                ("num_hidden_layers", "46"),
+                ("num_attention_heads", "96"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("moe_intermediate_size", "1408"),
+                ("num_experts_per_tok", "8"),
+                ("n_shared_experts", "1"),
+                ("n_routed_experts", "128"),
+                ("routed_scaling_factor", "1.0"),
+                ("n_group", "1"),
+                ("topk_group", "1"),
+                ("first_k_dense_replace", "1"),
+                ("norm_topk_prob", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: GLM4MOE_KVS,
+        vocab: VocabKind::Gpt2Glm,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            text_of_multimodal: true,
             ..NO_RULES
         },
         kv_layout: KvLayout::Common,
