@@ -171,7 +171,7 @@ fn glm4_without_its_user_token_is_refused() {
     assert!(!out.exists());
 }
 
-/// A class the table does not have (GLM-4.5's) is refused from config.json before a
+/// A class the table does not have (GLM-4.7-Flash's) is refused from config.json before a
 /// weight is read (every shard is replaced by garbage), naming the nearest supported class; a
 /// non-zero exit, no output.
 #[test]
@@ -179,7 +179,7 @@ fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_release("glm4", tmp.path(), "glm4");
     edit_config(&dir, |m| {
-        m["architectures"] = serde_json::json!(["Glm4MoeForCausalLM"]);
+        m["architectures"] = serde_json::json!(["Glm4MoeLiteForCausalLM"]);
     });
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -196,8 +196,8 @@ fn an_unsupported_class_is_refused_naming_the_nearest_supported_one() {
         "read the weights first: {err}"
     );
     assert!(
-        err.contains("Glm4MoeForCausalLM")
-            && err.contains("nearest supported: `Glm4ForCausalLM`")
+        err.contains("Glm4MoeLiteForCausalLM")
+            && err.contains("nearest supported: `Glm4MoeForCausalLM`")
             && err.contains("config.json"),
         "{err}"
     );

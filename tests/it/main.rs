@@ -13,6 +13,7 @@ mod fanout;
 mod gguf;
 mod hf_gguf;
 mod hf_gguf_archs4;
+mod hf_gguf_archs5;
 mod hf_gguf_dense2;
 mod hf_gguf_dense3;
 mod hf_gguf_enc;

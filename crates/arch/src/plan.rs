@@ -205,7 +205,11 @@ struct Release<'a> {
     position_offset: Option<u64>,
     /// The sentence-transformers pooling keys ([`ExtraKv::Pooling`]).
     pooling: Vec<(&'static str, MetaValue)>,
+    /// `{arch}.block_count`: the layers the names map, multi-token-prediction ones included
+    /// ([`Hook::NextnLayers`]).
     block_count: u32,
+    /// The layers the weights must hold (`num_hidden_layers`).
+    main_layers: u32,
 }
 
 impl<'a> Release<'a> {
@@ -224,8 +228,27 @@ impl<'a> Release<'a> {
             Vec::new()
         };
         refuse_heads(dir, spec, &hp)?;
-        let block_count =
+        let main_layers =
             hp.need_u32(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
+        let block_count = if spec.hooks.contains(&Hook::NextnLayers) {
+            let nextn = hp.u32(&["num_nextn_predict_layers"])?.unwrap_or(0);
+            // Real releases have one; nothing is allocated per layer, but the block count is
+            // written and llama.cpp sizes its layers by it.
+            if nextn > MAX_NEXTN_LAYERS {
+                return Err(bad(
+                    &hp.path,
+                    format!("`num_nextn_predict_layers` {nextn} (more than {MAX_NEXTN_LAYERS})"),
+                ));
+            }
+            main_layers.checked_add(nextn).ok_or_else(|| {
+                bad(
+                    &hp.path,
+                    format!("{main_layers} layers and {nextn} `num_nextn_predict_layers` overflow"),
+                )
+            })?
+        } else {
+            main_layers
+        };
         Ok(Release {
             dir,
             spec,
@@ -233,9 +256,13 @@ impl<'a> Release<'a> {
             position_offset,
             pooling,
             block_count,
+            main_layers,
         })
     }
 }
+
+/// The most multi-token-prediction layers a config may announce ([`Hook::NextnLayers`]).
+const MAX_NEXTN_LAYERS: u32 = 1 << 16;
 
 /// Refuses a classifier head on an encoder and a Qwen3 reranker.
 fn refuse_heads(dir: &Path, spec: &ArchSpec, hp: &HParams) -> Result<()> {
@@ -520,7 +547,8 @@ fn size_label_of(out: &[OutTensor]) -> String {
 
 /// Refuses a release whose weights do not hold every layer config.json announces (llama.cpp
 /// would fail to load the file; the reference converter does not check). Not checked for a
-/// vocabulary-only plan (no tensors given).
+/// vocabulary-only plan (no tensors given). Layers past `block_count` (GLM-4.5's optional
+/// multi-token-prediction ones) are not counted.
 fn check_layers(out: &[OutTensor], block_count: u32, hp: &HParams) -> Result<()> {
     let mut seen = vec![false; out.len().min(block_count as usize)];
     let mut held = 0usize;

@@ -128,6 +128,7 @@ pub fn views(
         SplitRule::SsmA | SplitRule::AppendUnitAxis => Ok(vec![(hf.to_owned(), unit_axis(t))]),
         SplitRule::SsmNormGroups => ssm_norm_groups(hf, t, hp, dir),
         SplitRule::RowHalves => row_halves(hf, t, hp, dir),
+        SplitRule::ExpertRowHalves => expert_row_halves(hf, t, hp, dir),
     }
 }
 
@@ -193,6 +194,48 @@ fn row_halves(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<Ve
             let view = View {
                 offset: k as u64 * n * cols,
                 dims: vec![(n, cols), (cols, 1)],
+            };
+            (format!("{stem}{w}.weight"), view)
+        })
+        .collect())
+}
+
+/// [`SplitRule::ExpertRowHalves`]: `[E, 2F, H]` → gate `[E, F, H]` and up `[E, F, H]`, F =
+/// `intermediate_size`.
+fn expert_row_halves(
+    hf: &str,
+    t: &SourceTensor,
+    hp: &HParams,
+    dir: &Path,
+) -> Result<Vec<(String, View)>> {
+    let f = u64::from(hp.need_u32(&["intermediate_size"])?);
+    let [e, f2, h] = dims3(t, dir)?;
+    if f.checked_mul(2) != Some(f2) {
+        return Err(refuse(
+            dir,
+            t,
+            format!("{f2} rows per expert are not 2 × intermediate_size {f}"),
+        ));
+    }
+    // The reference writes what it reads; llama.cpp cannot load stacks that disagree with
+    // `expert_count`.
+    let n = hp.u32(&["num_local_experts"])?;
+    if n.map(u64::from) != Some(e) {
+        let said = n.map_or("nothing".to_owned(), |n| n.to_string());
+        return Err(refuse(
+            dir,
+            t,
+            format!("{e} experts, config.json's `num_local_experts` says {said}"),
+        ));
+    }
+    let stem = hf.trim_end_matches("input_linear.weight");
+    Ok(["gate_proj", "up_proj"]
+        .iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let view = View {
+                offset: k as u64 * f * h,
+                dims: vec![(e, f2 * h), (f, h), (h, 1)],
             };
             (format!("{stem}{w}.weight"), view)
         })

@@ -535,6 +535,21 @@ pub(crate) fn mamba1_kvs(
 /// layers; the arrays and layer sets are built in memory).
 const MAX_LAYERS: u32 = 1 << 16;
 
+/// Granite MoE's shared MLP with routed experts (`num_local_experts` truthy): `blk.N.ffn_gate`,
+/// `ffn_up`, `ffn_down` of a `shared_mlp.` tensor become the shared expert's `ffn_*_shexp`
+/// ([`crate::table::Hook::GraniteHybridLayers`]); any other name is returned as it is.
+pub(crate) fn granite_shared_expert_name(hp: &HParams, hf: &str, name: String) -> Result<String> {
+    if !hf.contains(".shared_mlp.") || hp.u32(&["num_local_experts"])?.unwrap_or(0) == 0 {
+        return Ok(name);
+    }
+    for part in ["ffn_gate", "ffn_up", "ffn_down"] {
+        if let Some((stem, suffix)) = name.split_once(&format!(".{part}.")) {
+            return Ok(format!("{stem}.{part}_shexp.{suffix}"));
+        }
+    }
+    Ok(name)
+}
+
 /// Refuses a block count past [`MAX_LAYERS`].
 fn check_layers(hp: &HParams, block_count: u32) -> Result<()> {
     if block_count > MAX_LAYERS {

@@ -196,6 +196,16 @@ pub enum ExtraKv {
     RopeFreqBase,
     /// [`ExtraKv::HeadCountKvPerLayer`] with KV heads only on `full_attention` layers (LFM2-MoE).
     HeadCountKvFullAttention,
+    /// `{arch}.attention.sliding_window` u32 = 0 when config.json has `layer_types` and every
+    /// entry is `full_attention` (`Llama4Model.set_gguf_parameters`, MobileLLM's case).
+    SlidingWindowZeroIfAllFull,
+    /// `{arch}.<key>` u32 ← hyper-parameter `.1`, when present and not null, 0 included
+    /// (`if (v := hparams.get(k)) is not None`).
+    U32IfPresent(&'static str, &'static str),
+    /// `{arch}.expert_weights_norm` bool ← `norm_topk_prob`, when not null: `false` is written
+    /// too (`Glm4MoeModel.set_gguf_parameters`; DeepSeek's [`ExtraKv::ExpertWeightsNorm`]
+    /// writes only `true`).
+    ExpertWeightsNormAny,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -348,6 +358,10 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
     /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
     Gpt2Glm4,
+    /// GPT-2 style BPE, then BOS, EOT, UNK and EOM from the added tokens `[gMASK]`,
+    /// `<|user|>`, `<|endoftext|>` and `<|observation|>` where the special tokens set none
+    /// (`TextModel._set_vocab_glm`: GLM-4.5).
+    Gpt2Glm,
     /// `vocab_size` rounded up to a multiple of `pad_vocab_size_multiple` (default 16), then
     /// SentencePiece `tokenizer.model`, else GPT-2 style BPE (`Mamba2Model.set_vocab`; a
     /// release without tokenizer files, which the reference gives GPT-NeoX's, is refused).
@@ -491,6 +505,11 @@ pub enum SplitRule {
     SsmA,
     /// A tensor `[n]` reshaped to `[n, 1]` (Mamba 2's `D`); more dimensions keep their shape.
     AppendUnitAxis,
+    /// Granite MoE's routed experts `block_sparse_moe.input_linear` `[experts, 2·ff, hidden]`
+    /// (ff = `intermediate_size`, refused otherwise as the reference asserts): the first `ff`
+    /// rows of each expert `gate_proj.weight`, the last `up_proj.weight`, beside it
+    /// (`GraniteMoeModel.modify_tensors`: `data_torch.split(ffn_dim, dim=-2)`).
+    ExpertRowHalves,
     /// Mamba 2's gated RMS norm `[inner]` reshaped to `[n_groups, inner / n_groups]`
     /// (`n_groups` from config.json, default 1; refused when it does not divide).
     SsmNormGroups,
@@ -574,6 +593,20 @@ pub(crate) const QWEN3VLMOE_SPLITS: &[Split] = &[
     },
 ];
 
+/// Llama 4's fused experts in the original layout (`feed_forward.experts.gate_up_proj`
+/// `[E, H, 2F]`, `down_proj` `[E, F, H]`, no `.weight`), split and transposed as
+/// `Llama4Model.modify_tensors` does (Qwen3-VL-MoE's rules).
+pub(crate) const LLAMA4_SPLITS: &[Split] = &[
+    Split {
+        suffix: "feed_forward.experts.gate_up_proj",
+        rule: SplitRule::GateUpLastHalvesTransposed,
+    },
+    Split {
+        suffix: "feed_forward.experts.down_proj",
+        rule: SplitRule::DownTransposed,
+    },
+];
+
 /// LFM2's short-convolution weight, squeezed.
 pub(crate) const SHORTCONV_SPLITS: &[Split] = &[Split {
     suffix: "conv.conv.weight",
@@ -643,6 +676,10 @@ pub(crate) const GRANITE_HYBRID_SPLITS: &[Split] = &[
     Split {
         suffix: "shared_mlp.input_linear.weight",
         rule: SplitRule::RowHalves,
+    },
+    Split {
+        suffix: "block_sparse_moe.input_linear.weight",
+        rule: SplitRule::ExpertRowHalves,
     },
 ];
 
@@ -766,10 +803,18 @@ pub enum Hook {
     /// tensor whose HF name holds `down_proj`, `gate_proj`, `k_proj`, … is multiplied by its
     /// factors from config.json, `in_proj` per band of rows ([`crate::ssm::falcon_h1_scale`]).
     FalconH1Multipliers,
+    /// GLM-4.5's multi-token-prediction layers (`Glm4MoeModel.__init__`): the block count is
+    /// `num_hidden_layers + num_nextn_predict_layers` (written so, and the layers past
+    /// `num_hidden_layers` are converted with their `nextn.*` tensors), and the weights need not
+    /// hold them (transformers' `save_pretrained` writes none; llama.cpp then loads the trunk
+    /// only).
+    NextnLayers,
     /// Granite 4 hybrid's layers (`GraniteHybridModel.get_attn_layers`): the q/k permutation only
     /// in attention layers (`layer_types` entries `attention`, else `attn_layer_indices`, else
     /// every `attn_layer_period`-th from `attn_layer_offset`); the others go through Mamba 2's
-    /// converter, which does not permute.
+    /// converter, which does not permute. With routed experts (`num_local_experts` truthy) the
+    /// shared MLP is written as the shared expert (`ffn_{gate,up,down}_shexp`,
+    /// `GraniteMoeModel.modify_tensors`), without them as the block's MLP.
     GraniteHybridLayers,
 }
 
@@ -872,6 +917,22 @@ const GRANITE_HYBRID_NAMES: NameGroup = &[
     (
         "model.layers.{bid}.shared_mlp.output_linear",
         "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.output_linear",
+        "blk.{bid}.ffn_down_exps",
+    ),
+    (
+        "model.layers.{bid}.block_sparse_moe.router.layer",
+        "blk.{bid}.ffn_gate_inp",
     ),
 ];
 
@@ -1179,6 +1240,108 @@ const GLM4_BLOCK: NameGroup = &[
         "model.layers.{bid}.post_mlp_layernorm",
         "blk.{bid}.post_ffw_norm",
     ),
+];
+
+/// Llama 4 (`MODEL_TENSORS[LLAMA4]`): `feed_forward.*` dense MLPs, router, shared expert and
+/// the experts as [`LLAMA4_SPLITS`] names them.
+const LLAMA4_FFN: NameGroup = &[
+    (
+        "model.layers.{bid}.feed_forward.gate_proj",
+        "blk.{bid}.ffn_gate",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.up_proj",
+        "blk.{bid}.ffn_up",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.down_proj",
+        "blk.{bid}.ffn_down",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.router",
+        "blk.{bid}.ffn_gate_inp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.shared_expert.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+    ),
+    (
+        "model.layers.{bid}.feed_forward.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+    ),
+];
+
+/// GLM-4.5's multi-token-prediction layer (`MODEL_TENSORS[GLM4_MOE]`'s `NEXTN_*`), besides
+/// a whole decoder block of its own.
+const NEXTN: NameGroup = &[
+    ("model.layers.{bid}.eh_proj", "blk.{bid}.nextn.eh_proj"),
+    (
+        "model.layers.{bid}.embed_tokens",
+        "blk.{bid}.nextn.embed_tokens",
+    ),
+    ("model.layers.{bid}.enorm", "blk.{bid}.nextn.enorm"),
+    ("model.layers.{bid}.hnorm", "blk.{bid}.nextn.hnorm"),
+    (
+        "model.layers.{bid}.shared_head.head",
+        "blk.{bid}.nextn.shared_head_head",
+    ),
+    (
+        "model.layers.{bid}.shared_head.norm",
+        "blk.{bid}.nextn.shared_head_norm",
+    ),
+];
+
+/// GLM-4.5 (`MODEL_TENSORS[GLM4_MOE]`): attention with biases and optional q/k norms, the norm
+/// after attention named `post_attention_norm` (the map's `ATTN_POST_NORM` comes before
+/// `FFN_NORM`), a dense MLP in the leading blocks, routed experts
+/// ([`DEEPSEEK2_EXPERTS`]) with DeepSeek's router, score correction bias and shared experts
+/// elsewhere, and the [`NEXTN`] layers.
+const GLM4MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    &[(
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    )],
+    MLP,
+    ROUTER,
+    SHARED_EXPERTS,
+    &[(
+        "model.layers.{bid}.mlp.gate.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    )],
+    NEXTN,
+];
+
+/// `Glm4MoeModel.set_gguf_parameters` after the common keys.
+const GLM4MOE_KVS: &[ExtraKv] = &[
+    ExtraKv::RopeDimensionCountPartial,
+    ExtraKv::ExpertFeedForwardLength,
+    ExtraKv::U32IfPresent("expert_shared_count", "n_shared_experts"),
+    ExtraKv::U32IfPresent("leading_dense_block_count", "first_k_dense_replace"),
+    ExtraKv::U32Value("expert_gating_func", 2),
+    ExtraKv::ExpertWeightsScale,
+    ExtraKv::ExpertWeightsNormAny,
+    ExtraKv::U32IfPresent("nextn_predict_layers", "num_nextn_predict_layers"),
 ];
 
 /// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
@@ -2839,6 +3002,159 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         splits: SHORTCONV_SPLITS,
         hooks: &[],
     },
+    // Llama 4 text (`Llama4Model`, a `LlamaModel` without the q/k permutation): the text model
+    // of the multimodal release, `intermediate_size_mlp` as the feed-forward length (the class
+    // swaps the two), `intermediate_size` as the experts', fused experts split as Qwen3-VL-MoE's.
+    ArchSpec {
+        arch: "llama4",
+        hf_archs: &["Llama4ForConditionalGeneration", "Llama4ForCausalLM"],
+        tensors: &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, LLAMA4_FFN],
+        experts: None,
+        permute_qk: false,
+        // Llama4TextConfig's defaults.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "202048"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "5120"),
+                ("intermediate_size", "8192"),
+                ("intermediate_size_mlp", "16384"),
+                ("num_hidden_layers", "48"),
+                ("num_attention_heads", "40"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("num_local_experts", "16"),
+                ("num_experts_per_tok", "1"),
+                ("interleave_moe_layer_step", "1"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("500000.0"),
+            local_rope_theta: None,
+        },
+        // LlamaModel's keys (the feed-forward length replaced in place), then Llama4Model's.
+        extra_kv: &[
+            ExtraKv::U32("feed_forward_length", "intermediate_size_mlp"),
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::U32("interleave_moe_layer_step", "interleave_moe_layer_step"),
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+            ExtraKv::SlidingWindowZeroIfAllFull,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: true,
+        names: NameRules {
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: LLAMA4_SPLITS,
+        hooks: &[],
+    },
+    // GLM-4.5 / 4.6 / 4.7 and GLM-4.5-Air (`Glm4MoeModel`): a TextModel with DeepSeek-V3's
+    // expert layout, sigmoid gating and the NextN layers counted as blocks.
+    ArchSpec {
+        arch: "glm4moe",
+        hf_archs: &["Glm4MoeForCausalLM"],
+        tensors: GLM4MOE_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        // "GLM4V_MOE uses Neox ordering already": no permutation.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151552"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "10944"),
+                ("num_hidden_layers", "46"),
+                ("num_attention_heads", "96"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("moe_intermediate_size", "1408"),
+                ("num_experts_per_tok", "8"),
+                ("n_shared_experts", "1"),
+                ("n_routed_experts", "128"),
+                ("routed_scaling_factor", "1.0"),
+                ("n_group", "1"),
+                ("topk_group", "1"),
+                ("first_k_dense_replace", "1"),
+                ("norm_topk_prob", "true"),
+                ("num_nextn_predict_layers", "1"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: GLM4MOE_KVS,
+        vocab: VocabKind::Gpt2Glm,
+        llama3_rope_freqs: false,
+        // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
+        names: NameRules {
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::NextnLayers],
+    },
+    // GLM-4.5V's text model: the same converter class (`Glm4MoeModel`) on the multimodal
+    // release, with Glm4vMoeTextConfig's defaults (no NextN key) and M-RoPE sections (a common
+    // key); the vision tower is the mmproj's.
+    ArchSpec {
+        arch: "glm4moe",
+        hf_archs: &["Glm4vMoeForConditionalGeneration"],
+        tensors: GLM4MOE_TENSORS,
+        experts: Some(&DEEPSEEK2_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151424"),
+                ("max_position_embeddings", "65536"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "10944"),
+                ("num_hidden_layers", "46"),
+                ("num_attention_heads", "96"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("moe_intermediate_size", "1408"),
+                ("num_experts_per_tok", "8"),
+                ("n_shared_experts", "1"),
+                ("n_routed_experts", "128"),
+                ("routed_scaling_factor", "1.0"),
+                ("n_group", "1"),
+                ("topk_group", "1"),
+                ("first_k_dense_replace", "1"),
+                ("norm_topk_prob", "true"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: GLM4MOE_KVS,
+        vocab: VocabKind::Gpt2Glm,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            text_of_multimodal: true,
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::NextnLayers],
+    },
     // DeepSeek-V3 (and Kimi K2, which reuses it): the reference's DeepseekV2Model, with
     // DeepseekV3Config's defaults, the router's `e_score_correction_bias` and the MTP layers.
     ArchSpec {
@@ -3144,8 +3460,9 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
     },
     // Granite 4 hybrid (`conversion/granite.py` `GraniteHybridModel`: Mamba 2 and Granite MoE):
     // Granite's keys (head_dim dropped, multipliers as scales), then its SSM and per-layer keys;
-    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0) are not
-    // done: refused as a dense row refuses them.
+    // q/k permuted in attention layers only. Routed experts (`num_local_experts` > 0,
+    // granite-4.0-h-tiny/small) stored fused `[E, 2F, H]` are split by rows, the shared MLP then
+    // written as the shared expert (the hook).
     ArchSpec {
         arch: "granitehybrid",
         hf_archs: &["GraniteMoeHybridForCausalLM"],
@@ -3304,7 +3621,7 @@ mod tests {
     fn nearest_supported_class() {
         for (asked, want) in [
             ("Qwen3NextForCausalLM", "Qwen3ForCausalLM"),
-            ("Glm4MoeForCausalLM", "Glm4ForCausalLM"),
+            ("Glm4MoeLiteForCausalLM", "Glm4MoeForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {
             assert_eq!(nearest(asked), want, "{asked}");

@@ -459,6 +459,21 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::ShortconvLCache => kvs.arch("shortconv.l_cache", need_u32(&["conv_L_cache"])?),
         ExtraKv::Lfm2FeedForwardLength => lfm2_feed_forward_length(kvs, hp)?,
         ExtraKv::U32(key, h) => kvs.arch(key, need_u32(&[h])?),
+        ExtraKv::U32IfPresent(key, h) => kvs.arch_u32_if(key, hp, &[h])?,
+        ExtraKv::SlidingWindowZeroIfAllFull => {
+            let types = hp.raw.get("layer_types").and_then(Value::as_array);
+            if types.is_some_and(|t| t.iter().all(|t| t == "full_attention")) {
+                kvs.arch("attention.sliding_window", MetaValue::U32(0));
+            }
+        }
+        ExtraKv::ExpertWeightsNormAny => {
+            if let Some(b) = hp.raw.get("norm_topk_prob").filter(|v| !v.is_null()) {
+                let b = b
+                    .as_bool()
+                    .ok_or_else(|| bad(&hp.path, "`norm_topk_prob` is not a boolean"))?;
+                kvs.arch("expert_weights_norm", MetaValue::Bool(b));
+            }
+        }
         ExtraKv::U32IfTruthy(key, h) => {
             if let Some(v) = hp.u32(&[h])?.filter(|&v| v != 0) {
                 kvs.arch(key, MetaValue::U32(v));

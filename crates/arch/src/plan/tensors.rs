@@ -74,7 +74,7 @@ pub(super) fn plan_tensors(
         o => o.file_type(),
     };
     if all_layers && !tensors.is_empty() {
-        check_layers(&out, release.block_count, hp)?;
+        check_layers(&out, release.main_layers, hp)?;
     }
     Ok(Planned {
         out,
@@ -259,10 +259,15 @@ impl Planner<'_, '_> {
             block_count,
             ..
         } = self.release;
-        map_name(spec, hf, *block_count).ok_or_else(|| Error::Unsupported {
+        let name = map_name(spec, hf, *block_count).ok_or_else(|| Error::Unsupported {
             at: Location::file(dir).tensor(&t.name),
             format: Some(Format::Gguf),
             what: format!("no GGUF name for {what} of a {} model", hp.hf_arch),
+        })?;
+        Ok(if spec.hooks.contains(&Hook::GraniteHybridLayers) {
+            crate::ssm::granite_shared_expert_name(hp, hf, name)?
+        } else {
+            name
         })
     }
 

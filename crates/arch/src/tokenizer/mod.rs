@@ -215,16 +215,39 @@ pub fn export(
         hunyuan_token_ids(dir, hp, &mut v.kv)?;
     }
     if kind == VocabKind::Gpt2Glm4 {
-        glm4_token_ids(dir, &mut v.kv)?;
+        glm_token_ids(dir, GLM4_SPECIALS, &mut v.kv)?;
+    }
+    if kind == VocabKind::Gpt2Glm {
+        glm_token_ids(dir, GLM_SPECIALS, &mut v.kv)?;
     }
     Ok(v)
 }
 
-/// `Glm4Model.set_vocab`: EOS, EOT, UNK and BOS set to the added tokens `<|endoftext|>`,
-/// `<|user|>`, `<|endoftext|>`, `<|endoftext|>`, each only when the special tokens have none
-/// (gguf-py's `_set_special_token`), after the ids they wrote. The reference fails without
-/// those added tokens: refused.
-fn glm4_token_ids(dir: &Path, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
+/// `Glm4Model.set_vocab`'s special tokens: (type, added token).
+const GLM4_SPECIALS: &[(&str, &str)] = &[
+    ("eos", "<|endoftext|>"),
+    ("eot", "<|user|>"),
+    ("unk", "<|endoftext|>"),
+    ("bos", "<|endoftext|>"),
+];
+
+/// `TextModel._set_vocab_glm`'s (GLM-4.5).
+const GLM_SPECIALS: &[(&str, &str)] = &[
+    ("bos", "[gMASK]"),
+    ("eot", "<|user|>"),
+    ("unk", "<|endoftext|>"),
+    ("eom", "<|observation|>"),
+];
+
+/// `Glm4Model.set_vocab` and `TextModel._set_vocab_glm`: each special token type of `specials`
+/// set to its added token, only when the special tokens have none (gguf-py's
+/// `_set_special_token`), after the ids they wrote. The reference fails without those added
+/// tokens: refused.
+fn glm_token_ids(
+    dir: &Path,
+    specials: &[(&str, &str)],
+    kv: &mut Vec<(String, MetaValue)>,
+) -> Result<()> {
     let added = added_vocab(dir)?;
     let id_of = |content: &str| -> Result<MetaValue> {
         added
@@ -234,7 +257,7 @@ fn glm4_token_ids(dir: &Path, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
             .ok_or_else(|| Error::Unsupported {
                 at: Location::file(dir.join("tokenizer.json")),
                 format: Some(Format::Gguf),
-                what: format!("a GLM-4 tokenizer without the added token `{content}`"),
+                what: format!("a GLM tokenizer without the added token `{content}`"),
             })
     };
     let mut at = kv
@@ -242,12 +265,7 @@ fn glm4_token_ids(dir: &Path, kv: &mut Vec<(String, MetaValue)>) -> Result<()> {
         .rposition(|(k, _)| k.ends_with("_token_id"))
         .or_else(|| kv.iter().position(|(k, _)| k == "tokenizer.ggml.merges"))
         .map_or(kv.len(), |i| i + 1);
-    for (typ, content) in [
-        ("eos", "<|endoftext|>"),
-        ("eot", "<|user|>"),
-        ("unk", "<|endoftext|>"),
-        ("bos", "<|endoftext|>"),
-    ] {
+    for &(typ, content) in specials {
         let key = special::id_key(typ).expect("a type gguf-py writes");
         let id = id_of(content)?;
         if !kv.iter().any(|(k, _)| *k == key) {
@@ -415,6 +433,7 @@ fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
         VocabKind::Gpt2AddBosEosSep
             | VocabKind::Gpt2HunYuan
             | VocabKind::Gpt2Glm4
+            | VocabKind::Gpt2Glm
             | VocabKind::Gpt2ElseSpmPadTo8
     ) {
         VocabKind::Gpt2
