@@ -8,6 +8,13 @@ use weightport_remote::{is_remote, RemoteInput};
 
 use crate::args::Command;
 
+/// The share of `--max-memory` the read-ahead of remote inputs may hold (bytes being fetched
+/// and fetched but not yet read): an eighth, at most 64 MiB.
+fn read_ahead_of(max_memory: Option<u64>) -> u64 {
+    let budget = max_memory.unwrap_or_else(weightport_engine::default_max_memory);
+    (budget / 8).min(64 << 20)
+}
+
 /// Replaces `p` by its view's path when it is remote; the opened input is kept in `held`.
 fn localize_one(p: &mut PathBuf, held: &mut Vec<RemoteInput>) -> Result<(), Error> {
     if !is_remote(p) {
@@ -31,9 +38,16 @@ fn refuse(what: &str) -> Error {
 
 /// Lays out every remote input of `cmd` (convert, inspect, verify) and points the command at
 /// the views; the returned inputs must live until the command is done. Other commands given a
-/// remote input are refused.
-pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
+/// remote input are refused. `convert` and `verify`, which read the weights whole, read them
+/// ahead within `max_memory` (see [`read_ahead_of`]), with a bar of the bytes fetched.
+pub(crate) fn localize(
+    cmd: &mut Command,
+    max_memory: Option<u64>,
+) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
+    if matches!(cmd, Command::Convert(_) | Command::Verify(_)) {
+        weightport_remote::set_read_ahead(read_ahead_of(max_memory));
+    }
     match cmd {
         Command::Convert(a) => {
             if a.inputs.iter().any(|p| is_remote(p)) {
@@ -57,6 +71,10 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
         }
         Command::Scan(a) if is_remote(&a.input) => return Err(refuse("scan")),
         _ => {}
+    }
+    let weights: u64 = held.iter().map(|r| r.weights_bytes).sum();
+    if weights > 0 && !matches!(cmd, Command::Inspect(_)) {
+        crate::progress::fetching(weights);
     }
     Ok(held)
 }

@@ -37,6 +37,7 @@ mod plan_hostile;
 mod provenance;
 mod quality;
 mod recipes;
+mod remote_ahead;
 mod remote_hub;
 mod scan;
 mod side_files;

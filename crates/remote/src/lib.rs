@@ -21,13 +21,15 @@
 //! reading". Redirects (the Hub's 302 to its LFS store) are followed over https only, and the
 //! token is sent to the endpoint's own host and port only.
 
+mod ahead;
 mod fetch;
 mod hub;
 mod object;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use sha2::{Digest, Sha256};
 use weightport_core::{ByteSource, Error, Result, Storage};
@@ -113,9 +115,16 @@ fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
     T.get_or_init(Default::default)
 }
 
+/// The client of the process, one per `SSL_CERT_FILE` (its roots are read when it is made).
 fn client(name: &Path) -> Result<Client> {
-    static C: OnceLock<std::result::Result<Client, String>> = OnceLock::new();
-    C.get_or_init(Client::new)
+    type Clients = HashMap<Option<std::ffi::OsString>, std::result::Result<Client, String>>;
+    static C: OnceLock<Mutex<Clients>> = OnceLock::new();
+    let mut c = C
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    c.entry(std::env::var_os("SSL_CERT_FILE"))
+        .or_insert_with(Client::new)
         .clone()
         .map_err(|m| Error::io(name, "connect", std::io::Error::other(m)))
 }
@@ -132,6 +141,7 @@ impl RemoteFiles {
             return Some(Ok(o.clone()));
         }
         let opened = client(name).and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target));
+        let opened = opened.map(|o| o.reading_ahead(&e.target));
         Some(opened.map(|o| {
             let o = Arc::new(o);
             e.opened = Some(o.clone());
@@ -156,6 +166,53 @@ impl Storage for RemoteFiles {
     }
 }
 
+/// Sets the bytes the read-ahead may hold at once over all remote objects: windows being
+/// fetched and fetched but not yet read (0, the default: no read-ahead; reads fetch what they
+/// ask when they ask it). Objects opened afterwards read ahead.
+pub fn set_read_ahead(bytes: u64) {
+    ahead::set_budget(bytes);
+}
+
+/// The read-ahead budget and the most bytes it ever held at once.
+pub fn read_ahead_stats() -> (u64, u64) {
+    ahead::stats()
+}
+
+/// What is told of bytes fetched: a count of bytes each time some arrive.
+pub type FetchProgress = Arc<dyn Fn(u64) + Send + Sync>;
+
+fn progress() -> &'static RwLock<Option<FetchProgress>> {
+    static P: OnceLock<RwLock<Option<FetchProgress>>> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+static FETCHED: AtomicU64 = AtomicU64::new(0);
+
+/// Reports bytes fetched to `f` (the CLI draws them), or to nobody.
+pub fn set_progress(f: Option<FetchProgress>) {
+    *progress().write().unwrap_or_else(|e| e.into_inner()) = f;
+}
+
+/// Bytes of remote objects fetched by this process so far.
+pub fn fetched_bytes() -> u64 {
+    FETCHED.load(Ordering::Relaxed)
+}
+
+/// `n` bytes arrived.
+pub(crate) fn fetched(n: u64) {
+    if n == 0 {
+        return;
+    }
+    FETCHED.fetch_add(n, Ordering::Relaxed);
+    if let Some(f) = progress()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        f(n);
+    }
+}
+
 /// Makes [`RemoteFiles`] the storage of every [`weightport_core::ReadOptions::default`].
 pub fn install() {
     weightport_core::mapped::set_default_storage(Some(Arc::new(RemoteFiles)));
@@ -172,6 +229,8 @@ pub struct RemoteInput {
     pub commit: Option<String>,
     /// What the view left out, for the user.
     pub notes: Vec<String>,
+    /// Bytes of the weights files read by ranges (as listed; 0 where no size is known).
+    pub weights_bytes: u64,
     view: tempfile::TempDir,
 }
 
@@ -256,6 +315,7 @@ fn open_https(arg: &str) -> Result<RemoteInput> {
         shown: shown_url(arg),
         commit: None,
         notes: Vec::new(),
+        weights_bytes: 0,
         view,
     })
 }
@@ -331,6 +391,7 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
         commit: listing.commit.clone(),
     };
     let mut notes = Vec::new();
+    let mut weights_bytes = 0;
     for f in here {
         let name = &f.path[prefix.len()..];
         if !safe_name(name) {
@@ -341,7 +402,10 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
             continue;
         }
         match placement(f) {
-            Placement::Ranged => ctx.ranged(&root.join(name), f)?,
+            Placement::Ranged => {
+                weights_bytes += f.size.unwrap_or(0);
+                ctx.ranged(&root.join(name), f)?
+            }
             Placement::Whole => ctx.whole(&root.join(name), f)?,
             Placement::LeftOut(why) => notes.push(format!(
                 "{}: {why}; not read",
@@ -359,6 +423,7 @@ fn open_hub(arg: &str) -> Result<RemoteInput> {
         shown: format!("hf://{}@{}/{}", r.repo, listing.commit, r.path),
         commit: Some(listing.commit),
         notes,
+        weights_bytes,
         view,
     })
 }
@@ -382,6 +447,7 @@ impl HubView {
             expect: Expect {
                 len: f.size,
                 commit: Some(self.commit.clone()),
+                sha256: f.lfs_sha256.clone(),
             },
         };
         (shown, t)

@@ -2,6 +2,8 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub(crate) mod arch;
+pub(crate) mod fault_proxy;
+pub(crate) mod hub;
 pub(crate) mod tmpfs;
 
 use std::path::{Path, PathBuf};
