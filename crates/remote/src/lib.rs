@@ -20,6 +20,13 @@
 //! length and ETag (sent as `If-Match` too), else the read fails with "input changed while
 //! reading". Redirects (the Hub's 302 to its LFS store) are followed over https only, and the
 //! token is sent to the endpoint's own host and port only.
+//!
+//! # Read-ahead
+//!
+//! With [`set_read_ahead`] (the CLI sets it for `convert` and `verify`), a weights object read
+//! past its first answer is fetched ahead of its reads, in file order, by a few connections of
+//! this crate, within the budget given; a file streamed whole is checked against the listing's
+//! LFS sha256 before its last bytes are served (see `ahead.rs`).
 
 mod ahead;
 mod fetch;
