@@ -171,6 +171,8 @@ struct State {
 /// One object's read-ahead.
 pub(crate) struct Stream {
     source: Arc<dyn Fetch>,
+    /// The object as messages name it.
+    shown: String,
     len: u64,
     /// The first answer's length: the stream starts past it.
     head: u64,
@@ -194,6 +196,7 @@ impl Stream {
     /// `None` when read-ahead is off. `head_bytes` are hashed first.
     pub(crate) fn new(
         source: Arc<dyn Fetch>,
+        shown: &str,
         len: u64,
         head_bytes: &[u8],
         want: Option<String>,
@@ -211,6 +214,7 @@ impl Stream {
         });
         Some(Arc::new(Stream {
             source,
+            shown: shown.to_string(),
             len,
             head,
             window,
@@ -235,11 +239,19 @@ impl Stream {
 
     /// Fills `buf` with the bytes at `offset` (past the head): from windows, waiting for them,
     /// or fetched directly where the stream holds none and will not.
-    pub(crate) fn read(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<(), Failure> {
+    /// `direct` reads what the stream does not hold (the object's own small-read blocks).
+    pub(crate) fn read(
+        self: &Arc<Self>,
+        offset: u64,
+        buf: &mut [u8],
+        direct: &dyn Fn(u64, &mut [u8]) -> weightport_core::Result<()>,
+    ) -> weightport_core::Result<()> {
         let end = offset + buf.len() as u64;
         let mut at = offset;
         while at < end {
-            let piece = self.piece(at, end - at)?;
+            let piece = self
+                .piece(at, end - at)
+                .map_err(|f| crate::object::error(std::path::Path::new(&self.shown), &f))?;
             let done = (at - offset) as usize;
             match piece {
                 Piece::Window(start, data) => {
@@ -251,7 +263,7 @@ impl Stream {
                 }
                 Piece::Direct(until) => {
                     let take = (until.min(end) - at) as usize;
-                    self.source.fetch_range(at, &mut buf[done..done + take])?;
+                    direct(at, &mut buf[done..done + take])?;
                     at += take as u64;
                 }
             }

@@ -277,7 +277,8 @@ impl RemoteObject {
     /// with `t`'s LFS sha256 when it is read whole in order.
     pub(crate) fn reading_ahead(mut self, t: &Target) -> RemoteObject {
         let conn: Arc<dyn Fetch> = self.conn.clone();
-        self.stream = Stream::new(conn, self.len, &self.head, t.expect.sha256.clone());
+        let shown = self.conn.shown.clone();
+        self.stream = Stream::new(conn, &shown, self.len, &self.head, t.expect.sha256.clone());
         self
     }
 
@@ -443,10 +444,20 @@ impl ByteSource for RemoteObject {
             if h > 0 {
                 buf[..h].copy_from_slice(&self.head[offset as usize..offset as usize + h]);
             }
-            return s
-                .read(offset + h as u64, &mut buf[h..])
-                .map_err(|f| error(Path::new(&self.conn.shown), &f));
+            // What it does not hold (a transform's rows read out of order, bytes read twice):
+            // through the small-read blocks, so neighbouring rows coalesce into one request.
+            return s.read(offset + h as u64, &mut buf[h..], &|at, b| {
+                self.by_blocks(at, b)
+            });
         }
+        self.by_blocks(offset, buf)
+    }
+}
+
+impl RemoteObject {
+    /// `buf` at `offset` (past the head): straight into it when long, else from blocks.
+    fn by_blocks(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (n, end) = (buf.len() as u64, offset + buf.len() as u64);
         if n >= BLOCK {
             return self.fetch(offset, buf);
         }
