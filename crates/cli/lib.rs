@@ -274,7 +274,7 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
 
 fn run_command(mut cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
-    let _remote = remote::localize(&mut cli.command)?;
+    let _remote = remote::localize(&mut cli.command, cli.max_memory)?;
     let global = options::Global {
         workers: workers_of(&cli)?,
     };

@@ -8,6 +8,13 @@ use weightport_remote::{is_remote, RemoteInput};
 
 use crate::args::Command;
 
+/// The share of `--max-memory` the read-ahead of remote inputs may hold (bytes being fetched
+/// and fetched but not yet read): an eighth, at most 64 MiB.
+fn read_ahead_of(max_memory: Option<u64>) -> u64 {
+    let budget = max_memory.unwrap_or_else(weightport_engine::default_max_memory);
+    (budget / 8).min(64 << 20)
+}
+
 /// Replaces `p` by its view's path when it is remote; the opened input is kept in `held`.
 fn localize_one(p: &mut PathBuf, held: &mut Vec<RemoteInput>) -> Result<(), Error> {
     localize_as(p, held, weightport_remote::open)
@@ -76,9 +83,23 @@ fn attestable(held: &[RemoteInput]) -> Result<(), Error> {
 /// points the command at the views; the returned inputs must live until the command is done.
 /// `edit`, `delta`, `plan` (so `unit`/`finish`) and job files given a remote input are
 /// refused. A scan's view holds every file under the
-/// address (its notes are files not scanned, which `scan` reports as unread).
-pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
+/// address (its notes are files not scanned, which `scan` reports as unread). `convert` (but a
+/// dry run) and `verify`, which read the weights whole, read them ahead within `max_memory` (see
+/// [`read_ahead_of`]), with a bar of the bytes fetched.
+pub(crate) fn localize(
+    cmd: &mut Command,
+    max_memory: Option<u64>,
+) -> Result<Vec<RemoteInput>, Error> {
     let mut held = Vec::new();
+    // The commands that read the weights whole (not a dry run, a scan or an inspection).
+    let streams = match cmd {
+        Command::Convert(a) => !a.dry_run,
+        Command::Verify(_) => true,
+        _ => false,
+    };
+    if streams {
+        weightport_remote::set_read_ahead(read_ahead_of(max_memory));
+    }
     match cmd {
         Command::Convert(a) => {
             // A dry run reads headers only: in small pieces, not the conversion's blocks.
@@ -133,6 +154,10 @@ pub(crate) fn localize(cmd: &mut Command) -> Result<Vec<RemoteInput>, Error> {
             held.push(r);
         }
         _ => {}
+    }
+    let weights: u64 = held.iter().map(|r| r.weights_bytes).sum();
+    if weights > 0 && streams {
+        crate::progress::fetching(weights);
     }
     Ok(held)
 }

@@ -39,6 +39,7 @@ mod plan_hostile;
 mod provenance;
 mod quality;
 mod recipes;
+mod remote_ahead;
 mod remote_cmds;
 mod remote_hub;
 mod remote_s3;

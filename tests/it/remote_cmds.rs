@@ -115,13 +115,7 @@ fn scan_of_a_1_gib_bin_reads_under_1_mb() {
     };
     assert!(std::fs::metadata(&bin).unwrap().len() > 1 << 30);
     let local = common::wp(&["scan", "--json", bin.to_str().unwrap()]);
-    let hub = Hub::start(
-        &nginx,
-        &[Repo {
-            name: "big",
-            files: vec![bin.clone()],
-        }],
-    );
+    let hub = Hub::start(&nginx, &[Repo::of("big", vec![bin.clone()])]);
     let before = bytes_sent(&hub);
     let remote = hub.wp(&["scan", "--json", "hf://org/big"]);
     let sent = bytes_sent(&hub) - before;
@@ -207,13 +201,7 @@ fn remote_scan_verdicts_equal_the_local_ones() {
     std::fs::write(&padded, &bytes).unwrap();
     std::fs::write(all.path().join("legacy_padded.pt"), &bytes).unwrap();
     served.push(padded);
-    let hub = Hub::start(
-        &nginx,
-        &[Repo {
-            name: "hostile",
-            files: served.clone(),
-        }],
-    );
+    let hub = Hub::start(&nginx, &[Repo::of("hostile", served.clone())]);
     for p in &served {
         let name = p.file_name().unwrap().to_str().unwrap();
         let local = common::wp(&["scan", "--json", p.to_str().unwrap()]);
@@ -410,7 +398,7 @@ fn dry_run_hub(nginx: &Path, dir: &Path) -> Option<(Hub, PathBuf)> {
         r#"{"architectures": ["NoSuchModelForCausalLM"], "model_type": "no_such"}"#,
     )
     .unwrap();
-    let repo = |name, files| Repo { name, files };
+    let repo = |name, files| Repo::of(name, files);
     let hub = Hub::start(
         nginx,
         &[
@@ -521,14 +509,11 @@ fn slice_diff_and_delta_read_remote_inputs() {
     let hub = Hub::start(
         &nginx,
         &[
-            Repo {
-                name: "base",
-                files: vec![edit.join("base.safetensors")],
-            },
-            Repo {
-                name: "added",
-                files: vec![fixtures().join("expected/edit/add.safetensors")],
-            },
+            Repo::of("base", vec![edit.join("base.safetensors")]),
+            Repo::of(
+                "added",
+                vec![fixtures().join("expected/edit/add.safetensors")],
+            ),
             common::hub::repo("ft-old", "good/edit/finetune/old"),
             common::hub::repo("ft-new", "good/edit/finetune/new"),
         ],

@@ -13,20 +13,12 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::fault_proxy;
 use common::fixtures;
 use common::hub::{repo, sha256_hex, tools, Hub, TOKEN};
 use common::remote::{convert_args, free_port, names_in, ok};
-
-/// Converts `remote` (through the Hub) and `local` with the same `args`; both outputs must be
-/// the same bytes (every file of an output directory). Returns the remote output's path.
-fn same_as_local(hub: &Hub, remote: &str, local: &Path, out: &str, args: &[&str]) -> PathBuf {
-    let tmp = hub.dir.path().join("out");
-    common::remote::same_as_local(&|a| hub.wp(a), &tmp, remote, local, out, args)
-}
 
 #[test]
 fn hub_repos_convert_as_their_local_files_do() {
@@ -43,8 +35,7 @@ fn hub_repos_convert_as_their_local_files_do() {
     );
     let f = fixtures();
     // A safetensors repo, merged: also what safetensors-py's save_file wrote.
-    let merged = same_as_local(
-        &hub,
+    let merged = hub.same_as_local(
         "hf://org/hf_repo_sharded",
         &f.join("good/hf_repo_sharded"),
         "m.safetensors",
@@ -55,39 +46,34 @@ fn hub_repos_convert_as_their_local_files_do() {
             == std::fs::read(f.join("expected/merged/model.safetensors")).unwrap()
     );
     // And resharded into a repo (its companions copied from the Hub).
-    same_as_local(
-        &hub,
+    hub.same_as_local(
         "hf://org/hf_repo_sharded@main",
         &f.join("good/hf_repo_sharded"),
         "repo",
         &["--shard-size", "10000"],
     );
     // A .bin repo (ZIP records read by ranges).
-    same_as_local(
-        &hub,
+    hub.same_as_local(
         "hf://org/bin_repo",
         &f.join("good/pickle/bin_repo"),
         "b.safetensors",
         &[],
     );
     // An HF release to a Q4_K_M GGUF (config, tokenizer and weights from the Hub).
-    same_as_local(
-        &hub,
+    hub.same_as_local(
         "hf://org/llama",
         &f.join("good/arch/llama"),
         "l.gguf",
         &["--outtype", "f16", "--quant", "Q4_K_M"],
     );
     // An npz archive of deflated members, and a gguf-split set named by its first part.
-    same_as_local(
-        &hub,
+    hub.same_as_local(
         "hf://org/npz/dtypes_compressed.npz",
         &f.join("good/npz/dtypes_compressed.npz"),
         "n.safetensors",
         &[],
     );
-    let split = same_as_local(
-        &hub,
+    let split = hub.same_as_local(
         "hf://org/gguf/c_split-00001-of-00003.gguf",
         &f.join("good/gguf/c_split-00001-of-00003.gguf"),
         "s.gguf",
@@ -100,7 +86,7 @@ fn hub_repos_convert_as_their_local_files_do() {
     // A plain https:// file.
     let st = f.join("good/safetensors/llama_tiny.safetensors");
     let url = hub.plain(&st);
-    same_as_local(&hub, &url, &st, "p.safetensors", &[]);
+    hub.same_as_local(&url, &st, "p.safetensors", &[]);
     // No token went to the LFS host (it answers 403 to one), and every LFS read was a range.
     let log = hub.log();
     assert!(log.iter().all(|l| !l.contains(" 403 ")), "{log:?}");

@@ -14,7 +14,7 @@ const MAX_REDIRECTS: usize = 5;
 pub(crate) const ATTEMPTS: u32 = 6;
 
 /// Why a request did not give its bytes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Failure {
     /// Worth another attempt: a reset, a timeout, a 5xx or 429, a body cut short.
     Transient(String),

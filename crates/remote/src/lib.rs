@@ -20,7 +20,15 @@
 //! length and ETag (sent as `If-Match` too), else the read fails with "input changed while
 //! reading". Redirects (the Hub's 302 to its LFS store) are followed over https only, and the
 //! token is sent to the endpoint's own host and port only.
+//!
+//! # Read-ahead
+//!
+//! With [`set_read_ahead`] (the CLI sets it for `convert` and `verify`), a weights object read
+//! past its first answer is fetched ahead of its reads, in file order, by a few connections of
+//! this crate, within the budget given; a file streamed whole is checked against the listing's
+//! LFS sha256 before its last bytes are served (see `ahead.rs`).
 
+mod ahead;
 mod fetch;
 mod hub;
 mod object;
@@ -29,7 +37,8 @@ mod sparse;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use sha2::{Digest, Sha256};
 use weightport_core::{ByteSource, Error, Result, Storage};
@@ -175,17 +184,23 @@ fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
     T.get_or_init(Default::default)
 }
 
+/// The client of the process, one per `SSL_CERT_FILE` (its roots are read when it is made).
 fn client(name: &Path) -> Result<Client> {
     client_of(false, name)
 }
 
 /// The https-only client, or the one that also speaks plain http (only an S3 endpoint given as
-/// `http://` makes targets of plain http URLs).
+/// `http://` makes targets of plain http URLs); one of each per `SSL_CERT_FILE` (its roots are
+/// read when it is made).
 fn client_of(plain_http: bool, name: &Path) -> Result<Client> {
-    static C: [OnceLock<std::result::Result<Client, String>>; 2] =
-        [OnceLock::new(), OnceLock::new()];
-    C[usize::from(plain_http)]
-        .get_or_init(|| match plain_http {
+    type Clients = HashMap<(bool, Option<std::ffi::OsString>), std::result::Result<Client, String>>;
+    static C: OnceLock<Mutex<Clients>> = OnceLock::new();
+    let mut c = C
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    c.entry((plain_http, std::env::var_os("SSL_CERT_FILE")))
+        .or_insert_with(|| match plain_http {
             false => Client::new(),
             true => Client::with_plain_http(true),
         })
@@ -207,7 +222,11 @@ impl RemoteFiles {
             None => client_of(e.target.url.starts_with("http://"), name)
                 .and_then(|c| RemoteObject::open(&c, name, &e.shown, &e.target))
                 .map(|o| {
-                    let o = Arc::new(o);
+                    // A scan's or a dry run's pieces are exact: nothing is read ahead.
+                    let o = Arc::new(match sparse {
+                        true => o,
+                        false => o.reading_ahead(&e.target),
+                    });
                     e.opened = Some(o.clone());
                     o
                 }),
@@ -235,6 +254,53 @@ impl Storage for RemoteFiles {
     }
 }
 
+/// Sets the bytes the read-ahead may hold at once over all remote objects: windows being
+/// fetched and fetched but not yet read (0, the default: no read-ahead; reads fetch what they
+/// ask when they ask it). Objects opened afterwards read ahead.
+pub fn set_read_ahead(bytes: u64) {
+    ahead::set_budget(bytes);
+}
+
+/// The read-ahead budget and the most bytes it ever held at once.
+pub fn read_ahead_stats() -> (u64, u64) {
+    ahead::stats()
+}
+
+/// What is told of bytes fetched: a count of bytes each time some arrive.
+pub type FetchProgress = Arc<dyn Fn(u64) + Send + Sync>;
+
+fn progress() -> &'static RwLock<Option<FetchProgress>> {
+    static P: OnceLock<RwLock<Option<FetchProgress>>> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+static FETCHED: AtomicU64 = AtomicU64::new(0);
+
+/// Reports bytes fetched to `f` (the CLI draws them), or to nobody.
+pub fn set_progress(f: Option<FetchProgress>) {
+    *progress().write().unwrap_or_else(|e| e.into_inner()) = f;
+}
+
+/// Bytes of remote objects fetched by this process so far.
+pub fn fetched_bytes() -> u64 {
+    FETCHED.load(Ordering::Relaxed)
+}
+
+/// `n` bytes arrived.
+pub(crate) fn fetched(n: u64) {
+    if n == 0 {
+        return;
+    }
+    FETCHED.fetch_add(n, Ordering::Relaxed);
+    if let Some(f) = progress()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        f(n);
+    }
+}
+
 /// Makes [`RemoteFiles`] the storage of every [`weightport_core::ReadOptions::default`].
 pub fn install() {
     weightport_core::mapped::set_default_storage(Some(Arc::new(RemoteFiles)));
@@ -251,6 +317,8 @@ pub struct RemoteInput {
     pub commit: Option<String>,
     /// What the view left out, for the user.
     pub notes: Vec<String>,
+    /// Bytes of the weights files read by ranges (as listed; 0 where no size is known).
+    pub weights_bytes: u64,
     view: tempfile::TempDir,
 }
 
@@ -385,6 +453,7 @@ fn open_https(arg: &str, mode: Mode) -> Result<RemoteInput> {
         shown: shown_url(arg),
         commit: None,
         notes: Vec::new(),
+        weights_bytes: 0,
         view,
     })
 }
@@ -477,6 +546,7 @@ fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
         sparse: mode != Mode::Convert,
     };
     let mut notes = Vec::new();
+    let mut weights_bytes = 0;
     for f in here {
         let name = &f.path[prefix.len()..];
         if !name.split('/').all(safe_name) {
@@ -491,7 +561,10 @@ fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, "create", e))?;
         }
         match placement(f, mode) {
-            Placement::Ranged => ctx.ranged(&at, f)?,
+            Placement::Ranged => {
+                weights_bytes += f.size.unwrap_or(0);
+                ctx.ranged(&at, f)?
+            }
             Placement::Whole => ctx.whole(&at, f)?,
             Placement::LeftOut(why) => notes.push(format!(
                 "{}: {why}; not read",
@@ -509,6 +582,7 @@ fn open_hub(arg: &str, mode: Mode) -> Result<RemoteInput> {
         shown: format!("hf://{}@{}/{}", r.repo, listing.commit, r.path),
         commit: Some(listing.commit),
         notes,
+        weights_bytes,
         view,
     })
 }
@@ -533,6 +607,7 @@ impl HubView {
             expect: Expect {
                 len: f.size,
                 commit: Some(self.commit.clone()),
+                sha256: f.lfs_sha256.clone(),
             },
             sign: None,
         };

@@ -5,12 +5,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ureq::http::{Response, StatusCode};
 use ureq::Body;
 use weightport_core::{ByteSource, Error, Identity, Result};
 
+use crate::ahead::{Fetch, Stream};
 use crate::fetch::{
     backoff, header_str, read_body, shown_url, status_failure, Client, Failure, Hub, Token,
     ATTEMPTS,
@@ -40,6 +41,9 @@ pub(crate) struct Expect {
     pub(crate) len: Option<u64>,
     /// The commit a Hub revision was resolved to: every `X-Repo-Commit` must say the same.
     pub(crate) commit: Option<String>,
+    /// The LFS sha256 a listing gave: a weights object read whole in order is checked
+    /// against it.
+    pub(crate) sha256: Option<String>,
 }
 
 /// Makes the URL of each request afresh: S3's presigned SigV4 URLs (the signature in the query,
@@ -69,10 +73,9 @@ impl Target {
     }
 }
 
-/// An opened remote object (see the module docs).
-pub(crate) struct RemoteObject {
-    /// The local stand-in's path (what readers and messages name).
-    name: PathBuf,
+/// How ranges of an opened object are asked for: what every read of it, and its read-ahead's
+/// fetchers, share.
+struct Conn {
     /// The URL as messages show it.
     shown: String,
     client: Client,
@@ -82,15 +85,25 @@ pub(crate) struct RemoteObject {
     sign: Option<std::sync::Arc<dyn Sign>>,
     len: u64,
     etag: String,
+}
+
+/// An opened remote object (see the module docs).
+pub(crate) struct RemoteObject {
+    /// The local stand-in's path (what readers and messages name).
+    name: PathBuf,
+    conn: Arc<Conn>,
+    len: u64,
     identity: Identity,
     head: Vec<u8>,
     blocks: Mutex<Vec<Kept>>,
     tick: AtomicU64,
+    /// The read-ahead, when on (see [`crate::ahead`]).
+    stream: Option<Arc<Stream>>,
 }
 
 impl std::fmt::Debug for RemoteObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RemoteObject({}, {} bytes)", self.shown, self.len)
+        write!(f, "RemoteObject({}, {} bytes)", self.conn.shown, self.len)
     }
 }
 
@@ -255,25 +268,70 @@ impl RemoteObject {
             .linked_etag
             .clone()
             .unwrap_or_else(|| first.etag.clone());
-        Ok(RemoteObject {
-            name: name.to_path_buf(),
+        let conn = Arc::new(Conn {
             shown: shown.to_string(),
             client: client.clone(),
             token: t.token.clone(),
             url: first.url,
             sign: t.sign.clone(),
             len: first.len,
+            etag: first.etag,
+        });
+        Ok(RemoteObject {
+            name: name.to_path_buf(),
+            conn,
+            len: first.len,
             identity: Identity::Object {
                 etag,
                 revision: first.hub.commit.clone().or(t.expect.commit.clone()),
             },
-            etag: first.etag,
             head: first.head,
             blocks: Mutex::new(Vec::new()),
             tick: AtomicU64::new(0),
+            stream: None,
         })
     }
 
+    /// This object read ahead (when the process's read-ahead is on), its digest compared
+    /// with `t`'s LFS sha256 when it is read whole in order.
+    pub(crate) fn reading_ahead(mut self, t: &Target) -> RemoteObject {
+        let conn: Arc<dyn Fetch> = self.conn.clone();
+        let shown = self.conn.shown.clone();
+        self.stream = Stream::new(conn, &shown, self.len, &self.head, t.expect.sha256.clone());
+        self
+    }
+
+    /// Fills `buf` from `offset` by ranged requests, resuming after each failure.
+    fn fetch(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.conn
+            .fetch_range(offset, buf)
+            .map_err(|f| error(Path::new(&self.conn.shown), &f))
+    }
+}
+
+impl Fetch for Conn {
+    /// Fills `buf` from `offset` by ranged requests, resuming after each failure.
+    fn fetch_range(&self, offset: u64, buf: &mut [u8]) -> std::result::Result<(), Failure> {
+        let mut got = 0usize;
+        let mut failures = 0;
+        while got < buf.len() {
+            let (n, failure) = self.attempt(offset + got as u64, &mut buf[got..]);
+            got += n;
+            crate::fetched(n as u64);
+            match failure {
+                None => {}
+                Some(Failure::Transient(_)) if failures + 1 < ATTEMPTS => {
+                    failures += 1;
+                    std::thread::sleep(backoff(failures));
+                }
+                Some(f) => return Err(f),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Conn {
     /// One attempt at `buf.len()` bytes from `offset`: how many arrived, and why not all.
     fn attempt(&self, offset: u64, buf: &mut [u8]) -> (usize, Option<Failure>) {
         let end = offset + buf.len() as u64 - 1;
@@ -335,26 +393,9 @@ impl RemoteObject {
             ))),
         }
     }
+}
 
-    /// Fills `buf` from `offset` by ranged requests, resuming after each failure.
-    fn fetch(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let mut got = 0usize;
-        let mut failures = 0;
-        while got < buf.len() {
-            let (n, failure) = self.attempt(offset + got as u64, &mut buf[got..]);
-            got += n;
-            match failure {
-                None => {}
-                Some(Failure::Transient(_)) if failures + 1 < ATTEMPTS => {
-                    failures += 1;
-                    std::thread::sleep(backoff(failures));
-                }
-                Some(f) => return Err(error(Path::new(&self.shown), &f)),
-            }
-        }
-        Ok(())
-    }
-
+impl RemoteObject {
     /// Fills `buf` from `offset` with exactly the bytes asked (the first answer's bytes, else
     /// one ranged request for them, never a block): for readers that want only a few small
     /// pieces of a large object and keep what they read themselves (`scan`).
@@ -406,6 +447,9 @@ impl RemoteObject {
 
 impl Drop for RemoteObject {
     fn drop(&mut self) {
+        if let Some(s) = &self.stream {
+            s.close();
+        }
         let kept = self.blocks.get_mut().unwrap_or_else(|e| e.into_inner());
         let bytes: u64 = kept.iter().map(|b| b.2.len() as u64).sum();
         KEPT.fetch_sub(bytes, Ordering::Relaxed);
@@ -432,6 +476,30 @@ impl ByteSource for RemoteObject {
             buf.copy_from_slice(&self.head[offset as usize..end as usize]);
             return Ok(());
         }
+        if let Some(s) = &self.stream {
+            // The head's part from the head, the rest from the read-ahead.
+            let h = self
+                .head
+                .len()
+                .saturating_sub(offset as usize)
+                .min(buf.len());
+            if h > 0 {
+                buf[..h].copy_from_slice(&self.head[offset as usize..offset as usize + h]);
+            }
+            // What it does not hold (a transform's rows read out of order, bytes read twice):
+            // through the small-read blocks, so neighbouring rows coalesce into one request.
+            return s.read(offset + h as u64, &mut buf[h..], &|at, b| {
+                self.by_blocks(at, b)
+            });
+        }
+        self.by_blocks(offset, buf)
+    }
+}
+
+impl RemoteObject {
+    /// `buf` at `offset` (past the head): straight into it when long, else from blocks.
+    fn by_blocks(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (n, end) = (buf.len() as u64, offset + buf.len() as u64);
         if n >= BLOCK {
             return self.fetch(offset, buf);
         }

@@ -419,6 +419,8 @@ impl S3 {
             expect: Expect {
                 len: size,
                 commit: None,
+                // S3 publishes no sha256 of an object (its ETag is no digest of a multipart one).
+                sha256: None,
             },
             sign: Some(Arc::new(Presigned {
                 bucket: self.bucket.clone(),
@@ -563,7 +565,7 @@ pub(crate) fn open(arg: &str, mode: crate::Mode) -> Result<RemoteInput> {
         .join(&s3.r.bucket)
         .join(at.dir.trim_end_matches('/'));
     std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, "create", e))?;
-    let mut notes = Vec::new();
+    let (mut notes, mut weights_bytes) = (Vec::new(), 0u64);
     if cfg.plain_http() {
         notes.push(format!(
             "the endpoint {} is plain http: the data and the signed requests are not encrypted \
@@ -597,6 +599,7 @@ pub(crate) fn open(arg: &str, mode: crate::Mode) -> Result<RemoteInput> {
         }
         match (crate::placement(&sibling, mode), at.file.is_some()) {
             (crate::Placement::Ranged, _) => {
+                weights_bytes += o.size.unwrap_or(0);
                 crate::record(&path, &shown_o, None);
                 crate::stand_in(&path, shown_o, t, sparse)?
             }
@@ -620,6 +623,7 @@ pub(crate) fn open(arg: &str, mode: crate::Mode) -> Result<RemoteInput> {
         commit: None,
         notes,
         view,
+        weights_bytes,
     })
 }
 

@@ -116,16 +116,41 @@ pub(crate) fn certificates(dir: &Path) {
 pub(crate) struct Repo {
     pub(crate) name: &'static str,
     pub(crate) files: Vec<PathBuf>,
+    /// Files the listing gives a wrong LFS sha256 (all zeros).
+    pub(crate) wrong_sha: Vec<&'static str>,
 }
 
+/// The fixture directory `dir` as the repo `org/NAME`.
 pub(crate) fn repo(name: &'static str, dir: &str) -> Repo {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
+    repo_at(name, &fixtures().join(dir))
+}
+
+/// Any directory as the repo `org/NAME`.
+pub(crate) fn repo_at(name: &'static str, dir: &Path) -> Repo {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    Repo { name, files }
+    Repo::of(name, files)
+}
+
+impl Repo {
+    /// The repo `org/NAME` holding `files`.
+    pub(crate) fn of(name: &'static str, files: Vec<PathBuf>) -> Repo {
+        Repo {
+            name,
+            files,
+            wrong_sha: Vec::new(),
+        }
+    }
+
+    /// The same repo, its listing giving `file` a wrong LFS sha256.
+    pub(crate) fn with_wrong_sha(mut self, file: &'static str) -> Repo {
+        self.wrong_sha.push(file);
+        self
+    }
 }
 
 pub(crate) fn commit_of(name: &str) -> String {
@@ -205,9 +230,13 @@ pub(crate) fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
         let (sha, len) = lfs_object(f, &root.join("lfs"));
         let name = f.file_name().unwrap().to_str().unwrap();
         let lfs = is_lfs(name);
+        let listed = match r.wrong_sha.contains(&name) {
+            true => "0".repeat(64),
+            false => sha.clone(),
+        };
         siblings.push(if lfs {
             serde_json::json!({"rfilename": name, "size": len,
-                "lfs": {"sha256": sha, "size": len}})
+                "lfs": {"sha256": listed, "size": len}})
         } else {
             serde_json::json!({"rfilename": name, "size": len})
         });
@@ -332,6 +361,19 @@ impl Hub {
     }
 
     /// `weightport ARGS` with this Hub as `HF_ENDPOINT`, its CA and the token.
+    /// Converts `remote` (through this Hub) and `local` with the same `args`; both outputs must
+    /// be the same bytes (every file of an output directory). Returns the remote output's path.
+    pub(crate) fn same_as_local(
+        &self,
+        remote: &str,
+        local: &Path,
+        out: &str,
+        args: &[&str],
+    ) -> PathBuf {
+        let tmp = self.dir.path().join("out");
+        super::remote::same_as_local(&|a| self.wp(a), &tmp, remote, local, out, args)
+    }
+
     pub(crate) fn wp(&self, args: &[&str]) -> Output {
         self.wp_at(&self.endpoint(), args)
     }
