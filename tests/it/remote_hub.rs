@@ -18,7 +18,7 @@ use std::process::Command;
 use common::fault_proxy;
 use common::fixtures;
 use common::hub::{repo, sha256_hex, tools, Hub, TOKEN};
-use common::remote::{convert_args, free_port, names_in, ok};
+use common::remote::{free_port, names_in, ok};
 
 #[test]
 fn hub_repos_convert_as_their_local_files_do() {
@@ -269,11 +269,7 @@ fn a_file_changed_on_the_server_mid_read_is_detected() {
 fn faults_on_the_way_give_the_local_bytes_or_a_clear_error_and_nothing_written() {
     let Some(nginx) = tools() else { return };
     let proxy_port = free_port();
-    let repos = [
-        repo("hf_repo_sharded", "good/hf_repo_sharded"),
-        repo("llama", "good/arch/llama"),
-        repo("bin_repo", "good/pickle/bin_repo"),
-    ];
+    let repos = common::remote::FAULT_CASES.map(|(name, dir, _, _)| repo(name, dir));
     let hub = Hub::start_with(&nginx, &repos, Some(proxy_port));
     let mode = fault_proxy::Mode::Random {
         seed: 0x5eed_2026,
@@ -281,55 +277,12 @@ fn faults_on_the_way_give_the_local_bytes_or_a_clear_error_and_nothing_written()
     };
     let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
     let front = format!("https://127.0.0.1:{}", proxy.port);
-    let quant: &[&str] = &["--outtype", "f16", "--quant", "Q4_K_M"];
-    let cases = [
-        (
-            "hf://org/hf_repo_sharded",
-            "good/hf_repo_sharded",
-            "m.safetensors",
-            &[][..],
-        ),
-        ("hf://org/llama", "good/arch/llama", "l.gguf", quant),
-        (
-            "hf://org/bin_repo",
-            "good/pickle/bin_repo",
-            "b.safetensors",
-            &[][..],
-        ),
-    ];
-    let mut equal = 0;
-    for (remote, local, out, args) in cases {
-        let dir = hub.dir.path().join("faults").join(out);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (o, l) = (
-            dir.join(out),
-            hub.dir.path().join("faults").join(format!("local-{out}")),
-        );
-        let local_path = fixtures().join(local);
-        let local_args = convert_args(local_path.to_str().unwrap(), &l, args);
-        ok(&hub.wp(&local_args), local);
-        let r = hub.wp_at(&front, &convert_args(remote, &o, args));
-        let err = String::from_utf8_lossy(&r.stderr);
-        if r.status.success() {
-            assert!(
-                std::fs::read(&o).unwrap() == std::fs::read(&l).unwrap(),
-                "{remote}"
-            );
-            equal += 1;
-        } else {
-            assert!(err.contains("gave up after"), "{remote}: {err}");
-            assert!(names_in(&dir).is_empty(), "{remote}: {:?}", names_in(&dir));
-        }
-    }
-    let c = proxy.counts();
-    eprintln!("faults injected: {c:?}");
-    assert!(
-        equal >= 2,
-        "{equal} of 3 conversions went through the faults"
-    );
-    assert!(
-        c.dropped > 0 && c.status > 0 && c.truncated > 0 && c.stalled > 0,
-        "{c:?}"
+    common::remote::through_faults(
+        hub.dir.path(),
+        &|name| format!("hf://org/{name}"),
+        &|a| hub.wp(a),
+        &|a| hub.wp_at(&front, a),
+        &proxy,
     );
 }
 

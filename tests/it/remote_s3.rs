@@ -570,56 +570,11 @@ fn faults_on_the_way_give_the_local_bytes_or_a_clear_error() {
     };
     let proxy = fault_proxy::FaultProxy::start_plain(port, s.port, mode);
     let front = format!("http://127.0.0.1:{port}");
-    let quant: &[&str] = &["--outtype", "f16", "--quant", "Q4_K_M"];
-    let cases = [
-        (
-            "s3://models/hf_repo_sharded/",
-            "good/hf_repo_sharded",
-            "m.safetensors",
-            &[][..],
-        ),
-        ("s3://models/llama/", "good/arch/llama", "l.gguf", quant),
-        (
-            "s3://models/bin_repo/",
-            "good/pickle/bin_repo",
-            "b.safetensors",
-            &[][..],
-        ),
-    ];
-    let mut equal = 0;
-    for (remote, local, out, args) in cases {
-        let dir = s.dir.path().join("faults").join(out);
-        std::fs::create_dir_all(&dir).unwrap();
-        let (o, l) = (
-            dir.join(out),
-            s.dir.path().join("faults").join(format!("local-{out}")),
-        );
-        let local_path = fixtures().join(local);
-        ok(
-            &s.wp(&convert_args(local_path.to_str().unwrap(), &l, args)),
-            local,
-        );
-        let r = s.wp_with(&front, SECRET, &convert_args(remote, &o, args));
-        let err = String::from_utf8_lossy(&r.stderr);
-        if r.status.success() {
-            assert!(
-                std::fs::read(&o).unwrap() == std::fs::read(&l).unwrap(),
-                "{remote}"
-            );
-            equal += 1;
-        } else {
-            assert!(err.contains("gave up after"), "{remote}: {err}");
-            assert!(names_in(&dir).is_empty(), "{remote}: {:?}", names_in(&dir));
-        }
-    }
-    let c = proxy.counts();
-    eprintln!("faults injected: {c:?}");
-    assert!(
-        equal >= 2,
-        "{equal} of 3 conversions went through the faults"
-    );
-    assert!(
-        c.dropped > 0 && c.status > 0 && c.truncated > 0 && c.stalled > 0,
-        "{c:?}"
+    common::remote::through_faults(
+        s.dir.path(),
+        &|name| format!("s3://models/{name}/"),
+        &|a| s.wp(a),
+        &|a| s.wp_with(&front, SECRET, a),
+        &proxy,
     );
 }

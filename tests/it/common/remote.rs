@@ -84,3 +84,73 @@ pub(crate) fn names_in(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// The conversions the fault tests run, under an address `ROOT/NAME` of the server's: a
+/// safetensors repo merged, an HF release to Q4_K_M GGUF, a `.bin` repo to safetensors, as
+/// (repo name, fixture directory, output name, arguments).
+pub(crate) const FAULT_CASES: [(&str, &str, &str, &[&str]); 3] = [
+    (
+        "hf_repo_sharded",
+        "good/hf_repo_sharded",
+        "m.safetensors",
+        &[],
+    ),
+    (
+        "llama",
+        "good/arch/llama",
+        "l.gguf",
+        &["--outtype", "f16", "--quant", "Q4_K_M"],
+    ),
+    ("bin_repo", "good/pickle/bin_repo", "b.safetensors", &[]),
+];
+
+/// Runs [`FAULT_CASES`] (the remote address of a repo is `address(name)`) through `faulty`
+/// (weightport pointed at a fault proxy) and locally through `wp`, in `tmp`: each remote output
+/// equals the local one, or its run failed after the retry budget with nothing in its output
+/// directory. At least two of three must go through, and the proxy must have injected every
+/// kind of fault.
+pub(crate) fn through_faults(
+    tmp: &Path,
+    address: &dyn Fn(&str) -> String,
+    wp: &dyn Fn(&[&str]) -> Output,
+    faulty: &dyn Fn(&[&str]) -> Output,
+    proxy: &super::fault_proxy::FaultProxy,
+) {
+    let mut equal = 0;
+    for (name, local, out, args) in FAULT_CASES {
+        let remote = address(name);
+        let dir = tmp.join("faults").join(out);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (o, l) = (
+            dir.join(out),
+            tmp.join("faults").join(format!("local-{out}")),
+        );
+        let local_path = super::fixtures().join(local);
+        ok(
+            &wp(&convert_args(local_path.to_str().unwrap(), &l, args)),
+            local,
+        );
+        let r = faulty(&convert_args(&remote, &o, args));
+        let err = String::from_utf8_lossy(&r.stderr);
+        if r.status.success() {
+            assert!(
+                std::fs::read(&o).unwrap() == std::fs::read(&l).unwrap(),
+                "{remote}"
+            );
+            equal += 1;
+        } else {
+            assert!(err.contains("gave up after"), "{remote}: {err}");
+            assert!(names_in(&dir).is_empty(), "{remote}: {:?}", names_in(&dir));
+        }
+    }
+    let c = proxy.counts();
+    eprintln!("faults injected: {c:?}");
+    assert!(
+        equal >= 2,
+        "{equal} of 3 conversions went through the faults"
+    );
+    assert!(
+        c.dropped > 0 && c.status > 0 && c.truncated > 0 && c.stalled > 0,
+        "{c:?}"
+    );
+}
