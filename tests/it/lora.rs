@@ -434,3 +434,50 @@ fn a_lora_scale_that_is_not_a_finite_number_is_refused() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A `rank_pattern` rank of 0, below 0 or past 2^53 (no exact integer; a cast would saturate
+/// it) is refused from adapter_config.json, for the adapter's conversion and for a merge
+/// alike, and nothing is written (the product of rank-0 factors is also zeros, not a panic:
+/// the engine's unit test).
+#[test]
+fn a_rank_pattern_of_zero_or_below_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = good("llama_qv");
+    for (i, rank) in ["0", "-3", "1e300"].into_iter().enumerate() {
+        let adapter = tmp.path().join(format!("adapter{i}"));
+        std::fs::create_dir(&adapter).unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, adapter.join(p.file_name().unwrap())).unwrap();
+        }
+        let cfg_path = adapter.join("adapter_config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+        cfg["rank_pattern"] = serde_json::from_str(&format!(r#"{{"q_proj": {rank}}}"#)).unwrap();
+        std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+        let base = fixtures().join("good/arch/llama");
+        let out_dir = tmp.path().join(format!("out{i}"));
+        std::fs::create_dir(&out_dir).unwrap();
+        let runs = [
+            convert(
+                &adapter,
+                &out_dir.join("a.gguf"),
+                &["--base", base.to_str().unwrap()],
+            ),
+            convert(
+                &base,
+                &out_dir.join("m.safetensors"),
+                &["--merge-lora", adapter.to_str().unwrap()],
+            ),
+        ];
+        for o in runs {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+            assert!(
+                err.contains("rank_pattern[\"q_proj\"] is") && err.contains("not a positive"),
+                "rank {rank}: {err}"
+            );
+            assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none());
+        }
+    }
+}

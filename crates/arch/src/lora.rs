@@ -34,6 +34,8 @@ pub fn is_adapter(dir: &Path) -> bool {
             .iter()
             .any(|w| dir.join(w).is_file())
 }
+/// The largest rank a `rank_pattern` may give (2^53: larger floats are no exact integers).
+const MAX_RANK: f64 = 9_007_199_254_740_992.0;
 
 /// What `adapter_config.json` says, as far as conversion and merging need it.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,12 +153,14 @@ impl AdapterConfig {
         let rank_pattern = patterns(&cfg, "rank_pattern", path)?
             .into_iter()
             .map(|(k, v)| {
-                (v.fract() == 0.0)
+                // (`patterns` refused 0 and below.) Past 2^53 a float is no exact integer, and
+                // `as` would saturate it to u64::MAX.
+                (v.fract() == 0.0 && (1.0..=MAX_RANK).contains(&v))
                     .then_some((k.clone(), v as u64))
                     .ok_or_else(|| {
                         bad(
                             path,
-                            format!("rank_pattern[{:?}] is not an integer", sanitize(&k)),
+                            format!("rank_pattern[{:?}] is not a positive integer", sanitize(&k)),
                         )
                     })
             })

@@ -25,9 +25,13 @@ pub(super) fn product(
     out: &mut [f32],
 ) {
     let rows = out.len() / cols.len().max(1);
+    if rank == 0 {
+        // No rank step: every sum is empty (the configuration refuses such a LoRA first).
+        out.fill(0.0);
+        return;
+    }
     assert!(
-        rank > 0
-            && s.len() >= rows * rank
+        s.len() >= rows * rank
             && cols.end <= stride
             && v.len() >= (rank - 1) * stride + cols.end
             && out.len() == rows * cols.len(),
@@ -124,6 +128,14 @@ fn row_sums(s: &[f32], v: &[f32], stride: usize, cols: Range<usize>, out: &mut [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank of 0 gives zeros (empty sums), not a panic.
+    #[test]
+    fn rank_zero_is_zeros() {
+        let mut out = vec![f32::NAN; 6];
+        product(&[], 0, &[], 3, 0..3, &mut out);
+        assert_eq!(out, vec![0.0; 6]);
+    }
 
     /// Every path (tiles, column tail, row tail, and the plain loop alone) gives each element
     /// its in-order fused sum, bit for bit, on shapes that reach all of them.
