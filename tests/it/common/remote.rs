@@ -154,3 +154,24 @@ pub(crate) fn through_faults(
         "{c:?}"
     );
 }
+
+/// `out` (`inspect --json` of a remote input) succeeded and lists the tensors `inspect --json`
+/// of the fixture `local` lists (all but each tensor's `file`, which names the view).
+pub(crate) fn inspects_as_local(out: &Output, local: &str) {
+    ok(out, "inspect");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = super::wp(&[
+        "inspect",
+        "--json",
+        super::fixtures().join(local).to_str().unwrap(),
+    ]);
+    let want: serde_json::Value = serde_json::from_slice(&l.stdout).unwrap();
+    let without_file = |d: &serde_json::Value| {
+        let mut t = d["tensors"].clone();
+        t.as_array_mut().unwrap().iter_mut().for_each(|t| {
+            t.as_object_mut().unwrap().remove("file");
+        });
+        t
+    };
+    assert_eq!(without_file(&doc), without_file(&want));
+}
