@@ -1,14 +1,15 @@
 //! Many outputs of one opened input from one read: every output planned and prepared as
 //! `convert` does, the chunks of all of them run in one executor pass that takes each input
-//! range once ([`crate::one_read`]), then each output verified and committed on its own (a
-//! failed output does not undo the others).
+//! range once ([`crate::one_read`]), each output's identity chunks of mapped inputs copied into
+//! its own sink in the kernel, then each output verified and committed on its own (a failed
+//! output does not undo the others).
 
 use std::path::PathBuf;
 
 use weightport_core::{Error, Result, TensorSink};
 
 use crate::convert::{start, ConvertReport, Started};
-use crate::exec::{worker_bytes, Progress, Reads};
+use crate::exec::{worker_bytes, Progress, Reads, ToSink};
 use crate::input::Input;
 use crate::one_read::{run_one_read, Output, AHEAD};
 use crate::route::{Route, Run};
@@ -137,6 +138,9 @@ fn execute(
     let Some((first, _)) = live.first() else {
         return Ok(Vec::new());
     };
+    // Each output's own sink: identity chunks of mapped inputs are copied into it in the
+    // kernel, as `convert` does for one output.
+    let sinks: Vec<ToSink> = live.iter().map(|(_, k)| ToSink(*k)).collect();
     let total = live.iter().map(|(s, _)| s.report.data_bytes).sum();
     progress.start("write", total);
     let r = run_one_read(
@@ -145,7 +149,7 @@ fn execute(
         runs[0].chunk,
         reads,
         progress,
-        |p, k, off, b| live[p].1.write_at(k, off, b),
+        &sinks,
     );
     progress.finish();
     r

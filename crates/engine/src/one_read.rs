@@ -16,6 +16,11 @@
 //! second. A window counts as read the bytes of its span not spanned by an earlier window of
 //! the tensor, so [`Reads`] counts every mapped input byte once however many outputs read it.
 //!
+//! Each output has its own emitter: an identity chunk of a mapped local input is hashed from
+//! the window and copied into that output by the kernel (`copy_file_range` from the input file,
+//! [`crate::exec::ToSink`]) as a single-output run does, while the outputs that transform the
+//! bytes read them from the same window; the window's residency and release do not change.
+//!
 //! Not shared: chunks whose first range lies in a tensor read with `read_into` (strided or
 //! byte-swapped pickle views) or generated in memory, the ranges of a chunk in tensors other
 //! than its first one's (stacked experts, fused QKV), and tensors only readable front to back (deflated ZIP
@@ -29,7 +34,8 @@ use weightport_core::{hash, Error, Result, TensorSource};
 
 use crate::by_options::TensorRecipe;
 use crate::exec::{
-    chunks, hashes_of, leaf_of, needs_of, sequential, Buffers, Ctx, Hashes, Leaf, Progress, Reads,
+    chunks, hashes_of, leaf_of, needs_of, sequential, Buffers, Ctx, Emit, Hashes, Leaf, Progress,
+    Reads,
 };
 
 /// Windows resident at most at once.
@@ -63,20 +69,27 @@ struct Window {
 }
 
 /// Runs every output's chunks over one read of the input (`input_tensors` tensors, the first
-/// ones of every output's source), calling `emit(p, k, offset, bytes)` for chunk bytes of
-/// tensor `k` of output `p`. Returns each output's hashes, or the error that stopped it (the
-/// other outputs go on); only an interruption stops them all. Runs on the current rayon pool.
-pub(crate) fn run_one_read<F>(
+/// ones of every output's source), putting the chunks of output `p` through `emits[p]` (one
+/// per output): an emitter that copies ([`crate::exec::ToSink`]) gets an identity chunk of a
+/// mapped local input copied in the kernel from the input file, hashed from the shared window
+/// as every other output's chunks are. Returns each output's hashes, or the error that stopped
+/// it (the other outputs go on); only an interruption stops them all. Runs on the current
+/// rayon pool.
+pub(crate) fn run_one_read<E: Emit>(
     input_tensors: usize,
     outputs: &[Output],
     base: u64,
     reads: &Reads,
     progress: &dyn Progress,
-    emit: F,
-) -> Result<Vec<Result<Hashes>>>
-where
-    F: Fn(usize, usize, u64, &[u8]) -> Result<()> + Sync,
-{
+    emits: &[E],
+) -> Result<Vec<Result<Hashes>>> {
+    if emits.len() != outputs.len() {
+        return Err(Error::Internal(format!(
+            "{} emitters for {} outputs",
+            emits.len(),
+            outputs.len()
+        )));
+    }
     let (tasks, windows) = schedule(input_tensors, outputs, base, base);
     let gate = Gate::new(&tasks, windows.len());
     let leaves: Vec<OnceLock<Vec<Leaf>>> = tasks.iter().map(|_| OnceLock::new()).collect();
@@ -101,8 +114,7 @@ where
                     reads,
                     windowed: t.window.map(|w| windows[w].i),
                 };
-                let emit_p = |k: usize, off: u64, b: &[u8]| emit(t.p, k, off, b);
-                match chunks(&cx, o.outs, t.k, t.c, &mut buf, &emit_p) {
+                match chunks(&cx, o.outs, t.k, t.c, &mut buf, &emits[t.p]) {
                     Ok(l) => {
                         let _ = leaves[idx].set(l);
                     }
