@@ -296,6 +296,58 @@ fn merged_weights_equal_peft_merge_and_unload_element_by_element() {
 }
 
 #[test]
+fn two_adapters_with_a_scale_equal_peft_merging_them_one_after_the_other() {
+    // fixtures/gen/gen_lora_multi.py: llama_all then llama_qv merged by PEFT into the tiny
+    // Llama, each LoraLayer's scaling halved (`scale_layer(0.5)`); q_proj and v_proj take both
+    // adapters, each sum rounded to F16 in turn.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("merged");
+    let o = wp(&[
+        "convert",
+        fixtures().join("good/arch/llama").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--merge-lora",
+        good("llama_all").to_str().unwrap(),
+        "--merge-lora",
+        good("llama_qv").to_str().unwrap(),
+        "--lora-scale",
+        "0.5",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = fixtures().join("expected/lora/merged/two_adapters_half");
+    let (n, diff, one) = ulps(&out, &want);
+    eprintln!("two adapters at 0.5: {n} elements, {diff} differ ({one} by 1 ulp)");
+    assert!(n > 80_000);
+    assert_eq!(diff, 0, "{diff} of {n} elements differ ({one} by 1 ulp)");
+    // The reference is not one adapter's merge: without the second adapter, or at scale 1,
+    // q_proj differs.
+    for extra in [
+        &["--lora-scale", "0.5"][..],
+        &["--merge-lora", "llama_qv"][..],
+    ] {
+        let other = tmp.path().join(format!("other{}", extra[0]));
+        let mut args = vec![
+            "convert".to_string(),
+            fixtures().join("good/arch/llama").display().to_string(),
+            "-o".into(),
+            other.display().to_string(),
+            "--merge-lora".into(),
+            good("llama_all").display().to_string(),
+        ];
+        if extra[0] == "--merge-lora" {
+            args.extend(["--merge-lora".into(), good(extra[1]).display().to_string()]);
+        } else {
+            args.extend(extra.iter().map(|s| s.to_string()));
+        }
+        let o = wp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (_, diff, _) = ulps(&other, &want);
+        assert!(diff > 1000, "{extra:?}: only {diff} elements differ");
+    }
+}
+
+#[test]
 fn merged_then_quantized_in_one_pass_equals_the_peft_merged_release_quantized() {
     // PEFT's merged weights are bit-identical to ours (above); as a release beside the base's
     // config and tokenizer, converted to Q4_K_M (a path equal to convert_hf_to_gguf.py +
