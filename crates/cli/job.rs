@@ -183,6 +183,7 @@ with_options! {
     index_only: bool,
     void2_as: String,
     allow_inert_objects: bool,
+    mmproj: bool,
     verify: bool,
     force: bool,
     attest: Toggle,
@@ -479,6 +480,7 @@ fn switch_flags(o: &Options) -> Vec<Flag> {
         ("allow-requantize", o.allow_requantize),
         ("index-only", o.index_only),
         ("allow-inert-objects", o.allow_inert_objects),
+        ("mmproj", o.mmproj),
         ("force", o.force),
         ("no-verify", o.verify.map(|v| !v)),
     ];

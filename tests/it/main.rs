@@ -33,6 +33,7 @@ mod lora_llama;
 mod messages;
 mod mmproj;
 mod mmproj_families;
+mod mmproj_job;
 mod nan_payloads;
 mod pickle;
 mod plan_hostile;
