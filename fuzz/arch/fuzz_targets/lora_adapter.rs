@@ -9,13 +9,16 @@
 //! its adapter_config.json and the header of its adapter_model.safetensors.
 #![no_main]
 
+#[path = "common/tensor_line.rs"]
+mod tensor_line;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use weightport_arch::lora::{factors, AdapterConfig};
 use weightport_arch::{plan_adapter, Origin, OutType, PlanOptions, SourceTensor};
-use weightport_core::{DType, Limits};
+use weightport_core::Limits;
 
 /// One adapter directory per process, next to a copy of the tiny Llama's config.json.
 fn dirs() -> &'static (PathBuf, PathBuf) {
@@ -34,36 +37,13 @@ fn dirs() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-fn tensor(line: &str) -> Option<SourceTensor> {
-    let mut it = line.split(' ');
-    let name = it.next()?.to_owned();
-    let dtype = match it.next()? {
-        "F32" => DType::F32,
-        "F16" => DType::F16,
-        "BF16" => DType::BF16,
-        _ => DType::I32,
-    };
-    let shape = it
-        .next()?
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|d| d.parse().ok())
-        .collect::<Option<Vec<u64>>>()?;
-    Some(SourceTensor {
-        name,
-        shape,
-        dtype,
-        file: "adapter_model.safetensors".into(),
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
     let split = data.iter().position(|&b| b == 0).unwrap_or(data.len());
     let (config, rest) = data.split_at(split);
     let tensors: Vec<SourceTensor> = String::from_utf8_lossy(rest.get(1..).unwrap_or(&[]))
         .lines()
         .take(4096)
-        .filter_map(tensor)
+        .filter_map(|l| tensor_line::tensor(l, "adapter_model.safetensors"))
         .collect();
     let (adapter, base) = dirs();
     std::fs::write(adapter.join("adapter_config.json"), config).unwrap();

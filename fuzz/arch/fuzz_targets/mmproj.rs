@@ -14,12 +14,14 @@
 //! with absurd sizes.
 #![no_main]
 
+#[path = "common/tensor_line.rs"]
+mod tensor_line;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use weightport_arch::{mmproj, plan_mmproj, Origin, OutType, PlanOptions, SourceTensor};
-use weightport_core::DType;
 
 /// One release directory per process.
 fn dir() -> &'static PathBuf {
@@ -34,29 +36,6 @@ fn dir() -> &'static PathBuf {
     })
 }
 
-fn tensor(line: &str) -> Option<SourceTensor> {
-    let mut it = line.split(' ');
-    let name = it.next()?.to_owned();
-    let dtype = match it.next()? {
-        "F32" => DType::F32,
-        "F16" => DType::F16,
-        "BF16" => DType::BF16,
-        _ => DType::I32,
-    };
-    let shape = it
-        .next()?
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|d| d.parse().ok())
-        .collect::<Option<Vec<u64>>>()?;
-    Some(SourceTensor {
-        name,
-        shape,
-        dtype,
-        file: "model.safetensors".into(),
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
     let mut parts = data.splitn(3, |&b| b == 0);
     let config = parts.next().unwrap_or(&[]);
@@ -64,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
     let tensors: Vec<SourceTensor> = String::from_utf8_lossy(parts.next().unwrap_or(&[]))
         .lines()
         .take(4096)
-        .filter_map(tensor)
+        .filter_map(|l| tensor_line::tensor(l, "model.safetensors"))
         .collect();
     let d = dir();
     std::fs::write(d.join("config.json"), config).unwrap();
