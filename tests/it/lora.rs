@@ -296,6 +296,58 @@ fn merged_weights_equal_peft_merge_and_unload_element_by_element() {
 }
 
 #[test]
+fn a_bin_adapter_converts_and_merges_through_the_restricted_unpickler() {
+    // fixtures/gen/gen_lora_bin.py: qwen2_tied saved by PEFT with safe_serialization=False
+    // (adapter_model.bin, a torch.save ZIP of BF16 factors), the pinned convert_lora_to_gguf.py's
+    // sha256 of it per outtype, and PEFT's merge of it, checked there to be merged/qwen2_tied.
+    let exp: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("expected/lora/bin.json")).unwrap())
+            .unwrap();
+    let adapter = good("qwen2_tied_bin");
+    assert!(adapter.join("adapter_model.bin").is_file());
+    assert!(!adapter.join("adapter_model.safetensors").exists());
+    let base = fixtures().join("good/arch/qwen2");
+    let before = hashes(&adapter);
+    let tmp = tempfile::tempdir().unwrap();
+    let outtypes = exp["outtypes"].as_object().unwrap();
+    assert_eq!(outtypes.len(), 4);
+    for (t, want) in outtypes {
+        let out = tmp.path().join(format!("{t}.gguf"));
+        let o = convert(
+            &adapter,
+            &out,
+            &["--base", base.to_str().unwrap(), "--dtype", t],
+        );
+        assert!(
+            o.status.success(),
+            "{t}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(sha_file(&out), want["sha256"].as_str().unwrap(), "{t}");
+    }
+    let merged = tmp.path().join("merged");
+    let o = wp(&[
+        "convert",
+        base.to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+        "--merge-lora",
+        adapter.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = fixtures().join(
+        exp["peft_merge_equals"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("fixtures/"),
+    );
+    let (n, diff, one) = ulps(&merged, &want);
+    assert!(n > 80_000);
+    assert_eq!(diff, 0, "{diff} of {n} elements differ ({one} by 1 ulp)");
+    assert_eq!(hashes(&adapter), before, "the adapter was modified");
+}
+
+#[test]
 fn two_adapters_with_a_scale_equal_peft_merging_them_one_after_the_other() {
     // fixtures/gen/gen_lora_multi.py: llama_all then llama_qv merged by PEFT into the tiny
     // Llama, each LoraLayer's scaling halved (`scale_layer(0.5)`); q_proj and v_proj take both
