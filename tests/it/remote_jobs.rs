@@ -499,3 +499,55 @@ fn a_unit_refuses_a_remote_file_whose_etag_changed_since_the_plan() {
     assert_ne!(o.status.code(), Some(0));
     assert!(!out.exists());
 }
+
+/// Bytes nginx sent for the LFS objects in the log lines `log`.
+fn lfs_bytes(log: &[String]) -> u64 {
+    log.iter()
+        .filter(|l| l.contains("/lfs/"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Three units of a 6 MiB safetensors file on the Hub (three 2 MiB tensors): each unit fetches
+/// its own tensor and the first 100 KB read (exact ranges, no read-ahead), not the file;
+/// `finish` fetches the header only; the output is the local conversion's.
+#[test]
+fn a_unit_fetches_about_its_share_of_a_remote_file() {
+    let Some(nginx) = tools() else { return };
+    let scratch = tempfile::tempdir().unwrap();
+    let (dir, bytes) = crate::remote_ahead::big_repo(scratch.path());
+    let hub = Hub::start(&nginx, &[common::hub::repo_at("big", &dir)]);
+    let out = scratch.path().join("o.safetensors");
+    let o = hub.wp(&[
+        "--json",
+        "plan",
+        "hf://org/big",
+        "-o",
+        out.to_str().unwrap(),
+        "--units",
+        "3",
+    ]);
+    ok(&o, "plan");
+    let v = json_of(&o);
+    let plan = v["plan"].as_str().unwrap().to_string();
+    assert_eq!(v["units"].as_array().unwrap().len(), 3, "{v}");
+    let mut total = 0u64;
+    for i in 0..3 {
+        let before = hub.log().len();
+        ok(&hub.wp(&["unit", &plan, "--index", &i.to_string()]), "unit");
+        let got = lfs_bytes(&hub.log()[before..]);
+        assert!(
+            got <= (2 << 20) + (256 << 10),
+            "unit {i} fetched {got} bytes"
+        );
+        total += got;
+    }
+    assert!(total < bytes.len() as u64 + (512 << 10), "{total}");
+    let before = hub.log().len();
+    ok(&hub.wp(&["finish", &plan]), "finish");
+    let got = lfs_bytes(&hub.log()[before..]);
+    assert!(got <= 256 << 10, "finish fetched {got} bytes");
+    let local_out = scratch.path().join("l.safetensors");
+    local(&hub, &dir, &local_out, &[]);
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&local_out).unwrap());
+}
