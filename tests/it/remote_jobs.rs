@@ -551,3 +551,33 @@ fn a_unit_fetches_about_its_share_of_a_remote_file() {
     local(&hub, &dir, &local_out, &[]);
     assert!(std::fs::read(&out).unwrap() == std::fs::read(&local_out).unwrap());
 }
+
+/// A job whose input names the first part of a gguf-split set on the Hub: the output is the
+/// merged GGUF (llama.cpp's), the state records the other parts it read (not in the job's
+/// listing of one file), and a rerun finds them in the view by address and skips the output.
+#[test]
+fn a_job_reading_a_split_set_beyond_its_listing_resumes() {
+    let Some(nginx) = tools() else { return };
+    let hub = Hub::start(&nginx, &[repo("gguf", "good/gguf")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\ninput = \"hf://org/gguf/c_split-00001-of-00003.gguf\"\n\
+         [[job.output]]\npath = \"s.gguf\"\n",
+    )
+    .unwrap();
+    ok(&hub.wp(&["run", job.to_str().unwrap()]), "run");
+    let want = std::fs::read(fixtures().join("good/gguf/c_quant_q4_k_m.gguf")).unwrap();
+    assert!(std::fs::read(tmp.path().join("s.gguf")).unwrap() == want);
+    let state = std::fs::read_to_string(tmp.path().join(".job.toml.state.json")).unwrap();
+    let third = format!(
+        "hf://org/gguf@{}/c_split-00003-of-00003.gguf",
+        commit_of("gguf")
+    );
+    assert!(state.contains(&third), "{state}");
+    let o = hub.wp(&["--json", "run", job.to_str().unwrap()]);
+    ok(&o, "rerun");
+    let v = json_of(&o);
+    assert_eq!(statuses(&v), ["skipped"], "{v}");
+}

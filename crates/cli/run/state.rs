@@ -309,16 +309,24 @@ pub(crate) fn inputs_hold(
 /// (a Hub revision resolved to the same commit), sha256 and ETags; else why not. Each file
 /// read by ranges is opened for its ETag (one request; the conversion reuses the object).
 fn remote_hold(rec: &Record, o: &PlannedOutput) -> Result<(), String> {
-    let mut now = BTreeMap::new();
+    let mut listed = BTreeMap::new();
     for f in remote_files(o, &[]) {
-        let id = match crate::remote::identity(&f) {
-            None => continue,
-            Some(id) => id.map_err(|e| e.to_string())?,
-        };
-        now.insert(PathBuf::from(&id.address), InputFile::remote(id, 0));
+        if let Some(n) = remote_file(&f)? {
+            listed.insert(n.path.clone(), n);
+        }
     }
     for r in rec.inputs.iter().filter(|r| r.remote) {
-        match now.remove(&r.path) {
+        // A file the conversion read beyond the listing (a gguf-split set's other parts beside
+        // the part named) is found in the views by its address.
+        let beside = || match weightport_remote::view_file(&r.path.to_string_lossy()) {
+            Some(f) => remote_file(&f),
+            None => Ok(None),
+        };
+        let now = match listed.remove(&r.path) {
+            Some(n) => Some(n),
+            None => beside()?,
+        };
+        match now {
             Some(n) if n.remote_identity() == r.remote_identity() => {}
             Some(_) => return Err(format!("a remote input file changed: {}", p(&r.path))),
             None => {
@@ -329,9 +337,17 @@ fn remote_hold(rec: &Record, o: &PlannedOutput) -> Result<(), String> {
             }
         }
     }
-    match now.into_keys().next() {
+    match listed.into_keys().next() {
         Some(new) => Err(format!("{} is a new input file", p(&new))),
         None => Ok(()),
+    }
+}
+
+/// The identity now of the view's file at `path` (`None`: not a view's file).
+fn remote_file(path: &Path) -> Result<Option<InputFile>, String> {
+    match crate::remote::identity(path) {
+        None => Ok(None),
+        Some(id) => Ok(Some(InputFile::remote(id.map_err(|e| e.to_string())?, 0))),
     }
 }
 
