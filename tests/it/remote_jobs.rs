@@ -73,6 +73,10 @@ fn a_job_file_converts_a_hub_repo_as_its_local_files_and_resumes() {
     assert_eq!(statuses(&v), ["made", "made"]);
     assert_eq!(v["outputs"][0]["inputs"][0], "hf://org/llama");
     clean(&String::from_utf8_lossy(&o.stdout), "--json");
+    if let Some(py) = common::python_with_jsonschema() {
+        let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json/run.schema.json");
+        common::validate_json(&py, &schema, &o.stdout, "run --json");
+    }
     let llama = fixtures().join("good/arch/llama");
     let (lg, lm) = (
         tmp.path().join("local.gguf"),
