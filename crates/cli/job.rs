@@ -216,6 +216,10 @@ pub(crate) struct PlannedOutput {
     pub max_memory: Option<u64>,
     /// The options as merged (for the record of what made the output).
     pub options: Options,
+    /// Its inputs as given (a remote address without a URL's query or user information),
+    /// for the record and `--json`: `args.inputs` become a remote input's local view when the
+    /// run opens it.
+    pub given: Vec<PathBuf>,
     /// The `convert` command line it stands for.
     pub argv: Vec<String>,
 }
@@ -297,17 +301,11 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
                     k + 1
                 ))
             };
-            if let Some(r) = remote_input(entry.input.get_ref()) {
-                return Err(at(format!(
-                    "input {r}: job files take local inputs only in this build (a remote \
-                     input's view and its records are not kept across a run's outputs); \
-                     convert it with `weightport convert {r} -o …`"
-                )));
-            }
             let inputs = resolve_inputs(&base, entry.input.get_ref());
             let path = base.join(out.path.get_ref());
             let argv = convert_argv(&base, &inputs, &path, &options).map_err(at)?;
             let cli = Cli::try_parse_from(&argv).map_err(|e| at(option_error(&e)))?;
+            let given = inputs.iter().map(|i| shown_input(i)).collect();
             let Command::Convert(mut args) = cli.command else {
                 return Err(at("not a conversion".into()));
             };
@@ -320,10 +318,8 @@ pub(crate) fn load(file: &Path) -> Result<Job, Error> {
                 threads: cli.threads,
                 max_memory: cli.max_memory,
                 options,
-                argv: argv
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect(),
+                given,
+                argv: argv.iter().map(|a| shown_arg(a)).collect(),
             });
         }
     }
@@ -372,21 +368,29 @@ fn check_defaults(file: &Path, d: &Options) -> Result<(), Error> {
     Ok(())
 }
 
-/// The first remote input (`hf://`, `https://`, …) of a job, as shown in messages.
-fn remote_input(input: &OneOrMany) -> Option<String> {
-    let all: Vec<&String> = match input {
-        OneOrMany::One(s) => vec![s],
-        OneOrMany::Many(v) => v.iter().collect(),
-    };
-    all.into_iter()
-        .find(|s| weightport_remote::is_remote(Path::new(s)))
-        .map(|s| weightport_remote::answers::shown_url(s))
+/// An input as recorded and shown: a remote address without a URL's query (a signed URL's
+/// signature) or user information; a local path as it is.
+pub(crate) fn shown_input(p: &Path) -> PathBuf {
+    match weightport_remote::is_remote(p) {
+        true => PathBuf::from(weightport_remote::answers::shown_url(&p.to_string_lossy())),
+        false => p.to_path_buf(),
+    }
 }
 
+/// An argument of the command line an output stands for, as recorded (see [`shown_input`]).
+fn shown_arg(a: &std::ffi::OsStr) -> String {
+    shown_input(Path::new(a)).to_string_lossy().into_owned()
+}
+
+/// The job's inputs: relative to the job file's directory, but a remote address as given.
 fn resolve_inputs(base: &Path, input: &OneOrMany) -> Vec<PathBuf> {
+    let one = |s: &String| match weightport_remote::is_remote(Path::new(s)) {
+        true => PathBuf::from(s),
+        false => base.join(s),
+    };
     match input {
-        OneOrMany::One(s) => vec![base.join(s)],
-        OneOrMany::Many(v) => v.iter().map(|s| base.join(s)).collect(),
+        OneOrMany::One(s) => vec![one(s)],
+        OneOrMany::Many(v) => v.iter().map(one).collect(),
     }
 }
 

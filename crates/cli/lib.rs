@@ -274,13 +274,15 @@ fn run(cli: Cli, progress: &dyn Progress, out: &mut Vec<u8>) -> Result<(), Failu
 
 fn run_command(mut cli: Cli, progress: &dyn Progress, out: &mut impl Write) -> Result<(), Failure> {
     let json = cli.json;
-    let _remote = remote::localize(&mut cli.command, cli.max_memory)?;
+    let max_memory = cli.max_memory;
+    let _remote = remote::localize(&mut cli.command, max_memory)?;
     let global = options::Global {
         workers: workers_of(&cli)?,
     };
     match cli.command {
         Command::Convert(a) if multi::is_multi(&a) => {
-            let job = multi::job_of(&a)?;
+            let mut job = multi::job_of(&a)?;
+            let _views = remote::localize_job(&mut job, a.dry_run, max_memory)?;
             run::run_job(&job, (a.dry_run, false), &global, json, progress, out)
         }
         Command::Convert(a) => convert::run(&a, &global, json, progress, out),

@@ -155,6 +155,11 @@ pub(crate) fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
         };
         args.output = path;
         args.argv = argv.clone();
+        let given = args
+            .inputs
+            .iter()
+            .map(|i| crate::job::shown_input(i))
+            .collect();
         outputs.push(PlannedOutput {
             job: 1,
             output: k + 1,
@@ -163,10 +168,15 @@ pub(crate) fn job_of(a: &ConvertArgs) -> Result<Job, Error> {
             threads: cli.threads,
             max_memory: cli.max_memory,
             options,
+            given,
             argv: argv
                 .iter()
                 .skip(1)
-                .map(|a| a.to_string_lossy().into_owned())
+                .map(|a| {
+                    crate::job::shown_input(Path::new(a))
+                        .to_string_lossy()
+                        .into_owned()
+                })
                 .collect(),
         });
     }

@@ -186,7 +186,8 @@ pub(crate) fn unit(
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let (index, from) = unit_index(a)?;
-    let plan = units::read_plan(&a.plan)?;
+    let mut plan = units::read_plan(&a.plan)?;
+    let _views = crate::remote::localize_plan(&mut plan.inputs)?;
     if index >= plan.units.len() {
         return Err(Error::Usage(format!(
             "unit index {index} ({from}): {} has units 0 to {}",
@@ -234,7 +235,8 @@ pub(crate) fn finish(
     progress: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let plan = units::read_plan(&a.plan)?;
+    let mut plan = units::read_plan(&a.plan)?;
+    let _views = crate::remote::localize_plan(&mut plan.inputs)?;
     let opts = plan_options(&plan, g)?;
     let t0 = Instant::now();
     let r = units::finish(&plan, &opts, progress)?;

@@ -43,6 +43,7 @@ mod recipes;
 mod remote_ahead;
 mod remote_cmds;
 mod remote_hub;
+mod remote_jobs;
 mod remote_s3;
 mod scan;
 mod side_files;

@@ -40,7 +40,7 @@ fn big_safetensors(path: &Path, tensors: usize, elems: usize) -> Vec<u8> {
 }
 
 /// A repo directory holding one big safetensors file (6 MiB: 96 windows of 64 KiB).
-fn big_repo(root: &Path) -> (PathBuf, Vec<u8>) {
+pub(crate) fn big_repo(root: &Path) -> (PathBuf, Vec<u8>) {
     let dir = root.join("big");
     std::fs::create_dir_all(&dir).unwrap();
     let bytes = big_safetensors(&dir.join("model.safetensors"), 3, 1 << 20);

@@ -500,10 +500,9 @@ fn dry_run_plans_and_refuses_before_reading_weights() {
 }
 
 /// `slice` and `diff` of files on the Hub: the slices are numpy's `np.save` bytes
-/// (`fixtures/expected/edit/slice`), the diff's figures numpy's (`expected/edit/diff.json`);
-/// `delta` is refused with a message.
+/// (`fixtures/expected/edit/slice`), the diff's figures numpy's (`expected/edit/diff.json`).
 #[test]
-fn slice_diff_and_delta_read_remote_inputs() {
+fn slice_and_diff_read_remote_inputs() {
     let Some(nginx) = tools() else { return };
     let edit = fixtures().join("good/edit");
     let hub = Hub::start(
@@ -514,8 +513,6 @@ fn slice_diff_and_delta_read_remote_inputs() {
                 "added",
                 vec![fixtures().join("expected/edit/add.safetensors")],
             ),
-            common::hub::repo("ft-old", "good/edit/finetune/old"),
-            common::hub::repo("ft-new", "good/edit/finetune/new"),
         ],
     );
     let tmp = tempfile::tempdir().unwrap();
@@ -582,30 +579,14 @@ fn slice_diff_and_delta_read_remote_inputs() {
             assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{t}");
         }
     }
-    // delta hashes both inputs whole as local files: refused, naming the input.
-    let rp = tmp.path().join("r.patch.safetensors");
-    let o = hub.wp(&[
-        "delta",
-        "hf://org/ft-old/model.safetensors",
-        "hf://org/ft-new/model.safetensors",
-        "-o",
-        rp.to_str().unwrap(),
-    ]);
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(
-        e.contains("hf://org/ft-old/model.safetensors: delta compares"),
-        "{e}"
-    );
-    assert!(!rp.exists());
+    // delta of remote sides: tests/it/remote_jobs.rs.
 }
 
-/// What cannot take a remote input says so, exit 2, before any request: `edit` (it rewrites
-/// its target in place), a `plan` (its units would need the commit pinned in the plan file),
-/// a job file's input.
+/// `edit` cannot take a remote input (it rewrites its target in place): it says so, exit 2,
+/// before any request, the URL shown without its query. (A job file's, a plan's and a delta's
+/// remote inputs: tests/it/remote_jobs.rs.)
 #[test]
-fn edit_plan_and_job_files_refuse_remote_inputs_clearly() {
-    let tmp = tempfile::tempdir().unwrap();
+fn edit_refuses_remote_inputs_clearly() {
     let url = "https://127.0.0.1:9/x/model.safetensors?sig=secret123";
     let o = common::wp(&["edit", url, "--set", "k=v"]);
     let e = String::from_utf8_lossy(&o.stderr);
@@ -615,33 +596,4 @@ fn edit_plan_and_job_files_refuse_remote_inputs_clearly() {
         "{e}"
     );
     assert!(!e.contains("secret123"), "{e}");
-    let out = tmp.path().join("o.safetensors");
-    let o = common::wp(&[
-        "plan",
-        "hf://org/x",
-        "-o",
-        out.to_str().unwrap(),
-        "--units",
-        "2",
-    ]);
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(
-        e.contains("hf://org/x") && e.contains("local inputs only"),
-        "{e}"
-    );
-    let job = tmp.path().join("job.toml");
-    std::fs::write(
-        &job,
-        "[[job]]\ninput = \"hf://org/x\"\n[[job.output]]\npath = \"o.safetensors\"\n",
-    )
-    .unwrap();
-    let o = common::wp(&["run", job.to_str().unwrap()]);
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(
-        e.contains("hf://org/x") && e.contains("local inputs only"),
-        "{e}"
-    );
-    assert!(std::fs::read_dir(tmp.path()).unwrap().count() == 1);
 }

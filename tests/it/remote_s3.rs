@@ -563,3 +563,78 @@ fn faults_on_the_way_give_the_local_bytes_or_a_clear_error() {
         &proxy,
     );
 }
+
+/// A job file, a plan and its units with an `s3://` prefix: the outputs equal the local
+/// conversion (and safetensors-py's save_file); the job's state and the plan file record each
+/// object by address and ETag, never the secret or a signature; a rerun skips the unchanged
+/// output, and an object rewritten with the same length (another MD5 ETag) makes it again from
+/// the new bytes.
+#[test]
+fn jobs_and_plans_record_objects_by_etag() {
+    let Some(bin) = s3s_fs() else { return };
+    let s = Server::start(&bin);
+    let tmp = tempfile::tempdir().unwrap();
+    let job = tmp.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\ninput = \"s3://models/hf_repo_sharded/\"\n[[job.output]]\npath = \"m.safetensors\"\n",
+    )
+    .unwrap();
+    let merged = std::fs::read(fixtures().join("expected/merged/model.safetensors")).unwrap();
+    let made = tmp.path().join("m.safetensors");
+    ok(&s.wp(&["run", job.to_str().unwrap()]), "run");
+    assert!(std::fs::read(&made).unwrap() == merged);
+    let state_path = tmp.path().join(".job.toml.state.json");
+    let state = std::fs::read_to_string(&state_path).unwrap();
+    for bad in [SECRET, "X-Amz-", "weightport-remote."] {
+        assert!(!state.contains(bad), "{bad} in the state: {state}");
+    }
+    let key = "hf_repo_sharded/model-00002-of-00003.safetensors";
+    assert!(state.contains(&format!("\"s3://models/{key}\"")), "{state}");
+    assert!(state.contains("\"etag\""), "{state}");
+    let o = s.wp(&["--json", "run", job.to_str().unwrap()]);
+    ok(&o, "rerun");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outputs"][0]["status"], "skipped", "{v}");
+    // Same length, its last byte (tensor data) changed: another ETag, the output made again.
+    let mut bytes = std::fs::read(s.object(key)).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(s.object(key), &bytes).unwrap();
+    let o = s.wp(&["--json", "run", job.to_str().unwrap()]);
+    ok(&o, "run after the change");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outputs"][0]["status"], "made", "{v}");
+    let why = v["outputs"][0]["redone_because"].as_str().unwrap();
+    assert!(why.contains("a remote input file changed"), "{why}");
+    let local = tmp.path().join("local.safetensors");
+    let dir = s.object("hf_repo_sharded");
+    ok(
+        &s.wp(&convert_args(dir.to_str().unwrap(), &local, &[])),
+        "local",
+    );
+    assert!(std::fs::read(&made).unwrap() == std::fs::read(&local).unwrap());
+    // A plan, two units and finish: the same bytes as the local conversion now.
+    let out = tmp.path().join("p.safetensors");
+    let o = s.wp(&[
+        "--json",
+        "plan",
+        "s3://models/hf_repo_sharded/",
+        "-o",
+        out.to_str().unwrap(),
+        "--units",
+        "2",
+    ]);
+    ok(&o, "plan");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plan = v["plan"].as_str().unwrap().to_string();
+    let text = std::fs::read_to_string(&plan).unwrap();
+    for bad in [SECRET, "X-Amz-", "weightport-remote."] {
+        assert!(!text.contains(bad), "{bad} in the plan: {text}");
+    }
+    for i in 0..v["units"].as_array().unwrap().len() {
+        ok(&s.wp(&["unit", &plan, "--index", &i.to_string()]), "unit");
+    }
+    ok(&s.wp(&["finish", &plan]), "finish");
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&local).unwrap());
+}

@@ -149,8 +149,11 @@ pub(crate) fn run(
     progress: &dyn Progress,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
-    let job = job::load(&a.job)?;
+    let mut job = job::load(&a.job)?;
     crate::overlaps::refuse(&job)?;
+    // Each remote input laid out once, its view kept until every output that reads it is made.
+    let max_memory = global.workers.max_memory();
+    let _views = crate::remote::localize_job(&mut job, a.dry_run, max_memory)?;
     run_job(&job, (a.dry_run, a.force), global, json, progress, out)
 }
 

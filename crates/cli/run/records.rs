@@ -22,7 +22,7 @@ pub(super) fn expected_record(o: &PlannedOutput) -> Record {
     }
     Record {
         recipe: json!({
-            "inputs": o.args.inputs,
+            "inputs": o.given,
             "output": o.args.output,
             "options": options,
             "weightport": env!("CARGO_PKG_VERSION"),
@@ -154,8 +154,13 @@ pub(super) fn made(
     if let Some(path) = rec.path {
         let mut now = expected_record(o);
         (now.root, now.files) = digests(&report, &now, known)?;
-        let read: Vec<PathBuf> = report.reads.iter().map(|(f, _)| f.clone()).collect();
+        let (remote, read): (Vec<PathBuf>, Vec<PathBuf>) = report
+            .reads
+            .iter()
+            .map(|(f, _)| f.clone())
+            .partition(|f| crate::remote::is_view(f));
         now.inputs = state::inputs_made(&m.before, &read, &rec.inputs);
+        now.inputs.extend(state::remote_inputs(o, &remote)?);
         now.job_file = rec.job_file.clone();
         let key = o.args.output.display().to_string();
         state::update(path, rec.force, &files_made(&report), |st| {
@@ -192,5 +197,7 @@ pub(super) fn inputs_of(members: &[Pending], results: &Results) -> BTreeSet<Path
             all.extend(r.reads.iter().map(|(f, _)| f.clone()));
         }
     }
+    // A remote input's files are recorded by identity, never hashed as their local view.
+    all.retain(|f| !crate::remote::is_view(f));
     all
 }

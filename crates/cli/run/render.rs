@@ -18,7 +18,7 @@ pub(super) fn output_json(o: &PlannedOutput, d: &Done) -> Value {
         "job": o.job,
         "output": o.output,
         "line": o.line,
-        "inputs": o.args.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "inputs": o.given.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "path": o.args.output.display().to_string(),
         "status": status(&d.outcome),
         "redone_because": d.redone,
@@ -93,7 +93,7 @@ pub(super) fn disk(done: &[Done]) -> (u64, Option<u64>) {
 pub(super) fn reads_json(reads: &[GroupRead]) -> Value {
     let files = |f: &[(PathBuf, u64)]| -> Vec<Value> {
         f.iter()
-            .map(|(p, n)| json!({"path": p.display().to_string(), "bytes": n}))
+            .map(|(p, n)| json!({"path": crate::remote::shown_path(p), "bytes": n}))
             .collect()
     };
     reads

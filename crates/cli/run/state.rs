@@ -27,6 +27,7 @@ use weightport_engine::Workers;
 use weightport_provenance::sha256_file;
 
 use crate::job::{Job, PlannedOutput};
+use crate::remote::{is_view, RemoteId};
 use crate::render::p;
 
 /// Version of the state file (2: inputs by content, ctime and inode).
@@ -91,6 +92,14 @@ pub(crate) struct InputFile {
     /// When the stat was taken, ns since the epoch.
     #[serde(default)]
     checked_ns: i128,
+    /// A file of a remote input: `path` is its address (a Hub file's with the commit its
+    /// revision was resolved to), and it is unchanged when that address, its sha256 and its
+    /// ETag are the ones recorded (no stat: the view it was read through is a temp directory).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    remote: bool,
+    /// The ETag a remote file's ranged reads were pinned to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    etag: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -135,7 +144,30 @@ impl InputFile {
             ino: stat.ino,
             sha256,
             checked_ns,
+            remote: false,
+            etag: None,
         }
+    }
+
+    /// A file of a remote input, by its identity.
+    fn remote(id: RemoteId, checked_ns: i128) -> InputFile {
+        InputFile {
+            path: PathBuf::from(id.address),
+            size: id.len,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            ino: 0,
+            sha256: id.sha256,
+            checked_ns,
+            remote: true,
+            etag: id.etag,
+        }
+    }
+
+    /// What shows a remote file unchanged: its address, sha256 and ETag.
+    fn remote_identity(&self) -> (&Path, u64, Option<&str>, Option<&str>) {
+        let (sha, etag) = (self.sha256.as_deref(), self.etag.as_deref());
+        (self.path.as_path(), self.size, sha, etag)
     }
 
     /// `now` shows the file unchanged without reading it.
@@ -230,10 +262,12 @@ pub(crate) fn listing(o: &PlannedOutput) -> Vec<PathBuf> {
     files
 }
 
-/// The stat of every file of `o`'s listing, taken before it is made.
+/// The stat of every local file of `o`'s listing, taken before it is made (a remote input's
+/// files are recorded by [`remote_inputs`]).
 pub(crate) fn stats_before(o: &PlannedOutput) -> BTreeMap<PathBuf, Stat> {
     listing(o)
         .into_iter()
+        .filter(|f| !is_view(f))
         .filter_map(|f| Some((f.clone(), stat_of(&f)?)))
         .collect()
 }
@@ -246,13 +280,15 @@ pub(crate) fn inputs_hold(
     o: &PlannedOutput,
     hashes: &mut Hashes,
 ) -> Result<Option<Vec<InputFile>>, String> {
+    remote_hold(rec, o)?;
     let recorded: BTreeSet<&Path> = rec.inputs.iter().map(|f| f.path.as_path()).collect();
-    if let Some(new) = listing(o).iter().find(|f| !recorded.contains(f.as_path())) {
-        return Err(format!("{} is a new input file", p(new)));
+    let local = listing(o).into_iter().filter(|f| !is_view(f));
+    if let Some(new) = local.into_iter().find(|f| !recorded.contains(f.as_path())) {
+        return Err(format!("{} is a new input file", p(&new)));
     }
     let mut inputs = rec.inputs.clone();
     let mut refreshed = false;
-    for f in &mut inputs {
+    for f in inputs.iter_mut().filter(|f| !f.remote) {
         let changed = || format!("an input file changed: {}", p(&f.path));
         let gone = || format!("an input file is gone: {}", p(&f.path));
         let now = stat_of(&f.path).ok_or_else(gone)?;
@@ -267,6 +303,73 @@ pub(crate) fn inputs_hold(
         refreshed = true;
     }
     Ok(refreshed.then_some(inputs))
+}
+
+/// `Ok` when the remote input files of `rec` are those of `o`'s views now: the same addresses
+/// (a Hub revision resolved to the same commit), sha256 and ETags; else why not. Each file
+/// read by ranges is opened for its ETag (one request; the conversion reuses the object).
+fn remote_hold(rec: &Record, o: &PlannedOutput) -> Result<(), String> {
+    let mut listed = BTreeMap::new();
+    for f in remote_files(o, &[]) {
+        if let Some(n) = remote_file(&f)? {
+            listed.insert(n.path.clone(), n);
+        }
+    }
+    for r in rec.inputs.iter().filter(|r| r.remote) {
+        // A file the conversion read beyond the listing (a gguf-split set's other parts beside
+        // the part named) is found in the views by its address.
+        let beside = || match weightport_remote::view_file(&r.path.to_string_lossy()) {
+            Some(f) => remote_file(&f),
+            None => Ok(None),
+        };
+        let now = match listed.remove(&r.path) {
+            Some(n) => Some(n),
+            None => beside()?,
+        };
+        match now {
+            Some(n) if n.remote_identity() == r.remote_identity() => {}
+            Some(_) => return Err(format!("a remote input file changed: {}", p(&r.path))),
+            None => {
+                return Err(format!(
+                    "a remote input file is not at the commit or address recorded: {}",
+                    p(&r.path)
+                ))
+            }
+        }
+    }
+    match listed.into_keys().next() {
+        Some(new) => Err(format!("{} is a new input file", p(&new))),
+        None => Ok(()),
+    }
+}
+
+/// The identity now of the view's file at `path` (`None`: not a view's file).
+fn remote_file(path: &Path) -> Result<Option<InputFile>, String> {
+    match crate::remote::identity(path) {
+        None => Ok(None),
+        Some(id) => Ok(Some(InputFile::remote(id.map_err(|e| e.to_string())?, 0))),
+    }
+}
+
+/// The files of `o`'s remote inputs' views it lists or `read`, sorted (the files of a view a
+/// conversion read beyond its listing: a gguf-split set's other parts beside a file named).
+fn remote_files(o: &PlannedOutput, read: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let listed = listing(o).into_iter().filter(|f| is_view(f));
+    listed.chain(read.iter().cloned()).collect()
+}
+
+/// The remote input files of an output just made (its remote listing and the remote files
+/// it read), by identity.
+pub(crate) fn remote_inputs(o: &PlannedOutput, read: &[PathBuf]) -> Result<Vec<InputFile>, Error> {
+    let at = now_ns();
+    let mut v = Vec::new();
+    for f in remote_files(o, read) {
+        if let Some(id) = crate::remote::identity(&f) {
+            v.push(InputFile::remote(id?, at));
+        }
+    }
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(v)
 }
 
 /// The input files of an output just made (its listing and every file the conversion read),

@@ -97,7 +97,7 @@ pub fn delta(old: &Path, new: &Path, out: &Path, force: bool) -> Result<DeltaRep
     if a.container != b.container || a.files[0].size != b.files[0].size {
         return Err(Error::Usage(format!("{} and {}: different containers or lengths; a delta describes changed tensor bytes of one layout (use convert)", shown(old), shown(new))));
     }
-    let (fa, fb) = (open(&a)?, open(&b)?);
+    let (fa, fb) = (open_side(&a)?, open_side(&b)?);
     let (changed, sha_a, sha_b) = compare_files(&a, &b, &fa, &fb)?;
     let blocks = blocks_of(&b, &changed);
     let mut meta = BTreeMap::new();
@@ -126,6 +126,31 @@ pub fn delta(old: &Path, new: &Path, out: &Path, force: bool) -> Result<DeltaRep
     })
 }
 
+/// The bytes of a delta's base or result: a local file, or a remote input's object.
+enum Side {
+    Local(File),
+    Remote(Arc<dyn weightport_core::ByteSource>),
+}
+
+impl Side {
+    /// Fills `buf` with the bytes at `pos` of `t`'s file.
+    fn read_exact_at(&self, t: &Target, buf: &mut [u8], pos: u64) -> Result<()> {
+        match self {
+            Side::Local(f) => f
+                .read_exact_at(buf, pos)
+                .map_err(|e| Error::io(&t.files[0].shown, "read", e)),
+            Side::Remote(s) => s.read_at(pos, buf),
+        }
+    }
+}
+
+fn open_side(t: &Target) -> Result<Side> {
+    match crate::target::remote_source(&t.files[0].path, false)? {
+        Some(src) => Ok(Side::Remote(src)),
+        None => open(t).map(Side::Local),
+    }
+}
+
 fn open(t: &Target) -> Result<File> {
     File::open(&t.files[0].path).map_err(|e| Error::io(&t.files[0].shown, "open", e))
 }
@@ -151,8 +176,8 @@ fn refuse_input_as_output(out: &Path, inputs: &[&Target]) -> Result<()> {
 fn compare_files(
     a: &Target,
     b: &Target,
-    fa: &File,
-    fb: &File,
+    fa: &Side,
+    fb: &Side,
 ) -> Result<(Vec<Vec<u64>>, String, String)> {
     let mut order: Vec<usize> = (0..b.tensors.len()).collect();
     order.sort_by_key(|&i| b.tensors[i].offset);
@@ -163,10 +188,8 @@ fn compare_files(
     let mut pos = 0u64;
     while pos < size {
         let n = (size - pos).min(STEP as u64) as usize;
-        fa.read_exact_at(&mut ba[..n], pos)
-            .map_err(|e| Error::io(&a.files[0].shown, "read", e))?;
-        fb.read_exact_at(&mut bb[..n], pos)
-            .map_err(|e| Error::io(&b.files[0].shown, "read", e))?;
+        fa.read_exact_at(a, &mut ba[..n], pos)?;
+        fb.read_exact_at(b, &mut bb[..n], pos)?;
         ha.update(&ba[..n]);
         hb.update(&bb[..n]);
         mark_changes(b, &order, pos, &ba[..n], &bb[..n], &mut changed)?;
@@ -266,7 +289,7 @@ fn block_info(p: &Placed, (a, b): (u64, u64)) -> TensorInfo {
 
 fn write_patch(
     b: &Target,
-    fb: &File,
+    fb: &Side,
     blocks: &[(usize, (u64, u64))],
     out: &Path,
     meta: BTreeMap<String, String>,
@@ -285,8 +308,7 @@ fn write_patch(
         let mut done = 0u64;
         while done < infos[k].byte_len {
             let n = (infos[k].byte_len - done).min(STEP as u64) as usize;
-            fb.read_exact_at(&mut buf[..n], start + done)
-                .map_err(|e| Error::io(&b.files[0].shown, "read", e))?;
+            fb.read_exact_at(b, &mut buf[..n], start + done)?;
             sink.write_at(k, done, &buf[..n])?;
             done += n as u64;
         }

@@ -13,8 +13,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use weightport_core::{shown, DType, Error, Format, Layout, Location, ReadOptions, Result};
+use weightport_core::{
+    shown, ByteSource, DType, Error, Format, Identity, Layout, Limits, Location, ReadOptions,
+    Result,
+};
 
 /// The container format of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +162,10 @@ impl Target {
         }
         let dir = parent(path);
         let file = check_file(path, &dir, write)?;
-        let container = sniff_container(&file.path)?;
+        let container = match remote_source(&file.path, write)? {
+            Some(src) => sniff_source(src.as_ref())?,
+            None => sniff_container(&file.path)?,
+        };
         let real_dir = file.path.parent().map_or(dir, Path::to_path_buf);
         Self::build(path, &real_dir, false, container, vec![file])
     }
@@ -209,7 +216,15 @@ impl Target {
     ) -> Result<Target> {
         let mut tensors = Vec::new();
         for (i, f) in files.iter_mut().enumerate() {
-            let (start, mut ts) = read_layout(container, f, i)?;
+            let (start, mut ts) = match remote_source(&f.path, false)? {
+                Some(src) => {
+                    // A remote input's file: its length is its object's (the view's file is
+                    // an empty stand-in).
+                    f.size = src.len();
+                    layout_of_source(container, src, i)?
+                }
+                None => read_layout(container, f, i)?,
+            };
             f.data_start = start;
             tensors.append(&mut ts);
         }
@@ -298,6 +313,61 @@ pub(crate) fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// The bytes of a file a target only reads (a delta's base or result) when it is a remote
+/// input's view file: an empty stand-in that the process's storage answers with its remote
+/// object (see weightport-remote). `None` for every local file, and for every file written.
+pub(crate) fn remote_source(path: &Path, write: bool) -> Result<Option<Arc<dyn ByteSource>>> {
+    if write || std::fs::metadata(path).map_or(true, |m| m.len() > 0) {
+        return Ok(None);
+    }
+    let src = weightport_core::mapped::default_storage().open(path, ", expected a file")?;
+    Ok(matches!(src.identity(), Identity::Object { .. }).then_some(src))
+}
+
+/// [`sniff_container`] of a remote object.
+fn sniff_source(src: &dyn ByteSource) -> Result<Container> {
+    let mut head = [0u8; 4];
+    let n = src.len().min(4) as usize;
+    src.read_at(0, &mut head[..n])?;
+    Ok(match weightport_gguf::probe(&head[..n]) {
+        true => Container::Gguf,
+        false => Container::Safetensors,
+    })
+}
+
+/// [`read_layout`] of a remote object, by the same strict readers.
+fn layout_of_source(
+    c: Container,
+    src: Arc<dyn ByteSource>,
+    file: usize,
+) -> Result<(u64, Vec<Placed>)> {
+    use weightport_core::TensorSource;
+    let placed = |s: &dyn TensorSource, offset: &dyn Fn(usize) -> u64| -> Vec<Placed> {
+        s.tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Placed {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                file,
+                offset: offset(i),
+                byte_len: t.byte_len,
+            })
+            .collect()
+    };
+    match c {
+        Container::Safetensors => {
+            let s = weightport_safetensors::SafetensorsFile::from_source(src, &Limits::default())?;
+            Ok((s.data_start(), placed(&s, &|i| s.tensor_offset(i))))
+        }
+        Container::Gguf => {
+            let g = weightport_gguf::GgufFile::from_source(src, &ReadOptions::default())?;
+            Ok((g.data_start(), placed(&g, &|i| g.tensor_offset(i))))
+        }
+    }
 }
 
 fn sniff_container(path: &Path) -> Result<Container> {

@@ -179,6 +179,19 @@ pub fn material(path: &Path) -> Option<Material> {
         .cloned()
 }
 
+/// The file of an open view that stands for the remote file shown as `shown` (the reverse of
+/// [`material`]); the first by path when two open views hold it.
+pub fn view_file(shown: &str) -> Option<PathBuf> {
+    let m = materials().lock().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<&PathBuf> = m
+        .iter()
+        .filter(|(_, x)| x.shown == shown)
+        .map(|(p, _)| p)
+        .collect();
+    v.sort();
+    v.first().map(|p| p.to_path_buf())
+}
+
 fn table() -> &'static Mutex<HashMap<PathBuf, Entry>> {
     static T: OnceLock<Mutex<HashMap<PathBuf, Entry>>> = OnceLock::new();
     T.get_or_init(Default::default)
@@ -396,10 +409,13 @@ fn open_as(arg: &str, mode: Mode) -> Result<RemoteInput> {
     )))
 }
 
+/// A new view directory, under the temp directory with its symlinks resolved: a view's paths
+/// are then the paths a reader that resolves symlinks (edit's targets, a delta's sides) opens.
 fn view_dir() -> Result<tempfile::TempDir> {
+    let tmp = std::env::temp_dir();
     tempfile::Builder::new()
         .prefix("weightport-remote.")
-        .tempdir()
+        .tempdir_in(std::fs::canonicalize(&tmp).unwrap_or(tmp))
         .map_err(|e| Error::io(&std::env::temp_dir(), "create a temp directory", e))
 }
 

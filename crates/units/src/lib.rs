@@ -33,5 +33,8 @@ pub use balance::UnitSplit;
 pub use finish::{finish, FinishReport};
 #[doc(hidden)]
 pub use planfile::{check_indices, doc_sha256};
-pub use planfile::{parse_plan, plan_units, read_plan, PlannedUnits, UnitPlan, PLAN_VERSION};
+pub use planfile::{
+    parse_plan, plan_units, read_plan, set_remote_inputs, PlannedUnits, RemoteInputs, UnitPlan,
+    PLAN_VERSION,
+};
 pub use unit::{run_unit, UnitOutcome, UnitReport};

@@ -144,9 +144,51 @@ fn sha256_of(path: &Path, limit: u64) -> Result<String> {
     Ok(format!("{:x}", h.finalize()))
 }
 
+/// How a plan records, names and checks input files that are not local files: a remote
+/// input's view (laid out by the caller, weightport-remote). Set once by the caller that lays
+/// remote inputs out ([`set_remote_inputs`]); without it every input file is local.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteInputs {
+    /// The identity of the input file at `path` when it is a remote input's file: a document
+    /// with its `path` (the remote address, pinned: a Hub file at its commit), `size`,
+    /// `sha256` (published, or `null`), `etag` and `hashed: "remote"`; `None` for a local file.
+    pub identity: fn(&Path) -> Option<Result<Value>>,
+    /// The identity now of the remote file a plan recorded at `address` (of the inputs laid
+    /// out for this process from the plan's pinned addresses).
+    pub now: fn(&str) -> Result<Value>,
+    /// How a plan names the input file at `path`: a remote file by its address.
+    pub name: fn(&Path) -> String,
+}
+
+fn remote_inputs() -> &'static std::sync::RwLock<Option<RemoteInputs>> {
+    static R: std::sync::OnceLock<std::sync::RwLock<Option<RemoteInputs>>> =
+        std::sync::OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// Sets how plans record, name and check remote input files (see [`RemoteInputs`]).
+pub fn set_remote_inputs(r: Option<RemoteInputs>) {
+    *remote_inputs().write().unwrap_or_else(|e| e.into_inner()) = r;
+}
+
+fn remote() -> Option<RemoteInputs> {
+    *remote_inputs().read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How a plan names input file `path`.
+fn input_name(path: &Path) -> String {
+    match remote() {
+        Some(r) => (r.name)(path),
+        None => path.display().to_string(),
+    }
+}
+
 /// Size, mtime, ctime, inode and sha256 (whole for small files, of the first MiB for large
-/// ones) of `path`.
+/// ones) of `path`; a remote input's file by its address, sha256 and ETag ([`RemoteInputs`]).
 fn identity(path: &Path) -> Result<Value> {
+    if let Some(id) = remote().and_then(|r| (r.identity)(path)) {
+        return id;
+    }
     let m = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?;
     let whole = m.len() <= WHOLE;
     Ok(json!({
@@ -193,14 +235,20 @@ fn input_files(job: &Job) -> Vec<PathBuf> {
 pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
     for (i, id) in plan.identities.iter().enumerate() {
         let path = PathBuf::from(id["path"].as_str().unwrap_or_default());
-        let now = identity(&path).map_err(|e| Error::Verify {
+        let is_remote = id["hashed"] == "remote";
+        let now = match is_remote {
+            true => remote_now(&path),
+            false => identity(&path),
+        };
+        let now = now.map_err(|e| Error::Verify {
             at: Location::file(&path),
             reason: format!("input of the plan is gone or unreadable: {e}"),
         })?;
         let whole = id["hashed"] == "whole";
-        let fields: &[&str] = match whole {
-            true => &["size", "sha256"],
-            false => &["size", "sha256", "ino", "ctime_ns"],
+        let fields: &[&str] = match (is_remote, whole) {
+            (true, _) => &["size", "sha256", "etag"],
+            (false, true) => &["size", "sha256"],
+            (false, false) => &["size", "sha256", "ino", "ctime_ns"],
         };
         if let Some(field) = fields.iter().find(|f| now[**f] != id[**f]) {
             let why = match whole {
@@ -223,6 +271,14 @@ pub(crate) fn check_inputs(plan: &UnitPlan) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The identity now of the remote file recorded at `address`.
+fn remote_now(address: &Path) -> Result<Value> {
+    let r = remote().ok_or_else(|| {
+        Error::Usage("a remote input, and this caller reads local inputs only".into())
+    })?;
+    (r.now)(&address.to_string_lossy())
 }
 
 /// Each unit's segments: per file, its tensors by offset, a new segment wherever the unit
@@ -288,7 +344,7 @@ fn reads(job: &Job, tensors: &[usize]) -> Vec<Value> {
             let i = job.inputs(k)[j];
             for r in merged {
                 v.push(json!({
-                    "file": job.source().file_of(i).display().to_string(),
+                    "file": input_name(&job.source().file_of(i)),
                     "tensor": job.source().tensors()[i].name,
                     "range": [r.start, r.end],
                 }));
@@ -370,7 +426,7 @@ fn plan_doc(
     let mut doc = json!({
         "weightport_plan": PLAN_VERSION,
         "command": command,
-        "inputs": opts.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "inputs": opts.inputs.iter().map(|p| input_name(p)).collect::<Vec<_>>(),
         "output": opts.output.display().to_string(),
         "format": job.format_name(),
         "staging": staging_of(&opts.output).display().to_string(),
