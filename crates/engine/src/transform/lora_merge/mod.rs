@@ -163,10 +163,11 @@ impl LoraMerge {
     ) {
         let (rows, cols) = self.block(elems.start, elems.end);
         self.delta(t, f, row0, rows.clone(), cols.clone(), delta);
-        let width = cols.end - cols.start;
-        for (e, x) in elems.zip(x.iter_mut()) {
-            let (i, j) = (e / self.cols - rows.start, e % self.cols - cols.start);
-            *x += delta[(i * width + j) as usize];
+        // The block is the columns of one row or whole rows, so element `e`'s delta sits at
+        // `e - (rows.start · cols + cols.start)` either way: one contiguous run.
+        let first = (elems.start - (rows.start * self.cols + cols.start)) as usize;
+        for (x, d) in x.iter_mut().zip(&delta[first..]) {
+            *x += d;
         }
     }
 }
