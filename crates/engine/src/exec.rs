@@ -199,7 +199,7 @@ pub(crate) fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], bas
             let leaf = leaf_of(o, base).min(o.info.byte_len.max(1));
             let input: u64 = match &o.op {
                 None => leaf,
-                Some(op) => op.needs(0..leaf).iter().map(|(_, r)| r.end - r.start).sum(),
+                Some(op) => input_bytes(source, o, &op.needs(0..leaf)),
             };
             let seq = o
                 .inputs
@@ -209,6 +209,23 @@ pub(crate) fn worker_bytes(source: &dyn TensorSource, outs: &[TensorRecipe], bas
         })
         .max()
         .unwrap_or(0)
+}
+
+/// The input bytes one chunk holds for `needs`: a range read into a buffer counts each time it
+/// is named ([`transformed`] stages each), a mapped or in-memory one once however many ranges
+/// overlap it (a merge's `A`, named once per row when a permutation follows the merge).
+fn input_bytes(source: &dyn TensorSource, o: &TensorRecipe, needs: &[(usize, Range<u64>)]) -> u64 {
+    let len = |r: &Range<u64>| r.end - r.start;
+    let in_place = |j: usize| source.bytes(o.inputs[j]).is_some();
+    let staged: u64 = (needs.iter())
+        .filter(|(j, _)| !in_place(*j))
+        .map(|(_, r)| len(r))
+        .sum();
+    let held: u64 = (spans(needs).iter())
+        .filter(|(j, _)| in_place(*j))
+        .map(|(_, r)| len(r))
+        .sum();
+    staged + held
 }
 
 /// Runs `outs` over `source`, calling `emit(k, offset, bytes)` for every chunk of output tensor

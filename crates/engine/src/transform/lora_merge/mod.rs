@@ -12,6 +12,7 @@
 //! float32 and the sum rounded to the weight's type (torch's in-place `+=`), once per adapter
 //! in order.
 
+mod factors;
 mod product;
 
 use std::ops::Range;
@@ -23,6 +24,7 @@ use weightport_quant::cast::{
 };
 
 use super::Transform;
+use factors::{factors_of, Factors};
 use product::product;
 
 /// One adapter's term of a merge.
@@ -51,6 +53,8 @@ pub(crate) struct LoraMerge {
     terms: Vec<LoraTerm>,
     /// Elements merged at a time ([`BLOCK`]; smaller in tests).
     block: u64,
+    /// Unique in the process: the key of the widened factors a thread keeps.
+    id: u64,
 }
 
 fn size(d: DType) -> u64 {
@@ -81,6 +85,7 @@ impl LoraMerge {
             cols,
             terms,
             block: BLOCK,
+            id: factors::next_id(),
         })
     }
 
@@ -121,15 +126,15 @@ impl LoraMerge {
         out.resize((n * (cols.end - cols.start)) as usize, 0.0);
         let cols = cols.start as usize..cols.end as usize;
         if t.transposed {
-            // (B @ A)[j, i] = Σ_k A[k, i] · B[j, k]: one scalar of A per (row, k), `f.b` k-major.
+            // (B @ A)[j, i] = Σ_k A[k, i] · B[j, k]: one scalar of A per (row, k), `f.b()` k-major.
             let s: Vec<f32> = (rows.start as usize..rows.end as usize)
                 .flat_map(|i| (0..r).map(move |k| (k, i)))
-                .map(|(k, i)| f.a[k * self.rows as usize + i])
+                .map(|(k, i)| f.a()[k * self.rows as usize + i])
                 .collect();
-            product(&s, r, &f.b, self.cols as usize, cols, out);
+            product(&s, r, f.b(), self.cols as usize, cols, out);
         } else {
-            let s = &f.b[(rows.start - row0) as usize * r..][..n as usize * r];
-            product(s, r, &f.a, self.cols as usize, cols, out);
+            let s = &f.b()[(rows.start - row0) as usize * r..][..n as usize * r];
+            product(s, r, f.a(), self.cols as usize, cols, out);
         }
         for x in out.iter_mut() {
             *x *= t.scale as f32;
@@ -176,39 +181,6 @@ impl LoraMerge {
 /// and as much of deltas per worker.
 const BLOCK: u64 = 128 << 10;
 
-/// A term's factors widened to f32 once per chunk: `a` as stored (`[rank, n]`), `b` as stored
-/// (`[rows, rank]`) or, for a transposed product, k-major (`[rank, cols]`), so a rank step's
-/// values are contiguous.
-struct Factors {
-    a: Vec<f32>,
-    b: Vec<f32>,
-}
-
-impl Factors {
-    fn of(t: &LoraTerm, a: &[u8], b: &[u8], cols: u64) -> Result<Factors> {
-        // In bulk (F16C for F16, a copy for F32): all of `A` is widened for every chunk, and a
-        // value at a time it cost more than the chunk's own merge (f16 and bf16 widen exactly).
-        let widen = |d: DType, bytes: &[u8]| -> Result<Vec<f32>> {
-            let mut v = vec![0.0; bytes.len() / size(d) as usize];
-            decode_f32(d, bytes, &mut v, CastRule::Torch).map_err(cast_error)?;
-            Ok(v)
-        };
-        let a = widen(t.a, a)?;
-        let b = widen(t.b, b)?;
-        if !t.transposed {
-            return Ok(Factors { a, b });
-        }
-        let (r, n) = (t.rank as usize, cols as usize);
-        let mut kb = vec![0.0; r * n];
-        for (j, row) in b.chunks_exact(r).take(n).enumerate() {
-            for (k, v) in row.iter().enumerate() {
-                kb[k * n + j] = *v;
-            }
-        }
-        Ok(Factors { a, b: kb })
-    }
-}
-
 fn cast_error(e: weightport_quant::QuantError) -> Error {
     Error::Internal(format!("LoRA merge: {e}"))
 }
@@ -238,9 +210,7 @@ impl Transform for LoraMerge {
         let el = size(self.w);
         let (e0, e1) = (out.start / el, out.end / el);
         let row0 = self.rows_of(&out).start;
-        let factors: Vec<Factors> = (self.terms.iter().enumerate())
-            .map(|(k, t)| Factors::of(t, inputs[1 + 2 * k], inputs[2 + 2 * k], self.cols))
-            .collect::<Result<_>>()?;
+        let factors = factors_of(self.id, &self.terms, inputs, self.cols)?;
         // A few rows at a time, so the f32 values and deltas stay small (and in cache).
         let step = (self.block / self.cols).max(1) * self.cols;
         let (mut x, mut delta) = (Vec::new(), Vec::new());
