@@ -22,6 +22,9 @@ pub(crate) enum Failure {
     Final(String),
     /// The object is not the version first read.
     Changed(String),
+    /// A redirect's location refused a range as a signed URL refuses one that expired (403,
+    /// 400, 410): the address that redirected may be resolved again (see `object`).
+    Expired(String),
 }
 
 /// A bearer token and the one authority (host and port) it may be sent to.
