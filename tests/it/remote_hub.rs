@@ -452,3 +452,37 @@ fn a_403_of_an_https_file_not_redirected_is_not_resolved_again() {
         "{log:#?}"
     );
 }
+
+/// The first locations expire and `/resolve/` then names another LFS object (another
+/// `X-Linked-Etag`): the read fails as "input changed while reading", nothing is written, and
+/// no range is read at the new location.
+#[test]
+fn a_re_resolution_naming_another_object_is_input_changed() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(
+        &nginx,
+        &[repo("llama", "good/arch/llama")],
+        Some(proxy_port),
+    );
+    let mode = fault_proxy::Mode::Expire {
+        after: 3,
+        switch: common::hub::EXPIRED_CHANGED,
+    };
+    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let out = hub.dir.path().join("changed");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.join("l.gguf");
+    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("input changed while reading") && err.contains("X-Linked-Etag"),
+        "{err}"
+    );
+    assert!(err.contains(".safetensors"), "{err}");
+    assert!(names_in(&out).is_empty(), "{:?}", names_in(&out));
+    assert!(resolves_by_file(&hub).values().any(|&n| n == 2));
+    let lfs = lfs_lines_without_token(&hub);
+    assert!(lfs.iter().all(|l| !l.contains("gen=2")), "{lfs:#?}");
+}

@@ -477,7 +477,18 @@ impl Conn {
     /// object's first byte with its length and ETag.
     fn fresh_location(&self, r: &Resolve) -> std::result::Result<String, Failure> {
         let range = [("range", "bytes=0-0".to_string())];
-        let (resp, url, hub) = self.client.get(&r.url, &range, self.token.as_ref())?;
+        // The Hub's own answers first (its redirects on its own host followed): what they name
+        // is checked before the new location on another host is asked.
+        let (mut first, mut next) = self.client.get_once(&r.url, &range, self.token.as_ref())?;
+        let mut hub = Hub::default();
+        hub.note(&first);
+        let (mut at, mut hops) = (r.url.clone(), 0);
+        while let Some(n) = next.take_if(|n| same_host(n, &r.url) && hops < 5) {
+            hops += 1;
+            (first, next) = self.client.get_once(&n, &range, self.token.as_ref())?;
+            hub.note(&first);
+            at = n;
+        }
         let shown = shown_url(&r.url);
         let pairs = [
             ("X-Repo-Commit", &r.hub.commit, &hub.commit),
@@ -493,6 +504,14 @@ impl Conn {
                 )));
             }
         }
+        let (resp, url) = match next {
+            None => (first, at),
+            Some(next) => {
+                drop(first);
+                let (resp, url, _) = self.client.get(&next, &range, self.token.as_ref())?;
+                (resp, url)
+            }
+        };
         if url != r.url && expired_status(resp.status()) {
             let m = format!("{}: the server answered {}", shown_url(&url), resp.status());
             return Err(Failure::Expired(m));
@@ -503,6 +522,12 @@ impl Conn {
             _ => Ok(url),
         }
     }
+}
+
+/// Whether two URLs name the same host and port.
+fn same_host(a: &str, b: &str) -> bool {
+    let authority = |u: &str| u.parse::<ureq::http::Uri>().ok()?.authority().cloned();
+    authority(a).is_some_and(|x| Some(x) == authority(b))
 }
 
 impl RemoteObject {

@@ -226,6 +226,9 @@ fn lfs_object(f: &Path, lfs: &Path) -> (String, u64) {
 /// object's first read (`bytes=0-100000`, right after its `/resolve/`) is never refused: a
 /// location just handed out has not expired.
 pub(crate) const EXPIRED: &str = "expired";
+/// The switch that expires the first locations as [`EXPIRED`] does, and makes `/resolve/`
+/// name another LFS object (`X-Linked-Etag` of zeros) for the new ones.
+pub(crate) const EXPIRED_CHANGED: &str = "expired-changed";
 /// The switch that expires every `/lfs/` location, the new ones too.
 pub(crate) const EXPIRED_ALL: &str = "expired-all";
 
@@ -253,9 +256,14 @@ pub(crate) fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
             let answer = if lfs {
                 format!(
                     "add_header X-Linked-Etag '\"{sha}\"' always; add_header X-Linked-Size {len} always;\n\
+                     if (-f {changed}) {{ add_header X-Repo-Commit {commit} always;\n\
+                       add_header X-Linked-Etag '\"{other}\"' always; add_header X-Linked-Size {len} always;\n\
+                       return 302 https://127.0.0.2:{port}/lfs/{sha}?gen=2; }}\n\
                      if (-f {expired}) {{ return 302 https://127.0.0.2:{port}/lfs/{sha}?gen=2; }}\n\
                      return 302 https://127.0.0.2:{port}/lfs/{sha};",
-                    expired = root.join(EXPIRED).display()
+                    expired = root.join(EXPIRED).display(),
+                    changed = root.join(EXPIRED_CHANGED).display(),
+                    other = "0".repeat(64),
                 )
             } else {
                 format!("alias {}/lfs/{sha};", root.display())
@@ -313,6 +321,7 @@ impl Hub {
              location /lfs/ {{ if ($http_authorization) {{ return 403; }}\n\
                set $gen \"$arg_gen\"; if (-f {d}/root/{EXPIRED}) {{ set $gen \"${{gen}}x\"; }}\n\
                if (-f {d}/root/{EXPIRED_ALL}) {{ set $gen x; }}\n\
+               if (-f {d}/root/{EXPIRED_CHANGED}) {{ set $gen \"${{gen}}x\"; }}\n\
                if ($http_range = \"bytes=0-100000\") {{ set $gen fresh; }}\n\
                if ($gen = x) {{ return 403; }} root {d}/root; }}\n\
              location /plain/ {{ if (-f {d}/root/{EXPIRED}) {{ return 403; }} root {d}/root; }}\n\
