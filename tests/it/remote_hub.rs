@@ -306,3 +306,183 @@ fn a_server_failing_every_retry_is_a_clear_error_and_nothing_is_written() {
     assert!(names_in(&dir).is_empty(), "{:?}", names_in(&dir));
     assert!(proxy.counts().status >= 6);
 }
+
+/// The `/resolve/` lines of the access log, by file name.
+fn resolves_by_file(hub: &Hub) -> std::collections::BTreeMap<String, usize> {
+    let mut by = std::collections::BTreeMap::new();
+    for l in hub.log().iter().filter(|l| l.contains("/resolve/")) {
+        let path = l.split(' ').nth(1).unwrap_or_default();
+        let name = path.rsplit('/').next().unwrap_or_default().to_string();
+        *by.entry(name).or_insert(0) += 1;
+    }
+    by
+}
+
+/// Every request to the LFS host (127.0.0.2) carried no `Authorization`; returns those lines.
+fn lfs_lines_without_token(hub: &Hub) -> Vec<String> {
+    let lfs: Vec<String> = hub
+        .auth_log()
+        .into_iter()
+        .filter(|l| l.contains(" /lfs/"))
+        .collect();
+    for l in &lfs {
+        assert!(l.starts_with("127.0.0.2 ") && l.ends_with(" \"-\""), "{l}");
+        assert!(!l.contains(TOKEN), "{l}");
+    }
+    lfs
+}
+
+/// The signed locations `/resolve/` redirects to "expire" mid-read (nginx answers 403 to them
+/// once the proxy in front of the LFS host has passed three ranged requests, and `/resolve/`
+/// then hands out `?gen=2`): each object whose read met a 403 asks `/resolve/` again (with the
+/// token, the new location without it) and goes on there; the conversion equals the local one.
+#[test]
+fn an_expired_signed_location_is_resolved_again_and_the_output_is_the_local_ones() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let dir = "good/arch/llama";
+    let hub = Hub::start_with(&nginx, &[repo("llama", dir)], Some(proxy_port));
+    let mode = fault_proxy::Mode::Expire {
+        after: 3,
+        switch: common::hub::EXPIRED,
+    };
+    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    hub.same_as_local("hf://org/llama", &fixtures().join(dir), "l.gguf", &[]);
+    let log = hub.log();
+    let refused: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("/lfs/") && l.contains(" 403 "))
+        .collect();
+    assert!(!refused.is_empty(), "{log:#?}");
+    let by = resolves_by_file(&hub);
+    assert!(
+        by.iter()
+            .any(|(f, &n)| f.ends_with(".safetensors") && n == 2),
+        "{by:?}"
+    );
+    assert!(by.values().all(|&n| n <= 2), "{by:?}");
+    let lfs = lfs_lines_without_token(&hub);
+    assert!(
+        lfs.iter()
+            .any(|l| l.contains("?gen=2") && l.contains(" 206 ")),
+        "{lfs:#?}"
+    );
+    let resolves: Vec<String> = hub
+        .auth_log()
+        .into_iter()
+        .filter(|l| l.contains("/resolve/"))
+        .collect();
+    assert!(
+        resolves
+            .iter()
+            .all(|l| l.starts_with("127.0.0.1 ") && l.contains(TOKEN)),
+        "{resolves:#?}"
+    );
+}
+
+/// Locations that keep answering 403, the fresh ones too: after three re-resolutions of a file
+/// the conversion fails naming it and saying the signed URL kept failing, nothing written.
+#[test]
+fn a_signed_location_that_keeps_failing_is_a_clear_error_after_three_re_resolutions() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(
+        &nginx,
+        &[repo("llama", "good/arch/llama")],
+        Some(proxy_port),
+    );
+    let mode = fault_proxy::Mode::Expire {
+        after: 3,
+        switch: common::hub::EXPIRED_ALL,
+    };
+    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let out = hub.dir.path().join("fail");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.join("l.gguf");
+    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("403")
+            && err.contains("kept failing")
+            && err.contains("resolved again 3 times"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hf://org/llama@") && err.contains(".safetensors"),
+        "{err}"
+    );
+    assert!(names_in(&out).is_empty(), "{:?}", names_in(&out));
+    let by = resolves_by_file(&hub);
+    assert!(by.values().any(|&n| n == 4), "{by:?}");
+    assert!(by.values().all(|&n| n <= 4), "{by:?}");
+    lfs_lines_without_token(&hub);
+}
+
+/// An `https://` file that no redirect gave answers 403 mid-read: nothing to resolve again, so
+/// the error is the 403 as before, and nothing asks `/resolve/`.
+#[test]
+fn a_403_of_an_https_file_not_redirected_is_not_resolved_again() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(&nginx, &[], Some(proxy_port));
+    let mode = fault_proxy::Mode::Expire {
+        after: 1,
+        switch: common::hub::EXPIRED,
+    };
+    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let file = fixtures().join("good/arch/llama/model-00001-of-00003.safetensors");
+    let url = hub
+        .plain(&file)
+        .replace(&format!(":{}/", hub.port), &format!(":{proxy_port}/"));
+    let out = hub.dir.path().join("plain-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.join("m.safetensors");
+    let r = hub.wp(&["convert", &url, "-o", o.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(err.contains("the server answered 403 Forbidden"), "{err}");
+    assert!(!err.contains("kept failing"), "{err}");
+    assert!(names_in(&out).is_empty(), "{:?}", names_in(&out));
+    let log = hub.log();
+    assert!(log.iter().all(|l| !l.contains("/resolve/")), "{log:#?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("/plain/") && l.contains(" 403 ")),
+        "{log:#?}"
+    );
+}
+
+/// The first locations expire and `/resolve/` then names another LFS object (another
+/// `X-Linked-Etag`): the read fails as "input changed while reading", nothing is written, and
+/// no range is read at the new location.
+#[test]
+fn a_re_resolution_naming_another_object_is_input_changed() {
+    let Some(nginx) = tools() else { return };
+    let proxy_port = free_port();
+    let hub = Hub::start_with(
+        &nginx,
+        &[repo("llama", "good/arch/llama")],
+        Some(proxy_port),
+    );
+    let mode = fault_proxy::Mode::Expire {
+        after: 3,
+        switch: common::hub::EXPIRED_CHANGED,
+    };
+    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    let out = hub.dir.path().join("changed");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.join("l.gguf");
+    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("input changed while reading") && err.contains("X-Linked-Etag"),
+        "{err}"
+    );
+    assert!(err.contains(".safetensors"), "{err}");
+    assert!(names_in(&out).is_empty(), "{:?}", names_in(&out));
+    assert!(resolves_by_file(&hub).values().any(|&n| n == 2));
+    let lfs = lfs_lines_without_token(&hub);
+    assert!(lfs.iter().all(|l| !l.contains("gen=2")), "{lfs:#?}");
+}

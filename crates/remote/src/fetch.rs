@@ -22,6 +22,9 @@ pub(crate) enum Failure {
     Final(String),
     /// The object is not the version first read.
     Changed(String),
+    /// A redirect's location refused a range as a signed URL refuses one that expired (403,
+    /// 400, 410): the address that redirected may be resolved again (see `object`).
+    Expired(String),
 }
 
 /// A bearer token and the one authority (host and port) it may be sent to.
@@ -116,29 +119,45 @@ impl Client {
         let mut url = url.to_string();
         let mut hub = Hub::default();
         for _ in 0..=MAX_REDIRECTS {
-            let uri: Uri = url
-                .parse()
-                .map_err(|_| Failure::Final(format!("{} is not a URL", shown_url(&url))))?;
-            let mut req = self.agent.get(&url);
-            for (k, v) in headers {
-                req = req.header(*k, v);
-            }
-            if let Some(t) =
-                token.filter(|t| uri.authority().map(|a| a.as_str()) == Some(&*t.authority))
-            {
-                req = req.header(header::AUTHORIZATION, format!("Bearer {}", t.value));
-            }
-            let resp = req.call().map_err(|e| transport(&url, e))?;
+            let (resp, next) = self.get_once(&url, headers, token)?;
             hub.note(&resp);
-            if !resp.status().is_redirection() || resp.status() == StatusCode::NOT_MODIFIED {
-                return Ok((resp, url, hub));
+            match next {
+                None => return Ok((resp, url, hub)),
+                Some(next) => url = next,
             }
-            url = redirect_target(&uri, &resp)?;
         }
         Err(Failure::Final(format!(
             "{}: more than {MAX_REDIRECTS} redirects",
             shown_url(&url)
         )))
+    }
+
+    /// One GET of `url` (no redirect followed): the response, and where it redirects when it
+    /// does (an https URL).
+    pub(crate) fn get_once(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        token: Option<&Token>,
+    ) -> Result<(Response<Body>, Option<String>), Failure> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| Failure::Final(format!("{} is not a URL", shown_url(url))))?;
+        let mut req = self.agent.get(url);
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if let Some(t) =
+            token.filter(|t| uri.authority().map(|a| a.as_str()) == Some(&*t.authority))
+        {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {}", t.value));
+        }
+        let resp = req.call().map_err(|e| transport(url, e))?;
+        if !resp.status().is_redirection() || resp.status() == StatusCode::NOT_MODIFIED {
+            return Ok((resp, None));
+        }
+        let next = redirect_target(&uri, &resp)?;
+        Ok((resp, Some(next)))
     }
 }
 
@@ -152,7 +171,7 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    fn note(&mut self, resp: &Response<Body>) {
+    pub(crate) fn note(&mut self, resp: &Response<Body>) {
         let get = |n: &str| header_str(resp, n).map(str::to_string);
         self.commit = get("x-repo-commit").or(self.commit.take());
         self.linked_etag = get("x-linked-etag").or(self.linked_etag.take());

@@ -80,11 +80,36 @@ struct Conn {
     shown: String,
     client: Client,
     token: Option<Token>,
-    /// Where ranged reads go: the URL after redirects.
-    url: String,
+    /// Where ranged reads go: the URL after redirects, and how many times it was replaced by
+    /// resolving the address again.
+    location: Mutex<(String, u32)>,
     sign: Option<std::sync::Arc<dyn Sign>>,
     len: u64,
     etag: String,
+    /// The address that redirected, when the first request was redirected (a signed URL that
+    /// expires is resolved again there).
+    resolve: Option<Resolve>,
+}
+
+/// Fresh locations asked of a redirecting address per opened object at most: past it, the
+/// signed URL "kept failing".
+pub(crate) const RE_RESOLVES: u32 = 3;
+
+/// The address a redirect came from and what the first answer said of the file there: a
+/// location resolved again must name the same commit, LFS ETag and size.
+struct Resolve {
+    url: String,
+    hub: Hub,
+    /// Re-resolutions made so far (held while one is made, so concurrent readers that meet
+    /// the same expired location make one between them).
+    done: Mutex<u32>,
+}
+
+/// Statuses a signed URL answers once it has expired: 403 (S3 presigned URLs' `AccessDenied`
+/// "Request has expired", CloudFront's "Access denied"), 400 and 410 (nginx's `secure_link`
+/// examples, other stores).
+fn expired_status(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 400 | 403 | 410)
 }
 
 /// An opened remote object (see the module docs).
@@ -123,7 +148,9 @@ pub(crate) fn error(name: &Path, f: &Failure) -> Error {
             "fetch",
             std::io::Error::other(format!("{m} (gave up after {ATTEMPTS} attempts)")),
         ),
-        Failure::Final(m) => Error::io(name, "fetch", std::io::Error::other(m.clone())),
+        Failure::Final(m) | Failure::Expired(m) => {
+            Error::io(name, "fetch", std::io::Error::other(m.clone()))
+        }
     }
 }
 
@@ -268,14 +295,20 @@ impl RemoteObject {
             .linked_etag
             .clone()
             .unwrap_or_else(|| first.etag.clone());
+        let resolve = (t.sign.is_none() && first.url != t.url).then(|| Resolve {
+            url: t.url.clone(),
+            hub: first.hub.clone(),
+            done: Mutex::new(0),
+        });
         let conn = Arc::new(Conn {
             shown: shown.to_string(),
             client: client.clone(),
             token: t.token.clone(),
-            url: first.url,
+            location: Mutex::new((first.url, 0)),
             sign: t.sign.clone(),
             len: first.len,
             etag: first.etag,
+            resolve,
         });
         Ok(RemoteObject {
             name: name.to_path_buf(),
@@ -315,11 +348,13 @@ impl Fetch for Conn {
         let mut got = 0usize;
         let mut failures = 0;
         while got < buf.len() {
-            let (n, failure) = self.attempt(offset + got as u64, &mut buf[got..]);
+            let (url, generation) = self.location();
+            let (n, failure) = self.attempt(&url, offset + got as u64, &mut buf[got..]);
             got += n;
             crate::fetched(n as u64);
             match failure {
                 None => {}
+                Some(Failure::Expired(why)) => self.resolve_again(generation, why)?,
                 Some(Failure::Transient(_)) if failures + 1 < ATTEMPTS => {
                     failures += 1;
                     std::thread::sleep(backoff(failures));
@@ -332,21 +367,31 @@ impl Fetch for Conn {
 }
 
 impl Conn {
-    /// One attempt at `buf.len()` bytes from `offset`: how many arrived, and why not all.
-    fn attempt(&self, offset: u64, buf: &mut [u8]) -> (usize, Option<Failure>) {
+    /// Where the next ranged request goes, and the location's generation.
+    fn location(&self) -> (String, u32) {
+        let at = self.location.lock().unwrap_or_else(|e| e.into_inner());
+        match &self.sign {
+            Some(s) => (s.url(), at.1),
+            None => at.clone(),
+        }
+    }
+
+    /// One attempt at `buf.len()` bytes from `offset` at `url`: how many arrived, and why not
+    /// all.
+    fn attempt(&self, url: &str, offset: u64, buf: &mut [u8]) -> (usize, Option<Failure>) {
         let end = offset + buf.len() as u64 - 1;
         let headers = [
             ("range", format!("bytes={offset}-{end}")),
             ("if-match", self.etag.clone()),
         ];
-        let url = self
-            .sign
-            .as_ref()
-            .map_or_else(|| self.url.clone(), |s| s.url());
-        let (resp, url, _) = match self.client.get(&url, &headers, self.token.as_ref()) {
+        let (resp, url, _) = match self.client.get(url, &headers, self.token.as_ref()) {
             Ok(r) => r,
             Err(f) => return (0, Some(f)),
         };
+        if self.resolve.is_some() && expired_status(resp.status()) {
+            let m = format!("{}: the server answered {}", shown_url(&url), resp.status());
+            return (0, Some(Failure::Expired(m)));
+        }
         if let Err(f) = self.check_answer(&resp, &url, offset, end) {
             return (0, Some(f));
         }
@@ -393,6 +438,96 @@ impl Conn {
             ))),
         }
     }
+}
+
+impl Conn {
+    /// After location `generation` refused a range (`why`), a new one from the address that
+    /// redirected, unless another reader already replaced it; at most [`RE_RESOLVES`] per
+    /// object, then a final failure saying the signed URL kept failing.
+    fn resolve_again(&self, generation: u32, why: String) -> std::result::Result<(), Failure> {
+        let Some(r) = &self.resolve else {
+            return Err(Failure::Final(why));
+        };
+        let mut done = r.done.lock().unwrap_or_else(|e| e.into_inner());
+        if self.location().1 != generation {
+            return Ok(());
+        }
+        let mut why = why;
+        while *done < RE_RESOLVES {
+            *done += 1;
+            match retry(|| self.fresh_location(r)) {
+                Ok(url) => {
+                    *self.location.lock().unwrap_or_else(|e| e.into_inner()) =
+                        (url, generation + 1);
+                    return Ok(());
+                }
+                Err(Failure::Expired(m)) => why = m,
+                Err(f) => return Err(f),
+            }
+        }
+        Err(Failure::Final(format!(
+            "{why}; the signed URL {} redirects to kept failing (resolved again {RE_RESOLVES} \
+             times)",
+            shown_url(&r.url)
+        )))
+    }
+
+    /// `r`'s address asked again (the token to its own host only, as always): where it now
+    /// redirects, checked to name the same commit, LFS ETag and size, and to answer the
+    /// object's first byte with its length and ETag.
+    fn fresh_location(&self, r: &Resolve) -> std::result::Result<String, Failure> {
+        let range = [("range", "bytes=0-0".to_string())];
+        // The Hub's own answers first (its redirects on its own host followed): what they name
+        // is checked before the new location on another host is asked.
+        let (mut first, mut next) = self.client.get_once(&r.url, &range, self.token.as_ref())?;
+        let mut hub = Hub::default();
+        hub.note(&first);
+        let (mut at, mut hops) = (r.url.clone(), 0);
+        while let Some(n) = next.take_if(|n| same_host(n, &r.url) && hops < 5) {
+            hops += 1;
+            (first, next) = self.client.get_once(&n, &range, self.token.as_ref())?;
+            hub.note(&first);
+            at = n;
+        }
+        let shown = shown_url(&r.url);
+        let pairs = [
+            ("X-Repo-Commit", &r.hub.commit, &hub.commit),
+            ("X-Linked-Etag", &r.hub.linked_etag, &hub.linked_etag),
+            ("X-Linked-Size", &r.hub.linked_size, &hub.linked_size),
+        ];
+        for (name, was, now) in pairs {
+            if was.is_some() && was != now {
+                return Err(Failure::Changed(format!(
+                    "{shown} resolved again: {name} {} instead of {}",
+                    now.as_deref().unwrap_or("(none)"),
+                    was.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        let (resp, url) = match next {
+            None => (first, at),
+            Some(next) => {
+                drop(first);
+                let (resp, url, _) = self.client.get(&next, &range, self.token.as_ref())?;
+                (resp, url)
+            }
+        };
+        if url != r.url && expired_status(resp.status()) {
+            let m = format!("{}: the server answered {}", shown_url(&url), resp.status());
+            return Err(Failure::Expired(m));
+        }
+        self.check_answer(&resp, &url, 0, 0)?;
+        match read_body(resp, &mut [0u8; 1], &url) {
+            (_, Some(f)) => Err(f),
+            _ => Ok(url),
+        }
+    }
+}
+
+/// Whether two URLs name the same host and port.
+fn same_host(a: &str, b: &str) -> bool {
+    let authority = |u: &str| u.parse::<ureq::http::Uri>().ok()?.authority().cloned();
+    authority(a).is_some_and(|x| Some(x) == authority(b))
 }
 
 impl RemoteObject {
@@ -514,5 +649,21 @@ impl RemoteObject {
             at += take as u64;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_statuses_of_an_expired_signature_ask_for_a_fresh_location() {
+        for s in [400, 403, 410] {
+            assert!(expired_status(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        // 401 (the token), 404 (gone), 412 (changed), 416 and the retried ones are not.
+        for s in [401, 404, 412, 416, 429, 500, 503] {
+            assert!(!expired_status(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
     }
 }

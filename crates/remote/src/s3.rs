@@ -390,6 +390,7 @@ fn refusal(
         Failure::Transient(m) => Failure::Transient(m + &extra),
         Failure::Final(m) => Failure::Final(m + &extra),
         Failure::Changed(m) => Failure::Changed(m + &extra),
+        Failure::Expired(m) => Failure::Expired(m + &extra),
     }
 }
 

@@ -24,6 +24,10 @@ pub(crate) enum Mode {
     Random { seed: u64, percent: u64 },
     /// 503 to every ranged request but the first read of an object (`bytes=0-100000`).
     FailLaterRanges,
+    /// No fault: after `after` ranged requests for first locations (no `gen=` in the query),
+    /// the switch file `switch` (a `hub::EXPIRED…` name) is made under the served root before
+    /// the next request is forwarded, so nginx itself "expires" the signed locations.
+    Expire { after: u32, switch: &'static str },
 }
 
 /// Faults injected so far, by kind.
@@ -47,6 +51,9 @@ enum Fault {
 
 struct Shared {
     mode: Mode,
+    /// The served root (where [`Mode::Expire`] makes its switch).
+    root: std::path::PathBuf,
+    ranged_first: u32,
     rng: u64,
     counts: Counts,
 }
@@ -69,6 +76,17 @@ impl Shared {
                     true => Fault::Status(503),
                     false => Fault::None,
                 }
+            }
+            Mode::Expire { after, switch } => {
+                let ranged = head.to_ascii_lowercase().contains("\r\nrange: bytes=");
+                let first_line = head.lines().next().unwrap_or_default();
+                if ranged && !first_line.contains("gen=") {
+                    self.ranged_first += 1;
+                    if self.ranged_first > after {
+                        std::fs::write(self.root.join(switch), b"").unwrap();
+                    }
+                }
+                Fault::None
             }
             Mode::Random { percent, .. } => {
                 let roll = self.next() % 100;
@@ -133,7 +151,9 @@ impl FaultProxy {
     /// Listens on 127.0.0.1 and 127.0.0.2 at `port` with the certificate in `dir`, forwarding to
     /// nginx's plain listener at 127.0.0.1:`upstream`.
     pub(crate) fn start(dir: &Path, port: u16, upstream: u16, mode: Mode) -> FaultProxy {
-        Self::start_with(Some(tls_config(dir)), port, upstream, mode)
+        let p = Self::start_with(Some(tls_config(dir)), port, upstream, mode);
+        p.shared.lock().unwrap().root = dir.join("root");
+        p
     }
 
     /// The same over plain http (for s3s-fs, which serves http).
@@ -150,10 +170,12 @@ impl FaultProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let seed = match mode {
             Mode::Random { seed, .. } => seed | 1,
-            Mode::FailLaterRanges => 1,
+            Mode::FailLaterRanges | Mode::Expire { .. } => 1,
         };
         let shared = Arc::new(Mutex::new(Shared {
             mode,
+            root: std::path::PathBuf::new(),
+            ranged_first: 0,
             rng: seed,
             counts: Counts::default(),
         }));

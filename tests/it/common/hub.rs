@@ -220,6 +220,18 @@ fn lfs_object(f: &Path, lfs: &Path) -> (String, u64) {
     (sha, len)
 }
 
+/// The switch (a file under the served root) that "expires" the first signed locations: while
+/// it exists, `/resolve/` redirects to `/lfs/SHA?gen=2`, `/lfs/` answers 403 to a location
+/// without `gen`, and `/plain/` answers 403 (a single-file URL that no redirect gave). An
+/// object's first read (`bytes=0-100000`, right after its `/resolve/`) is never refused: a
+/// location just handed out has not expired.
+pub(crate) const EXPIRED: &str = "expired";
+/// The switch that expires the first locations as [`EXPIRED`] does, and makes `/resolve/`
+/// name another LFS object (`X-Linked-Etag` of zeros) for the new ones.
+pub(crate) const EXPIRED_CHANGED: &str = "expired-changed";
+/// The switch that expires every `/lfs/` location, the new ones too.
+pub(crate) const EXPIRED_ALL: &str = "expired-all";
+
 /// The nginx locations of one repo, its listing and its LFS objects under `root`.
 pub(crate) fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
     let commit = commit_of(r.name);
@@ -244,7 +256,14 @@ pub(crate) fn lay_out(r: &Repo, root: &Path, port: u16) -> String {
             let answer = if lfs {
                 format!(
                     "add_header X-Linked-Etag '\"{sha}\"' always; add_header X-Linked-Size {len} always;\n\
-                     return 302 https://127.0.0.2:{port}/lfs/{sha};"
+                     if (-f {changed}) {{ add_header X-Repo-Commit {commit} always;\n\
+                       add_header X-Linked-Etag '\"{other}\"' always; add_header X-Linked-Size {len} always;\n\
+                       return 302 https://127.0.0.2:{port}/lfs/{sha}?gen=2; }}\n\
+                     if (-f {expired}) {{ return 302 https://127.0.0.2:{port}/lfs/{sha}?gen=2; }}\n\
+                     return 302 https://127.0.0.2:{port}/lfs/{sha};",
+                    expired = root.join(EXPIRED).display(),
+                    changed = root.join(EXPIRED_CHANGED).display(),
+                    other = "0".repeat(64),
                 )
             } else {
                 format!("alias {}/lfs/{sha};", root.display())
@@ -290,6 +309,8 @@ impl Hub {
              http {{\n\
              log_format c '$request_method $uri $status \"$http_range\" $body_bytes_sent';\n\
              access_log {d}/access.log c;\n\
+             log_format a '$host $request_uri $status \"$http_authorization\"';\n\
+             access_log {d}/auth.log a;\n\
              client_body_temp_path {d}/root/tmp;\n\
              default_type application/octet-stream;\n\
              server {{\n\
@@ -297,8 +318,13 @@ impl Hub {
              ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;\n\
              location /api/models/ {{ if ($http_authorization != \"Bearer {TOKEN}\") {{ return 401; }}\n\
                alias {d}/root/api/models/; default_type application/json; }}\n\
-             location /lfs/ {{ if ($http_authorization) {{ return 403; }} root {d}/root; }}\n\
-             location /plain/ {{ root {d}/root; }}\n\
+             location /lfs/ {{ if ($http_authorization) {{ return 403; }}\n\
+               set $gen \"$arg_gen\"; if (-f {d}/root/{EXPIRED}) {{ set $gen \"${{gen}}x\"; }}\n\
+               if (-f {d}/root/{EXPIRED_ALL}) {{ set $gen x; }}\n\
+               if (-f {d}/root/{EXPIRED_CHANGED}) {{ set $gen \"${{gen}}x\"; }}\n\
+               if ($http_range = \"bytes=0-100000\") {{ set $gen fresh; }}\n\
+               if ($gen = x) {{ return 403; }} root {d}/root; }}\n\
+             location /plain/ {{ if (-f {d}/root/{EXPIRED}) {{ return 403; }} root {d}/root; }}\n\
              location /norange/ {{ max_ranges 0; root {d}/root; }}\n\
              {files}\
              }}\n}}\n"
@@ -353,7 +379,16 @@ impl Hub {
 
     /// The access log's lines so far.
     pub(crate) fn log(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join("access.log"))
+        self.log_of("access.log")
+    }
+
+    /// The second log's lines so far: host, path with query, status, `Authorization` sent.
+    pub(crate) fn auth_log(&self) -> Vec<String> {
+        self.log_of("auth.log")
+    }
+
+    fn log_of(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(name))
             .unwrap_or_default()
             .lines()
             .map(str::to_string)
