@@ -332,6 +332,28 @@ fn lfs_lines_without_token(hub: &Hub) -> Vec<String> {
     lfs
 }
 
+/// The tiny Llama release on a Hub whose `/lfs/` host sits behind a fault proxy that creates
+/// the expiry `switch` after three ranged requests; the proxy lives as long as the Hub.
+fn hub_expiring(nginx: &std::path::Path, switch: &'static str) -> (Hub, fault_proxy::FaultProxy) {
+    let proxy_port = free_port();
+    let hub = Hub::start_with(nginx, &[repo("llama", "good/arch/llama")], Some(proxy_port));
+    let mode = fault_proxy::Mode::Expire { after: 3, switch };
+    let proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
+    (hub, proxy)
+}
+
+/// `hf://org/llama` converted to a GGUF in the Hub's new directory `name`, expected to fail
+/// (exit 1): the directory and the error.
+fn failing_conversion(hub: &Hub, name: &str) -> (std::path::PathBuf, String) {
+    let out = hub.dir.path().join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.join("l.gguf");
+    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    (out, err)
+}
+
 /// The signed locations `/resolve/` redirects to "expire" mid-read (nginx answers 403 to them
 /// once the proxy in front of the LFS host has passed three ranged requests, and `/resolve/`
 /// then hands out `?gen=2`): each object whose read met a 403 asks `/resolve/` again (with the
@@ -339,15 +361,9 @@ fn lfs_lines_without_token(hub: &Hub) -> Vec<String> {
 #[test]
 fn an_expired_signed_location_is_resolved_again_and_the_output_is_the_local_ones() {
     let Some(nginx) = tools() else { return };
-    let proxy_port = free_port();
-    let dir = "good/arch/llama";
-    let hub = Hub::start_with(&nginx, &[repo("llama", dir)], Some(proxy_port));
-    let mode = fault_proxy::Mode::Expire {
-        after: 3,
-        switch: common::hub::EXPIRED,
-    };
-    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
-    hub.same_as_local("hf://org/llama", &fixtures().join(dir), "l.gguf", &[]);
+    let (hub, _proxy) = hub_expiring(&nginx, common::hub::EXPIRED);
+    let dir = fixtures().join("good/arch/llama");
+    hub.same_as_local("hf://org/llama", &dir, "l.gguf", &[]);
     let log = hub.log();
     let refused: Vec<&String> = log
         .iter()
@@ -385,23 +401,8 @@ fn an_expired_signed_location_is_resolved_again_and_the_output_is_the_local_ones
 #[test]
 fn a_signed_location_that_keeps_failing_is_a_clear_error_after_three_re_resolutions() {
     let Some(nginx) = tools() else { return };
-    let proxy_port = free_port();
-    let hub = Hub::start_with(
-        &nginx,
-        &[repo("llama", "good/arch/llama")],
-        Some(proxy_port),
-    );
-    let mode = fault_proxy::Mode::Expire {
-        after: 3,
-        switch: common::hub::EXPIRED_ALL,
-    };
-    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
-    let out = hub.dir.path().join("fail");
-    std::fs::create_dir_all(&out).unwrap();
-    let o = out.join("l.gguf");
-    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&r.stderr);
-    assert_eq!(r.status.code(), Some(1), "{err}");
+    let (hub, _proxy) = hub_expiring(&nginx, common::hub::EXPIRED_ALL);
+    let (out, err) = failing_conversion(&hub, "fail");
     assert!(
         err.contains("403")
             && err.contains("kept failing")
@@ -459,23 +460,8 @@ fn a_403_of_an_https_file_not_redirected_is_not_resolved_again() {
 #[test]
 fn a_re_resolution_naming_another_object_is_input_changed() {
     let Some(nginx) = tools() else { return };
-    let proxy_port = free_port();
-    let hub = Hub::start_with(
-        &nginx,
-        &[repo("llama", "good/arch/llama")],
-        Some(proxy_port),
-    );
-    let mode = fault_proxy::Mode::Expire {
-        after: 3,
-        switch: common::hub::EXPIRED_CHANGED,
-    };
-    let _proxy = fault_proxy::FaultProxy::start(hub.dir.path(), proxy_port, hub.plain_port, mode);
-    let out = hub.dir.path().join("changed");
-    std::fs::create_dir_all(&out).unwrap();
-    let o = out.join("l.gguf");
-    let r = hub.wp(&["convert", "hf://org/llama", "-o", o.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&r.stderr);
-    assert_eq!(r.status.code(), Some(1), "{err}");
+    let (hub, _proxy) = hub_expiring(&nginx, common::hub::EXPIRED_CHANGED);
+    let (out, err) = failing_conversion(&hub, "changed");
     assert!(
         err.contains("input changed while reading") && err.contains("X-Linked-Etag"),
         "{err}"

@@ -17,6 +17,25 @@ const WIDE: usize = 32;
 /// Rows of a tile.
 const TILE: usize = 4;
 
+/// `$name`: [`blocks`] of strip width `$w` compiled with the instruction sets `$features`
+/// (callable only where the CPU has them).
+#[cfg(target_arch = "x86_64")]
+macro_rules! compiled_for {
+    ($name:ident, $features:literal, $w:expr) => {
+        #[target_feature(enable = $features)]
+        fn $name(
+            s: &[f32],
+            rank: usize,
+            v: &[f32],
+            stride: usize,
+            cols: Range<usize>,
+            out: &mut [f32],
+        ) {
+            blocks::<$w>(s, rank, v, stride, cols, out)
+        }
+    };
+}
+
 /// `out[i][j - cols.start] = Σ_k s[i][k] · v[k][j]` for the `rows` rows of `s` (`rows × rank`,
 /// row-major) and the columns `cols` of `v` (`rank × stride`); `out` is `rows × cols.len()`.
 pub(super) fn product(
@@ -42,35 +61,16 @@ pub(super) fn product(
     );
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+        use std::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("fma") {
             // Two 16-lane registers per row of a tile (8 accumulators), each broadcast of a
             // value of `s` feeding two fused multiply-adds: the same sums in the same order.
-            #[target_feature(enable = "avx512f,fma")]
-            fn fused512(
-                s: &[f32],
-                rank: usize,
-                v: &[f32],
-                stride: usize,
-                cols: Range<usize>,
-                out: &mut [f32],
-            ) {
-                blocks::<WIDE>(s, rank, v, stride, cols, out)
-            }
+            compiled_for!(fused512, "avx512f,fma", WIDE);
             // SAFETY: the CPU has AVX-512F and FMA (checked just above).
             return unsafe { fused512(s, rank, v, stride, cols, out) };
         }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            #[target_feature(enable = "avx2,fma")]
-            fn fused(
-                s: &[f32],
-                rank: usize,
-                v: &[f32],
-                stride: usize,
-                cols: Range<usize>,
-                out: &mut [f32],
-            ) {
-                blocks::<STRIP>(s, rank, v, stride, cols, out)
-            }
+        if has!("avx2") && has!("fma") {
+            compiled_for!(fused, "avx2,fma", STRIP);
             // SAFETY: the CPU has AVX2 and FMA (checked just above).
             return unsafe { fused(s, rank, v, stride, cols, out) };
         }
