@@ -251,7 +251,7 @@ impl Stream {
         while at < end {
             let piece = self
                 .piece(at, end - at)
-                .map_err(|f| crate::object::error(std::path::Path::new(&self.shown), &f))?;
+                .map_err(|f| crate::fetch::error(std::path::Path::new(&self.shown), &f))?;
             let done = (at - offset) as usize;
             match piece {
                 Piece::Window(start, data) => {

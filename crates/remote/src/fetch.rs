@@ -3,10 +3,12 @@
 //! as worth retrying or final.
 
 use std::io::Read;
+use std::path::Path;
 use std::time::Duration;
 
 use ureq::http::{header, Response, StatusCode, Uri};
 use ureq::Body;
+use weightport_core::Error;
 
 /// Redirects followed per request at most.
 const MAX_REDIRECTS: usize = 5;
@@ -299,5 +301,27 @@ mod tests {
     fn backoff_grows_and_is_capped() {
         assert!(backoff(1) < backoff(2));
         assert_eq!(backoff(30), Duration::from_secs(2));
+    }
+}
+
+/// The error of a remote read of `name`.
+pub(crate) fn error(name: &Path, f: &Failure) -> Error {
+    match f {
+        Failure::Changed(m) => Error::io(
+            name,
+            "read",
+            std::io::Error::other(format!(
+                "input changed while reading (the remote object is no longer the version first \
+                 read: {m})"
+            )),
+        ),
+        Failure::Transient(m) => Error::io(
+            name,
+            "fetch",
+            std::io::Error::other(format!("{m} (gave up after {ATTEMPTS} attempts)")),
+        ),
+        Failure::Final(m) | Failure::Expired(m) => {
+            Error::io(name, "fetch", std::io::Error::other(m.clone()))
+        }
     }
 }

@@ -178,7 +178,7 @@ pub(crate) fn list(
     );
     let shown = PathBuf::from(shown_url(&url));
     let body = crate::object::retry(|| get_listing(client, &url, token))
-        .map_err(|f| crate::object::error(&shown, &f))?;
+        .map_err(|f| crate::fetch::error(&shown, &f))?;
     parse_listing(&body).map_err(|why| Error::io(&shown, "list", std::io::Error::other(why)))
 }
 

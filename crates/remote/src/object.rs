@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use ureq::http::{Response, StatusCode};
 use ureq::Body;
-use weightport_core::{ByteSource, Error, Identity, Result};
+use weightport_core::{ByteSource, Identity, Result};
 
 use crate::ahead::{Fetch, Stream};
 use crate::fetch::{
-    backoff, header_str, read_body, shown_url, status_failure, Client, Failure, Hub, Token,
+    backoff, error, header_str, read_body, shown_url, status_failure, Client, Failure, Hub, Token,
     ATTEMPTS,
 };
 
@@ -129,28 +129,6 @@ pub(crate) struct RemoteObject {
 impl std::fmt::Debug for RemoteObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RemoteObject({}, {} bytes)", self.conn.shown, self.len)
-    }
-}
-
-/// The error of a remote read of `name`.
-pub(crate) fn error(name: &Path, f: &Failure) -> Error {
-    match f {
-        Failure::Changed(m) => Error::io(
-            name,
-            "read",
-            std::io::Error::other(format!(
-                "input changed while reading (the remote object is no longer the version first \
-                 read: {m})"
-            )),
-        ),
-        Failure::Transient(m) => Error::io(
-            name,
-            "fetch",
-            std::io::Error::other(format!("{m} (gave up after {ATTEMPTS} attempts)")),
-        ),
-        Failure::Final(m) | Failure::Expired(m) => {
-            Error::io(name, "fetch", std::io::Error::other(m.clone()))
-        }
     }
 }
 

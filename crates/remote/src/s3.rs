@@ -475,7 +475,7 @@ impl S3 {
         let mut token: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let page = crate::object::retry(|| self.page(prefix, token.as_deref()))
-                .map_err(|f| crate::object::error(&shown, &f))?;
+                .map_err(|f| crate::fetch::error(&shown, &f))?;
             all.objects.extend(page.objects);
             all.prefixes.extend(page.prefixes);
             if all.objects.len() + all.prefixes.len() > MAX_KEYS {
