@@ -284,26 +284,6 @@ pub(crate) fn backoff(n: u32) -> Duration {
     Duration::from_millis((100u64 << n.min(5)).min(2_000))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shown_urls_carry_no_query_or_credentials() {
-        assert_eq!(
-            shown_url("https://u:p@cdn.example/lfs/abc?X-Amz-Signature=s#f"),
-            "https://cdn.example/lfs/abc"
-        );
-        assert_eq!(shown_url("https://h/a/b"), "https://h/a/b");
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert!(backoff(1) < backoff(2));
-        assert_eq!(backoff(30), Duration::from_secs(2));
-    }
-}
-
 /// The error of a remote read of `name`.
 pub(crate) fn error(name: &Path, f: &Failure) -> Error {
     match f {
@@ -323,5 +303,25 @@ pub(crate) fn error(name: &Path, f: &Failure) -> Error {
         Failure::Final(m) | Failure::Expired(m) => {
             Error::io(name, "fetch", std::io::Error::other(m.clone()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_urls_carry_no_query_or_credentials() {
+        assert_eq!(
+            shown_url("https://u:p@cdn.example/lfs/abc?X-Amz-Signature=s#f"),
+            "https://cdn.example/lfs/abc"
+        );
+        assert_eq!(shown_url("https://h/a/b"), "https://h/a/b");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert!(backoff(1) < backoff(2));
+        assert_eq!(backoff(30), Duration::from_secs(2));
     }
 }
