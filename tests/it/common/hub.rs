@@ -349,15 +349,21 @@ impl Hub {
         hub
     }
 
+    /// Waits until nginx accepts connections: up to 30 s (the 5 s this waited before ran out
+    /// once on a loaded machine; its log was not kept), or until its error log says it gave up
+    /// (`[emerg]`: a port taken since it was picked, say), which the panic then shows.
     pub(crate) fn wait_ready(&self) {
-        for _ in 0..200 {
+        let log = || std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
+        for _ in 0..1200 {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return;
             }
+            if log().contains("[emerg]") {
+                break;
+            }
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
-        let log = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
-        panic!("nginx did not start: {log}");
+        panic!("nginx did not start: {}", log());
     }
 
     pub(crate) fn endpoint(&self) -> String {
