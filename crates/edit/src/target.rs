@@ -343,31 +343,36 @@ fn layout_of_source(
     src: Arc<dyn ByteSource>,
     file: usize,
 ) -> Result<(u64, Vec<Placed>)> {
-    use weightport_core::TensorSource;
-    let placed = |s: &dyn TensorSource, offset: &dyn Fn(usize) -> u64| -> Vec<Placed> {
-        s.tensors()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Placed {
-                name: t.name.clone(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                file,
-                offset: offset(i),
-                byte_len: t.byte_len,
-            })
-            .collect()
-    };
     match c {
         Container::Safetensors => {
             let s = weightport_safetensors::SafetensorsFile::from_source(src, &Limits::default())?;
-            Ok((s.data_start(), placed(&s, &|i| s.tensor_offset(i))))
+            Ok((s.data_start(), placed(&s, file, |i| s.tensor_offset(i))))
         }
         Container::Gguf => {
             let g = weightport_gguf::GgufFile::from_source(src, &ReadOptions::default())?;
-            Ok((g.data_start(), placed(&g, &|i| g.tensor_offset(i))))
+            Ok((g.data_start(), placed(&g, file, |i| g.tensor_offset(i))))
         }
     }
+}
+
+/// The tensors of `s`, in file `file`, each at `offset(i)`.
+fn placed(
+    s: &dyn weightport_core::TensorSource,
+    file: usize,
+    offset: impl Fn(usize) -> u64,
+) -> Vec<Placed> {
+    s.tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Placed {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            file,
+            offset: offset(i),
+            byte_len: t.byte_len,
+        })
+        .collect()
 }
 
 fn sniff_container(path: &Path) -> Result<Container> {
@@ -449,41 +454,14 @@ fn check_writable(path: &Path, real: &Path, meta: &std::fs::Metadata) -> Result<
 
 /// The data start and the tensors of one file, from its header.
 fn read_layout(c: Container, f: &TargetFile, file: usize) -> Result<(u64, Vec<Placed>)> {
-    use weightport_core::TensorSource;
     match c {
         Container::Safetensors => {
             let s = weightport_safetensors::SafetensorsFile::open(&f.path)?;
-            let ts = s
-                .tensors()
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Placed {
-                    name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    file,
-                    offset: s.tensor_offset(i),
-                    byte_len: t.byte_len,
-                })
-                .collect();
-            Ok((s.data_start(), ts))
+            Ok((s.data_start(), placed(&s, file, |i| s.tensor_offset(i))))
         }
         Container::Gguf => {
             let g = weightport_gguf::open(&f.path, &ReadOptions::default())?;
-            let ts = g
-                .tensors()
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Placed {
-                    name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    file,
-                    offset: g.tensor_offset(i),
-                    byte_len: t.byte_len,
-                })
-                .collect();
-            Ok((g.data_start(), ts))
+            Ok((g.data_start(), placed(&g, file, |i| g.tensor_offset(i))))
         }
     }
 }
