@@ -105,8 +105,16 @@ impl IoCounter {
     }
 }
 
-/// Writes all of `bytes` at `offset` of `file` (`path` names it in errors), counting each
-/// `pwrite` call in `io`.
+/// The most one `pwrite` call hands the kernel. Larger calls cost more CPU in the kernel's
+/// copy into the page cache (ext4, kernel 6.18, 2-core VM: 2.4 GB written from one buffer in
+/// 8 MiB calls took 0.6-5.4 s of system time, in 256 KiB calls 0.5-0.9 s; a LoRA merge of the
+/// 2.4 GiB bench model 0.84x the wall and 0.60x the system time of 2 MiB calls, a cast to F32
+/// 0.82x the wall), and a call holds the file's write lock throughout, so another worker
+/// writing the same file spins on it in the kernel meanwhile.
+pub const WRITE_PIECE: usize = 256 << 10;
+
+/// Writes all of `bytes` at `offset` of `file` (`path` names it in errors), in calls of at most
+/// [`WRITE_PIECE`] bytes, counting each `pwrite` call in `io`.
 pub fn write_all_at(
     file: &File,
     path: &Path,
@@ -115,7 +123,8 @@ pub fn write_all_at(
     io: &IoCounter,
 ) -> Result<()> {
     while !bytes.is_empty() {
-        match file.write_at(bytes, offset) {
+        let piece = &bytes[..bytes.len().min(WRITE_PIECE)];
+        match file.write_at(piece, offset) {
             Ok(0) => {
                 return Err(Error::io(
                     path,
@@ -185,7 +194,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_and_write_back_starts_are_counted() {
+    fn writes_in_pieces_and_write_back_starts_are_counted() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("f");
         let f = File::create(&p).unwrap();
@@ -197,7 +206,10 @@ mod tests {
             wb.wrote(&f, piece.len() as u64, &io);
         }
         let c = io.counts();
-        assert_eq!((c.writes, c.bytes_written), (9, 9 * piece.len() as u64));
+        // Each buffer in calls of at most WRITE_PIECE bytes.
+        let calls = 9 * piece.len().div_ceil(WRITE_PIECE) as u64;
+        assert!(calls > 9);
+        assert_eq!((c.writes, c.bytes_written), (calls, 9 * piece.len() as u64));
         assert_eq!(
             c.syncs, 2,
             "one write-back start per {WRITEBACK_PACE} bytes"

@@ -136,11 +136,24 @@ fn account(x: f32, y_is_inf: bool, y_is_zero: bool, s: &mut CastStats) {
 
 /// Casts f32 to f16 bits (`dst.len()` must equal `src.len()`), counting overflow/underflow.
 pub fn cast_f32_to_f16(src: &[f32], dst: &mut [u16], nan: F16Nan) -> Result<CastStats, QuantError> {
+    narrow_to_f16(src, dst, nan, true)
+}
+
+/// [`cast_f32_to_f16`], counting only when `count` (else the stats are zeros).
+fn narrow_to_f16(
+    src: &[f32],
+    dst: &mut [u16],
+    nan: F16Nan,
+    count: bool,
+) -> Result<CastStats, QuantError> {
     check_len(src.len(), dst.len())?;
     // half's slice conversion uses F16C when the CPU has it: same results as the scalar path.
     dst.reinterpret_cast_mut::<f16>()
         .convert_from_f32_slice(src);
-    let s = f16_stats(src, dst);
+    let s = match count {
+        true => f16_stats(src, dst),
+        false => CastStats::default(),
+    };
     if nan != F16Nan::KeepPayload {
         for (&x, y) in src.iter().zip(dst.iter_mut()) {
             if x.is_nan() {
@@ -364,6 +377,27 @@ pub fn encode_f32(
     dst: &mut [u8],
     rule: CastRule,
 ) -> Result<CastStats, QuantError> {
+    encode(to, vals, dst, rule, true)
+}
+
+/// [`encode_f32`] without the overflow and underflow counts (the same bytes), for a caller
+/// that has no use for them: counting costs about as much as an F16 cast itself.
+pub fn store_f32(
+    to: DType,
+    vals: &[f32],
+    dst: &mut [u8],
+    rule: CastRule,
+) -> Result<(), QuantError> {
+    encode(to, vals, dst, rule, false).map(drop)
+}
+
+fn encode(
+    to: DType,
+    vals: &[f32],
+    dst: &mut [u8],
+    rule: CastRule,
+    count: bool,
+) -> Result<CastStats, QuantError> {
     match to {
         DType::F16 | DType::BF16 => {
             check_len(vals.len() * 2, dst.len())?;
@@ -377,7 +411,7 @@ pub fn encode_f32(
                 &mut tmp
             };
             let s = if to == DType::F16 {
-                cast_f32_to_f16(vals, bits, rule.into())?
+                narrow_to_f16(vals, bits, rule.into(), count)?
             } else {
                 cast_f32_to_bf16(vals, bits, rule.into())?
             };

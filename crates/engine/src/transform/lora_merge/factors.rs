@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use weightport_core::{DType, Result};
 use weightport_quant::cast::{decode_f32, CastRule};
 
+use super::product::{pack_whole, Packed};
 use super::{cast_error, size, LoraTerm};
 
 /// A fresh merge id.
@@ -22,10 +23,12 @@ pub(super) fn next_id() -> u64 {
 }
 
 /// What a term's calls share: `a` as stored (`[rank, n]`) and, for a transposed product, all of
-/// `B` k-major (`[rank, cols]`), so a rank step's values are contiguous.
+/// `B` k-major (`[rank, cols]`), so a rank step's values are contiguous; and the product's
+/// right operand (`a`, or `kb` when transposed) packed for whole-row calls.
 pub(super) struct Whole {
     a: Vec<f32>,
     kb: Option<Vec<f32>>,
+    packed: Packed,
 }
 
 /// A term's factors for one call: the shared whole ones and, for a plain product, the rows of
@@ -43,6 +46,11 @@ impl Factors {
     pub(super) fn b(&self) -> &[f32] {
         self.whole.kb.as_deref().unwrap_or(&self.rows_b)
     }
+
+    /// The product's right operand packed whole (`A`, or `B` k-major when transposed).
+    pub(super) fn packed(&self) -> &Packed {
+        &self.whole.packed
+    }
 }
 
 thread_local! {
@@ -59,18 +67,28 @@ fn widen(d: DType, bytes: &[u8]) -> Result<Vec<f32>> {
 
 fn whole(t: &LoraTerm, a: &[u8], b: &[u8], cols: u64) -> Result<Whole> {
     let a = widen(t.a, a)?;
+    let (r, n) = (t.rank as usize, cols as usize);
     if !t.transposed {
-        return Ok(Whole { a, kb: None });
+        let packed = pack_whole(&a, r, n);
+        return Ok(Whole {
+            a,
+            kb: None,
+            packed,
+        });
     }
     let b = widen(t.b, b)?;
-    let (r, n) = (t.rank as usize, cols as usize);
     let mut kb = vec![0.0; r * n];
     for (j, row) in b.chunks_exact(r).take(n).enumerate() {
         for (k, v) in row.iter().enumerate() {
             kb[k * n + j] = *v;
         }
     }
-    Ok(Whole { a, kb: Some(kb) })
+    let packed = pack_whole(&kb, r, n);
+    Ok(Whole {
+        a,
+        kb: Some(kb),
+        packed,
+    })
 }
 
 /// The factors of merge `id`'s `terms` for one call (`inputs`: `W`, then `A_k`, `B_k`).

@@ -19,13 +19,13 @@ use std::ops::Range;
 
 use weightport_core::{DType, Error, Result};
 use weightport_quant::cast::{
-    bf16_to_f32, decode_f32, encode_f32, f16_to_f32, f32_to_bf16, f32_to_f16, Bf16Rounding,
+    bf16_to_f32, decode_f32, f16_to_f32, f32_to_bf16, f32_to_f16, store_f32, Bf16Rounding,
     CastRule, F16Nan,
 };
 
 use super::Transform;
 use factors::{factors_of, Factors};
-use product::product;
+use product::{product, Operand};
 
 /// One adapter's term of a merge.
 #[derive(Debug, Clone)]
@@ -108,9 +108,9 @@ impl LoraMerge {
         e0 / self.cols..e1.div_ceil(self.cols)
     }
 
-    /// The deltas of term `t` for weight rows `rows`, columns `cols`, into `out` (row-major):
-    /// `(B @ A)[i, j]` (transposed: `[j, i]`) as [`product`] sums it, times the scale, rounded
-    /// to the weight's type for an embedding. `f`'s rows of `B` start at weight row `row0`.
+    /// The products of term `t` for weight rows `rows`, columns `cols`, into `out` (row-major):
+    /// `(B @ A)[i, j]` (transposed: `[j, i]`) as [`product`] sums it. `f`'s rows of `B` start
+    /// at weight row `row0`.
     fn delta(
         &self,
         t: &LoraTerm,
@@ -131,16 +131,23 @@ impl LoraMerge {
                 .flat_map(|i| (0..r).map(move |k| (k, i)))
                 .map(|(k, i)| f.a()[k * self.rows as usize + i])
                 .collect();
-            product(&s, r, f.b(), self.cols as usize, cols, out);
+            let op = Operand {
+                s: &s,
+                rank: r,
+                v: f.b(),
+                stride: self.cols as usize,
+                packed: Some(f.packed()),
+            };
+            product(op, cols, out);
         } else {
-            let s = &f.b()[(rows.start - row0) as usize * r..][..n as usize * r];
-            product(s, r, f.a(), self.cols as usize, cols, out);
-        }
-        for x in out.iter_mut() {
-            *x *= t.scale as f32;
-            if t.round_to_weight {
-                *x = round(self.w, *x);
-            }
+            let op = Operand {
+                s: &f.b()[(rows.start - row0) as usize * r..][..n as usize * r],
+                rank: r,
+                v: f.a(),
+                stride: self.cols as usize,
+                packed: Some(f.packed()),
+            };
+            product(op, cols, out);
         }
     }
 
@@ -156,7 +163,8 @@ impl LoraMerge {
         }
     }
 
-    /// Adds term `t`'s deltas of the elements `elems` to their values `x`.
+    /// Adds term `t`'s deltas (its products times its scale) of the elements `elems` to their
+    /// values `x`.
     fn add_delta(
         &self,
         t: &LoraTerm,
@@ -171,8 +179,14 @@ impl LoraMerge {
         // The block is the columns of one row or whole rows, so element `e`'s delta sits at
         // `e - (rows.start · cols + cols.start)` either way: one contiguous run.
         let first = (elems.start - (rows.start * self.cols + cols.start)) as usize;
-        for (x, d) in x.iter_mut().zip(&delta[first..]) {
-            *x += d;
+        // A delta is the product times the scale (rounded to the weight's type for an
+        // embedding), then added: two roundings, as PEFT's separate `*` and `+=` (no fused
+        // multiply-add here).
+        let scale = t.scale as f32;
+        let pairs = x.iter_mut().zip(&delta[first..]);
+        match t.round_to_weight {
+            true => pairs.for_each(|(x, d)| *x += round(self.w, d * scale)),
+            false => pairs.for_each(|(x, d)| *x += d * scale),
         }
     }
 }
@@ -180,6 +194,9 @@ impl LoraMerge {
 /// Elements of a weight merged at a time (whole rows, at least one): 512 KiB of f32 values
 /// and as much of deltas per worker.
 const BLOCK: u64 = 128 << 10;
+
+/// Rows the product computes together (a multiple of [`product`]'s tiles).
+const TILE_ROWS: u64 = product::BLOCK_ROWS as u64;
 
 fn cast_error(e: weightport_quant::QuantError) -> Error {
     Error::Internal(format!("LoRA merge: {e}"))
@@ -212,7 +229,9 @@ impl Transform for LoraMerge {
         let row0 = self.rows_of(&out).start;
         let factors = factors_of(self.id, &self.terms, inputs, self.cols)?;
         // A few rows at a time, so the f32 values and deltas stay small (and in cache).
-        let step = (self.block / self.cols).max(1) * self.cols;
+        // Whole tiles of rows (a short last tile is padded with zero rows).
+        let tiles = (self.block / self.cols / TILE_ROWS).max(1);
+        let step = tiles * TILE_ROWS * self.cols;
         let (mut x, mut delta) = (Vec::new(), Vec::new());
         let mut e = e0;
         while e < e1 {
@@ -229,7 +248,7 @@ impl Transform for LoraMerge {
                     x.iter_mut().for_each(|v| *v = round(self.w, *v));
                 }
             }
-            encode_f32(self.w, &x, &mut dst[at], CastRule::Torch).map_err(cast_error)?;
+            store_f32(self.w, &x, &mut dst[at], CastRule::Torch).map_err(cast_error)?;
             e = end;
         }
         Ok(())
