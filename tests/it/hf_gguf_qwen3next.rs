@@ -1,13 +1,15 @@
-//! HF release → GGUF for Qwen3-Next (issue 30 item 4: gated delta-net layers, gated full
-//! attention every 4th layer, experts with a shared expert in every layer, the MTP block),
-//! against the pinned `convert_hf_to_gguf.py`.
+//! HF release → GGUF for Qwen3-Next and Qwen3.5 dense and MoE (issue 30 item 4: gated delta-net
+//! layers, gated full attention every 4th layer, experts with a shared expert in every layer or a
+//! dense MLP, the MTP block), against the pinned `convert_hf_to_gguf.py`.
 //! The tiny release (fixtures/gen/gen_arch_qwen3next.py: transformers 5.24 `save_pretrained`,
 //! random weights, Qwen3-Next-80B-A3B's config shape scaled down, with the `mtp.*` block the real
 //! releases ship added; `qwen2/`'s byte-level BPE files) is converted by
 //! `weightport convert DIR -o OUT.gguf --dtype T` and compared, as a whole file, with the sha256
 //! of what the reference wrote (fixtures/expected/arch/qwen_linear.json) for f32, f16, bf16 and
 //! q8_0: `in_proj_qkvz` regrouped into `attn_qkv` + `attn_gate`, `-exp(A_log)`, `1 + w` of every
-//! norm but the delta-net's, the conv1d squeezed, the MTP block as `blk.4`, the keys.
+//! norm but the delta-net's, the conv1d squeezed, the MTP block as `blk.4`, the keys; for Qwen3.5
+//! (`qwen35`, `qwen35_moe`: 2 key heads, 4 value heads) the value heads of every delta-net tensor
+//! reordered from grouped to tiled, and the default M-RoPE sections.
 
 use std::path::Path;
 
@@ -19,33 +21,34 @@ use common::arch::{self, copy_release, edit_config, edit_json, expected};
 /// The pre-tokenizer name gen_arch_qwen3next.py gave the reference for the made-up vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "qwen3next" => Some("qwen2"),
+        "qwen3next" | "qwen35" | "qwen35_moe" => Some("qwen2"),
         other => panic!("no release {other}"),
     }
 }
 
 const TABLE: arch::Table = arch::Table {
     file: "qwen_linear.json",
-    releases: &["qwen3next"],
+    releases: &["qwen35", "qwen35_moe", "qwen3next"],
     pre,
 };
 
 #[test]
-fn qwen3next_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+fn qwen3next_and_qwen35_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
     TABLE.outtypes_match_the_reference();
 }
 
 /// One-pass `--quant Q4_K_M` equals the reference's f16 file run through the pinned
 /// `llama-quantize` (recorded by the generator; no llama.cpp needed here).
 #[test]
-fn qwen3next_one_pass_quant_equals_convert_then_llama_quantize() {
+fn qwen3next_and_qwen35_one_pass_quant_equals_convert_then_llama_quantize() {
     TABLE.one_pass_quant_matches_llama_quantize();
 }
 
-/// llama.cpp runs our f16 file and continues the prompt as it continues the reference's.
+/// llama.cpp runs our f16 file of each release and continues the prompt as it continues the
+/// reference's.
 #[test]
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
-fn qwen3next_llama_simple_continues_like_the_reference() {
+fn qwen3next_and_qwen35_llama_simple_continue_like_the_reference() {
     TABLE.llama_simple_continues_like_the_reference();
 }
 
@@ -175,6 +178,35 @@ fn fix_total_size(dir: &Path) {
         }
         m["metadata"]["total_size"] = total.into();
     });
+}
+
+/// Qwen3.5: a delta-net tensor of the wrong shape (`in_proj_z` sized by `linear_value_head_dim`)
+/// and a missing one (`in_proj_a` of layer 2) are refused naming them.
+#[test]
+fn qwen35_delta_net_tensor_of_the_wrong_shape_or_missing_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen35_moe", tmp.path(), "qwen35_moe");
+    edit_config(&dir, |m| {
+        m.insert("linear_key_head_dim".into(), 8.into());
+    });
+    refused(
+        &dir,
+        &tmp.path().join("out.gguf"),
+        &["model.layers.0.linear_attn.conv1d.weight", "[96, 1, 4]"],
+    );
+    let parent = tmp.path().join("b");
+    std::fs::create_dir(&parent).unwrap();
+    let dir = copy_release("qwen35", &parent, "qwen35");
+    let name = "model.layers.2.linear_attn.in_proj_a.weight";
+    let index = dir.join("model.safetensors.index.json");
+    let mut shard = String::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        shard = map.remove(name).unwrap().as_str().unwrap().to_owned();
+    });
+    drop_tensor(&dir.join(&shard), name);
+    fix_total_size(&dir);
+    refused(&dir, &tmp.path().join("out2.gguf"), &[name, "layer 2"]);
 }
 
 /// Rewrites safetensors file `path` without tensor `name` (data packed again).

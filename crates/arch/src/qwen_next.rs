@@ -323,6 +323,74 @@ pub(crate) fn qkvz_parts(
     ])
 }
 
+/// Qwen3.5's V-head reorder (`_LinearAttentionVReorderBase.modify_tensors`): with fewer key
+/// heads than value heads, the value heads of a gated delta-net tensor (HF name `hf`, after
+/// the renames) go from grouped by key head (`[nk, r, …]`) to tiled (`[r, nk, …]`), along the
+/// rows of `in_proj_qkv` (its v rows only), `in_proj_z`, `in_proj_a/b`, `A_log`, `dt_bias` and
+/// the conv1d (its v channels only, squeezed), along the columns of `out_proj`. `None`: the
+/// tensor is written as without the reorder.
+pub(crate) fn v_reorder(
+    hf: &str,
+    t: &SourceTensor,
+    hp: &HParams,
+    dir: &Path,
+) -> Result<Option<(Vec<View>, Vec<u64>)>> {
+    let Some((_, part)) = hf.split_once(".linear_attn.") else {
+        return Ok(None);
+    };
+    let d = Dims::of(hp)?;
+    if d.nk == d.nv {
+        return Ok(None);
+    }
+    check_shape(hf, t, hp, dir)?;
+    let (nk, r) = (d.nk, d.r());
+    // `[nk, r, unit]` blocks of `unit` elements from `offset`, tiled.
+    let tiled = |offset: u64, unit: u64| View {
+        offset,
+        dims: vec![(r, unit), (nk, r * unit), (unit, 1)],
+    };
+    let whole = |n: u64| View {
+        offset: 0,
+        dims: vec![(n, 1)],
+    };
+    let h = d.hidden;
+    let qk = 2 * nk * d.hk;
+    let views = match part {
+        "in_proj_qkv.weight" => vec![whole(qk * h), tiled(qk * h, d.hv * h)],
+        "in_proj_z.weight" => vec![tiled(0, d.hv * h)],
+        "in_proj_a.weight" | "in_proj_b.weight" => vec![tiled(0, h)],
+        "A_log" | "dt_proj.bias" => vec![tiled(0, 1)],
+        "conv1d.weight" => {
+            let k = t.shape[2];
+            let shape = vec![t.shape[0], k];
+            let views = vec![whole(qk * k), tiled(qk * k, d.hv * k)];
+            return Ok(Some((views, shape)));
+        }
+        "out_proj.weight" => vec![View {
+            offset: 0,
+            dims: vec![(h, d.nv * d.hv), (r, d.hv), (nk, r * d.hv), (d.hv, 1)],
+        }],
+        _ => return Ok(None),
+    };
+    Ok(Some((views, t.shape.clone())))
+}
+
+/// `rope.dimension_sections` = `[11, 11, 10, 0]` when the rope parameters have no
+/// `mrope_section` (`_Qwen35MRopeMixin`; the common keys write the given one).
+pub(crate) fn default_mrope_sections(hp: &HParams, put: &mut impl FnMut(&str, MetaValue)) {
+    if hp.rope().contains_key("mrope_section") {
+        return;
+    }
+    let items = [11, 11, 10, 0].into_iter().map(MetaValue::I32).collect();
+    put(
+        "rope.dimension_sections",
+        MetaValue::TypedArray {
+            elem: MetaType::I32,
+            items,
+        },
+    );
+}
+
 /// Refuses a gated delta-net tensor (`linear_attn.*`, HF name `hf`) whose shape is not the one
 /// config.json gives it (the reference writes it, and llama.cpp cannot load the file).
 pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<()> {
@@ -336,6 +404,9 @@ pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) 
         "A_log" | "dt_proj.bias" => vec![d.nv],
         "conv1d.weight" => vec![conv, 1, k],
         "in_proj_ba.weight" => vec![2 * d.nv, d.hidden],
+        "in_proj_qkv.weight" => vec![2 * d.nk * d.hk + d.nv * d.hv, d.hidden],
+        "in_proj_z.weight" => vec![d.nv * d.hv, d.hidden],
+        "in_proj_a.weight" | "in_proj_b.weight" => vec![d.nv, d.hidden],
         "norm.weight" => vec![d.hv],
         "out_proj.weight" => vec![d.hidden, d.nv * d.hv],
         // in_proj_qkvz: checked where it is split; anything else has no GGUF name.
@@ -370,6 +441,18 @@ const LINEAR: &[(&str, &str)] = &[
     ("ssm_norm.weight", "linear_attn.norm.weight"),
     ("ssm_out.weight", "linear_attn.out_proj.weight"),
 ];
+/// [`LINEAR`] as Qwen3.5 stores it (unfused projections).
+const LINEAR_35: &[(&str, &str)] = &[
+    ("attn_qkv.weight", "linear_attn.in_proj_qkv.weight"),
+    ("attn_gate.weight", "linear_attn.in_proj_z.weight"),
+    ("ssm_alpha.weight", "linear_attn.in_proj_a.weight"),
+    ("ssm_beta.weight", "linear_attn.in_proj_b.weight"),
+    ("ssm_conv1d.weight", "linear_attn.conv1d.weight"),
+    ("ssm_dt.bias", "linear_attn.dt_bias"),
+    ("ssm_a", "linear_attn.A_log"),
+    ("ssm_norm.weight", "linear_attn.norm.weight"),
+    ("ssm_out.weight", "linear_attn.out_proj.weight"),
+];
 const FULL: &[(&str, &str)] = &[
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
@@ -379,16 +462,18 @@ const FULL: &[(&str, &str)] = &[
 
 /// Refuses a release in which a layer lacks a tensor its `layer_types` entry needs (the
 /// reference writes the file; llama.cpp refuses to load it), naming the HF tensor.
-pub(crate) fn check_complete(out: &[String], hp: &HParams, dir: &Path) -> Result<()> {
+pub(crate) fn check_complete(out: &[String], hp: &HParams, dir: &Path, qwen35: bool) -> Result<()> {
     let Some(types) = hp.raw.get("layer_types").and_then(Value::as_array) else {
         return Ok(());
     };
     let have: std::collections::HashSet<&str> = out.iter().map(String::as_str).collect();
     for (i, t) in types.iter().enumerate() {
-        let need = if t.as_str() == Some("linear_attention") {
-            LINEAR
-        } else {
+        let need = if t.as_str() != Some("linear_attention") {
             FULL
+        } else if qwen35 {
+            LINEAR_35
+        } else {
+            LINEAR
         };
         if let Some((_, hf)) = need
             .iter()

@@ -527,6 +527,9 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
                 kvs.arch("nextn_predict_layers", MetaValue::U32(n));
             }
         }
+        ExtraKv::DefaultMropeSections => {
+            crate::qwen_next::default_mrope_sections(hp, &mut |k, v| kvs.arch(k, v))
+        }
         ExtraKv::QwenLinearAttention => {
             crate::qwen_next::kvs(hp, *block_count, &mut |k, v| kvs.arch(k, v))?
         }

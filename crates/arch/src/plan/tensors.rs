@@ -77,7 +77,8 @@ pub(super) fn plan_tensors(
         check_layers(&out, release.main_layers, hp)?;
         if spec.hooks.contains(&Hook::QwenLinearAttention) {
             let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
-            crate::qwen_next::check_complete(&names, hp, dir)?;
+            let qwen35 = spec.hooks.contains(&Hook::LinearAttentionVReorder);
+            crate::qwen_next::check_complete(&names, hp, dir, qwen35)?;
         }
     }
     Ok(Planned {
@@ -176,7 +177,13 @@ impl Planner<'_, '_> {
             return Ok(());
         }
         if qwen_next {
-            crate::qwen_next::check_shape(&hf, t, &self.release.hp, self.release.dir)?;
+            let Release { dir, hp, .. } = self.release;
+            crate::qwen_next::check_shape(&hf, t, hp, dir)?;
+            if spec.hooks.contains(&Hook::LinearAttentionVReorder) {
+                if let Some((views, shape)) = crate::qwen_next::v_reorder(&hf, t, hp, dir)? {
+                    return self.add_reordered(&hf, i, views, shape);
+                }
+            }
         }
         // Splits first: a fused expert tensor (`mlp.experts.gate_up_proj`) also holds the
         // per-expert marker.
@@ -287,6 +294,34 @@ impl Planner<'_, '_> {
                 dtype,
             });
         }
+        Ok(())
+    }
+
+    /// A tensor written as several views of it, with the reference's value transform
+    /// (Qwen3.5's V-head reorder).
+    fn add_reordered(
+        &mut self,
+        hf: &str,
+        i: usize,
+        views: Vec<crate::View>,
+        shape: Vec<u64>,
+    ) -> Result<()> {
+        let t = &self.tensors[i];
+        let name = self.gguf_name(t, hf, "this tensor")?;
+        let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+        self.out.push(OutTensor {
+            name,
+            origin: Origin::Views {
+                name: t.name.clone(),
+                index: i,
+                views,
+            },
+            shape,
+            permute: None,
+            force_f32,
+            value: crate::qwen_next::value_op(hf),
+            dtype,
+        });
         Ok(())
     }
 
