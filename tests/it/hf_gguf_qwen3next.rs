@@ -142,6 +142,29 @@ fn qwen3next_delta_net_tensor_of_the_wrong_shape_is_refused_naming_it() {
     );
 }
 
+/// Absurd sizes in config.json (4·10⁹ value heads or layers, 10⁹ MTP layers) are refused
+/// naming the key, not multiplied out or allocated.
+#[test]
+fn qwen3next_absurd_sizes_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, (key, word)) in [
+        ("linear_num_value_heads", "linear_num_value_heads"),
+        ("num_hidden_layers", "4000000000 layers"),
+        ("mtp_num_hidden_layers", "multi-token-prediction layers"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("qwen3next", &parent, "qwen3next");
+        edit_config(&dir, |m| {
+            m.insert(key.into(), 4_000_000_000u64.into());
+        });
+        refused(&dir, &parent.join("out.gguf"), &[word, "config.json"]);
+    }
+}
+
 /// A linear-attention layer missing one of its tensors (`A_log` of layer 1, taken out of its
 /// shard and the index) is refused naming it, before an output exists.
 #[test]

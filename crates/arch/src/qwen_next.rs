@@ -18,6 +18,10 @@ use crate::value_op::ValueOp;
 /// The most multi-token-prediction layers accepted (a hostile name can claim 10^9).
 const MAX_MTP_LAYERS: u32 = 1 << 10;
 
+/// The largest size or head count of the gated delta-net accepted (real releases: 2048 wide,
+/// heads of 128): the products that size its tensors then fit 64 bits.
+const MAX_DIM: u32 = 1 << 20;
+
 /// The most layers a per-layer array is written for.
 const MAX_LAYERS: u32 = 1 << 16;
 
@@ -27,6 +31,7 @@ const MAX_LAYERS: u32 = 1 << 16;
 /// goes into the rope parameters. An interval transformers cannot divide by is refused (its
 /// config class fails and the reference falls back to config.json as it is).
 pub(crate) fn normalize(hp: &mut HParams) -> Result<()> {
+    let n = layer_cap(hp, hp.need_u32(&["num_hidden_layers"])?)?;
     if hp.raw.get("layer_types").is_none_or(Value::is_null) {
         let interval = match hp.raw.remove("full_attention_interval") {
             None => 4,
@@ -35,7 +40,6 @@ pub(crate) fn normalize(hp: &mut HParams) -> Result<()> {
                 .filter(|&n| n > 0)
                 .ok_or_else(|| bad(&hp.path, format!("`full_attention_interval` is {v}")))?,
         };
-        let n = layer_cap(hp, hp.need_u32(&["num_hidden_layers"])?)?;
         let types: Vec<Value> = (0..u64::from(n))
             .map(|i| {
                 let t = if (i + 1) % interval != 0 {
@@ -166,7 +170,13 @@ struct Dims {
 
 impl Dims {
     fn of(hp: &HParams) -> Result<Dims> {
-        let need = |k: &str| hp.need_u32(&[k]).map(u64::from);
+        let need = |k: &str| -> Result<u64> {
+            let n = hp.need_u32(&[k])?;
+            if n > MAX_DIM {
+                return Err(bad(&hp.path, format!("`{k}` {n} (more than {MAX_DIM})")));
+            }
+            Ok(u64::from(n))
+        };
         let d = Dims {
             hidden: need("hidden_size")?,
             nk: need("linear_num_key_heads")?,
