@@ -35,6 +35,7 @@ mod permute;
 mod phi3;
 pub mod plan;
 mod pooling;
+mod qwen_next;
 pub mod split;
 mod ssm;
 mod table;

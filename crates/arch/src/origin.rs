@@ -50,6 +50,18 @@ pub enum Origin {
         /// Which elements, in which order.
         view: View,
     },
+    /// Strided views of one HF tensor one after another ([`View`]s): the output's elements
+    /// are the first view's, then the second's, …, cast as the output is; the output's shape
+    /// is the plan's (any shape of as many elements). Qwen3-Next's fused `in_proj_qkvz`, whose
+    /// per-key-head q, k, v and z rows the reference regroups ([`crate::qwen_next`]).
+    Views {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`](fn@crate::plan).
+        index: usize,
+        /// The views, in output order.
+        views: Vec<View>,
+    },
     /// Blocks of several byte tensors interleaved: output block `k` is block `k` of each part
     /// ([`BlockPart::width`] bytes of its view) one after another, then rewritten in place by
     /// `map` (GPT-OSS's MXFP4 experts: the scale byte, then the 16 bytes of FP4 values). Written

@@ -171,7 +171,11 @@ fn plan_release(
     opts: &PlanOptions,
 ) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
-    let release = Release::read(config_dir, spec)?;
+    let mut release = Release::read(config_dir, spec)?;
+    if spec.hooks.contains(&Hook::QwenLinearAttention) {
+        let mtp = crate::qwen_next::mtp_layers(&release.hp, tensors, config_dir)?;
+        release.block_count = release.main_layers + mtp;
+    }
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
     let fp8 = crate::fp8::Fp8::of(&release.hp, tensors, config_dir)?;
     let planned = tensors::plan_tensors(&release, tensors, opts, generated, &fp8, true)?;
@@ -216,6 +220,9 @@ impl<'a> Release<'a> {
     /// Reads config.json (and the pooling module), refusing the heads the GGUF cannot hold.
     fn read(dir: &'a Path, spec: &'static ArchSpec) -> Result<Release<'a>> {
         let mut hp = HParams::load(dir, &spec.config)?;
+        if spec.hooks.contains(&Hook::QwenLinearAttention) {
+            crate::qwen_next::normalize(&mut hp)?;
+        }
         let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
             crate::xlmr::position_offset(&mut hp)?
         } else {

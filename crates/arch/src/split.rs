@@ -129,6 +129,8 @@ pub fn views(
         SplitRule::SsmNormGroups => ssm_norm_groups(hf, t, hp, dir),
         SplitRule::RowHalves => row_halves(hf, t, hp, dir),
         SplitRule::ExpertRowHalves => expert_row_halves(hf, t, hp, dir),
+        // Parts of several views each: the planner asks `crate::qwen_next::qkvz_parts`.
+        SplitRule::QkvzHeads => Err(refuse(dir, t, "in_proj_qkvz outside Qwen3-Next".into())),
     }
 }
 

@@ -206,6 +206,15 @@ pub enum ExtraKv {
     /// too (`Glm4MoeModel.set_gguf_parameters`; DeepSeek's [`ExtraKv::ExpertWeightsNorm`]
     /// writes only `true`).
     ExpertWeightsNormAny,
+    /// `{arch}.nextn_predict_layers` u32 = the blocks past `num_hidden_layers`, when there are
+    /// some (`_QwenMtpMixin.set_gguf_parameters`).
+    NextnFromBlocks,
+    /// Qwen3-Next's gated delta-net keys, recurrent layers, attention interval and rope
+    /// dimensions ([`crate::qwen_next::kvs`]).
+    QwenLinearAttention,
+    /// `{arch}.rope.dimension_sections` = `[11, 11, 10, 0]` when the rope parameters have no
+    /// `mrope_section` (`_Qwen35MRopeMixin`).
+    DefaultMropeSections,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -513,6 +522,9 @@ pub enum SplitRule {
     /// Mamba 2's gated RMS norm `[inner]` reshaped to `[n_groups, inner / n_groups]`
     /// (`n_groups` from config.json, default 1; refused when it does not divide).
     SsmNormGroups,
+    /// Qwen3-Next's `in_proj_qkvz` (per key head q, k, v, z rows) regrouped into `in_proj_qkv`
+    /// and `in_proj_z` ([`crate::qwen_next::qkvz_parts`]: several views per part).
+    QkvzHeads,
 }
 
 impl SplitRule {
@@ -526,6 +538,7 @@ impl SplitRule {
                 | SplitRule::SsmA
                 | SplitRule::AppendUnitAxis
                 | SplitRule::SsmNormGroups
+                | SplitRule::QkvzHeads
         )
     }
 
@@ -718,6 +731,23 @@ pub(crate) const MAMBA1_SPLITS: &[Split] = &[
     },
 ];
 
+/// Qwen3-Next's gated delta-net tensors: `in_proj_qkvz` regrouped, the conv1d squeezed; and
+/// transformers 5's fused experts as Qwen2-MoE's converter splits them.
+pub(crate) const QWEN3NEXT_SPLITS: &[Split] = &[
+    Split {
+        suffix: "linear_attn.in_proj_qkvz.weight",
+        rule: SplitRule::QkvzHeads,
+    },
+    Split {
+        suffix: "linear_attn.conv1d.weight",
+        rule: SplitRule::Conv1dSqueeze,
+    },
+    FUSED_EXPERT_SPLITS[0],
+    FUSED_EXPERT_SPLITS[1],
+    FUSED_EXPERT_SPLITS[2],
+    FUSED_EXPERT_SPLITS[3],
+];
+
 /// GPT-OSS's fused expert tensors, unquantized and MXFP4.
 pub(crate) const GPTOSS_SPLITS: &[Split] = &[
     Split {
@@ -816,6 +846,16 @@ pub enum Hook {
     /// shared MLP is written as the shared expert (`ffn_{gate,up,down}_shexp`,
     /// `GraniteMoeModel.modify_tensors`), without them as the block's MLP.
     GraniteHybridLayers,
+    /// Qwen3-Next (`Qwen3NextModel`, `_QwenMtpMixin`; [`crate::qwen_next`]): `Qwen3NextConfig`'s
+    /// `layer_types` and rope factor, the multi-token-prediction block (`mtp.*`) renamed into
+    /// layers past `num_hidden_layers` and counted as blocks (required, as the reference asserts),
+    /// `-exp(A_log)`, `1 + w` of every norm but the delta-net's, the gated delta-net tensors
+    /// checked against config.json.
+    QwenLinearAttention,
+    /// Qwen3.5's V-head reorder (`_LinearAttentionVReorderBase`, with
+    /// [`Hook::QwenLinearAttention`]): the value heads of the gated delta-net tensors go from
+    /// grouped by key head to tiled ([`crate::qwen_next::v_reorder`]).
+    LinearAttentionVReorder,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -1344,6 +1384,143 @@ const GLM4MOE_KVS: &[ExtraKv] = &[
     ExtraKv::U32IfPresent("nextn_predict_layers", "num_nextn_predict_layers"),
 ];
 
+/// Qwen3-Next's gated delta-net layers (`tensor_mapping.py`; `in_proj_qkv`/`in_proj_z` are the
+/// parts [`SplitRule::QkvzHeads`] makes of `in_proj_qkvz`).
+const LINEAR_ATTN: NameGroup = &[
+    (
+        "model.layers.{bid}.linear_attn.in_proj_qkv",
+        "blk.{bid}.attn_qkv",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_z",
+        "blk.{bid}.attn_gate",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_ba",
+        "blk.{bid}.ssm_ba",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.conv1d",
+        "blk.{bid}.ssm_conv1d",
+    ),
+    ("model.layers.{bid}.linear_attn.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.linear_attn.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.linear_attn.norm", "blk.{bid}.ssm_norm"),
+    (
+        "model.layers.{bid}.linear_attn.out_proj",
+        "blk.{bid}.ssm_out",
+    ),
+];
+
+/// Qwen3.5's gated delta-net layers: the projections unfused (`in_proj_qkv`, `in_proj_z`,
+/// `in_proj_a` → `ssm_alpha`, `in_proj_b` → `ssm_beta`), the rest as Qwen3-Next's.
+const LINEAR_ATTN_35: NameGroup = &[
+    (
+        "model.layers.{bid}.linear_attn.in_proj_qkv",
+        "blk.{bid}.attn_qkv",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_z",
+        "blk.{bid}.attn_gate",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_a",
+        "blk.{bid}.ssm_alpha",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_b",
+        "blk.{bid}.ssm_beta",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.conv1d",
+        "blk.{bid}.ssm_conv1d",
+    ),
+    ("model.layers.{bid}.linear_attn.dt_proj", "blk.{bid}.ssm_dt"),
+    ("model.layers.{bid}.linear_attn.A_log", "blk.{bid}.ssm_a"),
+    ("model.layers.{bid}.linear_attn.norm", "blk.{bid}.ssm_norm"),
+    (
+        "model.layers.{bid}.linear_attn.out_proj",
+        "blk.{bid}.ssm_out",
+    ),
+];
+
+/// Qwen3.5 dense (`MODEL_TENSORS[QWEN35]`): Qwen3-Next's attention and norms, a dense MLP,
+/// [`LINEAR_ATTN_35`], the MTP block.
+const QWEN35_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    &[(
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    )],
+    MLP,
+    LINEAR_ATTN_35,
+    NEXTN,
+];
+
+/// Qwen3.5 MoE (`MODEL_TENSORS[QWEN35MOE]`): [`QWEN35_TENSORS`] with Qwen2-MoE's router, shared
+/// expert and experts in place of the MLP.
+const QWEN35MOE_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    &[(
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    )],
+    ROUTER,
+    SHARED_EXPERT,
+    FUSED_EXPERTS,
+    LINEAR_ATTN_35,
+    NEXTN,
+];
+
+/// Qwen3.5's splits: the conv1d squeezed (when no V-head reorder applies), transformers 5's
+/// fused experts.
+pub(crate) const QWEN35_SPLITS: &[Split] = &[
+    QWEN3NEXT_SPLITS[1],
+    FUSED_EXPERT_SPLITS[0],
+    FUSED_EXPERT_SPLITS[1],
+    FUSED_EXPERT_SPLITS[2],
+    FUSED_EXPERT_SPLITS[3],
+];
+
+/// Qwen3.5's keys: Qwen3-Next's, then the default M-RoPE sections.
+const QWEN35_KVS: &[ExtraKv] = &[
+    ExtraKv::ExpertFeedForwardLength,
+    ExtraKv::ExpertSharedFeedForwardLength,
+    ExtraKv::NextnFromBlocks,
+    ExtraKv::QwenLinearAttention,
+    ExtraKv::DefaultMropeSections,
+];
+
+/// Qwen3-Next (`MODEL_TENSORS[QWEN3NEXT]`): gated full attention with q/k norms every few
+/// layers, [`LINEAR_ATTN`] in the others, the norm after attention named
+/// `post_attention_norm`, Qwen2-MoE's router, shared expert and experts in every layer (dense
+/// MLP names for `mlp_only_layers`), and the [`NEXTN`] tensors of the MTP block.
+const QWEN3NEXT_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    &[(
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.post_attention_norm",
+    )],
+    ROUTER,
+    SHARED_EXPERT,
+    MLP,
+    FUSED_EXPERTS,
+    LINEAR_ATTN,
+    NEXTN,
+];
+
 /// LFM2 (`tensor_mapping.py`): short-convolution and attention blocks, one norm before each
 /// operator, SwiGLU `feed_forward.w1/w3/w2`, `embedding_norm` (the last norm, which llama.cpp
 /// reads as `token_embd_norm`).
@@ -1868,6 +2045,146 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: FUSED_EXPERT_SPLITS,
         hooks: &[],
+    },
+    // Qwen3-Next (`Qwen3NextModel`: a Qwen2-MoE with gated delta-net layers and an MTP block).
+    ArchSpec {
+        arch: "qwen3next",
+        hf_archs: &["Qwen3NextForCausalLM"],
+        tensors: QWEN3NEXT_TENSORS,
+        experts: Some(&QWEN2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151936"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "5632"),
+                ("num_hidden_layers", "48"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("linear_conv_kernel_dim", "4"),
+                ("linear_key_head_dim", "128"),
+                ("linear_value_head_dim", "128"),
+                ("linear_num_key_heads", "16"),
+                ("linear_num_value_heads", "32"),
+                ("num_experts", "512"),
+                ("num_experts_per_tok", "10"),
+                ("moe_intermediate_size", "512"),
+                ("shared_expert_intermediate_size", "512"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLength,
+            ExtraKv::ExpertSharedFeedForwardLength,
+            ExtraKv::NextnFromBlocks,
+            ExtraKv::QwenLinearAttention,
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        // `Qwen3NextModel.modify_tensors`: `dt_bias` → `dt_proj.bias`.
+        names: NameRules {
+            suffix_renames: &[("dt_bias", "dt_proj.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        // `1 + w` of every norm but the delta-net's: the hook's.
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: QWEN3NEXT_SPLITS,
+        hooks: &[Hook::QwenLinearAttention],
+    },
+    // Qwen3.5 dense and MoE text (`Qwen3_5TextModel`, `Qwen3_5MoeTextModel`: Qwen3-Next's
+    // converter with the V-head reorder and default M-RoPE sections).
+    ArchSpec {
+        arch: "qwen35",
+        hf_archs: &["Qwen3_5ForCausalLM"],
+        tensors: QWEN35_TENSORS,
+        experts: None,
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "248320"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "12288"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("linear_conv_kernel_dim", "4"),
+                ("linear_key_head_dim", "128"),
+                ("linear_value_head_dim", "128"),
+                ("linear_num_key_heads", "16"),
+                ("linear_num_value_heads", "32"),
+            ],
+            kv_heads: KvHeadsDefault::Const(4),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: QWEN35_KVS,
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            suffix_renames: &[("dt_bias", "dt_proj.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: QWEN35_SPLITS,
+        hooks: &[Hook::QwenLinearAttention, Hook::LinearAttentionVReorder],
+    },
+    ArchSpec {
+        arch: "qwen35moe",
+        hf_archs: &["Qwen3_5MoeForCausalLM"],
+        tensors: QWEN35MOE_TENSORS,
+        experts: Some(&QWEN2MOE_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "248320"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "16"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("linear_conv_kernel_dim", "4"),
+                ("linear_key_head_dim", "128"),
+                ("linear_value_head_dim", "128"),
+                ("linear_num_key_heads", "16"),
+                ("linear_num_value_heads", "32"),
+                ("num_experts", "256"),
+                ("num_experts_per_tok", "8"),
+                ("moe_intermediate_size", "512"),
+                ("shared_expert_intermediate_size", "512"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: QWEN35_KVS,
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            suffix_renames: &[("dt_bias", "dt_proj.bias")],
+            ..NO_RULES
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: QWEN35_SPLITS,
+        hooks: &[Hook::QwenLinearAttention, Hook::LinearAttentionVReorder],
     },
     ArchSpec {
         arch: "olmoe",
@@ -3620,7 +3937,8 @@ mod tests {
     #[test]
     fn nearest_supported_class() {
         for (asked, want) in [
-            ("Qwen3NextForCausalLM", "Qwen3ForCausalLM"),
+            ("Qwen3_6ForCausalLM", "Qwen3ForCausalLM"),
+            ("Qwen3NewForCausalLM", "Qwen3NextForCausalLM"),
             ("Glm4MoeLiteForCausalLM", "Glm4MoeForCausalLM"),
             ("llamaforcausallm", "LlamaForCausalLM"),
         ] {

@@ -139,6 +139,21 @@ fn output_bytes(
                 })
                 .collect();
         }
+        Origin::Views { index, views, .. } => {
+            let all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let n: u64 = srcs[*index].shape.iter().product();
+            let e = all.len() / n as usize;
+            return views
+                .iter()
+                .flat_map(|view| {
+                    let count: u64 = view.shape().iter().product();
+                    (0..count).flat_map(|i| {
+                        let at = view_index(view, i);
+                        all[at * e..(at + 1) * e].to_vec()
+                    })
+                })
+                .collect();
+        }
         Origin::Blocks { parts, map } => {
             // Block k: `width` bytes of each part's view, then the map.
             let n_blocks = parts[0].view.shape().iter().product::<u64>() / parts[0].width;
@@ -428,9 +443,10 @@ impl Case<'_> {
             t.name
         );
         let src_dtype = match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
-                srcs[*index].dtype
-            }
+            Origin::Hf { index, .. }
+            | Origin::Rows { index, .. }
+            | Origin::View { index, .. }
+            | Origin::Views { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,
             Origin::Stack { sources } => srcs[sources[0].1].dtype,
             Origin::Blocks { .. } => DType::MXFP4,

@@ -24,6 +24,7 @@ use weightport_core::{
 use crate::by_options::{op_for, DtypeChoice, Stage, TensorRecipe, Transform, TransformOptions};
 use crate::dequantized::Dequantized;
 use crate::transform::chain::Chain;
+use crate::transform::concat::Concat;
 use crate::transform::gather::Gather;
 use crate::transform::interleave::Interleave;
 use crate::transform::neg_exp::NegExp;
@@ -324,6 +325,7 @@ fn origin_text(origin: &Origin) -> Option<String> {
             "{name} view {:?} from element {}",
             view.dims, view.offset
         )),
+        Origin::Views { name, views, .. } => Some(format!("{name} as {} views", views.len())),
         Origin::Stack { sources } => Some(format!(
             "{} stacked: {} … {}",
             sources.len(),
@@ -387,7 +389,10 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .tensors
         .iter()
         .map(|t| match &t.origin {
-            Origin::Hf { index, .. } | Origin::Rows { index, .. } | Origin::View { index, .. } => {
+            Origin::Hf { index, .. }
+            | Origin::Rows { index, .. }
+            | Origin::View { index, .. }
+            | Origin::Views { index, .. } => {
                 vec![*index]
             }
             Origin::Stack { sources } => sources.iter().map(|&(_, j)| j).collect(),
@@ -484,6 +489,11 @@ fn layout_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>
             view.dims.clone(),
             src.granule(),
         )) as Arc<dyn Transform>),
+        Origin::Views { views, .. } => {
+            let views: Vec<(u64, Vec<(u64, u64)>)> =
+                views.iter().map(|v| (v.offset, v.dims.clone())).collect();
+            Some(Arc::new(Concat::new(&views, src.granule())) as Arc<dyn Transform>)
+        }
         _ => None,
     })
 }

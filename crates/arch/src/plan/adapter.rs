@@ -41,6 +41,13 @@ fn plan_adapter_within(
     opts: &PlanOptions,
 ) -> Result<ArchPlan> {
     let spec = check_supported(base_dir)?;
+    if spec.hooks.contains(&Hook::QwenLinearAttention) {
+        return Err(Error::Unsupported {
+            at: Location::file(base_dir.join("config.json")),
+            format: Some(Format::Gguf),
+            what: format!("LoRA adapters of {} are not supported yet", spec.arch),
+        });
+    }
     let release = Release::read(base_dir, spec)?;
     let weights = adapter_dir.join("adapter_model.safetensors");
     let f = factors(tensors, cfg, &weights)?;
@@ -175,7 +182,9 @@ fn factor_tensors(
         Origin::Hf { index, .. } => (*index, None),
         Origin::Rows { index, rows, .. } => (*index, Some(rows.clone())),
         Origin::Generated(_) => return Ok(()),
-        Origin::View { .. } => return Err(refuse("transposes or interleaves")),
+        Origin::View { .. } | Origin::Views { .. } => {
+            return Err(refuse("transposes or interleaves"))
+        }
         Origin::Stack { .. } | Origin::Blocks { .. } => return Err(refuse("stacks")),
     };
     if t.value.is_some() {

@@ -519,6 +519,20 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         }
         ExtraKv::NoRopeEvery(step) => check_no_rope_layers(hp, *block_count, step)?,
         ExtraKv::HeadCountKv(n) => kvs.arch("attention.head_count_kv", MetaValue::U32(n)),
+        ExtraKv::NextnFromBlocks => {
+            if let Some(n) = block_count
+                .checked_sub(release.main_layers)
+                .filter(|&n| n > 0)
+            {
+                kvs.arch("nextn_predict_layers", MetaValue::U32(n));
+            }
+        }
+        ExtraKv::DefaultMropeSections => {
+            crate::qwen_next::default_mrope_sections(hp, &mut |k, v| kvs.arch(k, v))
+        }
+        ExtraKv::QwenLinearAttention => {
+            crate::qwen_next::kvs(hp, *block_count, &mut |k, v| kvs.arch(k, v))?
+        }
         ExtraKv::LeadingDenseBlockCount
         | ExtraKv::QLoraRank
         | ExtraKv::MlaLengths

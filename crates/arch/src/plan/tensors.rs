@@ -75,6 +75,11 @@ pub(super) fn plan_tensors(
     };
     if all_layers && !tensors.is_empty() {
         check_layers(&out, release.main_layers, hp)?;
+        if spec.hooks.contains(&Hook::QwenLinearAttention) {
+            let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
+            let qwen35 = spec.hooks.contains(&Hook::LinearAttentionVReorder);
+            crate::qwen_next::check_complete(&names, hp, dir, qwen35)?;
+        }
     }
     Ok(Planned {
         out,
@@ -155,7 +160,13 @@ impl Planner<'_, '_> {
                 .push((t.name.clone(), "multi-token-prediction layer, skipped"));
             return Ok(());
         }
-        let hf = match rule_name(&spec.names, &t.name) {
+        let qwen_next = spec.hooks.contains(&Hook::QwenLinearAttention);
+        let renamed = if qwen_next {
+            crate::qwen_next::mtp_name(&t.name, self.release.main_layers)
+        } else {
+            t.name.clone()
+        };
+        let hf = match rule_name(&spec.names, &renamed) {
             Ok(hf) => hf,
             Err(reason) => {
                 self.dropped.push((t.name.clone(), reason));
@@ -165,9 +176,21 @@ impl Planner<'_, '_> {
         if mxfp4.consumed(&hf) {
             return Ok(());
         }
+        if qwen_next {
+            let Release { dir, hp, .. } = self.release;
+            crate::qwen_next::check_shape(&hf, t, hp, dir)?;
+            if spec.hooks.contains(&Hook::LinearAttentionVReorder) {
+                if let Some((views, shape)) = crate::qwen_next::v_reorder(&hf, t, hp, dir)? {
+                    return self.add_reordered(&hf, i, views, shape);
+                }
+            }
+        }
         // Splits first: a fused expert tensor (`mlp.experts.gate_up_proj`) also holds the
         // per-expert marker.
         if let Some(split) = spec.splits.iter().find(|s| hf.ends_with(s.suffix)) {
+            if split.rule == SplitRule::QkvzHeads {
+                return self.add_views(&hf, i);
+            }
             return self.add_split(split, &hf, i, mxfp4);
         }
         if let Some(ex) = experts.as_mut().filter(|ex| hf.contains(ex.spec.marker)) {
@@ -250,6 +273,58 @@ impl Planner<'_, '_> {
         Ok(())
     }
 
+    /// A fused tensor whose parts are each several views of it ([`SplitRule::QkvzHeads`]).
+    fn add_views(&mut self, hf: &str, i: usize) -> Result<()> {
+        let t = &self.tensors[i];
+        let Release { dir, hp, .. } = self.release;
+        for (part, views, shape) in crate::qwen_next::qkvz_parts(hf, t, hp, dir)? {
+            let name = self.gguf_name(t, &part, &format!("`{part}`"))?;
+            let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+            self.out.push(OutTensor {
+                name,
+                origin: Origin::Views {
+                    name: t.name.clone(),
+                    index: i,
+                    views,
+                },
+                shape,
+                permute: None,
+                force_f32,
+                value: None,
+                dtype,
+            });
+        }
+        Ok(())
+    }
+
+    /// A tensor written as several views of it, with the reference's value transform
+    /// (Qwen3.5's V-head reorder).
+    fn add_reordered(
+        &mut self,
+        hf: &str,
+        i: usize,
+        views: Vec<crate::View>,
+        shape: Vec<u64>,
+    ) -> Result<()> {
+        let t = &self.tensors[i];
+        let name = self.gguf_name(t, hf, "this tensor")?;
+        let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+        self.out.push(OutTensor {
+            name,
+            origin: Origin::Views {
+                name: t.name.clone(),
+                index: i,
+                views,
+            },
+            shape,
+            permute: None,
+            force_f32,
+            value: crate::qwen_next::value_op(hf),
+            dtype,
+        });
+        Ok(())
+    }
+
     /// The GGUF name of `hf` (`what` of tensor `t`), or the refusal naming it.
     fn gguf_name(&self, t: &SourceTensor, hf: &str, what: &str) -> Result<String> {
         let Release {
@@ -280,7 +355,9 @@ impl Planner<'_, '_> {
         let (shape, origin) = self.source_view(t, i, &name)?;
         let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
         let spec = self.release.spec;
-        let value = if spec.hooks.contains(&Hook::FalconH1Multipliers) {
+        let value = if spec.hooks.contains(&Hook::QwenLinearAttention) {
+            crate::qwen_next::value_op(hf)
+        } else if spec.hooks.contains(&Hook::FalconH1Multipliers) {
             let rows = shape.first().copied().unwrap_or(1);
             crate::ssm::falcon_h1_scale(&self.release.hp, hf, rows)?
         } else {

@@ -4,7 +4,7 @@
 //!
 //! One file per transform: [`cast`] (with [`cast::Measured`], a narrowing cast whose error is
 //! measured), [`quantize`] (quantize, dequantize, requantize), [`permute`], [`stack`], [`slice`],
-//! [`gather`], [`interleave`], [`plus_one`], [`neg_exp`] (the SSM families' `-exp(A_log)`), [`scale`] (Falcon-H1's multipliers), [`fp8`] (an FP8 release's scaled weights), and [`chain`] (one transform after another).
+//! [`gather`], [`concat`] (strided views one after another), [`interleave`], [`plus_one`], [`neg_exp`] (the SSM families' `-exp(A_log)`), [`scale`] (Falcon-H1's multipliers), [`fp8`] (an FP8 release's scaled weights), and [`chain`] (one transform after another).
 //! [`quality`] is the error measurement the lossy ones accumulate; it knows nothing of the trait.
 
 use std::ops::Range;
@@ -14,6 +14,7 @@ use weightport_core::Result;
 
 pub(crate) mod cast;
 pub(crate) mod chain;
+pub(crate) mod concat;
 pub(crate) mod fp8;
 pub(crate) mod gather;
 pub(crate) mod interleave;

@@ -1,0 +1,264 @@
+//! HF release → GGUF for Qwen3-Next and Qwen3.5 dense and MoE (issue 30 item 4: gated delta-net
+//! layers, gated full attention every 4th layer, experts with a shared expert in every layer or a
+//! dense MLP, the MTP block), against the pinned `convert_hf_to_gguf.py`.
+//! The tiny release (fixtures/gen/gen_arch_qwen3next.py: transformers 5.24 `save_pretrained`,
+//! random weights, Qwen3-Next-80B-A3B's config shape scaled down, with the `mtp.*` block the real
+//! releases ship added; `qwen2/`'s byte-level BPE files) is converted by
+//! `weightport convert DIR -o OUT.gguf --dtype T` and compared, as a whole file, with the sha256
+//! of what the reference wrote (fixtures/expected/arch/qwen_linear.json) for f32, f16, bf16 and
+//! q8_0: `in_proj_qkvz` regrouped into `attn_qkv` + `attn_gate`, `-exp(A_log)`, `1 + w` of every
+//! norm but the delta-net's, the conv1d squeezed, the MTP block as `blk.4`, the keys; for Qwen3.5
+//! (`qwen35`, `qwen35_moe`: 2 key heads, 4 value heads) the value heads of every delta-net tensor
+//! reordered from grouped to tiled, and the default M-RoPE sections.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common;
+use common::arch::{self, copy_release, edit_config, edit_json, expected};
+
+/// The pre-tokenizer name gen_arch_qwen3next.py gave the reference for the made-up vocabulary.
+fn pre(name: &str) -> Option<&'static str> {
+    match name {
+        "qwen3next" | "qwen35" | "qwen35_moe" => Some("qwen2"),
+        other => panic!("no release {other}"),
+    }
+}
+
+const TABLE: arch::Table = arch::Table {
+    file: "qwen_linear.json",
+    releases: &["qwen35", "qwen35_moe", "qwen3next"],
+    pre,
+};
+
+#[test]
+fn qwen3next_and_qwen35_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+    TABLE.outtypes_match_the_reference();
+}
+
+/// One-pass `--quant Q4_K_M` equals the reference's f16 file run through the pinned
+/// `llama-quantize` (recorded by the generator; no llama.cpp needed here).
+#[test]
+fn qwen3next_and_qwen35_one_pass_quant_equals_convert_then_llama_quantize() {
+    TABLE.one_pass_quant_matches_llama_quantize();
+}
+
+/// llama.cpp runs our f16 file of each release and continues the prompt as it continues the
+/// reference's.
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn qwen3next_and_qwen35_llama_simple_continue_like_the_reference() {
+    TABLE.llama_simple_continues_like_the_reference();
+}
+
+/// config.json as the real release ships it (rope θ, `partial_rotary_factor` and
+/// `full_attention_interval` at the top level, no `layer_types`): Qwen3NextConfig's reading of
+/// it (layer types from the interval, the rope factor into the rope parameters) gives the
+/// reference's bytes.
+#[test]
+fn qwen3next_with_the_real_releases_config_shape_is_identical() {
+    let exp = expected("qwen_linear.json");
+    let want = exp["qwen3next"]["legacy_config_f16"]["sha256"]
+        .as_str()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // The directory name is `general.name`: keep the fixture's.
+    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    edit_config(&dir, |m| {
+        let rope = m.remove("rope_parameters").unwrap();
+        m.remove("layer_types");
+        m.insert("rope_theta".into(), rope["rope_theta"].clone());
+        m.insert("partial_rotary_factor".into(), 0.5.into());
+        m.insert("full_attention_interval".into(), 4.into());
+    });
+    let out = tmp.path().join("legacy.gguf");
+    arch::convert(&dir, &out, Some("qwen2"), &["--dtype", "f16"]);
+    assert_eq!(arch::sha_file(&out), want);
+}
+
+/// Converts `dir`, which must fail with exit 1 or 3 naming each of `words`, writing nothing.
+fn refused(dir: &Path, out: &Path, words: &[&str]) {
+    let o = arch::convert_output(dir, out, Some("qwen2"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    for w in words {
+        assert!(err.contains(w), "`{w}` not in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists());
+}
+
+/// The release as transformers' `save_pretrained` writes it, without the `mtp.*` block: the
+/// reference asserts an MTP layer and fails; refused, before an output exists.
+#[test]
+fn qwen3next_without_its_mtp_block_is_refused_as_the_reference_refuses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    let index = dir.join("model.safetensors.index.json");
+    let mut shards = std::collections::BTreeSet::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        map.retain(|k, v| {
+            if k.starts_with("mtp.") {
+                shards.insert(v.as_str().unwrap().to_owned());
+            }
+            !k.starts_with("mtp.")
+        });
+    });
+    for s in &shards {
+        std::fs::remove_file(dir.join(s)).unwrap();
+    }
+    fix_total_size(&dir);
+    refused(&dir, &tmp.path().join("out.gguf"), &["mtp", "multi-token"]);
+}
+
+/// A gated delta-net tensor whose shape disagrees with config.json (here the conv kernel) is
+/// refused naming the tensor; the reference would write a file llama.cpp cannot load.
+#[test]
+fn qwen3next_delta_net_tensor_of_the_wrong_shape_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    edit_config(&dir, |m| {
+        m.insert("linear_conv_kernel_dim".into(), 3.into());
+    });
+    refused(
+        &dir,
+        &tmp.path().join("out.gguf"),
+        &["model.layers.0.linear_attn.conv1d.weight", "[128, 1, 3]"],
+    );
+    // Value heads that disagree with the weights (`A_log` is the first tensor they size).
+    let parent = tmp.path().join("b");
+    std::fs::create_dir(&parent).unwrap();
+    let dir2 = copy_release("qwen3next", &parent, "qwen3next");
+    edit_config(&dir2, |m| {
+        m.insert("linear_value_head_dim".into(), 8.into());
+        m.insert("linear_num_value_heads".into(), 8.into());
+    });
+    refused(
+        &dir2,
+        &tmp.path().join("out2.gguf"),
+        &["model.layers.0.linear_attn.A_log", "shape [4]"],
+    );
+}
+
+/// Absurd sizes in config.json (4·10⁹ value heads or layers, 10⁹ MTP layers) are refused
+/// naming the key, not multiplied out or allocated.
+#[test]
+fn qwen3next_absurd_sizes_are_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, (key, word)) in [
+        ("linear_num_value_heads", "linear_num_value_heads"),
+        ("num_hidden_layers", "4000000000 layers"),
+        ("mtp_num_hidden_layers", "multi-token-prediction layers"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("qwen3next", &parent, "qwen3next");
+        edit_config(&dir, |m| {
+            m.insert(key.into(), 4_000_000_000u64.into());
+        });
+        refused(&dir, &parent.join("out.gguf"), &[word, "config.json"]);
+    }
+}
+
+/// A linear-attention layer missing one of its tensors (`A_log` of layer 1, taken out of its
+/// shard and the index) is refused naming it, before an output exists.
+#[test]
+fn qwen3next_missing_delta_net_tensor_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    let name = "model.layers.1.linear_attn.A_log";
+    let index = dir.join("model.safetensors.index.json");
+    let mut shard = String::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        shard = map.remove(name).unwrap().as_str().unwrap().to_owned();
+    });
+    drop_tensor(&dir.join(&shard), name);
+    fix_total_size(&dir);
+    refused(&dir, &tmp.path().join("out.gguf"), &[name, "layer 1"]);
+}
+
+/// Sets the index's `metadata.total_size` to the data bytes its shards hold.
+fn fix_total_size(dir: &Path) {
+    let index = dir.join("model.safetensors.index.json");
+    let mut total = 0u64;
+    edit_json(&index, |m| {
+        let shards: std::collections::BTreeSet<String> = m["weight_map"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        for s in shards {
+            let bytes = std::fs::read(dir.join(s)).unwrap();
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            total += bytes.len() as u64 - 8 - n;
+        }
+        m["metadata"]["total_size"] = total.into();
+    });
+}
+
+/// Qwen3.5: a delta-net tensor of the wrong shape (`in_proj_z` sized by `linear_value_head_dim`)
+/// and a missing one (`in_proj_a` of layer 2) are refused naming them.
+#[test]
+fn qwen35_delta_net_tensor_of_the_wrong_shape_or_missing_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("qwen35_moe", tmp.path(), "qwen35_moe");
+    edit_config(&dir, |m| {
+        m.insert("linear_key_head_dim".into(), 8.into());
+    });
+    refused(
+        &dir,
+        &tmp.path().join("out.gguf"),
+        &["model.layers.0.linear_attn.conv1d.weight", "[96, 1, 4]"],
+    );
+    let parent = tmp.path().join("b");
+    std::fs::create_dir(&parent).unwrap();
+    let dir = copy_release("qwen35", &parent, "qwen35");
+    let name = "model.layers.2.linear_attn.in_proj_a.weight";
+    let index = dir.join("model.safetensors.index.json");
+    let mut shard = String::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        shard = map.remove(name).unwrap().as_str().unwrap().to_owned();
+    });
+    drop_tensor(&dir.join(&shard), name);
+    fix_total_size(&dir);
+    refused(&dir, &tmp.path().join("out2.gguf"), &[name, "layer 2"]);
+}
+
+/// Rewrites safetensors file `path` without tensor `name` (data packed again).
+fn drop_tensor(path: &Path, name: &str) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut entries: Vec<(String, Value)> = header.into_iter().filter(|(k, _)| k != name).collect();
+    entries.sort_by_key(|(_, v)| v.get("data_offsets").map(|o| o[0].as_u64().unwrap()));
+    let (mut out_header, mut out_data) = (serde_json::Map::new(), Vec::new());
+    for (k, mut v) in entries {
+        if let Some(o) = v.get("data_offsets").cloned() {
+            let (a, b) = (
+                o[0].as_u64().unwrap() as usize,
+                o[1].as_u64().unwrap() as usize,
+            );
+            let start = out_data.len();
+            out_data.extend_from_slice(&data[a..b]);
+            v["data_offsets"] = serde_json::json!([start, out_data.len()]);
+        }
+        out_header.insert(k, v);
+    }
+    let mut h = serde_json::to_vec(&out_header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend(h);
+    file.extend(out_data);
+    std::fs::write(path, file).unwrap();
+}
