@@ -12,6 +12,7 @@ mod edit_protocol;
 mod fanout;
 mod gguf;
 mod hf_gguf;
+mod hf_gguf_apertus;
 mod hf_gguf_archs4;
 mod hf_gguf_archs5;
 mod hf_gguf_dense2;

@@ -17,6 +17,7 @@
 //! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
 //! * [`fp8`]: the scaled weights of an FP8 release (`weight_scale_inv`) and their blocks.
 //! * [`xlmr`]: XLM-RoBERTa's position offset.
+//! * [`xielu`]: Apertus' xIELU parameters, the tensor values the caller reads for the plan.
 //! * [`lora`], [`plan_adapter`]: PEFT LoRA adapters, their checks and their GGUF adapter plan.
 //! * [`mmproj`], [`plan_mmproj`]: multimodal projectors (`clip` GGUF files for llama.cpp's mtmd).
 //! * [`table`]: the architecture table (adding an architecture is adding data there).
@@ -41,6 +42,7 @@ mod ssm;
 mod table;
 pub mod tokenizer;
 mod value_op;
+pub mod xielu;
 mod xlmr;
 
 pub use config::{hf_architecture, HParams};

@@ -60,6 +60,10 @@ pub struct PlanOptions {
     /// Caps on what the plan reads: [`weightport_core::Limits::max_side_file`] bounds every side file
     /// (config.json, tokenizer files, chat template, model card).
     pub limits: weightport_core::Limits,
+    /// The values of the one-element tensors [`crate::xielu::value_tensors`] names, by index in
+    /// the plan's tensor slice, read by the caller ([`crate::xielu::value_of`]): the plan itself
+    /// never reads tensor data. Empty for every architecture but Apertus.
+    pub tensor_values: std::collections::BTreeMap<usize, f32>,
 }
 
 impl Default for PlanOptions {
@@ -71,6 +75,7 @@ impl Default for PlanOptions {
             vocab: true,
             sort_names: true,
             limits: weightport_core::Limits::default(),
+            tensor_values: Default::default(),
         }
     }
 }
@@ -176,9 +181,22 @@ fn plan_release(
         let mtp = crate::qwen_next::mtp_layers(&release.hp, tensors, config_dir)?;
         release.block_count = release.main_layers + mtp;
     }
+    if spec.hooks.contains(&Hook::XieluValues) {
+        crate::xielu::check_sizes(&release.hp)?;
+    }
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
     let fp8 = crate::fp8::Fp8::of(&release.hp, tensors, config_dir)?;
     let planned = tensors::plan_tensors(&release, tensors, opts, generated, &fp8, true)?;
+    if spec.hooks.contains(&Hook::XieluValues) {
+        let order = tensors::source_order(tensors, opts.sort_names);
+        release.early_kv = crate::xielu::kvs(
+            config_dir,
+            tensors,
+            &order,
+            &opts.tensor_values,
+            release.main_layers,
+        )?;
+    }
     let mut kv = kvs::plan_kvs(&release, opts, &planned, longrope.as_ref())?;
     let chkhsh = if opts.vocab {
         vocab_kvs(&release, opts, &mut kv)?
@@ -214,6 +232,9 @@ struct Release<'a> {
     block_count: u32,
     /// The layers the weights must hold (`num_hidden_layers`).
     main_layers: u32,
+    /// Keys the reference writes while preparing tensors, right after `general.architecture`
+    /// (Apertus' `xielu.*`, [`Hook::XieluValues`]).
+    early_kv: Vec<(String, MetaValue)>,
 }
 
 impl<'a> Release<'a> {
@@ -264,6 +285,7 @@ impl<'a> Release<'a> {
             pooling,
             block_count,
             main_layers,
+            early_kv: Vec::new(),
         })
     }
 }
@@ -614,6 +636,9 @@ fn is_qwen3_reranker(dir: &Path, hp: &HParams) -> bool {
     }) || hp.hf_arch.to_lowercase().contains("sequenceclassification")
 }
 
+/// The largest head size whose llama3 rope factors are computed (real ones are 64 to 256).
+const MAX_ROPE_DIM: u32 = 1 << 20;
+
 /// Llama 3's rope scaling factors, computed with the reference's float32 tensor arithmetic
 /// (`conversion/llama.py` `generate_extra_tensors`): every operation on a tensor value is an
 /// f32 operation, Python scalars entering one are rounded to f32 first, and `scalar / tensor`
@@ -625,8 +650,18 @@ pub fn llama3_rope_factors(hp: &HParams) -> Result<Vec<f32>> {
     let base = get("rope_theta", 10000.0) as f32;
     let dim = match hp.u32(&["head_dim"])? {
         Some(d) => d,
-        None => hp.need_u32(&["hidden_size"])? / hp.need_u32(&["num_attention_heads"])?,
+        None => hp
+            .need_u32(&["hidden_size"])?
+            .checked_div(hp.need_u32(&["num_attention_heads"])?)
+            .ok_or_else(|| bad(&hp.path, "`num_attention_heads` 0"))?,
     };
+    // One factor per two dimensions is allocated: a hostile size is refused, not computed.
+    if dim > MAX_ROPE_DIM {
+        return Err(bad(
+            &hp.path,
+            format!("a head size of {dim} for the llama3 rope factors (at most {MAX_ROPE_DIM})"),
+        ));
+    }
     let factor = get("factor", 8.0);
     let low = get("low_freq_factor", 1.0);
     let high = get("high_freq_factor", 4.0);

@@ -856,6 +856,13 @@ pub enum Hook {
     /// [`Hook::QwenLinearAttention`]): the value heads of the gated delta-net tensors go from
     /// grouped by key head to tiled ([`crate::qwen_next::v_reorder`]).
     LinearAttentionVReorder,
+    /// Apertus' xIELU activation (`ApertusModel.modify_tensors`): each layer's one-element
+    /// `mlp.act_fn.{alpha_n,alpha_p,beta,eps}` tensors are not written; their values become the
+    /// F32 arrays `xielu.alpha_n`, … (one entry per layer, by block), written while the
+    /// reference prepares tensors, right after `general.architecture` ([`crate::xielu`]). The
+    /// caller reads the values the plan needs ([`crate::xielu::value_tensors`],
+    /// [`crate::PlanOptions::tensor_values`]).
+    XieluValues,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -1692,6 +1699,28 @@ const GPT2_TENSORS: &[NameGroup] = &[GPT2_NAMES];
 /// attention.
 const SEED_OSS_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, ATTN_POST_NORM, MLP];
 /// Arcee (`MODEL_TENSORS[ARCEE]`): Llama's names with an ungated MLP.
+/// Apertus' norms (`attention_layernorm`, `feedforward_layernorm`).
+const APERTUS_NORMS: NameGroup = &[
+    (
+        "model.layers.{bid}.attention_layernorm",
+        "blk.{bid}.attn_norm",
+    ),
+    (
+        "model.layers.{bid}.feedforward_layernorm",
+        "blk.{bid}.ffn_norm",
+    ),
+];
+
+/// Apertus: q/k norms, an ungated xIELU MLP (its parameters become keys, [`Hook::XieluValues`]).
+const APERTUS_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    APERTUS_NORMS,
+    ATTN,
+    QK_NORMS,
+    UP_DOWN_MLP,
+];
+
 const ARCEE_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, UP_DOWN_MLP];
 /// Exaone 4 (`MODEL_TENSORS[EXAONE4]`): OLMo 2's layout (norms after attention and the MLP
 /// only), per-head q/k norms.
@@ -2957,6 +2986,43 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: &[],
         hooks: &[],
+    },
+    ArchSpec {
+        arch: "apertus",
+        hf_archs: &["ApertusForCausalLM"],
+        tensors: APERTUS_TENSORS,
+        experts: None,
+        // ApertusModel is a LlamaModel with `undo_permute = False`.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "131072"),
+                ("max_position_embeddings", "65536"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "14336"),
+                ("num_hidden_layers", "32"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1e-05"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "1"),
+                ("eos_token_id", "2"),
+                ("pad_token_id", "3"),
+            ],
+            kv_heads: KvHeadsDefault::Heads,
+            head_dim: HeadDimDefault::Absent,
+            rope_theta: Some("12000000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[ExtraKv::VocabSize, ExtraKv::RopeDimensionCount],
+        vocab: VocabKind::Llama,
+        llama3_rope_freqs: true,
+        names: NO_RULES,
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::XieluValues],
     },
     ArchSpec {
         arch: "exaone4",

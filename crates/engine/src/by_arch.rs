@@ -353,7 +353,32 @@ fn arch_plan(
     let mut plan_opts = plan_options(outtype, opts, dir, sort_names, limits);
     plan_opts.pre_tokenizer = opts.pre_tokenizer.clone();
     plan_opts.vocab = true;
+    plan_opts.tensor_values = tensor_values(source, tensors, dir, limits)?;
     weightport_arch::plan(dir, tensors, &plan_opts)
+}
+
+/// Reads the one-element tensors whose values the plan writes as keys (Apertus' xIELU
+/// parameters, [`weightport_arch::xielu`]): a few bytes each, before the header is planned.
+fn tensor_values(
+    source: &dyn TensorSource,
+    tensors: &[SourceTensor],
+    dir: &Path,
+    limits: &Limits,
+) -> Result<std::collections::BTreeMap<usize, f32>> {
+    let mut values = std::collections::BTreeMap::new();
+    for i in weightport_arch::xielu::value_tensors(dir, tensors, limits)? {
+        let t = &tensors[i];
+        let mut buf = vec![0u8; t.dtype.elem_bytes().unwrap_or(0) as usize];
+        source.read_into(i, 0, &mut buf)?;
+        let v =
+            weightport_arch::xielu::value_of(t.dtype, &buf).ok_or_else(|| Error::Unsupported {
+                at: weightport_core::Location::file(source.file_of(i)).tensor(&t.name),
+                format: Some(weightport_core::Format::Gguf),
+                what: format!("a one-element {} tensor cannot be read as a value", t.dtype),
+            })?;
+        values.insert(i, v);
+    }
+    Ok(values)
 }
 
 /// The architecture plan's options for `dir` (tensors only: no vocabulary, no pre-tokenizer

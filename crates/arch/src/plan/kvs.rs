@@ -86,7 +86,7 @@ pub(super) fn plan_kvs(
         arch: spec.arch,
         kv: Vec::new(),
     };
-    general_kvs(&mut kvs, release.dir, opts, &planned.out, longrope)?;
+    general_kvs(&mut kvs, release, opts, &planned.out, longrope)?;
     let put = &mut |k: String, v: MetaValue| kvs.put(k, v);
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
@@ -108,17 +108,21 @@ pub(super) fn plan_kvs(
     Ok(kvs.kv)
 }
 
-/// `general.architecture`, Phi-3's attention factor, `general.type`, then the authorship keys
+/// `general.architecture`, the keys written while preparing tensors (Apertus' xIELU arrays,
+/// Phi-3's attention factor), `general.type`, then the authorship keys
 /// ([`crate::card`]: sampling, `general.name`, …, `general.size_label`, licence, base models,
 /// datasets, tags, languages).
 fn general_kvs(
     kvs: &mut Kvs,
-    dir: &Path,
+    release: &Release,
     opts: &PlanOptions,
     out: &[OutTensor],
     longrope: Option<&LongRope>,
 ) -> Result<()> {
     kvs.put("general.architecture", MetaValue::Str(kvs.arch.into()));
+    for (k, v) in &release.early_kv {
+        kvs.put(k.clone(), v.clone());
+    }
     if let Some(lr) = longrope {
         // Written while the reference prepares tensors, before every other key.
         kvs.arch("rope.scaling.attn_factor", MetaValue::F32(lr.attn_factor));
@@ -128,7 +132,9 @@ fn general_kvs(
         .iter()
         .map(|t| t.shape.iter().product::<u64>())
         .sum::<u64>();
-    let card = crate::card::Authorship::load(dir, &opts.card, total as i64, || size_label_of(out))?;
+    let card = crate::card::Authorship::load(release.dir, &opts.card, total as i64, || {
+        size_label_of(out)
+    })?;
     card.kvs(&mut |k, v| kvs.put(k, v))
 }
 

@@ -155,6 +155,10 @@ impl Planner<'_, '_> {
             self.dropped.push((t.name.clone(), why));
             return Ok(());
         }
+        if spec.hooks.contains(&Hook::XieluValues) && crate::xielu::is_param(&t.name) {
+            self.dropped.push((t.name.clone(), crate::xielu::DROPPED));
+            return Ok(());
+        }
         if spec.hooks.contains(&Hook::SkipMtpLayers) && self.is_mtp_layer(&t.name) {
             self.dropped
                 .push((t.name.clone(), "multi-token-prediction layer, skipped"));
@@ -175,6 +179,10 @@ impl Planner<'_, '_> {
         };
         if mxfp4.consumed(&hf) {
             return Ok(());
+        }
+        if spec.hooks.contains(&Hook::XieluValues) {
+            let Release { dir, hp, .. } = self.release;
+            crate::xielu::check_shape(&hf, t, hp, dir)?;
         }
         if qwen_next {
             let Release { dir, hp, .. } = self.release;

@@ -1,0 +1,264 @@
+//! Apertus' xIELU activation parameters ([`crate::table::Hook::XieluValues`],
+//! `ApertusModel.modify_tensors`): tensor values that become keys.
+//!
+//! Each layer holds four one-element tensors `model.layers.{bid}.mlp.act_fn.{alpha_n, alpha_p,
+//! beta, eps}`. The reference reads each with `.float().item()`, writes no tensor for it, and once
+//! it has one per layer writes the F32 array `xielu.<param>` (values by block). It does so while
+//! preparing tensors, so the four keys follow `general.architecture`, each at the moment its last
+//! tensor is read (the reference's tensor order). The plan never reads tensor data: the caller
+//! reads the values of the tensors [`value_tensors`] names (four bytes at most each, a few per
+//! layer) and hands them over in [`crate::PlanOptions::tensor_values`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use weightport_core::{DType, Error, Format, Location, MetaType, MetaValue, Result};
+
+use crate::config::{bad, HParams};
+use crate::origin::SourceTensor;
+use crate::table::Hook;
+
+/// The parameters, as the tensor names end and the keys are named.
+const PARAMS: [&str; 4] = ["alpha_n", "alpha_p", "beta", "eps"];
+
+/// What the plan records for a dropped xIELU tensor.
+pub(crate) const DROPPED: &str = "xIELU parameter, written as a xielu.* key";
+
+/// `(param, bid)` when `name` is `model.layers.{bid}.mlp.act_fn.{param}`.
+fn parse(name: &str) -> Option<(usize, u32)> {
+    let rest = name.strip_prefix("model.layers.")?;
+    let (bid, rest) = rest.split_once('.')?;
+    let param = rest.strip_prefix("mlp.act_fn.")?;
+    let p = PARAMS.iter().position(|q| *q == param)?;
+    let ok = !bid.is_empty() && bid.len() <= 9 && bid.bytes().all(|b| b.is_ascii_digit());
+    Some((p, if ok { bid.parse().ok()? } else { return None }))
+}
+
+/// Whether the reference drops `name` as an xIELU parameter (its suffix alone decides).
+pub(crate) fn is_param(name: &str) -> bool {
+    PARAMS
+        .iter()
+        .any(|p| name.ends_with(&format!(".act_fn.{p}")))
+}
+
+/// The indices of the tensors whose values the plan of the release in `config_dir` needs (none
+/// unless its architecture has [`Hook::XieluValues`]), in `tensors`' order. Refuses, naming it, a
+/// parameter tensor that is not one float element (the reference's `.item()` fails on it) or is
+/// not named `model.layers.{bid}.mlp.act_fn.*`. Reads config.json only.
+pub fn value_tensors(
+    config_dir: &Path,
+    tensors: &[SourceTensor],
+    limits: &weightport_core::Limits,
+) -> Result<Vec<usize>> {
+    let spec = crate::plan::check_supported_within(config_dir, limits)?;
+    if !spec.hooks.contains(&Hook::XieluValues) {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (i, t) in tensors.iter().enumerate() {
+        if !is_param(&t.name) {
+            continue;
+        }
+        let refuse = |what: String| Error::Unsupported {
+            at: Location::file(config_dir).tensor(&t.name),
+            format: Some(Format::Gguf),
+            what,
+        };
+        if parse(&t.name).is_none() {
+            return Err(refuse(
+                "an xIELU parameter outside `model.layers.{bid}.mlp.act_fn`".into(),
+            ));
+        }
+        if t.shape.iter().product::<u64>() != 1 {
+            return Err(refuse(format!(
+                "an xIELU parameter of shape {:?} (one value expected)",
+                t.shape
+            )));
+        }
+        if !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(refuse(format!(
+                "an xIELU parameter of type {} (F32, F16 or BF16 expected)",
+                t.dtype
+            )));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+/// The `xielu.*` keys of a release of `n_layers` layers whose tensors, in the reference's
+/// `order`, are `tensors` and whose parameter values are `values` (by tensor index): each key
+/// when its last tensor comes. Refuses a parameter missing for some layer, given twice, of a
+/// layer past `n_layers`, or whose value was not read.
+pub(crate) fn kvs(
+    dir: &Path,
+    tensors: &[SourceTensor],
+    order: &[usize],
+    values: &BTreeMap<usize, f32>,
+    n_layers: u32,
+) -> Result<Vec<(String, MetaValue)>> {
+    let mut seen: [BTreeMap<u32, f32>; 4] = Default::default();
+    let mut done: Vec<(usize, usize)> = Vec::new();
+    for (pos, &i) in order.iter().enumerate() {
+        let Some((p, bid)) = parse(&tensors[i].name) else {
+            continue;
+        };
+        let at = || Location::file(dir).tensor(&tensors[i].name);
+        if bid >= n_layers {
+            return Err(bad(
+                dir,
+                format!("`{}`: layer {bid} of {n_layers}", tensors[i].name),
+            ));
+        }
+        let v = *values.get(&i).ok_or_else(|| Error::Unsupported {
+            at: at(),
+            format: Some(Format::Gguf),
+            what: "the xIELU parameter's value was not read".into(),
+        })?;
+        if seen[p].insert(bid, v).is_some() {
+            return Err(bad(dir, format!("`{}` is given twice", tensors[i].name)));
+        }
+        if seen[p].len() == n_layers as usize {
+            done.push((pos, p));
+        }
+    }
+    for (p, got) in seen.iter().enumerate() {
+        if let Some(b) = (0..n_layers).find(|b| !got.contains_key(b)) {
+            return Err(bad(
+                dir,
+                format!(
+                    "tensor `model.layers.{b}.mlp.act_fn.{}` is missing",
+                    PARAMS[p]
+                ),
+            ));
+        }
+    }
+    done.sort();
+    Ok(done
+        .into_iter()
+        .map(|(_, p)| {
+            let items = seen[p].values().map(|&v| MetaValue::F32(v)).collect();
+            (
+                format!("xielu.{}", PARAMS[p]),
+                MetaValue::TypedArray {
+                    elem: MetaType::F32,
+                    items,
+                },
+            )
+        })
+        .collect())
+}
+
+/// The most a size of config.json may be (hidden size, heads, head size, MLP width): real
+/// releases are far below; the products of the shapes stay far from overflow.
+const MAX_SIZE: u64 = 1 << 20;
+
+/// Apertus' sizes from config.json, each capped at [`MAX_SIZE`].
+struct Dims {
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    ffn: u64,
+}
+
+impl Dims {
+    fn of(hp: &HParams) -> Result<Dims> {
+        let size = |k: &str| -> Result<u64> {
+            let v = u64::from(hp.need_u32(&[k])?);
+            if v == 0 || v > MAX_SIZE {
+                return Err(bad(
+                    &hp.path,
+                    format!("`{k}` {v} (1 to {MAX_SIZE} expected)"),
+                ));
+            }
+            Ok(v)
+        };
+        let hidden = size("hidden_size")?;
+        let heads = size("num_attention_heads")?;
+        let kv_heads = match hp.u32(&["num_key_value_heads"])? {
+            Some(_) => size("num_key_value_heads")?,
+            None => heads,
+        };
+        let head_dim = match hp.u32(&["head_dim"])? {
+            Some(_) => size("head_dim")?,
+            None => hidden / heads,
+        };
+        Ok(Dims {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn: size("intermediate_size")?,
+        })
+    }
+}
+
+/// Refuses an Apertus config.json whose sizes are absurd (zero or above [`MAX_SIZE`]), naming
+/// the key, before anything is computed from them.
+pub(crate) fn check_sizes(hp: &HParams) -> Result<()> {
+    Dims::of(hp).map(drop)
+}
+
+/// Refuses, naming it, a layer tensor of an Apertus release whose shape disagrees with
+/// config.json (the reference writes it as it is, and llama.cpp cannot load the file), or a
+/// config.json whose sizes are absurd.
+pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<()> {
+    let d = Dims::of(hp)?;
+    let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+    let part = hf
+        .strip_prefix("model.layers.")
+        .and_then(|r| r.split_once('.'))
+        .map_or(hf, |(_, p)| p);
+    let want: Vec<u64> = match part {
+        "self_attn.q_proj.weight" => vec![q, d.hidden],
+        "self_attn.k_proj.weight" | "self_attn.v_proj.weight" => vec![kv, d.hidden],
+        "self_attn.o_proj.weight" => vec![d.hidden, q],
+        "self_attn.q_norm.weight" | "self_attn.k_norm.weight" => vec![d.head_dim],
+        "attention_layernorm.weight" | "feedforward_layernorm.weight" | "model.norm.weight" => {
+            vec![d.hidden]
+        }
+        "mlp.up_proj.weight" => vec![d.ffn, d.hidden],
+        "mlp.down_proj.weight" => vec![d.hidden, d.ffn],
+        "model.embed_tokens.weight" | "lm_head.weight" => match t.shape.first() {
+            Some(&rows) => vec![rows, d.hidden],
+            None => vec![0, d.hidden],
+        },
+        _ => return Ok(()),
+    };
+    if t.shape != want {
+        return Err(Error::malformed(
+            Location::file(dir).tensor(&t.name),
+            Format::HfRelease,
+            format!("shape {:?}, config.json's sizes give {want:?}", t.shape),
+        ));
+    }
+    Ok(())
+}
+
+/// The value of a one-element tensor of `dtype` from its little-endian `bytes`, as torch's
+/// `.float().item()` gives it (`None`: not one F32/F16/BF16 element).
+pub fn value_of(dtype: DType, bytes: &[u8]) -> Option<f32> {
+    match (dtype, bytes.len()) {
+        (DType::F32, 4) => Some(f32::from_le_bytes(bytes.try_into().ok()?)),
+        (DType::F16, 2) => Some(half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()),
+        (DType::BF16, 2) => Some(half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f32()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(parse("model.layers.12.mlp.act_fn.eps"), Some((3, 12)));
+        assert_eq!(parse("model.layers.x.mlp.act_fn.eps"), None);
+        assert_eq!(parse("model.layers.1.mlp.act_fn.gamma"), None);
+        assert!(is_param("foo.act_fn.beta"));
+        assert_eq!(value_of(DType::BF16, &[0x80, 0x3f]), Some(1.0));
+        assert_eq!(value_of(DType::F16, &[0, 0x3c]), Some(1.0));
+        assert_eq!(value_of(DType::F32, &[0, 0]), None);
+    }
+}

@@ -1,0 +1,210 @@
+//! HF release → GGUF for Apertus (issue 30 item 4: `ApertusForCausalLM` → `apertus`), against the
+//! pinned `convert_hf_to_gguf.py`. The tiny release (fixtures/gen/gen_arch_apertus.py:
+//! transformers 5.24 `save_pretrained`, random weights, Apertus-8B's config shape scaled down,
+//! `llama3/`'s BPE files) is converted by `weightport convert DIR -o OUT.gguf --dtype T` and
+//! compared, as a whole file, with the sha256 of what the reference wrote
+//! (fixtures/expected/arch/xielu.json) for f32, f16, bf16 and q8_0: the xIELU parameters of every
+//! layer (one-element tensors) read and written as the `xielu.*` F32 arrays right after
+//! `general.architecture`, no tensor for them, q/k unpermuted, q/k norms, `rope_freqs` from the
+//! llama3 rope scaling.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common;
+use common::arch::{self, copy_release, edit_config, edit_json};
+
+fn pre(name: &str) -> Option<&'static str> {
+    match name {
+        "apertus" => Some("llama-bpe"),
+        other => panic!("no release {other}"),
+    }
+}
+
+const TABLE: arch::Table = arch::Table {
+    file: "xielu.json",
+    releases: &["apertus"],
+    pre,
+};
+
+#[test]
+fn apertus_outtypes_are_byte_identical_to_convert_hf_to_gguf() {
+    TABLE.outtypes_match_the_reference();
+}
+
+/// One-pass `--quant Q4_K_M` equals the reference's f16 file run through the pinned
+/// `llama-quantize` (recorded by the generator; no llama.cpp needed here).
+#[test]
+fn apertus_one_pass_quant_equals_convert_then_llama_quantize() {
+    TABLE.one_pass_quant_matches_llama_quantize();
+}
+
+/// llama.cpp runs our f16 file and continues the prompt as it continues the reference's.
+#[test]
+#[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
+fn apertus_llama_simple_continues_like_the_reference() {
+    TABLE.llama_simple_continues_like_the_reference();
+}
+
+/// Converts `dir`, which must fail naming each of `words`, writing nothing.
+fn refused(dir: &Path, out: &Path, words: &[&str]) {
+    let o = arch::convert_output(dir, out, Some("llama-bpe"), &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    for w in words {
+        assert!(err.contains(w), "`{w}` not in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists());
+}
+
+/// Rewrites tensor `name` of release `dir` (found through the index): `Some((dtype, shape,
+/// bytes))` replaces its entry and data, `None` drops it (from the shard and the index).
+fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u8])>) {
+    let index = dir.join("model.safetensors.index.json");
+    let mut shard = String::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        shard = map[name].as_str().unwrap().to_owned();
+        if new.is_none() {
+            map.remove(name);
+        }
+    });
+    let path = dir.join(&shard);
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut entries: Vec<(String, Value)> = header.into_iter().collect();
+    entries.sort_by_key(|(_, v)| v.get("data_offsets").map(|o| o[0].as_u64().unwrap()));
+    let (mut out_header, mut out_data) = (serde_json::Map::new(), Vec::new());
+    for (k, mut v) in entries {
+        let Some(o) = v.get("data_offsets").cloned() else {
+            out_header.insert(k, v);
+            continue;
+        };
+        let (a, b) = (
+            o[0].as_u64().unwrap() as usize,
+            o[1].as_u64().unwrap() as usize,
+        );
+        let start = out_data.len();
+        if k == name {
+            let Some((dtype, shape, payload)) = new else {
+                continue;
+            };
+            v["dtype"] = dtype.into();
+            v["shape"] = serde_json::json!(shape);
+            out_data.extend_from_slice(payload);
+        } else {
+            out_data.extend_from_slice(&data[a..b]);
+        }
+        v["data_offsets"] = serde_json::json!([start, out_data.len()]);
+        out_header.insert(k, v);
+    }
+    let mut h = serde_json::to_vec(&out_header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend(h);
+    file.extend(out_data);
+    std::fs::write(&path, file).unwrap();
+    let mut total = 0u64;
+    edit_json(&index, |m| {
+        let shards: std::collections::BTreeSet<String> = m["weight_map"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        for s in shards {
+            let bytes = std::fs::read(dir.join(s)).unwrap();
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            total += bytes.len() as u64 - 8 - n;
+        }
+        m["metadata"]["total_size"] = total.into();
+    });
+}
+
+/// An xIELU parameter that is not one float (two elements: the reference's `.item()` fails; an
+/// I32 one) is refused naming the tensor, before an output exists.
+#[test]
+fn apertus_xielu_parameter_of_the_wrong_shape_or_type_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("apertus", tmp.path(), "apertus");
+    let name = "model.layers.1.mlp.act_fn.alpha_p";
+    edit_tensor(&dir, name, Some(("BF16", &[2], &[0x80, 0x3f, 0x80, 0x3f])));
+    refused(&dir, &tmp.path().join("out.gguf"), &[name, "[2]"]);
+
+    let parent = tmp.path().join("b");
+    std::fs::create_dir(&parent).unwrap();
+    let dir = copy_release("apertus", &parent, "apertus");
+    let name = "model.layers.3.mlp.act_fn.eps";
+    edit_tensor(&dir, name, Some(("I32", &[], &[1, 0, 0, 0])));
+    refused(&dir, &tmp.path().join("out2.gguf"), &[name, "I32"]);
+}
+
+/// A layer without one of its xIELU parameters is refused naming the tensor (the reference
+/// writes no `xielu.beta` then, and llama.cpp cannot load its file).
+#[test]
+fn apertus_missing_xielu_parameter_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("apertus", tmp.path(), "apertus");
+    let name = "model.layers.2.mlp.act_fn.beta";
+    edit_tensor(&dir, name, None);
+    refused(&dir, &tmp.path().join("out.gguf"), &[name, "missing"]);
+}
+
+/// A projection whose shape disagrees with config.json is refused naming it (the reference
+/// writes it, and llama.cpp cannot load the file); absurd sizes in config.json (4·10⁹ layers,
+/// hidden size, heads; no heads) are refused naming the key, not multiplied out or allocated
+/// (a hidden size of 4·10⁹ would otherwise make 5·10⁸ llama3 rope factors).
+#[test]
+fn apertus_wrong_shapes_and_absurd_sizes_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("apertus", tmp.path(), "apertus");
+    let name = "model.layers.2.mlp.up_proj.weight";
+    edit_tensor(&dir, name, Some(("BF16", &[64, 64], &[0; 64 * 64 * 2])));
+    refused(
+        &dir,
+        &tmp.path().join("out.gguf"),
+        &[name, "[64, 64]", "[128, 64]"],
+    );
+    for (i, (key, value, words)) in [
+        (
+            "num_hidden_layers",
+            4_000_000_000u64,
+            &["4000000000 layers"][..],
+        ),
+        (
+            "hidden_size",
+            4_000_000_000,
+            &["`hidden_size` 4000000000"][..],
+        ),
+        (
+            "num_attention_heads",
+            4_000_000_000,
+            &["`num_attention_heads` 4000000000"][..],
+        ),
+        ("num_attention_heads", 0, &["`num_attention_heads` 0"][..]),
+        (
+            "intermediate_size",
+            4_000_000_000,
+            &["`intermediate_size`"][..],
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let parent = tmp.path().join(i.to_string());
+        std::fs::create_dir(&parent).unwrap();
+        let dir = copy_release("apertus", &parent, "apertus");
+        edit_config(&dir, |m| {
+            m.insert(key.into(), value.into());
+        });
+        let mut words = words.to_vec();
+        words.push("config.json");
+        refused(&dir, &parent.join("out.gguf"), &words);
+    }
+}
