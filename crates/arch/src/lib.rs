@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod card;
+mod chatglm;
 mod config;
 pub mod fp8;
 mod gpt2;
@@ -37,6 +38,7 @@ mod phi3;
 pub mod plan;
 mod pooling;
 mod qwen_next;
+mod shapes;
 pub mod split;
 mod ssm;
 mod table;

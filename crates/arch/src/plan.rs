@@ -181,8 +181,8 @@ fn plan_release(
         let mtp = crate::qwen_next::mtp_layers(&release.hp, tensors, config_dir)?;
         release.block_count = release.main_layers + mtp;
     }
-    if spec.hooks.contains(&Hook::XieluValues) {
-        crate::xielu::check_sizes(&release.hp)?;
+    if spec.hooks.contains(&Hook::CheckShapes) {
+        crate::shapes::check_sizes(&release.hp)?;
     }
     let (generated, longrope) = generated_tensors(spec, &release.hp)?;
     let fp8 = crate::fp8::Fp8::of(&release.hp, tensors, config_dir)?;

@@ -323,6 +323,10 @@ pub enum KvLayout {
     /// `ssm.dt_b_c_rms` (true for `model_type` `falcon_mamba`), file type
     /// ([`crate::ssm::mamba1_kvs`]).
     Mamba1,
+    /// `ChatGLMModel.set_gguf_parameters` (`conversion/chatglm.py`, for `GlmForCausalLM`):
+    /// context from `seq_length` else the embedding width, ε from `layernorm_epsilon` else 1e-5,
+    /// rope base 10000 × `rope_ratio`, `add_bos_token` false among them ([`crate::chatglm`]).
+    ChatGlm,
 }
 
 /// How the vocabulary is exported.
@@ -367,6 +371,9 @@ pub enum VocabKind {
     /// GPT-2 style BPE, then EOS, EOT, UNK and BOS from the added tokens `<|endoftext|>` and
     /// `<|user|>` where the special tokens set none (`Glm4Model.set_vocab`).
     Gpt2Glm4,
+    /// GPT-2 style BPE, then EOS, EOT and UNK from the added tokens `<|endoftext|>` and
+    /// `<|user|>` where the special tokens set none (`ChatGLMModel.set_vocab`, no BOS).
+    Gpt2ChatGlm,
     /// GPT-2 style BPE, then BOS, EOT, UNK and EOM from the added tokens `[gMASK]`,
     /// `<|user|>`, `<|endoftext|>` and `<|observation|>` where the special tokens set none
     /// (`TextModel._set_vocab_glm`: GLM-4.5).
@@ -863,6 +870,10 @@ pub enum Hook {
     /// caller reads the values the plan needs ([`crate::xielu::value_tensors`],
     /// [`crate::PlanOptions::tensor_values`]).
     XieluValues,
+    /// Every projection, norm and MLP tensor checked against config.json's sizes, and sizes past
+    /// 2^20 refused, before anything is computed from them ([`crate::shapes`]; the reference
+    /// writes whatever it finds).
+    CheckShapes,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -1738,6 +1749,15 @@ const HUNYUAN_DENSE_TENSORS: &[NameGroup] = &[
 ];
 
 /// GLM-4 (`MODEL_TENSORS[GLM4]`).
+/// GLM-4's fused MLP (`gate_up_proj` written fused as `ffn_up`), without Glm4's extra norms.
+const GLM_MLP: NameGroup = &[
+    ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+];
+
+/// GLM-4 in transformers' layout (`GlmForCausalLM`) as `MODEL_TENSORS[CHATGLM]` names it.
+const CHATGLM_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM_MLP];
+
 const GLM4_TENSORS: &[NameGroup] = &[EMBED_NORM, LM_HEAD, ATTN_NORM, ATTN, FFN_NORM, GLM4_BLOCK];
 
 /// Ernie 4.5 MoE: leading dense blocks, a router with its correction bias, shared experts and
@@ -3022,7 +3042,7 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         embd_rows_to_vocab: false,
         transposed: &[],
         splits: &[],
-        hooks: &[Hook::XieluValues],
+        hooks: &[Hook::XieluValues, Hook::CheckShapes],
     },
     ArchSpec {
         arch: "exaone4",
@@ -3301,6 +3321,42 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: &[],
         hooks: &[],
+    },
+    ArchSpec {
+        arch: "chatglm",
+        hf_archs: &["GlmForCausalLM"],
+        tensors: CHATGLM_TENSORS,
+        experts: None,
+        // ChatGLMModel is a TextModel: no permutation.
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "151552"),
+                ("max_position_embeddings", "131072"),
+                ("hidden_size", "4096"),
+                ("intermediate_size", "13696"),
+                ("num_hidden_layers", "40"),
+                ("num_attention_heads", "32"),
+                ("rms_norm_eps", "1.5625e-07"),
+                ("tie_word_embeddings", "false"),
+                ("pad_token_id", "151329"),
+                ("eos_token_id", "[151329, 151336, 151338]"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("10000.0"),
+            local_rope_theta: None,
+        },
+        extra_kv: &[],
+        vocab: VocabKind::Gpt2ChatGlm,
+        llama3_rope_freqs: false,
+        names: NO_RULES,
+        kv_layout: KvLayout::ChatGlm,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::CheckShapes],
     },
     ArchSpec {
         arch: "glm4",

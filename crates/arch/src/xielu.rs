@@ -14,7 +14,7 @@ use std::path::Path;
 
 use weightport_core::{DType, Error, Format, Location, MetaType, MetaValue, Result};
 
-use crate::config::{bad, HParams};
+use crate::config::bad;
 use crate::origin::SourceTensor;
 use crate::table::Hook;
 
@@ -147,93 +147,6 @@ pub(crate) fn kvs(
             )
         })
         .collect())
-}
-
-/// The most a size of config.json may be (hidden size, heads, head size, MLP width): real
-/// releases are far below; the products of the shapes stay far from overflow.
-const MAX_SIZE: u64 = 1 << 20;
-
-/// Apertus' sizes from config.json, each capped at [`MAX_SIZE`].
-struct Dims {
-    hidden: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
-    ffn: u64,
-}
-
-impl Dims {
-    fn of(hp: &HParams) -> Result<Dims> {
-        let size = |k: &str| -> Result<u64> {
-            let v = u64::from(hp.need_u32(&[k])?);
-            if v == 0 || v > MAX_SIZE {
-                return Err(bad(
-                    &hp.path,
-                    format!("`{k}` {v} (1 to {MAX_SIZE} expected)"),
-                ));
-            }
-            Ok(v)
-        };
-        let hidden = size("hidden_size")?;
-        let heads = size("num_attention_heads")?;
-        let kv_heads = match hp.u32(&["num_key_value_heads"])? {
-            Some(_) => size("num_key_value_heads")?,
-            None => heads,
-        };
-        let head_dim = match hp.u32(&["head_dim"])? {
-            Some(_) => size("head_dim")?,
-            None => hidden / heads,
-        };
-        Ok(Dims {
-            hidden,
-            heads,
-            kv_heads,
-            head_dim,
-            ffn: size("intermediate_size")?,
-        })
-    }
-}
-
-/// Refuses an Apertus config.json whose sizes are absurd (zero or above [`MAX_SIZE`]), naming
-/// the key, before anything is computed from them.
-pub(crate) fn check_sizes(hp: &HParams) -> Result<()> {
-    Dims::of(hp).map(drop)
-}
-
-/// Refuses, naming it, a layer tensor of an Apertus release whose shape disagrees with
-/// config.json (the reference writes it as it is, and llama.cpp cannot load the file), or a
-/// config.json whose sizes are absurd.
-pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) -> Result<()> {
-    let d = Dims::of(hp)?;
-    let (q, kv) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-    let part = hf
-        .strip_prefix("model.layers.")
-        .and_then(|r| r.split_once('.'))
-        .map_or(hf, |(_, p)| p);
-    let want: Vec<u64> = match part {
-        "self_attn.q_proj.weight" => vec![q, d.hidden],
-        "self_attn.k_proj.weight" | "self_attn.v_proj.weight" => vec![kv, d.hidden],
-        "self_attn.o_proj.weight" => vec![d.hidden, q],
-        "self_attn.q_norm.weight" | "self_attn.k_norm.weight" => vec![d.head_dim],
-        "attention_layernorm.weight" | "feedforward_layernorm.weight" | "model.norm.weight" => {
-            vec![d.hidden]
-        }
-        "mlp.up_proj.weight" => vec![d.ffn, d.hidden],
-        "mlp.down_proj.weight" => vec![d.hidden, d.ffn],
-        "model.embed_tokens.weight" | "lm_head.weight" => match t.shape.first() {
-            Some(&rows) => vec![rows, d.hidden],
-            None => vec![0, d.hidden],
-        },
-        _ => return Ok(()),
-    };
-    if t.shape != want {
-        return Err(Error::malformed(
-            Location::file(dir).tensor(&t.name),
-            Format::HfRelease,
-            format!("shape {:?}, config.json's sizes give {want:?}", t.shape),
-        ));
-    }
-    Ok(())
 }
 
 /// The value of a one-element tensor of `dtype` from its little-endian `bytes`, as torch's

@@ -91,6 +91,7 @@ pub(super) fn plan_kvs(
     match spec.kv_layout {
         KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
+        KvLayout::ChatGlm => crate::chatglm::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Jamba => crate::ssm::jamba_kvs(hp, *block_count, file_type, put)?,
         KvLayout::Mamba1 => crate::ssm::mamba1_kvs(hp, *block_count, file_type, put)?,
         KvLayout::Mamba2 | KvLayout::FalconH1 => {

@@ -180,9 +180,9 @@ impl Planner<'_, '_> {
         if mxfp4.consumed(&hf) {
             return Ok(());
         }
-        if spec.hooks.contains(&Hook::XieluValues) {
+        if spec.hooks.contains(&Hook::CheckShapes) {
             let Release { dir, hp, .. } = self.release;
-            crate::xielu::check_shape(&hf, t, hp, dir)?;
+            crate::shapes::check_shape(&hf, t, hp, dir)?;
         }
         if qwen_next {
             let Release { dir, hp, .. } = self.release;

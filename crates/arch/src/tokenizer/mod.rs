@@ -220,6 +220,9 @@ pub fn export(
     if kind == VocabKind::Gpt2Glm {
         glm_token_ids(dir, GLM_SPECIALS, &mut v.kv)?;
     }
+    if kind == VocabKind::Gpt2ChatGlm {
+        glm_token_ids(dir, CHATGLM_SPECIALS, &mut v.kv)?;
+    }
     Ok(v)
 }
 
@@ -229,6 +232,13 @@ const GLM4_SPECIALS: &[(&str, &str)] = &[
     ("eot", "<|user|>"),
     ("unk", "<|endoftext|>"),
     ("bos", "<|endoftext|>"),
+];
+
+/// `ChatGLMModel.set_vocab`'s (`GlmForCausalLM`).
+const CHATGLM_SPECIALS: &[(&str, &str)] = &[
+    ("eos", "<|endoftext|>"),
+    ("eot", "<|user|>"),
+    ("unk", "<|endoftext|>"),
 ];
 
 /// `TextModel._set_vocab_glm`'s (GLM-4.5).
@@ -433,6 +443,7 @@ fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
         VocabKind::Gpt2AddBosEosSep
             | VocabKind::Gpt2HunYuan
             | VocabKind::Gpt2Glm4
+            | VocabKind::Gpt2ChatGlm
             | VocabKind::Gpt2Glm
             | VocabKind::Gpt2ElseSpmPadTo8
     ) {
