@@ -208,3 +208,33 @@ fn apertus_wrong_shapes_and_absurd_sizes_are_refused() {
         refused(&dir, &parent.join("out.gguf"), &words);
     }
 }
+
+/// A LoRA adapter on an Apertus or GLM (`chatglm`) base is refused from the base's config.json
+/// (not compared with `convert_lora_to_gguf.py` yet), nothing written.
+#[test]
+fn lora_adapters_on_apertus_and_glm_bases_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let adapter = common::fixtures().join("good/lora/llama_qv");
+    for base in ["apertus", "glm"] {
+        let out = tmp.path().join(format!("{base}.gguf"));
+        let base_dir = arch::release(base);
+        let o = common::wp(&[
+            "convert",
+            adapter.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--base",
+            base_dir.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{err}");
+        let arch_name = if base == "glm" { "chatglm" } else { "apertus" };
+        assert!(
+            err.contains(&format!(
+                "LoRA adapters of {arch_name} are not supported yet"
+            )),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+}

@@ -41,7 +41,13 @@ fn plan_adapter_within(
     opts: &PlanOptions,
 ) -> Result<ArchPlan> {
     let spec = check_supported(base_dir)?;
-    if spec.hooks.contains(&Hook::QwenLinearAttention) {
+    // Not checked against convert_lora_to_gguf.py yet: refused rather than guessed.
+    let untested = [
+        Hook::QwenLinearAttention,
+        Hook::XieluValues,
+        Hook::CheckShapes,
+    ];
+    if spec.hooks.iter().any(|h| untested.contains(h)) {
         return Err(Error::Unsupported {
             at: Location::file(base_dir.join("config.json")),
             format: Some(Format::Gguf),
