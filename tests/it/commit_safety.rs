@@ -496,45 +496,76 @@ fn sh(script: &str) -> Output {
     Command::new("sh").args(["-c", script]).output().unwrap()
 }
 
+/// `input` grown to ~100 MB in `dir`: 16 copies of its tensors under other names.
+fn grown(input: &Path, dir: &Path) -> PathBuf {
+    let src = weightport_safetensors::SafetensorsFile::open(input).unwrap();
+    use weightport_core::TensorSource;
+    let mut tensors = Vec::new();
+    for k in 0..16 {
+        for (i, t) in src.tensors().iter().enumerate() {
+            let mut t = t.clone();
+            t.name = format!("{k}.{}", t.name);
+            tensors.push((t, src.bytes(i).unwrap()));
+        }
+    }
+    let big = dir.join("big.safetensors");
+    weightport_safetensors::write_file(&big, &tensors, None).unwrap();
+    big
+}
+
+/// The reshard the truncation test interrupts: one thread, 20 MB shards.
+fn reshard(big: &Path, out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weightport"));
+    c.args([
+        "--threads",
+        "1",
+        "convert",
+        s(big),
+        "-o",
+        s(out),
+        "--shard-size",
+        "20MB",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    c
+}
+
+/// Milliseconds a whole [`reshard`] of a [`grown`] input takes here.
+fn whole_reshard_ms(tmp: &Path) -> u64 {
+    let dir = tmp.join("whole");
+    std::fs::create_dir(&dir).unwrap();
+    let big = grown(&big_input(&dir), &dir);
+    let t0 = std::time::Instant::now();
+    let o = reshard(&big, &dir.join("out")).output().unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    t0.elapsed().as_millis() as u64
+}
+
 /// Item 8: an input truncated while it is read (SIGBUS under the map) gives a clear error and
 /// leaves no temp file; a file-size limit (SIGXFSZ) is an ordinary write error.
 #[test]
 fn input_truncated_mid_read_and_file_size_limits_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let mut saw_bus = false;
-    for (round, delay) in [30u64, 80, 150, 300, 600].into_iter().enumerate() {
+    // Truncations at fixed delays, then at fractions of a whole run's time on this machine (a
+    // faster build, or an idle machine, can finish before every fixed delay).
+    let whole = whole_reshard_ms(tmp.path());
+    let fractions = (1..8).map(|k| whole * k / 8);
+    for (round, delay) in [30u64, 80, 150, 300, 600]
+        .into_iter()
+        .chain(fractions)
+        .enumerate()
+    {
+        if saw_bus {
+            break;
+        }
         let dir = tmp.path().join(format!("r{round}"));
         std::fs::create_dir(&dir).unwrap();
         let input = big_input(&dir);
-        // Grow it: 16 copies of the same tensors under other names = ~100 MB.
-        let src = weightport_safetensors::SafetensorsFile::open(&input).unwrap();
-        use weightport_core::TensorSource;
-        let mut tensors = Vec::new();
-        for k in 0..16 {
-            for (i, t) in src.tensors().iter().enumerate() {
-                let mut t = t.clone();
-                t.name = format!("{k}.{}", t.name);
-                tensors.push((t, src.bytes(i).unwrap()));
-            }
-        }
-        let big = dir.join("big.safetensors");
-        weightport_safetensors::write_file(&big, &tensors, None).unwrap();
+        let big = grown(&input, &dir);
         let out = dir.join("out");
-        let child = Command::new(env!("CARGO_BIN_EXE_weightport"))
-            .args([
-                "--threads",
-                "1",
-                "convert",
-                s(&big),
-                "-o",
-                s(&out),
-                "--shard-size",
-                "20MB",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = reshard(&big, &out).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(delay));
         std::fs::OpenOptions::new()
             .write(true)
