@@ -52,6 +52,6 @@ pub use origin::{BlockMap, BlockPart, Origin, SourceTensor, View};
 pub use permute::{permute_rows, QkPermute};
 pub use plan::{
     check_supported, check_supported_within, llama3_rope_factors, plan, plan_adapter, plan_mmproj,
-    size_label, ArchPlan, OutTensor, OutType, PlanOptions, RowScale, ValueOp,
+    size_label, value_tensors, ArchPlan, OutTensor, OutType, PlanOptions, RowScale, ValueOp,
 };
 pub use tokenizer::{export as export_tokenizer, TokenType, VocabExport};

@@ -60,7 +60,7 @@ pub struct PlanOptions {
     /// Caps on what the plan reads: [`weightport_core::Limits::max_side_file`] bounds every side file
     /// (config.json, tokenizer files, chat template, model card).
     pub limits: weightport_core::Limits,
-    /// The values of the one-element tensors [`crate::xielu::value_tensors`] names, by index in
+    /// The values of the one-element tensors [`crate::plan::value_tensors`] names, by index in
     /// the plan's tensor slice, read by the caller ([`crate::xielu::value_of`]): the plan itself
     /// never reads tensor data. Empty for every architecture but Apertus.
     pub tensor_values: std::collections::BTreeMap<usize, f32>,
@@ -158,6 +158,19 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
 /// then the tokenizer files (when [`PlanOptions::vocab`]). Never reads tensor data.
 pub fn plan(config_dir: &Path, tensors: &[SourceTensor], opts: &PlanOptions) -> Result<ArchPlan> {
     crate::config::with_limits(&opts.limits, || plan_release(config_dir, tensors, opts))
+}
+
+/// The indices of the tensors whose values the plan of the release in `config_dir` needs before
+/// it is made (the xIELU parameters of an Apertus release; none for other architectures), in
+/// `tensors`' order; refused naming the tensor where one is not a single float. Reads
+/// config.json only.
+pub fn value_tensors(
+    config_dir: &Path,
+    tensors: &[SourceTensor],
+    limits: &weightport_core::Limits,
+) -> Result<Vec<usize>> {
+    let spec = check_supported_within(config_dir, limits)?;
+    crate::xielu::value_tensors_of(spec, config_dir, tensors)
 }
 
 /// [`check_supported`] reading the side files within `limits`.

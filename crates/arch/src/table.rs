@@ -867,7 +867,7 @@ pub enum Hook {
     /// `mlp.act_fn.{alpha_n,alpha_p,beta,eps}` tensors are not written; their values become the
     /// F32 arrays `xielu.alpha_n`, … (one entry per layer, by block), written while the
     /// reference prepares tensors, right after `general.architecture` ([`crate::xielu`]). The
-    /// caller reads the values the plan needs ([`crate::xielu::value_tensors`],
+    /// caller reads the values the plan needs ([`crate::plan::value_tensors`],
     /// [`crate::PlanOptions::tensor_values`]).
     XieluValues,
     /// Every projection, norm and MLP tensor checked against config.json's sizes, and sizes past

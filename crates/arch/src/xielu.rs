@@ -16,7 +16,7 @@ use weightport_core::{DType, Error, Format, Location, MetaType, MetaValue, Resul
 
 use crate::config::bad;
 use crate::origin::SourceTensor;
-use crate::table::Hook;
+use crate::table::{ArchSpec, Hook};
 
 /// The parameters, as the tensor names end and the keys are named.
 const PARAMS: [&str; 4] = ["alpha_n", "alpha_p", "beta", "eps"];
@@ -41,16 +41,16 @@ pub(crate) fn is_param(name: &str) -> bool {
         .any(|p| name.ends_with(&format!(".act_fn.{p}")))
 }
 
-/// The indices of the tensors whose values the plan of the release in `config_dir` needs (none
-/// unless its architecture has [`Hook::XieluValues`]), in `tensors`' order. Refuses, naming it, a
-/// parameter tensor that is not one float element (the reference's `.item()` fails on it) or is
-/// not named `model.layers.{bid}.mlp.act_fn.*`. Reads config.json only.
-pub fn value_tensors(
+/// The indices of the tensors whose values the plan of a release of architecture `spec` (its
+/// config.json in `config_dir`) needs (none unless `spec` has [`Hook::XieluValues`]), in
+/// `tensors`' order. Refuses, naming it, a parameter tensor that is not one float element (the
+/// reference's `.item()` fails on it) or is not named `model.layers.{bid}.mlp.act_fn.*`.
+/// Callers go through [`crate::plan::value_tensors`], which resolves `spec`.
+pub(crate) fn value_tensors_of(
+    spec: &ArchSpec,
     config_dir: &Path,
     tensors: &[SourceTensor],
-    limits: &weightport_core::Limits,
 ) -> Result<Vec<usize>> {
-    let spec = crate::plan::check_supported_within(config_dir, limits)?;
     if !spec.hooks.contains(&Hook::XieluValues) {
         return Ok(Vec::new());
     }

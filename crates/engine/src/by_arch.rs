@@ -366,7 +366,7 @@ fn tensor_values(
     limits: &Limits,
 ) -> Result<std::collections::BTreeMap<usize, f32>> {
     let mut values = std::collections::BTreeMap::new();
-    for i in weightport_arch::xielu::value_tensors(dir, tensors, limits)? {
+    for i in weightport_arch::value_tensors(dir, tensors, limits)? {
         let t = &tensors[i];
         let mut buf = vec![0u8; t.dtype.elem_bytes().unwrap_or(0) as usize];
         source.read_into(i, 0, &mut buf)?;
