@@ -1,5 +1,5 @@
-//! Phi-3's named hook (`conversion/phi.py` `Phi3MiniModel`): its own hyper-parameter list and
-//! the longrope factors.
+//! Phi-3's named hook (`conversion/phi.py` `Phi3MiniModel`, and `PhiMoeModel` built on it): its
+//! own hyper-parameter list and the longrope factors.
 //!
 //! * Keys ([`kvs`], [`crate::table::KvLayout::Phi3`]): context length, `rope.scaling.
 //!   original_context_length`, embedding, feed-forward, blocks, heads, KV heads, RMS epsilon,
@@ -125,12 +125,13 @@ pub(crate) fn longrope(hp: &HParams) -> Result<Option<LongRope>> {
 
 /// Phi-3's keys from `{arch}.context_length` to `{arch}.attention.sliding_window`.
 pub(crate) fn kvs(
+    arch: &str,
     hp: &HParams,
     block_count: u32,
     file_type: u32,
     put: &mut impl FnMut(String, MetaValue),
 ) -> Result<()> {
-    let a = |k: &str| format!("phi3.{k}");
+    let a = |k: &str| format!("{arch}.{k}");
     let u = |v: u32| MetaValue::U32(v);
     put(
         a("context_length"),
@@ -178,5 +179,29 @@ pub(crate) fn kvs(
     put("general.file_type".into(), u(file_type));
     let window = hp.u32(&["sliding_window"])?.unwrap_or(0);
     put(a("attention.sliding_window"), u(window));
+    Ok(())
+}
+
+/// Phi-3.5-MoE's two keys after Phi-3's (`PhiMoeModel.set_gguf_parameters`): the experts used
+/// per token, then the expert count, both required (the reference's `find_hparam` raises).
+pub(crate) fn expert_kvs(
+    arch: &str,
+    hp: &HParams,
+    put: &mut impl FnMut(String, MetaValue),
+) -> Result<()> {
+    let used = hp
+        .u32(&["num_experts_per_tok", "num_experts_per_token"])?
+        .ok_or_else(|| bad(&hp.path, "config.json lacks `num_experts_per_tok`"))?;
+    let count = hp
+        .u32(&["num_local_experts", "num_experts"])?
+        .ok_or_else(|| bad(&hp.path, "config.json lacks `num_local_experts`"))?;
+    if used == 0 || used > count {
+        return Err(bad(
+            &hp.path,
+            format!("{used} experts used per token of {count}"),
+        ));
+    }
+    put(format!("{arch}.expert_used_count"), MetaValue::U32(used));
+    put(format!("{arch}.expert_count"), MetaValue::U32(count));
     Ok(())
 }

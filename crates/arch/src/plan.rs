@@ -510,8 +510,9 @@ impl Experts {
                     at: Location::file(dir).tensor(&tensors[j].name),
                     format: Some(Format::Gguf),
                     what: format!(
-                        "experts of different shapes or types cannot be stacked (`{}` is {} {:?})",
-                        first.name, first.dtype, first.shape
+                        "experts of different shapes or types cannot be stacked (this one is \
+                         {} {:?}, `{}` is {} {:?})",
+                        tensors[j].dtype, tensors[j].shape, first.name, first.dtype, first.shape
                     ),
                 });
             }
@@ -521,19 +522,35 @@ impl Experts {
     }
 
     /// Refuses a release in which some block's experts are incomplete (the reference fails with
-    /// "Unprocessed experts").
+    /// "Unprocessed experts"), naming the first missing tensor.
     fn finish(&self, dir: &Path) -> Result<()> {
         for (bid, block) in &self.pending {
-            if !block.is_empty() {
-                return Err(bad(
-                    dir,
-                    format!(
-                        "block {bid} holds {} of its {} expert tensors",
-                        block.len(),
-                        self.n as usize * self.spec.members.len()
-                    ),
-                ));
+            if block.is_empty() {
+                continue;
             }
+            let missing = (0..self.n)
+                .flat_map(|x| (0..self.spec.members.len()).map(move |m| (m, x)))
+                .find(|key| !block.contains_key(key))
+                .map(|(m, x)| {
+                    self.spec
+                        .pattern
+                        .replace("{bid}", &bid.to_string())
+                        .replace("{xid}", &x.to_string())
+                        .replace("{w}", self.spec.members[m].0)
+                });
+            let what = format!(
+                "block {bid} holds {} of its {} expert tensors",
+                block.len(),
+                self.n as usize * self.spec.members.len()
+            );
+            return Err(match missing {
+                Some(name) => Error::malformed(
+                    Location::file(dir).tensor(&name),
+                    Format::HfRelease,
+                    format!("{what}: this one is missing"),
+                ),
+                None => bad(dir, what),
+            });
         }
         Ok(())
     }

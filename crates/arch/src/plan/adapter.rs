@@ -47,7 +47,8 @@ fn plan_adapter_within(
         Hook::XieluValues,
         Hook::CheckShapes,
     ];
-    if spec.hooks.iter().any(|h| untested.contains(h)) {
+    let untested_archs = ["phimoe"];
+    if spec.hooks.iter().any(|h| untested.contains(h)) || untested_archs.contains(&spec.arch) {
         return Err(Error::Unsupported {
             at: Location::file(base_dir.join("config.json")),
             format: Some(Format::Gguf),

@@ -89,7 +89,12 @@ pub(super) fn plan_kvs(
     general_kvs(&mut kvs, release, opts, &planned.out, longrope)?;
     let put = &mut |k: String, v: MetaValue| kvs.put(k, v);
     match spec.kv_layout {
-        KvLayout::Phi3 => crate::phi3::kvs(hp, *block_count, file_type, put)?,
+        KvLayout::Phi3 => {
+            crate::phi3::kvs(spec.arch, hp, *block_count, file_type, put)?;
+            if spec.is_moe() {
+                crate::phi3::expert_kvs(spec.arch, hp, put)?;
+            }
+        }
         KvLayout::Gpt2 => crate::gpt2::kvs(hp, *block_count, file_type, put)?,
         KvLayout::ChatGlm => crate::chatglm::kvs(hp, *block_count, file_type, put)?,
         KvLayout::Jamba => crate::ssm::jamba_kvs(hp, *block_count, file_type, put)?,
