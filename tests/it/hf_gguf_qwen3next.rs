@@ -9,7 +9,10 @@
 //! q8_0: `in_proj_qkvz` regrouped into `attn_qkv` + `attn_gate`, `-exp(A_log)`, `1 + w` of every
 //! norm but the delta-net's, the conv1d squeezed, the MTP block as `blk.4`, the keys; for Qwen3.5
 //! (`qwen35`, `qwen35_moe`: 2 key heads, 4 value heads) the value heads of every delta-net tensor
-//! reordered from grouped to tiled, and the default M-RoPE sections.
+//! reordered from grouped to tiled, and the default M-RoPE sections; for the vision-language
+//! releases (`qwen35_vl`, `qwen35_moe_vl`: Qwen3_5(Moe)ForConditionalGeneration, decoder under
+//! `model.language_model.`, a vision tower, interleaved M-RoPE sections given) the text model
+//! alone, the tower dropped as the reference's text converter drops it.
 
 use std::path::Path;
 
@@ -21,14 +24,20 @@ use common::arch::{self, copy_release, edit_config, edit_json, expected};
 /// The pre-tokenizer name gen_arch_qwen3next.py gave the reference for the made-up vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
     match name {
-        "qwen3next" | "qwen35" | "qwen35_moe" => Some("qwen2"),
+        "qwen3next" | "qwen35" | "qwen35_moe" | "qwen35_vl" | "qwen35_moe_vl" => Some("qwen2"),
         other => panic!("no release {other}"),
     }
 }
 
 const TABLE: arch::Table = arch::Table {
     file: "qwen_linear.json",
-    releases: &["qwen35", "qwen35_moe", "qwen3next"],
+    releases: &[
+        "qwen35",
+        "qwen35_moe",
+        "qwen35_moe_vl",
+        "qwen35_vl",
+        "qwen3next",
+    ],
     pre,
 };
 

@@ -2149,10 +2149,11 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         hooks: &[Hook::QwenLinearAttention],
     },
     // Qwen3.5 dense and MoE text (`Qwen3_5TextModel`, `Qwen3_5MoeTextModel`: Qwen3-Next's
-    // converter with the V-head reorder and default M-RoPE sections).
+    // converter with the V-head reorder and default M-RoPE sections), also the text of the
+    // vision-language releases (vision tower dropped, `language_model.` removed).
     ArchSpec {
         arch: "qwen35",
-        hf_archs: &["Qwen3_5ForCausalLM"],
+        hf_archs: &["Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"],
         tensors: QWEN35_TENSORS,
         experts: None,
         permute_qk: false,
@@ -2182,6 +2183,7 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         llama3_rope_freqs: false,
         names: NameRules {
             suffix_renames: &[("dt_bias", "dt_proj.bias")],
+            text_of_multimodal: true,
             ..NO_RULES
         },
         kv_layout: KvLayout::Common,
@@ -2193,7 +2195,10 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
     },
     ArchSpec {
         arch: "qwen35moe",
-        hf_archs: &["Qwen3_5MoeForCausalLM"],
+        hf_archs: &[
+            "Qwen3_5MoeForCausalLM",
+            "Qwen3_5MoeForConditionalGeneration",
+        ],
         tensors: QWEN35MOE_TENSORS,
         experts: Some(&QWEN2MOE_EXPERTS),
         permute_qk: false,
@@ -2226,6 +2231,7 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         llama3_rope_freqs: false,
         names: NameRules {
             suffix_renames: &[("dt_bias", "dt_proj.bias")],
+            text_of_multimodal: true,
             ..NO_RULES
         },
         kv_layout: KvLayout::Common,
