@@ -19,6 +19,7 @@ mod hf_gguf_dense2;
 mod hf_gguf_dense3;
 mod hf_gguf_enc;
 mod hf_gguf_fp8;
+mod hf_gguf_gemma3n;
 mod hf_gguf_glm;
 mod hf_gguf_moe2;
 mod hf_gguf_phimoe;

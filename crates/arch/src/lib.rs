@@ -27,6 +27,7 @@ pub mod card;
 mod chatglm;
 mod config;
 pub mod fp8;
+pub mod gemma3n;
 mod gpt2;
 pub mod lora;
 pub mod mix;

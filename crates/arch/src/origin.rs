@@ -83,6 +83,17 @@ pub enum Origin {
         /// The rows kept, `start..end` of the source's first dimension.
         rows: std::ops::Range<u64>,
     },
+    /// One HF tensor followed by zero rows (outermost axis) up to the planned shape's rows: the
+    /// output's bytes are the source's, cast as the output is, then zeros (Gemma 3n's
+    /// embeddings padded to `vocab_size`, `torch.cat([data, zeros])`).
+    PadRows {
+        /// Its HF name.
+        name: String,
+        /// Its index in the slice given to [`plan`](fn@crate::plan).
+        index: usize,
+        /// The source's rows (fewer than the output's).
+        source_rows: u64,
+    },
 }
 
 /// One part of an [`Origin::Blocks`]: a byte view of an HF tensor and the bytes of it each

@@ -215,6 +215,13 @@ pub enum ExtraKv {
     /// `{arch}.rope.dimension_sections` = `[11, 11, 10, 0]` when the rope parameters have no
     /// `mrope_section` (`_Qwen35MRopeMixin`).
     DefaultMropeSections,
+    /// `{arch}.activation_sparsity_scale` f32 array: per layer, torch's float32
+    /// `Normal(0, 1).icdf(p)` of `activation_sparsity_pattern` (required; Gemma 3n,
+    /// [`crate::gemma3n::sparsity_scale`]).
+    ActivationSparsityScale,
+    /// `{arch}.attention.sliding_window_pattern`, one bool per `layer_types` entry:
+    /// `sliding_attention` (required; Gemma 3n, whatever the window).
+    SlidingWindowPatternOfLayerTypes,
 }
 
 /// How HF tensor names are rewritten or dropped before the name map (data of BERT-style
@@ -874,6 +881,12 @@ pub enum Hook {
     /// 2^20 refused, before anything is computed from them ([`crate::shapes`]; the reference
     /// writes whatever it finds).
     CheckShapes,
+    /// Gemma 3n (`Gemma3NModel`, [`crate::gemma3n`]): the three `altup_projections.N` and the
+    /// three `altup_unembed_projections.N` stacked into one tensor each (written when the third
+    /// is read), `embed_tokens` and `embed_tokens_per_layer` padded with zero rows up to
+    /// `vocab_size` (an [`crate::Origin::PadRows`]), `altup_num_inputs` other than 4 refused
+    /// (the reference asserts it).
+    Gemma3n,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -892,6 +905,8 @@ pub(crate) const FORCE_F32: &[&str] = &[
     "token_types",
     "shortconv.conv",
     "ssm_conv1d",
+    "altup_correct_coef",
+    "altup_predict_coef",
 ];
 
 /// One group of HF base name (no `.weight`/`.bias`) → GGUF base name rows; `{bid}` is the
@@ -1654,6 +1669,67 @@ const GEMMA3_TENSORS: &[NameGroup] = &[
     PRE_FFN_NORM,
     MLP,
 ];
+/// Gemma 3n's own tensors (`MODEL_TENSORS[GEMMA3N]`): per-layer inputs, altup and laurel; the
+/// `_scale` tensor is renamed `_scale.weight` first (`Gemma3NModel.filter_tensors`). The two
+/// altup stacks are named by [`crate::gemma3n`].
+const GEMMA3N_OWN: NameGroup = &[
+    ("model.embed_tokens_per_layer", "per_layer_token_embd"),
+    ("model.per_layer_model_projection", "per_layer_model_proj"),
+    ("model.per_layer_projection_norm", "per_layer_proj_norm"),
+    (
+        "model.layers.{bid}.per_layer_input_gate",
+        "blk.{bid}.inp_gate",
+    ),
+    ("model.layers.{bid}.per_layer_projection", "blk.{bid}.proj"),
+    (
+        "model.layers.{bid}.post_per_layer_input_norm",
+        "blk.{bid}.post_norm",
+    ),
+    (
+        "model.layers.{bid}.altup.correct_output_scale",
+        "blk.{bid}.altup_correct_scale",
+    ),
+    (
+        "model.layers.{bid}.altup.correction_coefs",
+        "blk.{bid}.altup_correct_coef",
+    ),
+    (
+        "model.layers.{bid}.altup.prediction_coefs",
+        "blk.{bid}.altup_predict_coef",
+    ),
+    (
+        "model.layers.{bid}.altup.modality_router",
+        "blk.{bid}.altup_router",
+    ),
+    (
+        "model.layers.{bid}.altup.router_norm",
+        "blk.{bid}.altup_router_norm",
+    ),
+    (
+        "model.layers.{bid}.laurel.linear_left",
+        "blk.{bid}.laurel_l",
+    ),
+    (
+        "model.layers.{bid}.laurel.linear_right",
+        "blk.{bid}.laurel_r",
+    ),
+    (
+        "model.layers.{bid}.laurel.post_laurel_norm",
+        "blk.{bid}.laurel_post_norm",
+    ),
+];
+/// Gemma 3n (text): Gemma 3's names and its own.
+const GEMMA3N_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    POST_NORMS,
+    PRE_FFN_NORM,
+    MLP,
+    GEMMA3N_OWN,
+];
 /// DeepSeek-V2: MLA, dense MLP names for the leading dense blocks, a router, shared experts and
 /// [`DEEPSEEK2_EXPERTS`].
 const DEEPSEEK2_TENSORS: &[NameGroup] = &[
@@ -2405,6 +2481,71 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: &[],
         hooks: &[],
+    },
+    ArchSpec {
+        arch: "gemma3n",
+        hf_archs: &["Gemma3nForCausalLM", "Gemma3nForConditionalGeneration"],
+        tensors: GEMMA3N_TENSORS,
+        experts: None,
+        permute_qk: false,
+        // Gemma3nTextConfig's defaults (a ForConditionalGeneration config's `text_config` is
+        // merged over its top level first); `layer_types`, `intermediate_size` per layer and
+        // `activation_sparsity_pattern` are completed by crate::gemma3n.
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "262400"),
+                ("vocab_size_per_layer_input", "262144"),
+                ("max_position_embeddings", "32768"),
+                ("hidden_size", "2048"),
+                ("intermediate_size", "16384"),
+                ("num_hidden_layers", "35"),
+                ("num_attention_heads", "8"),
+                ("rms_norm_eps", "1e-06"),
+                ("sliding_window", "512"),
+                ("final_logit_softcapping", "30.0"),
+                ("hidden_size_per_layer_input", "256"),
+                ("altup_active_idx", "0"),
+                ("altup_num_inputs", "4"),
+                ("num_kv_shared_layers", "15"),
+                ("laurel_rank", "64"),
+                ("tie_word_embeddings", "true"),
+                ("bos_token_id", "2"),
+                ("eos_token_id", "1"),
+                ("pad_token_id", "0"),
+            ],
+            kv_heads: KvHeadsDefault::Const(2),
+            head_dim: HeadDimDefault::Const(256),
+            rope_theta: Some("1000000.0"),
+            local_rope_theta: Some("10000.0"),
+        },
+        extra_kv: &[
+            ExtraKv::FinalLogitSoftcapping,
+            ExtraKv::SlidingWindow,
+            ExtraKv::U32("altup.active_idx", "altup_active_idx"),
+            ExtraKv::U32("altup.num_inputs", "altup_num_inputs"),
+            ExtraKv::U32(
+                "embedding_length_per_layer_input",
+                "hidden_size_per_layer_input",
+            ),
+            ExtraKv::U32("attention.shared_kv_layers", "num_kv_shared_layers"),
+            ExtraKv::ActivationSparsityScale,
+            ExtraKv::SlidingWindowPatternOfLayerTypes,
+        ],
+        vocab: VocabKind::SpmNoSpacePrefix,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[("_scale", "_scale.weight")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: true,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::Gemma3n],
     },
     ArchSpec {
         arch: "phi3",

@@ -125,6 +125,12 @@ fn output_bytes(
             let row = all.len() / srcs[*index].shape[0] as usize;
             return all[rows.start as usize * row..rows.end as usize * row].to_vec();
         }
+        Origin::PadRows { index, .. } => {
+            let mut all = part_bytes(sts, &srcs[*index], None, keep_f16);
+            let row = all.len() / srcs[*index].shape[0] as usize;
+            all.resize(t.shape[0] as usize * row, 0);
+            return all;
+        }
         Origin::Generated(v) => return v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         Origin::View { index, view, .. } => {
             // The view's elements one by one, each at offset + Σ i_k · stride_k.
@@ -445,6 +451,7 @@ impl Case<'_> {
         let src_dtype = match &t.origin {
             Origin::Hf { index, .. }
             | Origin::Rows { index, .. }
+            | Origin::PadRows { index, .. }
             | Origin::View { index, .. }
             | Origin::Views { index, .. } => srcs[*index].dtype,
             Origin::Generated(_) => DType::F32,

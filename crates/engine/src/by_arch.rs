@@ -31,7 +31,7 @@ use crate::transform::neg_exp::NegExp;
 use crate::transform::permute::PermuteRows;
 use crate::transform::plus_one::PlusOne;
 use crate::transform::scale::Scale;
-use crate::transform::slice::Slice;
+use crate::transform::slice::{PadRows, Slice};
 use crate::transform::stack::Stack;
 use weightport_arch::mix::{self, TypedTensor};
 use weightport_arch::naming;
@@ -313,6 +313,7 @@ fn origin_text(origin: &Origin) -> Option<String> {
         Origin::Rows { name, rows, .. } => {
             Some(format!("{name} rows {}..{}", rows.start, rows.end))
         }
+        Origin::PadRows { name, .. } => Some(format!("{name} padded with zero rows")),
         Origin::Blocks { parts, .. } => Some(format!(
             "blocks of {}",
             parts
@@ -416,6 +417,7 @@ fn inputs_of(plan: &ArchPlan, n: usize) -> (Vec<Vec<usize>>, Generated) {
         .map(|t| match &t.origin {
             Origin::Hf { index, .. }
             | Origin::Rows { index, .. }
+            | Origin::PadRows { index, .. }
             | Origin::View { index, .. }
             | Origin::Views { index, .. } => {
                 vec![*index]
@@ -508,6 +510,14 @@ fn layout_op(t: &PlannedTensor, src: DType) -> Result<Option<Arc<dyn Transform>>
                 .map_err(|e| Error::Internal(e.to_string()))?
                 / n;
             Some(Arc::new(Slice::rows(rows.clone(), row, src.granule())) as Arc<dyn Transform>)
+        }
+        Origin::PadRows { source_rows, .. } => {
+            let n = t.shape.first().copied().unwrap_or(1).max(1);
+            let row = src
+                .byte_len(&t.shape)
+                .map_err(|e| Error::Internal(e.to_string()))?
+                / n;
+            Some(Arc::new(PadRows::new(source_rows * row, src.granule())) as Arc<dyn Transform>)
         }
         Origin::View { view, .. } => Some(Arc::new(Gather::new(
             view.offset,

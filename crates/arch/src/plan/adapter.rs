@@ -46,6 +46,7 @@ fn plan_adapter_within(
         Hook::QwenLinearAttention,
         Hook::XieluValues,
         Hook::CheckShapes,
+        Hook::Gemma3n,
     ];
     let untested_archs = ["phimoe"];
     if spec.hooks.iter().any(|h| untested.contains(h)) || untested_archs.contains(&spec.arch) {
@@ -193,6 +194,7 @@ fn factor_tensors(
             return Err(refuse("transposes or interleaves"))
         }
         Origin::Stack { .. } | Origin::Blocks { .. } => return Err(refuse("stacks")),
+        Origin::PadRows { .. } => return Err(refuse("pads")),
     };
     if t.value.is_some() {
         return Err(refuse("adds one to"));

@@ -200,6 +200,11 @@ fn table_kvs(kvs: &mut Kvs, release: &Release, file_type: u32) -> Result<()> {
     } = release;
     kvs.arch("block_count", MetaValue::U32(*block_count));
     for (key, hkeys) in COMMON_U32 {
+        if *key == "feed_forward_length" && spec.hooks.contains(&Hook::Gemma3n) {
+            let lengths = crate::gemma3n::feed_forward_lengths(hp, *block_count)?;
+            kvs.arch(key, lengths);
+            continue;
+        }
         kvs.arch_u32_if(key, hp, hkeys)?;
     }
     if hp.bool("is_causal") == Some(false) {
@@ -539,6 +544,14 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
                 kvs.arch("nextn_predict_layers", MetaValue::U32(n));
             }
         }
+        ExtraKv::ActivationSparsityScale => kvs.arch(
+            "activation_sparsity_scale",
+            crate::gemma3n::sparsity_scales(hp, *block_count)?,
+        ),
+        ExtraKv::SlidingWindowPatternOfLayerTypes => kvs.arch(
+            "attention.sliding_window_pattern",
+            crate::gemma3n::sliding_pattern(hp, *block_count)?,
+        ),
         ExtraKv::DefaultMropeSections => {
             crate::qwen_next::default_mrope_sections(hp, &mut |k, v| kvs.arch(k, v))
         }

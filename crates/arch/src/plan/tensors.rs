@@ -42,6 +42,9 @@ pub(super) fn plan_tensors(
         Some(e) => Some(Experts::new(e, hp, release.block_count)?),
         None => None,
     };
+    if spec.hooks.contains(&Hook::Gemma3n) {
+        crate::gemma3n::check_config(hp)?;
+    }
     // MXFP4 experts, repacked and written before every other tensor of the release.
     let mxfp4 = Mxfp4::new(spec, hp, tensors, &order, dir)?;
     let n_generated = generated.len();
@@ -55,10 +58,12 @@ pub(super) fn plan_tensors(
         mx_out: Vec::new(),
         dropped: Vec::new(),
         fp8,
+        altup: Default::default(),
     };
     for i in order {
         planner.add(i, &mut experts, &mxfp4)?;
     }
+    planner.altup_complete()?;
     if let Some(ex) = &experts {
         ex.finish(dir)?;
     }
@@ -144,6 +149,8 @@ struct Planner<'r, 'a> {
     dropped: Vec<(String, &'static str)>,
     /// The FP8 scales, consumed by their weights.
     fp8: &'r crate::fp8::Fp8,
+    /// Gemma 3n's altup parts read so far, per stack ([`crate::gemma3n::STACKS`]).
+    altup: [[Option<usize>; crate::gemma3n::PARTS]; 2],
 }
 
 impl Planner<'_, '_> {
@@ -180,6 +187,11 @@ impl Planner<'_, '_> {
         if mxfp4.consumed(&hf) {
             return Ok(());
         }
+        if spec.hooks.contains(&Hook::Gemma3n) {
+            if let Some((s, k)) = crate::gemma3n::stack_part(&hf, &self.release.hp)? {
+                return self.add_altup(s, k, i);
+            }
+        }
         if spec.hooks.contains(&Hook::CheckShapes) {
             let Release { dir, hp, .. } = self.release;
             crate::shapes::check_shape(&hf, t, hp, dir)?;
@@ -206,6 +218,80 @@ impl Planner<'_, '_> {
         }
         let one = self.single(&hf, i)?;
         self.out.push(one);
+        Ok(())
+    }
+
+    /// Gemma 3n: part `k` of altup stack `s`; the stack once its three parts are read (the
+    /// reference's `torch.stack`, which needs one shape).
+    fn add_altup(&mut self, s: usize, k: usize, i: usize) -> Result<()> {
+        let t = &self.tensors[i];
+        let stack = &mut self.altup[s];
+        if stack[k].replace(i).is_some() {
+            return Err(bad(
+                &self.release.hp.path,
+                format!("tensor `{}` appears twice", t.name),
+            ));
+        }
+        let Some(parts) = stack.iter().copied().collect::<Option<Vec<usize>>>() else {
+            return Ok(());
+        };
+        let first = &self.tensors[parts[0]];
+        if let Some(other) = parts[1..]
+            .iter()
+            .map(|&j| &self.tensors[j])
+            .find(|o| o.shape != first.shape || o.dtype != first.dtype)
+        {
+            return Err(Error::Unsupported {
+                at: Location::file(self.release.dir).tensor(&other.name),
+                format: Some(Format::Gguf),
+                what: format!(
+                    "an altup projection of shape {:?} {} stacked with `{}` of shape {:?} {}",
+                    other.shape,
+                    other.dtype.name(),
+                    first.name,
+                    first.shape,
+                    first.dtype.name()
+                ),
+            });
+        }
+        let name = crate::gemma3n::STACKS[s].1.to_string();
+        let mut shape = vec![parts.len() as u64];
+        shape.extend_from_slice(&first.shape);
+        let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+        let sources = parts
+            .iter()
+            .map(|&j| (self.tensors[j].name.clone(), j))
+            .collect();
+        self.out.push(OutTensor {
+            name,
+            origin: Origin::Stack { sources },
+            shape,
+            permute: None,
+            force_f32,
+            value: None,
+            dtype,
+        });
+        Ok(())
+    }
+
+    /// Gemma 3n: refuses an altup stack of which some but not all parts were read (the
+    /// reference would leave it out, and llama.cpp cannot load the file without it).
+    fn altup_complete(&self) -> Result<()> {
+        for (s, parts) in self.altup.iter().enumerate() {
+            let read = parts.iter().flatten().count();
+            if read == 0 || read == parts.len() {
+                continue;
+            }
+            let k = parts.iter().position(Option::is_none).unwrap_or(0);
+            return Err(Error::Unsupported {
+                at: Location::file(self.release.dir),
+                format: Some(Format::Gguf),
+                what: format!(
+                    "a Gemma 3n release without `{}{k}.weight` (its {read} other parts are there)",
+                    crate::gemma3n::STACKS[s].0
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -440,6 +526,20 @@ impl Planner<'_, '_> {
                     name,
                     index,
                     rows: 0..n_vocab,
+                };
+            }
+        }
+        // Gemma 3n: embeddings padded with zero rows up to `vocab_size`.
+        let padded = ["token_embd.weight", "per_layer_token_embd.weight"];
+        if spec.hooks.contains(&Hook::Gemma3n) && padded.contains(&gguf_name) {
+            let vocab = crate::gemma3n::padded_rows(hp)?;
+            if let Some(&source_rows) = shape.first().filter(|&&r| r < vocab) {
+                shape[0] = vocab;
+                let (name, index) = (t.name.clone(), i);
+                origin = Origin::PadRows {
+                    name,
+                    index,
+                    source_rows,
                 };
             }
         }

@@ -54,3 +54,43 @@ impl Transform for Slice {
     // leaves start `offset` bytes into the input. The written bytes are verified against the
     // hashes computed while writing, as stacked and permuted outputs are.
 }
+
+/// One input followed by zeros: the output's bytes `0..len` are the input's, the rest zeros (an
+/// embedding padded with zero rows, Gemma 3n). An output range needs only the part of it
+/// inside the input, which may be empty.
+pub(crate) struct PadRows {
+    len: u64,
+    elem: u64,
+}
+
+impl PadRows {
+    /// The input's `len` bytes, then zeros, computed in `elem`-byte units.
+    pub(crate) fn new(len: u64, elem: u64) -> PadRows {
+        PadRows {
+            len,
+            elem: elem.max(1),
+        }
+    }
+}
+
+impl Transform for PadRows {
+    fn describe(&self) -> String {
+        format!("{} bytes, then zeros", self.len)
+    }
+
+    fn unit(&self) -> u64 {
+        self.elem
+    }
+
+    fn needs(&self, out: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let start = out.start.min(self.len);
+        vec![(0, start..out.end.min(self.len))]
+    }
+
+    fn apply(&self, _out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let n = inputs[0].len();
+        dst[..n].copy_from_slice(inputs[0]);
+        dst[n..].fill(0);
+        Ok(())
+    }
+}

@@ -9,7 +9,7 @@ use super::chain::Chain;
 use super::gather::Gather;
 use super::interleave::Interleave;
 use super::permute::PermuteRows;
-use super::slice::Slice;
+use super::slice::{PadRows, Slice};
 use super::stack::Stack;
 use super::Transform;
 use half::f16;
@@ -172,6 +172,37 @@ fn row_slice_over_ragged_chunks() {
         assert_eq!(run(chain.as_ref(), &f32s, 12, step), want, "step {step}");
     }
     assert!(!chain.lossless());
+}
+
+#[test]
+fn pad_rows_appends_zeros_over_ragged_chunks_also_after_a_cast() {
+    // Three bf16 rows of 2 values, padded to 5 rows: the rows, then 4 zero values.
+    let vals = [1.0f32, -2.0, 3.5, 0.25, -8.0, 64.0];
+    let input: Vec<u8> = vals
+        .iter()
+        .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+        .collect();
+    let pad = PadRows::new(12, 2);
+    let mut want = input.clone();
+    want.resize(20, 0);
+    // Chunks inside the source, across its end and wholly past it.
+    for step in [2, 4, 6, 10, 14, 20] {
+        assert_eq!(run(&pad, &input, 20, step), want, "step {step}");
+    }
+    assert_eq!(pad.needs(14..20), vec![(0, 12..12)]);
+    // Padded, then cast BF16 → F16: the values cast, the padding zeros.
+    let pad: Arc<dyn Transform> = Arc::new(PadRows::new(12, 2));
+    let cast: Arc<dyn Transform> =
+        Arc::new(Cast::new(DType::BF16, DType::F16, "t", false).unwrap());
+    let chain = Chain::of(Some(pad), Some(cast)).unwrap();
+    let mut want: Vec<u8> = vals
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+        .collect();
+    want.resize(20, 0);
+    for step in [2, 6, 12, 20] {
+        assert_eq!(run(chain.as_ref(), &input, 20, step), want, "step {step}");
+    }
 }
 
 #[test]
