@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use crate::common;
-use common::arch::{self, copy_release, edit_config, edit_tensor};
+use common::arch::{self, copy_release, edit_config, edit_tensor, expected, sha_file};
 
 fn pre(name: &str) -> Option<&'static str> {
     match name {
@@ -48,6 +48,24 @@ fn gemma3n_one_pass_quant_equals_convert_then_llama_quantize() {
 #[ignore = "needs WEIGHTPORT_LLAMA_BIN: llama.cpp's tools, which CI does not build"]
 fn gemma3n_llama_simple_continues_like_the_reference() {
     TABLE.llama_simple_continues_like_the_reference();
+}
+
+/// config.json without the per-layer lists (`intermediate_size` one integer, no
+/// `activation_sparsity_pattern`, no `layer_types`): transformers' defaults, as the reference
+/// reads them (a list of widths, zero sparsity, every 5th layer full), give its file.
+#[test]
+fn gemma3n_with_transformers_default_lists_equals_the_reference() {
+    let want = &expected("altup.json")["gemma3n"]["defaults"]["f16"]["sha256"];
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_release("gemma3n", tmp.path(), "gemma3n_defaults");
+    edit_config(&dir, |m| {
+        m.insert("intermediate_size".into(), 192.into());
+        m.remove("activation_sparsity_pattern");
+        m.remove("layer_types");
+    });
+    let out = tmp.path().join("defaults-f16.gguf");
+    arch::convert(&dir, &out, None, &["--dtype", "f16"]);
+    assert_eq!(sha_file(&out), want.as_str().unwrap());
 }
 
 /// Converts `dir`, which must fail naming each of `words`, writing nothing.
