@@ -61,7 +61,7 @@ fn refused(dir: &Path, out: &Path, words: &[&str]) {
 
 /// Rewrites tensor `name` of release `dir` (found through the index): `Some((dtype, shape,
 /// bytes))` replaces its entry and data, `None` drops it (from the shard and the index).
-fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u8])>) {
+pub(crate) fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u8])>) {
     let index = dir.join("model.safetensors.index.json");
     let mut shard = String::new();
     edit_json(&index, |m| {
