@@ -20,6 +20,7 @@ mod hf_gguf_dense3;
 mod hf_gguf_enc;
 mod hf_gguf_fp8;
 mod hf_gguf_glm;
+mod hf_gguf_minimax_m2;
 mod hf_gguf_moe2;
 mod hf_gguf_phimoe;
 mod hf_gguf_qwen3next;

@@ -149,6 +149,9 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     if spec.extra_kv.contains(&ExtraKv::Pooling) {
         crate::pooling::from_modules(config_dir)?;
     }
+    if spec.hooks.contains(&Hook::MiniMaxM2) {
+        crate::minimax::check_config(&HParams::load(config_dir, &spec.config)?)?;
+    }
     Ok(spec)
 }
 

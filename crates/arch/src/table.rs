@@ -874,6 +874,13 @@ pub enum Hook {
     /// 2^20 refused, before anything is computed from them ([`crate::shapes`]; the reference
     /// writes whatever it finds).
     CheckShapes,
+    /// MiniMax-M2 (`MiniMaxM2Model`, [`crate::minimax`]): the config variants whose file the
+    /// pinned llama.cpp cannot run are refused from config.json before a weight is read (no
+    /// `scoring_func` sigmoid, no q/k norms or per-head ones, lightning-attention layers, shared
+    /// experts, a rotary size past the head), and the q/k norms (over all heads), router, score
+    /// correction bias and experts are checked against config.json with [`Hook::CheckShapes`]'s
+    /// other names.
+    MiniMaxM2,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -1593,6 +1600,23 @@ const LFM2MOE_ROUTER: NameGroup = &[
         "model.layers.{bid}.feed_forward.expert_bias",
         "blk.{bid}.exp_probs_b",
     ),
+];
+
+/// MiniMax-M2 (`MODEL_TENSORS[MINIMAXM2]`): Llama attention with q/k norms over all heads,
+/// Mixtral's router and experts ([`MIXTRAL_EXPERTS`]), the router's score correction bias
+/// (after `e_score_correction_bias` → `e_score_correction.bias`).
+const MINIMAXM2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    FFN_NORM,
+    MIXTRAL_ROUTER,
+    &[(
+        "model.layers.{bid}.block_sparse_moe.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    )],
 ];
 
 /// Llama, Mistral and Qwen2.
@@ -3765,6 +3789,56 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: &[],
         hooks: &[],
+    },
+    // MiniMax-M2 (`MiniMaxM2Model`): a TextModel; the common keys (`scoring_func` gives the
+    // gating function), then the experts' width and the rotary size. MiniMaxM2Config's defaults.
+    ArchSpec {
+        arch: "minimax-m2",
+        hf_archs: &["MiniMaxM2ForCausalLM"],
+        tensors: MINIMAXM2_TENSORS,
+        experts: Some(&MIXTRAL_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "200064"),
+                ("max_position_embeddings", "196608"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "1536"),
+                ("num_hidden_layers", "62"),
+                ("num_attention_heads", "48"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "200034"),
+                ("eos_token_id", "200020"),
+                ("num_local_experts", "256"),
+                ("num_experts_per_tok", "8"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("5000000.0"),
+            local_rope_theta: None,
+        },
+        // MiniMaxM2Model.set_gguf_parameters.
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+            ExtraKv::U32("rope.dimension_count", "rotary_dim"),
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::MiniMaxM2, Hook::CheckShapes],
     },
     ArchSpec {
         arch: "lfm2moe",

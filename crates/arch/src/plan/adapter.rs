@@ -46,6 +46,7 @@ fn plan_adapter_within(
         Hook::QwenLinearAttention,
         Hook::XieluValues,
         Hook::CheckShapes,
+        Hook::MiniMaxM2,
     ];
     let untested_archs = ["phimoe"];
     if spec.hooks.iter().any(|h| untested.contains(h)) || untested_archs.contains(&spec.arch) {

@@ -180,7 +180,10 @@ impl Planner<'_, '_> {
         if mxfp4.consumed(&hf) {
             return Ok(());
         }
-        if spec.hooks.contains(&Hook::CheckShapes) {
+        if spec.hooks.contains(&Hook::MiniMaxM2) {
+            let Release { dir, hp, .. } = self.release;
+            crate::minimax::check_shape(&hf, t, hp, dir)?;
+        } else if spec.hooks.contains(&Hook::CheckShapes) {
             let Release { dir, hp, .. } = self.release;
             crate::shapes::check_shape(&hf, t, hp, dir)?;
         }
