@@ -78,18 +78,9 @@ fn minimax_m2_with_the_real_releases_config_shape_is_identical() {
     assert_eq!(arch::sha_file(&out), want);
 }
 
-/// Converts `dir`, which must fail naming each of `words`, writing nothing, without a panic;
-/// returns the message.
+/// [`arch::refused`] with this release's pre-tokenizer.
 fn refused(dir: &Path, out: &Path, words: &[&str]) -> String {
-    let o = arch::convert_output(dir, out, Some(PRE), &["--dtype", "f16"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{words:?}: {err}");
-    for w in words {
-        assert!(err.contains(w), "`{w}` not in: {err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(!out.exists());
-    err.into_owned()
+    arch::refused(dir, out, Some(PRE), words)
 }
 
 /// Empties every shard of `dir`: a refusal that still names config.json read no weight.
