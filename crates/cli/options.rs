@@ -130,7 +130,10 @@ pub(crate) fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
     };
     let include = regexes("--include-weights", &q.include_weights)?;
     let exclude = regexes("--exclude-weights", &q.exclude_weights)?;
-    let given = path.to_string_lossy();
+    let given = match &q.imatrix_given {
+        Some(g) => g.clone(),
+        None => path.to_string_lossy().into_owned(),
+    };
     let limits = weightport_core::Limits::default();
     importance::load(path, &given, &include, &exclude, &limits).map(Some)
 }
