@@ -398,6 +398,10 @@ pub(crate) struct QuantArgs {
     /// check hash is not a known one.
     #[arg(long, value_name = "NAME")]
     pub pre_tokenizer: Option<String>,
+    /// HF release → GGUF: leave the multi-token-prediction (NextN) layers out (GLM-4.5,
+    /// Qwen3-Next, Qwen3.5), as the reference converter's `--no-mtp`.
+    #[arg(long, alias = "no-nextn")]
+    pub no_mtp: bool,
 }
 
 /// How inputs are read (convert, inspect, verify).

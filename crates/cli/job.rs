@@ -178,6 +178,7 @@ with_options! {
     arch: String,
     name: String,
     pre_tokenizer: String,
+    no_mtp: bool,
     key: String,
     shared: String,
     index_only: bool,
@@ -491,6 +492,7 @@ fn switch_flags(o: &Options) -> Vec<Flag> {
         ("index-only", o.index_only),
         ("allow-inert-objects", o.allow_inert_objects),
         ("mmproj", o.mmproj),
+        ("no-mtp", o.no_mtp),
         ("force", o.force),
         ("no-verify", o.verify.map(|v| !v)),
     ];

@@ -66,6 +66,7 @@ pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Err
     t.name = a.quant.name.clone();
     t.metadata = a.quant.metadata.clone();
     t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.no_mtp = a.quant.no_mtp;
     t.merge_lora = a.merge_lora.clone();
     t.lora_scale = a.lora_scale;
     t.measure_quality = false;

@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use crate::common;
-use common::arch::{self, copy_release, edit_config, edit_json, edit_tensor, expected};
+use common::arch::{self, copy_release, edit_config, edit_json, edit_tensor, expected, sha_file};
 
 /// The pre-tokenizer name gen_arch_qwen3next.py gave the reference for the made-up vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
@@ -94,7 +94,14 @@ fn refused(dir: &Path, out: &Path, words: &[&str]) -> String {
 #[test]
 fn qwen3next_without_its_mtp_block_is_refused_as_the_reference_refuses_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    let dir = without_mtp_block(tmp.path());
+    refused(&dir, &tmp.path().join("out.gguf"), &["mtp", "multi-token"]);
+}
+
+/// qwen3next/ copied into `tmp` as transformers' `save_pretrained` writes it: without the
+/// `mtp.*` block (its shards, which hold nothing else, removed with their index entries).
+fn without_mtp_block(tmp: &Path) -> std::path::PathBuf {
+    let dir = copy_release("qwen3next", tmp, "qwen3next");
     let index = dir.join("model.safetensors.index.json");
     let mut shards = std::collections::BTreeSet::new();
     edit_json(&index, |m| {
@@ -110,7 +117,7 @@ fn qwen3next_without_its_mtp_block_is_refused_as_the_reference_refuses_it() {
         std::fs::remove_file(dir.join(s)).unwrap();
     }
     arch::fix_total_size(&dir);
-    refused(&dir, &tmp.path().join("out.gguf"), &["mtp", "multi-token"]);
+    dir
 }
 
 /// A gated delta-net tensor whose shape disagrees with config.json (here the conv kernel) is
@@ -196,4 +203,65 @@ fn qwen35_delta_net_tensor_of_the_wrong_shape_or_missing_is_refused_naming_it() 
     let name = "model.layers.2.linear_attn.in_proj_a.weight";
     edit_tensor(&dir, name, None);
     refused(&dir, &tmp.path().join("out2.gguf"), &[name, "layer 2"]);
+}
+
+/// `--no-mtp` (alias `--no-nextn`) leaves the multi-token-prediction layers out as the
+/// reference's `--no-mtp` does (fixtures/gen/gen_arch_no_mtp.py → no_mtp.json): GLM-4.5 with
+/// and without its NextN layer's weights, GLM-4.5V, Qwen3-Next, Qwen3.5 dense and MoE and the
+/// Qwen3.5 vision-language release, f16 and q8_0 whole files; a Qwen3-Next release without its
+/// `mtp.*` block (as `save_pretrained` writes it, refused by default) converts then; DeepSeek-V3,
+/// whose reference converter has no MTP export, is refused, and so is the flag on a conversion
+/// that is not HF release → GGUF. Nothing is written for a refusal.
+#[test]
+fn no_mtp_leaves_the_mtp_layers_out_as_the_reference() {
+    let doc = expected("no_mtp.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut done = 0;
+    for (name, entry) in doc["converted"].as_object().unwrap() {
+        let pre = entry["pre"].as_str();
+        for (t, want) in entry["outtypes"].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-{t}.gguf"));
+            arch::convert(&arch::release(name), &out, pre, &["--dtype", t, "--no-mtp"]);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} {t} --no-mtp"
+            );
+            done += 1;
+        }
+    }
+    assert_eq!(done, 14);
+    // The release as save_pretrained writes it (no mtp.*): the default refuses it (the
+    // reference asserts an MTP layer); without the layers it is qwen3next's --no-mtp file.
+    let dir = without_mtp_block(tmp.path());
+    let out = tmp.path().join("nomtp.gguf");
+    arch::convert(&dir, &out, Some("qwen2"), &["--dtype", "f16", "--no-nextn"]);
+    assert_eq!(
+        sha_file(&out),
+        doc["converted"]["qwen3next"]["outtypes"]["f16"]["sha256"]
+            .as_str()
+            .unwrap()
+    );
+    let out = tmp.path().join("ds.gguf");
+    let o = arch::convert_output(
+        &arch::release("deepseek3"),
+        &out,
+        Some("qwen2"),
+        &["--dtype", "f16", "--no-mtp"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(
+        err.contains("multi-token-prediction layers of DeepseekV3ForCausalLM"),
+        "{err}"
+    );
+    let st = common::fixtures().join("good/safetensors/llama_tiny.safetensors");
+    let out = tmp.path().join("st.safetensors");
+    let o = arch::convert_output(&st, &out, None, &["--no-mtp"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(
+        err.contains("applies to an HF release converted to GGUF"),
+        "{err}"
+    );
 }

@@ -159,6 +159,11 @@ impl Planner<'_, '_> {
             self.dropped.push((t.name.clone(), crate::xielu::DROPPED));
             return Ok(());
         }
+        if self.release.no_mtp && self.is_excluded_mtp(&t.name) {
+            self.dropped
+                .push((t.name.clone(), "multi-token-prediction layer, left out"));
+            return Ok(());
+        }
         if spec.hooks.contains(&Hook::SkipMtpLayers) && self.is_mtp_layer(&t.name) {
             self.dropped
                 .push((t.name.clone(), "multi-token-prediction layer, skipped"));
@@ -222,6 +227,16 @@ impl Planner<'_, '_> {
         rest[..digits]
             .parse::<u64>()
             .is_ok_and(|n| n >= u64::from(self.release.block_count))
+    }
+
+    /// A tensor of the multi-token-prediction layers left out ([`Release::no_mtp`]): a layer
+    /// past the main ones (GLM-4.5's NextN layer) or Qwen's `mtp.*` block (the reference's
+    /// `filter_tensors` with `no_mtp`).
+    fn is_excluded_mtp(&self, name: &str) -> bool {
+        // A multimodal release's text names, as the reference sees them.
+        let name = name.replacen("model.language_model.", "model.", 1);
+        let bare = name.strip_prefix("model.").unwrap_or(&name);
+        bare.starts_with("mtp.") || self.is_mtp_layer(&name)
     }
 
     /// An expert tensor: once its block is complete, the block's stacks.
