@@ -21,6 +21,7 @@ mod hf_gguf_enc;
 mod hf_gguf_fp8;
 mod hf_gguf_glm;
 mod hf_gguf_moe2;
+mod hf_gguf_nemotronh;
 mod hf_gguf_qwen3next;
 mod hf_gguf_ssm;
 mod imatrix;

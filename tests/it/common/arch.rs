@@ -246,3 +246,71 @@ impl Table {
         assert_eq!(continuations(&self.cases()).len(), self.releases.len());
     }
 }
+
+/// Rewrites tensor `name` of release `dir` (found through the index): `Some((dtype, shape,
+/// bytes))` replaces its entry and data, `None` drops it (from the shard and the index).
+pub(crate) fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u8])>) {
+    let index = dir.join("model.safetensors.index.json");
+    let mut shard = String::new();
+    edit_json(&index, |m| {
+        let map = m["weight_map"].as_object_mut().unwrap();
+        shard = map[name].as_str().unwrap().to_owned();
+        if new.is_none() {
+            map.remove(name);
+        }
+    });
+    let path = dir.join(&shard);
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let mut entries: Vec<(String, Value)> = header.into_iter().collect();
+    entries.sort_by_key(|(_, v)| v.get("data_offsets").map(|o| o[0].as_u64().unwrap()));
+    let (mut out_header, mut out_data) = (serde_json::Map::new(), Vec::new());
+    for (k, mut v) in entries {
+        let Some(o) = v.get("data_offsets").cloned() else {
+            out_header.insert(k, v);
+            continue;
+        };
+        let (a, b) = (
+            o[0].as_u64().unwrap() as usize,
+            o[1].as_u64().unwrap() as usize,
+        );
+        let start = out_data.len();
+        if k == name {
+            let Some((dtype, shape, payload)) = new else {
+                continue;
+            };
+            v["dtype"] = dtype.into();
+            v["shape"] = serde_json::json!(shape);
+            out_data.extend_from_slice(payload);
+        } else {
+            out_data.extend_from_slice(&data[a..b]);
+        }
+        v["data_offsets"] = serde_json::json!([start, out_data.len()]);
+        out_header.insert(k, v);
+    }
+    let mut h = serde_json::to_vec(&out_header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend(h);
+    file.extend(out_data);
+    std::fs::write(&path, file).unwrap();
+    let mut total = 0u64;
+    edit_json(&index, |m| {
+        let shards: std::collections::BTreeSet<String> = m["weight_map"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        for s in shards {
+            let bytes = std::fs::read(dir.join(s)).unwrap();
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            total += bytes.len() as u64 - 8 - n;
+        }
+        m["metadata"]["total_size"] = total.into();
+    });
+}

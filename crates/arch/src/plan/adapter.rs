@@ -46,6 +46,7 @@ fn plan_adapter_within(
         Hook::QwenLinearAttention,
         Hook::XieluValues,
         Hook::CheckShapes,
+        Hook::NemotronH,
     ];
     if spec.hooks.iter().any(|h| untested.contains(h)) {
         return Err(Error::Unsupported {

@@ -38,6 +38,9 @@ pub(super) fn plan_tensors(
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
     let order = source_order(tensors, opts.sort_names);
+    if spec.hooks.contains(&Hook::NemotronH) {
+        crate::nemotron_h::check_tensors(hp, tensors, dir)?;
+    }
     let mut experts = match spec.experts {
         Some(e) => Some(Experts::new(e, hp, release.block_count)?),
         None => None,
