@@ -198,12 +198,12 @@ fn nemotronh_tensors_of_another_layer_kind_are_refused_naming_them() {
 type Replacement = Option<(&'static str, &'static [u64], usize)>;
 
 /// A tensor whose shape config.json contradicts (`in_proj` rows, a 2-D `A_log`, an expert's
-/// width), a routed expert numbered past `n_routed_experts`, and a layer's missing expert are
-/// refused naming the tensor, before an output exists (the reference writes the first ones and
+/// width), a layer's missing expert and a layer without one of its kind's tensors are refused
+/// naming the tensor, before an output exists (the reference writes the first ones and
 /// llama.cpp cannot load its file).
 #[test]
 fn nemotronh_hostile_tensor_shapes_are_refused_naming_the_tensor() {
-    let cases: [(&str, Replacement, &[&str]); 5] = [
+    let cases: [(&str, Replacement, &[&str]); 7] = [
         (
             "backbone.layers.2.mixer.in_proj.weight",
             Some(("BF16", &[320, 64], 320 * 64)),
@@ -228,6 +228,19 @@ fn nemotronh_hostile_tensor_shapes_are_refused_naming_the_tensor() {
             "backbone.layers.1.mixer.experts.2.down_proj.weight",
             None,
             &["expert"],
+        ),
+        (
+            "backbone.layers.2.mixer.in_proj.weight",
+            None,
+            &["backbone.layers.2.mixer.in_proj.weight", "layer 2", "lacks"],
+        ),
+        (
+            "backbone.layers.6.mixer.gate.e_score_correction_bias",
+            None,
+            &[
+                "backbone.layers.6.mixer.gate.e_score_correction_bias",
+                "lacks",
+            ],
         ),
     ];
     for (i, (name, new, words)) in cases.into_iter().enumerate() {

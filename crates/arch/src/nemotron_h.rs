@@ -398,6 +398,75 @@ pub(crate) fn check_tensors(hp: &HParams, tensors: &[SourceTensor], dir: &Path) 
     Ok(())
 }
 
+/// Each layer kind's GGUF tensors (after `blk.N.`) with the HF tensor they come from (under
+/// `backbone.layers.N.`), as the reference writes them for a real release.
+const MAMBA_TENSORS: &[(&str, &str)] = &[
+    ("attn_norm.weight", "norm.weight"),
+    ("ssm_in.weight", "mixer.in_proj.weight"),
+    ("ssm_conv1d.weight", "mixer.conv1d.weight"),
+    ("ssm_dt.bias", "mixer.dt_bias"),
+    ("ssm_a", "mixer.A_log"),
+    ("ssm_d", "mixer.D"),
+    ("ssm_norm.weight", "mixer.norm.weight"),
+    ("ssm_out.weight", "mixer.out_proj.weight"),
+];
+/// See [`MAMBA_TENSORS`].
+const ATTENTION_TENSORS: &[(&str, &str)] = &[
+    ("attn_norm.weight", "norm.weight"),
+    ("attn_q.weight", "mixer.q_proj.weight"),
+    ("attn_k.weight", "mixer.k_proj.weight"),
+    ("attn_v.weight", "mixer.v_proj.weight"),
+    ("attn_output.weight", "mixer.o_proj.weight"),
+];
+/// See [`MAMBA_TENSORS`].
+const MOE_TENSORS: &[(&str, &str)] = &[
+    ("attn_norm.weight", "norm.weight"),
+    ("ffn_gate_inp.weight", "mixer.gate.weight"),
+    ("exp_probs_b.bias", "mixer.gate.e_score_correction_bias"),
+    ("ffn_up_exps.weight", "mixer.experts.N.up_proj.weight"),
+    ("ffn_down_exps.weight", "mixer.experts.N.down_proj.weight"),
+];
+/// A MoE layer's shared expert, when `n_shared_experts` is not 0.
+const SHARED_TENSORS: &[(&str, &str)] = &[
+    ("ffn_up_shexp.weight", "mixer.shared_experts.up_proj.weight"),
+    (
+        "ffn_down_shexp.weight",
+        "mixer.shared_experts.down_proj.weight",
+    ),
+];
+
+/// Refuses a layer without one of its kind's tensors (`out`: the planned GGUF names), naming
+/// the HF tensor: the reference writes the file without it, and llama.cpp cannot load it.
+pub(crate) fn check_complete(out: &[String], hp: &HParams, dir: &Path) -> Result<()> {
+    let have: std::collections::HashSet<&str> = out.iter().map(String::as_str).collect();
+    let shared = hp.uint(&["n_shared_experts"])?.unwrap_or(0) > 0;
+    let conv_bias = hp.bool("use_conv_bias") != Some(false);
+    for (i, kind) in kinds(hp)?.into_iter().enumerate() {
+        let mut need: Vec<(&str, &str)> = match kind {
+            Kind::Mamba => MAMBA_TENSORS.to_vec(),
+            Kind::Attention => ATTENTION_TENSORS.to_vec(),
+            Kind::Moe => MOE_TENSORS.to_vec(),
+        };
+        if kind == Kind::Moe && shared {
+            need.extend_from_slice(SHARED_TENSORS);
+        }
+        if kind == Kind::Mamba && conv_bias {
+            need.push(("ssm_conv1d.bias", "mixer.conv1d.bias"));
+        }
+        if let Some((_, hf)) = need
+            .iter()
+            .find(|(g, _)| !have.contains(format!("blk.{i}.{g}").as_str()))
+        {
+            return Err(Error::malformed(
+                Location::file(dir).tensor(format!("backbone.layers.{i}.{hf}")),
+                Format::HfRelease,
+                format!("layer {i} (`{}`) lacks this tensor", kind.name()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The sizes config.json gives the tensors (each at most 2^20: [`check_sizes`]).
 struct Sizes {
     hidden: u64,

@@ -83,6 +83,10 @@ pub(super) fn plan_tensors(
             let qwen35 = spec.hooks.contains(&Hook::LinearAttentionVReorder);
             crate::qwen_next::check_complete(&names, hp, dir, qwen35)?;
         }
+        if spec.hooks.contains(&Hook::NemotronH) {
+            let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
+            crate::nemotron_h::check_complete(&names, hp, dir)?;
+        }
     }
     Ok(Planned {
         out,
