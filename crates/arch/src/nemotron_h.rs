@@ -87,10 +87,11 @@ pub(crate) fn normalize(hp: &mut HParams) -> Result<()> {
     hp.raw
         .insert("layers_block_type".into(), Value::Array(types));
     hp.raw.insert("num_hidden_layers".into(), n.into());
-    for key in ["num_nextn_predict_layers"] {
-        if hp.uint(&[key])?.unwrap_or(0) != 0 {
-            return Err(unsupported(hp, format!("`{key}` (the MTP head)")));
-        }
+    if hp.uint(&["num_nextn_predict_layers"])?.unwrap_or(0) != 0 {
+        return Err(unsupported(
+            hp,
+            "`num_nextn_predict_layers` (the MTP head)".into(),
+        ));
     }
     if hp.raw.get("moe_latent_size").is_some_and(|v| !v.is_null()) {
         return Err(unsupported(
