@@ -22,6 +22,7 @@ mod hf_gguf_fp8;
 mod hf_gguf_glm;
 mod hf_gguf_minimax_m2;
 mod hf_gguf_moe2;
+mod hf_gguf_nemotronh;
 mod hf_gguf_phimoe;
 mod hf_gguf_qwen3next;
 mod hf_gguf_ssm;

@@ -295,6 +295,9 @@ impl<'a> Release<'a> {
         if spec.hooks.contains(&Hook::QwenLinearAttention) {
             crate::qwen_next::normalize(&mut hp)?;
         }
+        if spec.hooks.contains(&Hook::NemotronH) {
+            crate::nemotron_h::normalize(&mut hp)?;
+        }
         let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
             crate::xlmr::position_offset(&mut hp)?
         } else {

@@ -38,6 +38,8 @@ pub(crate) enum Flavor {
     FalconH1,
     /// `GraniteHybridModel` (keys also under `mamba_`).
     GraniteHybrid,
+    /// `NemotronHModel` ([`crate::nemotron_h::dims`]).
+    NemotronH,
 }
 
 impl Flavor {
@@ -46,6 +48,7 @@ impl Flavor {
         match crate::table::lookup(&hp.hf_arch) {
             Some(s) if s.kv_layout == KvLayout::FalconH1 => Flavor::FalconH1,
             Some(s) if s.hooks.contains(&Hook::GraniteHybridLayers) => Flavor::GraniteHybrid,
+            Some(s) if s.hooks.contains(&Hook::NemotronH) => Flavor::NemotronH,
             _ => Flavor::Mamba2,
         }
     }
@@ -74,6 +77,9 @@ fn need(hp: &HParams, keys: &[&str], prefixed: bool) -> Result<u32> {
 pub(crate) fn mamba2_dims(hp: &HParams, flavor: Flavor) -> Result<Mamba2Dims> {
     if flavor == Flavor::GraniteHybrid {
         return granite_dims(hp);
+    }
+    if flavor == Flavor::NemotronH {
+        return crate::nemotron_h::dims(hp);
     }
     let falcon = flavor == Flavor::FalconH1;
     let d_model = need(hp, &["hidden_size", "d_model", "dim"], falcon)?;

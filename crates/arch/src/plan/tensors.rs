@@ -38,6 +38,9 @@ pub(super) fn plan_tensors(
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
     let order = source_order(tensors, opts.sort_names);
+    if spec.hooks.contains(&Hook::NemotronH) {
+        crate::nemotron_h::check_tensors(hp, tensors, dir)?;
+    }
     let mut experts = match spec.experts {
         Some(e) => Some(Experts::new(e, hp, release.block_count)?),
         None => None,
@@ -79,6 +82,10 @@ pub(super) fn plan_tensors(
             let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
             let qwen35 = spec.hooks.contains(&Hook::LinearAttentionVReorder);
             crate::qwen_next::check_complete(&names, hp, dir, qwen35)?;
+        }
+        if spec.hooks.contains(&Hook::NemotronH) {
+            let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
+            crate::nemotron_h::check_complete(&names, hp, dir)?;
         }
     }
     Ok(Planned {
