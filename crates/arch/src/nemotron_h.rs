@@ -17,7 +17,7 @@ use weightport_core::{Error, Format, Location, MetaType, MetaValue, Result};
 use crate::origin::SourceTensor;
 
 use crate::config::{bad, HParams};
-use crate::ssm::Mamba2Dims;
+use crate::ssm::{nemotron_h_dims as dims, Mamba2Dims};
 
 /// `NemotronHConfig.__post_init__`'s aliases: each given `mamba_*` key replaces the class key.
 const ALIASES: &[(&str, &str)] = &[
@@ -237,29 +237,6 @@ fn find(hp: &HParams, keys: &[&str]) -> Result<u32> {
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     hp.u32(&all)?
         .ok_or_else(|| bad(&hp.path, format!("config.json lacks `{}`", keys[0])))
-}
-
-/// The Mamba 2 dimensions `NemotronHModel.__init__` uses: `d_model` from `mamba_head_dim` (sic),
-/// the inner size `mamba_num_heads × mamba_head_dim`, `n_groups`.
-pub(crate) fn dims(hp: &HParams) -> Result<Mamba2Dims> {
-    let d_model = find(hp, &["mamba_head_dim", "hidden_size", "d_model"])?;
-    let heads = find(hp, &["num_heads"])?;
-    let d_inner = heads.checked_mul(d_model).ok_or_else(|| {
-        bad(
-            &hp.path,
-            "mamba_num_heads × mamba_head_dim does not fit 32 bits",
-        )
-    })?;
-    let n_group = find(hp, &["n_groups", "num_groups"])?;
-    if n_group == 0 || d_model == 0 {
-        return Err(bad(&hp.path, "a zero `n_groups` or `mamba_head_dim`"));
-    }
-    Ok(Mamba2Dims {
-        d_model,
-        d_inner,
-        n_group,
-        head_dim: d_model,
-    })
 }
 
 /// `NemotronHModel.set_gguf_parameters` after Granite MoE's keys, through `put` (`{arch}.<key>`):
