@@ -365,6 +365,10 @@ pub(crate) struct QuantArgs {
     /// `llama-quantize --imatrix`; IQ1_*, IQ2_*, IQ3_XXS and Q2_K_S need one.
     #[arg(long, value_name = "FILE", requires = "quant")]
     pub imatrix: Option<PathBuf>,
+    /// `--imatrix` as given, when it was a remote address its view's path replaced (without a
+    /// URL's query): what `quantize.imatrix.file` records, as llama-quantize records the path.
+    #[arg(skip)]
+    pub imatrix_given: Option<String>,
     /// Use the importance matrix only for tensors whose name contains TEXT (repeatable; a
     /// plain substring, as llama-quantize).
     #[arg(
@@ -394,6 +398,10 @@ pub(crate) struct QuantArgs {
     /// check hash is not a known one.
     #[arg(long, value_name = "NAME")]
     pub pre_tokenizer: Option<String>,
+    /// HF release → GGUF: leave the multi-token-prediction (NextN) layers out (GLM-4.5,
+    /// Qwen3-Next, Qwen3.5), as the reference converter's `--no-mtp`.
+    #[arg(long, alias = "no-nextn")]
+    pub no_mtp: bool,
 }
 
 /// How inputs are read (convert, inspect, verify).

@@ -36,19 +36,14 @@ fn recipe(a: &ConvertArgs) -> Value {
             "token_embedding_type": q.token_embedding_type,
             "leave_output_tensor": q.leave_output_tensor,
             "allow_requantize": q.allow_requantize,
-            "imatrix": q.imatrix.as_deref().map(|p| json!({
-                "path": p.to_string_lossy(),
-                "sha256": file_sha256(p),
-            })),
+            "imatrix": q.imatrix.as_deref().map(side_material),
             "include_weights": q.include_weights,
             "exclude_weights": q.exclude_weights,
             "arch": q.arch,
             "name": q.name,
-            "metadata": q.metadata.as_deref().map(|p| json!({
-                "path": p.to_string_lossy(),
-                "sha256": file_sha256(p),
-            })),
+            "metadata": q.metadata.as_deref().map(side_material),
             "pre_tokenizer": q.pre_tokenizer,
+            "no_mtp": q.no_mtp,
             "from": a.read.from,
             "key": a.read.key,
             "shared": a.read.shared,
@@ -56,6 +51,16 @@ fn recipe(a: &ConvertArgs) -> Value {
         },
         "weightport": {"version": env!("CARGO_PKG_VERSION")},
     })
+}
+
+/// A side file the conversion read (`--imatrix`, `--metadata`) as the recipe names it: a local
+/// file by its path and the sha256 of its bytes; a remote one by its address and published
+/// sha256 (its view's stand-in is empty and never hashed).
+fn side_material(p: &Path) -> Value {
+    match weightport_remote::material(p) {
+        Some(m) => json!({"path": m.shown, "sha256": m.sha256}),
+        None => json!({"path": p.to_string_lossy(), "sha256": file_sha256(p)}),
+    }
 }
 
 /// A remote input's file as the attestation names it: its address (with the commit) and its

@@ -178,6 +178,7 @@ with_options! {
     arch: String,
     name: String,
     pre_tokenizer: String,
+    no_mtp: bool,
     key: String,
     shared: String,
     index_only: bool,
@@ -382,6 +383,15 @@ fn shown_arg(a: &std::ffi::OsStr) -> String {
     shown_input(Path::new(a)).to_string_lossy().into_owned()
 }
 
+/// A side file's key (`imatrix`, `metadata`): relative to the job file's directory, but a remote
+/// address as given.
+fn side_path(base: &Path, m: &str) -> String {
+    match weightport_remote::is_remote(Path::new(m)) {
+        true => m.to_string(),
+        false => base.join(m).to_string_lossy().into_owned(),
+    }
+}
+
 /// The job's inputs: relative to the job file's directory, but a remote address as given.
 fn resolve_inputs(base: &Path, input: &OneOrMany) -> Vec<PathBuf> {
     let one = |s: &String| match weightport_remote::is_remote(Path::new(s)) {
@@ -438,13 +448,10 @@ pub(crate) fn option_flags(base: &Path, output: &Path, o: &Options) -> Vec<Flag>
     let mut flags = text_flags(o);
     flags.extend(switch_flags(o));
     if let Some(m) = &o.imatrix {
-        flags.push(("imatrix", Some(base.join(m).to_string_lossy().into_owned())));
+        flags.push(("imatrix", Some(side_path(base, m))));
     }
     if let Some(m) = &o.metadata {
-        flags.push((
-            "metadata",
-            Some(base.join(m).to_string_lossy().into_owned()),
-        ));
+        flags.push(("metadata", Some(side_path(base, m))));
     }
     flags.extend(list_flags(o));
     flags.extend(number_flags(o));
@@ -485,6 +492,7 @@ fn switch_flags(o: &Options) -> Vec<Flag> {
         ("index-only", o.index_only),
         ("allow-inert-objects", o.allow_inert_objects),
         ("mmproj", o.mmproj),
+        ("no-mtp", o.no_mtp),
         ("force", o.force),
         ("no-verify", o.verify.map(|v| !v)),
     ];

@@ -66,6 +66,7 @@ pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Err
     t.name = a.quant.name.clone();
     t.metadata = a.quant.metadata.clone();
     t.pre_tokenizer = a.quant.pre_tokenizer.clone();
+    t.no_mtp = a.quant.no_mtp;
     t.merge_lora = a.merge_lora.clone();
     t.lora_scale = a.lora_scale;
     t.measure_quality = false;
@@ -130,7 +131,10 @@ pub(crate) fn importance(q: &QuantArgs) -> Result<Option<Importance>, Error> {
     };
     let include = regexes("--include-weights", &q.include_weights)?;
     let exclude = regexes("--exclude-weights", &q.exclude_weights)?;
-    let given = path.to_string_lossy();
+    let given = match &q.imatrix_given {
+        Some(g) => g.clone(),
+        None => path.to_string_lossy().into_owned(),
+    };
     let limits = weightport_core::Limits::default();
     importance::load(path, &given, &include, &exclude, &limits).map(Some)
 }

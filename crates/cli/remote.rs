@@ -41,6 +41,41 @@ fn localize_as(
     Ok(())
 }
 
+/// `--imatrix` and `--metadata` given as remote addresses, laid out as inputs are: a GGUF
+/// importance matrix read by ranges through its view's stand-in, a `.dat` matrix or the
+/// metadata JSON fetched whole into the view (checked against the listed size and sha256).
+fn localize_sides(
+    q: &mut crate::args::QuantArgs,
+    held: &mut Vec<RemoteInput>,
+    open: fn(&str) -> Result<RemoteInput, Error>,
+) -> Result<(), Error> {
+    if let Some(p) = q.imatrix.as_mut().filter(|p| is_remote(p)) {
+        q.imatrix_given = Some(weightport_remote::answers::shown_url(&p.to_string_lossy()));
+        localize_as(p, held, open)?;
+    }
+    if let Some(p) = q.metadata.as_mut() {
+        localize_as(p, held, open)?;
+    }
+    Ok(())
+}
+
+/// A plan's units read its `--imatrix`/`--metadata` files themselves, maybe elsewhere: those
+/// must be local (or mounted) paths.
+fn sides_are_local(q: &crate::args::QuantArgs, command: &str) -> Result<(), Error> {
+    let given = [("--imatrix", &q.imatrix), ("--metadata", &q.metadata)];
+    match given
+        .into_iter()
+        .find_map(|(flag, p)| p.as_ref().filter(|p| is_remote(p)).map(|p| (flag, p)))
+    {
+        None => Ok(()),
+        Some((flag, p)) => Err(Error::Usage(format!(
+            "{command}: {flag} {}: a plan's units read this file themselves; give a local \
+             (or mounted) path",
+            weightport_remote::answers::shown_url(&p.to_string_lossy())
+        ))),
+    }
+}
+
 /// `edit` rewrites its target in place, which a remote file cannot be; its other inputs are
 /// refused too rather than half supported.
 fn edit_is_local(a: &crate::args::EditArgs) -> Result<(), Error> {
@@ -114,6 +149,7 @@ pub(crate) fn localize(
             for p in &mut a.inputs {
                 localize_as(p, &mut held, open)?;
             }
+            localize_sides(&mut a.quant, &mut held, open)?;
             if a.attest.is_some() {
                 attestable(&held)?;
             }
@@ -138,6 +174,7 @@ pub(crate) fn localize(
         Command::Edit(a) => edit_is_local(a)?,
         // A plan's units each lay the inputs out again from the pinned addresses.
         Command::Plan(a) => {
+            sides_are_local(&a.convert.quant, "plan")?;
             for p in a.convert.inputs.iter_mut().filter(|p| is_remote(p)) {
                 refuse_signed(p)?;
                 plan_hooks();
@@ -207,6 +244,12 @@ pub(crate) fn localize_job(
             };
             *p = held[i].path.clone();
             mine.push(i);
+        }
+        let mut sides = Vec::new();
+        localize_sides(&mut o.args.quant, &mut sides, open).map_err(labelled)?;
+        for r in sides {
+            mine.push(held.len());
+            held.push(r);
         }
         if o.args.attest.is_some() {
             attestable(mine.iter().map(|&i| &held[i])).map_err(labelled)?;

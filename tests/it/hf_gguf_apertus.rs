@@ -45,16 +45,9 @@ fn apertus_llama_simple_continues_like_the_reference() {
     TABLE.llama_simple_continues_like_the_reference();
 }
 
-/// Converts `dir`, which must fail naming each of `words`, writing nothing.
-fn refused(dir: &Path, out: &Path, words: &[&str]) {
-    let o = arch::convert_output(dir, out, Some("llama-bpe"), &["--dtype", "f16"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{err}");
-    for w in words {
-        assert!(err.contains(w), "`{w}` not in: {err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(!out.exists());
+/// [`arch::refused`] with this release's pre-tokenizer.
+fn refused(dir: &Path, out: &Path, words: &[&str]) -> String {
+    arch::refused(dir, out, Some("llama-bpe"), words)
 }
 
 /// An xIELU parameter that is not one float (two elements: the reference's `.item()` fails; an
@@ -139,13 +132,13 @@ fn apertus_wrong_shapes_and_absurd_sizes_are_refused() {
     }
 }
 
-/// A LoRA adapter on an Apertus, GLM (`chatglm`) or Phi-3.5-MoE base is refused from the base's
-/// config.json (not compared with `convert_lora_to_gguf.py` yet), nothing written.
+/// A LoRA adapter on an Apertus, GLM (`chatglm`), Phi-3.5-MoE or MiniMax-M2 base is refused from
+/// the base's config.json (not compared with `convert_lora_to_gguf.py` yet), nothing written.
 #[test]
-fn lora_adapters_on_apertus_glm_and_phimoe_bases_are_refused() {
+fn lora_adapters_on_apertus_glm_phimoe_and_minimax_bases_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let adapter = common::fixtures().join("good/lora/llama_qv");
-    for base in ["apertus", "glm", "phimoe"] {
+    for base in ["apertus", "glm", "phimoe", "minimax_m2"] {
         let out = tmp.path().join(format!("{base}.gguf"));
         let base_dir = arch::release(base);
         let o = common::wp(&[
@@ -158,7 +151,11 @@ fn lora_adapters_on_apertus_glm_and_phimoe_bases_are_refused() {
         ]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{err}");
-        let arch_name = if base == "glm" { "chatglm" } else { base };
+        let arch_name = match base {
+            "glm" => "chatglm",
+            "minimax_m2" => "minimax-m2",
+            other => other,
+        };
         assert!(
             err.contains(&format!(
                 "LoRA adapters of {arch_name} are not supported yet"

@@ -112,28 +112,6 @@ fn glm45_hostile_configs_are_refused_naming_the_key() {
     }
 }
 
-/// MiniMax-M2 stays refused (the pinned reference's file of it makes the pinned llama.cpp abort:
-/// `gen_arch_archs5.py --refused`): from config.json, before a weight is read, naming the class;
-/// no output.
-#[test]
-fn minimax_m2_is_refused_from_config_json() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("glm45", tmp.path(), "minimax_m2");
-    edit_config(&dir, |m| {
-        m["architectures"] = serde_json::json!(["MiniMaxM2ForCausalLM"]);
-        m["model_type"] = serde_json::json!("minimax_m2");
-    });
-    let out = tmp.path().join("out.gguf");
-    let o = arch::convert_output(&dir, &out, Some("minimax-m2"), &["--dtype", "f16"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{err}");
-    assert!(
-        err.contains("MiniMaxM2ForCausalLM") && err.contains("config.json"),
-        "{err}"
-    );
-    assert!(!out.exists());
-}
-
 /// Hostile Granite 4 hybrid MoE configs: an expert width or count the routed experts do not
 /// have (the reference asserts the width; llama.cpp cannot load a count that disagrees) and a
 /// null count are refused naming the key, before an output exists.

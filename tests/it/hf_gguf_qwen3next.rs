@@ -16,10 +16,8 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::common;
-use common::arch::{self, copy_release, edit_config, edit_json, expected};
+use common::arch::{self, copy_release, edit_config, edit_json, edit_tensor, expected, sha_file};
 
 /// The pre-tokenizer name gen_arch_qwen3next.py gave the reference for the made-up vocabulary.
 fn pre(name: &str) -> Option<&'static str> {
@@ -86,16 +84,9 @@ fn qwen3next_with_the_real_releases_config_shape_is_identical() {
     assert_eq!(arch::sha_file(&out), want);
 }
 
-/// Converts `dir`, which must fail with exit 1 or 3 naming each of `words`, writing nothing.
-fn refused(dir: &Path, out: &Path, words: &[&str]) {
-    let o = arch::convert_output(dir, out, Some("qwen2"), &["--dtype", "f16"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{err}");
-    for w in words {
-        assert!(err.contains(w), "`{w}` not in: {err}");
-    }
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(!out.exists());
+/// [`arch::refused`] with this release's pre-tokenizer.
+fn refused(dir: &Path, out: &Path, words: &[&str]) -> String {
+    arch::refused(dir, out, Some("qwen2"), words)
 }
 
 /// The release as transformers' `save_pretrained` writes it, without the `mtp.*` block: the
@@ -103,7 +94,14 @@ fn refused(dir: &Path, out: &Path, words: &[&str]) {
 #[test]
 fn qwen3next_without_its_mtp_block_is_refused_as_the_reference_refuses_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
+    let dir = without_mtp_block(tmp.path());
+    refused(&dir, &tmp.path().join("out.gguf"), &["mtp", "multi-token"]);
+}
+
+/// qwen3next/ copied into `tmp` as transformers' `save_pretrained` writes it: without the
+/// `mtp.*` block (its shards, which hold nothing else, removed with their index entries).
+fn without_mtp_block(tmp: &Path) -> std::path::PathBuf {
+    let dir = copy_release("qwen3next", tmp, "qwen3next");
     let index = dir.join("model.safetensors.index.json");
     let mut shards = std::collections::BTreeSet::new();
     edit_json(&index, |m| {
@@ -118,8 +116,8 @@ fn qwen3next_without_its_mtp_block_is_refused_as_the_reference_refuses_it() {
     for s in &shards {
         std::fs::remove_file(dir.join(s)).unwrap();
     }
-    fix_total_size(&dir);
-    refused(&dir, &tmp.path().join("out.gguf"), &["mtp", "multi-token"]);
+    arch::fix_total_size(&dir);
+    dir
 }
 
 /// A gated delta-net tensor whose shape disagrees with config.json (here the conv kernel) is
@@ -181,35 +179,8 @@ fn qwen3next_missing_delta_net_tensor_is_refused_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_release("qwen3next", tmp.path(), "qwen3next");
     let name = "model.layers.1.linear_attn.A_log";
-    let index = dir.join("model.safetensors.index.json");
-    let mut shard = String::new();
-    edit_json(&index, |m| {
-        let map = m["weight_map"].as_object_mut().unwrap();
-        shard = map.remove(name).unwrap().as_str().unwrap().to_owned();
-    });
-    drop_tensor(&dir.join(&shard), name);
-    fix_total_size(&dir);
+    edit_tensor(&dir, name, None);
     refused(&dir, &tmp.path().join("out.gguf"), &[name, "layer 1"]);
-}
-
-/// Sets the index's `metadata.total_size` to the data bytes its shards hold.
-fn fix_total_size(dir: &Path) {
-    let index = dir.join("model.safetensors.index.json");
-    let mut total = 0u64;
-    edit_json(&index, |m| {
-        let shards: std::collections::BTreeSet<String> = m["weight_map"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_str().unwrap().to_owned())
-            .collect();
-        for s in shards {
-            let bytes = std::fs::read(dir.join(s)).unwrap();
-            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-            total += bytes.len() as u64 - 8 - n;
-        }
-        m["metadata"]["total_size"] = total.into();
-    });
 }
 
 /// Qwen3.5: a delta-net tensor of the wrong shape (`in_proj_z` sized by `linear_value_head_dim`)
@@ -230,44 +201,67 @@ fn qwen35_delta_net_tensor_of_the_wrong_shape_or_missing_is_refused_naming_it() 
     std::fs::create_dir(&parent).unwrap();
     let dir = copy_release("qwen35", &parent, "qwen35");
     let name = "model.layers.2.linear_attn.in_proj_a.weight";
-    let index = dir.join("model.safetensors.index.json");
-    let mut shard = String::new();
-    edit_json(&index, |m| {
-        let map = m["weight_map"].as_object_mut().unwrap();
-        shard = map.remove(name).unwrap().as_str().unwrap().to_owned();
-    });
-    drop_tensor(&dir.join(&shard), name);
-    fix_total_size(&dir);
+    edit_tensor(&dir, name, None);
     refused(&dir, &tmp.path().join("out2.gguf"), &[name, "layer 2"]);
 }
 
-/// Rewrites safetensors file `path` without tensor `name` (data packed again).
-fn drop_tensor(path: &Path, name: &str) {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let data = &bytes[8 + n..];
-    let mut entries: Vec<(String, Value)> = header.into_iter().filter(|(k, _)| k != name).collect();
-    entries.sort_by_key(|(_, v)| v.get("data_offsets").map(|o| o[0].as_u64().unwrap()));
-    let (mut out_header, mut out_data) = (serde_json::Map::new(), Vec::new());
-    for (k, mut v) in entries {
-        if let Some(o) = v.get("data_offsets").cloned() {
-            let (a, b) = (
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
+/// `--no-mtp` (alias `--no-nextn`) leaves the multi-token-prediction layers out as the
+/// reference's `--no-mtp` does (fixtures/gen/gen_arch_no_mtp.py → no_mtp.json): GLM-4.5 with
+/// and without its NextN layer's weights, GLM-4.5V, Qwen3-Next, Qwen3.5 dense and MoE and the
+/// Qwen3.5 vision-language release, f16 and q8_0 whole files; a Qwen3-Next release without its
+/// `mtp.*` block (as `save_pretrained` writes it, refused by default) converts then; DeepSeek-V3,
+/// whose reference converter has no MTP export, is refused, and so is the flag on a conversion
+/// that is not HF release → GGUF. Nothing is written for a refusal.
+#[test]
+fn no_mtp_leaves_the_mtp_layers_out_as_the_reference() {
+    let doc = expected("no_mtp.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut done = 0;
+    for (name, entry) in doc["converted"].as_object().unwrap() {
+        let pre = entry["pre"].as_str();
+        for (t, want) in entry["outtypes"].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-{t}.gguf"));
+            arch::convert(&arch::release(name), &out, pre, &["--dtype", t, "--no-mtp"]);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} {t} --no-mtp"
             );
-            let start = out_data.len();
-            out_data.extend_from_slice(&data[a..b]);
-            v["data_offsets"] = serde_json::json!([start, out_data.len()]);
+            done += 1;
         }
-        out_header.insert(k, v);
     }
-    let mut h = serde_json::to_vec(&out_header).unwrap();
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut file = (h.len() as u64).to_le_bytes().to_vec();
-    file.extend(h);
-    file.extend(out_data);
-    std::fs::write(path, file).unwrap();
+    assert_eq!(done, 14);
+    // The release as save_pretrained writes it (no mtp.*): the default refuses it (the
+    // reference asserts an MTP layer); without the layers it is qwen3next's --no-mtp file.
+    let dir = without_mtp_block(tmp.path());
+    let out = tmp.path().join("nomtp.gguf");
+    arch::convert(&dir, &out, Some("qwen2"), &["--dtype", "f16", "--no-nextn"]);
+    assert_eq!(
+        sha_file(&out),
+        doc["converted"]["qwen3next"]["outtypes"]["f16"]["sha256"]
+            .as_str()
+            .unwrap()
+    );
+    let out = tmp.path().join("ds.gguf");
+    let o = arch::convert_output(
+        &arch::release("deepseek3"),
+        &out,
+        Some("qwen2"),
+        &["--dtype", "f16", "--no-mtp"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(
+        err.contains("multi-token-prediction layers of DeepseekV3ForCausalLM"),
+        "{err}"
+    );
+    let st = common::fixtures().join("good/safetensors/llama_tiny.safetensors");
+    let out = tmp.path().join("st.safetensors");
+    let o = arch::convert_output(&st, &out, None, &["--no-mtp"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(
+        err.contains("applies to an HF release converted to GGUF"),
+        "{err}"
+    );
 }

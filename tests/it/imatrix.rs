@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 const IMATRIX: &str = "fixtures/good/imatrix/imatrix.gguf";
 const IMATRIX_DAT: &str = "fixtures/good/imatrix/imatrix.dat";
 
-fn reference() -> Value {
+pub(crate) fn reference() -> Value {
     let p = common::fixtures().join("expected/imatrix/reference.json");
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
@@ -117,7 +117,7 @@ fn safetensors_bytes() -> Vec<u8> {
 
 /// The release in `dir`/hf and its F16 GGUF in `dir`/f16.gguf, both checked against the
 /// reference's sha256.
-fn release(dir: &Path, r: &Value) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn release(dir: &Path, r: &Value) -> (std::path::PathBuf, std::path::PathBuf) {
     let hf = dir.join("hf");
     std::fs::create_dir_all(&hf).unwrap();
     for f in [

@@ -597,3 +597,168 @@ fn edit_refuses_remote_inputs_clearly() {
     );
     assert!(!e.contains("secret123"), "{e}");
 }
+
+/// The value under `key` anywhere in `v` (the attestation's recipe options).
+fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => m
+            .get(key)
+            .or_else(|| m.values().find_map(|x| find_key(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
+/// `ours` holds the tensors and keys of `theirs` but `quantize.imatrix.file`, which names
+/// `given` (the matrix as given on the command line, as llama-quantize records it).
+fn same_but_imatrix_file(ours: &Path, theirs: &Path, given: &str) {
+    let d = common::wp(&["diff", ours.to_str().unwrap(), theirs.to_str().unwrap()]);
+    common::hub::ok(&d, "diff: the tensors are the same");
+    let meta = |p: &Path| {
+        let o = common::wp(&["--json", "inspect", p.to_str().unwrap()]);
+        json_of(&o)["metadata"].as_object().unwrap().clone()
+    };
+    let (mut a, mut b) = (meta(ours), meta(theirs));
+    let key = "quantize.imatrix.file";
+    assert_eq!(a.remove(key).unwrap().to_string(), format!("{given:?}"));
+    assert!(b.remove(key).is_some());
+    assert_eq!(a, b);
+}
+
+/// `--imatrix` and `--metadata` read from the Hub: a GGUF importance matrix by ranges through
+/// its view's stand-in, a `.dat` one and the metadata JSON fetched whole. Each quantization
+/// equals the one from the local file llama-quantize was given (whose bytes are its reference:
+/// tests/it/imatrix.rs) but for `quantize.imatrix.file`, which records the address as given; an
+/// HF release's conversion with both equals the same command on the local files so, and
+/// `--attest` names both files by address at the commit with their sha256 (not the view's
+/// empty stand-in's). A plan, whose units read the files themselves, refuses them.
+#[test]
+fn imatrix_and_metadata_from_the_hub_equal_the_local_files() {
+    let Some(nginx) = tools() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let r = crate::imatrix::reference();
+    let (hf, f16) = crate::imatrix::release(tmp.path(), &r);
+    let meta = tmp.path().join("meta.json");
+    std::fs::write(
+        &meta,
+        r#"{"general.name": "From The Hub", "general.license": "mit", "general.tags": ["a"]}"#,
+    )
+    .unwrap();
+    let im = fixtures().join("good/imatrix");
+    let files = vec![
+        im.join("imatrix.gguf"),
+        im.join("imatrix.dat"),
+        meta.clone(),
+    ];
+    let hub = Hub::start(&nginx, &[Repo::of("imat", files)]);
+    let (f16s, out) = (f16.to_str().unwrap(), tmp.path().join("q.gguf"));
+    let local = tmp.path().join("local.gguf");
+    for (matrix, ty, want) in [
+        ("imatrix.gguf", "IQ4_XS", &r["quant"]["IQ4_XS"]),
+        ("imatrix.dat", "Q4_K_M", &r["quant_dat"]["Q4_K_M"]),
+    ] {
+        // The path llama-quantize was given (relative to the repository root, the tests' cwd).
+        let rel = format!("fixtures/good/imatrix/{matrix}");
+        let at = format!("hf://org/imat/{matrix}");
+        for (o, m) in [(&local, rel.as_str()), (&out, at.as_str())] {
+            let args = ["convert", f16s, "-o", o.to_str().unwrap(), "--force"];
+            let run = hub.wp(&[&args[..], &["--quant", ty, "--imatrix", m]].concat());
+            common::hub::ok(&run, m);
+        }
+        assert_eq!(sha256_of(&local), want.as_str().unwrap(), "{ty} with {rel}");
+        same_but_imatrix_file(&out, &local, &at);
+    }
+    let (rout, ratt) = (tmp.path().join("r.gguf"), tmp.path().join("r.json"));
+    let (lout, latt) = (tmp.path().join("l.gguf"), tmp.path().join("l.json"));
+    let run = |out: &Path, att: &Path, imatrix: &str, metadata: &str| {
+        let args = [
+            "convert",
+            hf.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--quant",
+            "Q8_0",
+            "--imatrix",
+            imatrix,
+            "--metadata",
+            metadata,
+            "--attest",
+            att.to_str().unwrap(),
+        ];
+        hub.wp(&args)
+    };
+    let local_matrix = im.join("imatrix.gguf");
+    common::hub::ok(
+        &run(
+            &rout,
+            &ratt,
+            "hf://org/imat/imatrix.gguf",
+            "hf://org/imat/meta.json",
+        ),
+        "remote sides",
+    );
+    common::hub::ok(
+        &run(
+            &lout,
+            &latt,
+            local_matrix.to_str().unwrap(),
+            meta.to_str().unwrap(),
+        ),
+        "local sides",
+    );
+    same_but_imatrix_file(&rout, &lout, "hf://org/imat/imatrix.gguf");
+    let shown = json_of(&common::wp(&["--json", "inspect", rout.to_str().unwrap()]));
+    assert_eq!(shown["metadata"]["general.name"], "From The Hub");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&ratt).unwrap()).unwrap();
+    let commit = common::hub::commit_of("imat");
+    for (key, file) in [("imatrix", &local_matrix), ("metadata", &meta)] {
+        let got = find_key(&doc, key).unwrap_or_else(|| panic!("no {key} in {doc}"));
+        let name = file.file_name().unwrap().to_str().unwrap();
+        assert_eq!(
+            got["path"],
+            format!("hf://org/imat@{commit}/{name}"),
+            "{key}"
+        );
+        assert_eq!(got["sha256"], sha256_of(file), "{key}");
+    }
+    // A job file's outputs, one with the remote matrix (read through the job's own layout of
+    // side files) and one with the local file: the same tensors, the address recorded.
+    let job = tmp.path().join("job.toml");
+    let (jr, jl) = (tmp.path().join("jr.gguf"), tmp.path().join("jl.gguf"));
+    std::fs::write(
+        &job,
+        format!(
+            "[[job]]\ninput = {f16s:?}\n[[job.output]]\npath = {:?}\nquant = \"IQ4_XS\"\n\
+             imatrix = \"hf://org/imat/imatrix.gguf\"\n[[job.output]]\npath = {:?}\n\
+             quant = \"IQ4_XS\"\nimatrix = {:?}\n",
+            jr.to_str().unwrap(),
+            jl.to_str().unwrap(),
+            local_matrix.to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    common::hub::ok(&hub.wp(&["run", job.to_str().unwrap()]), "run job.toml");
+    same_but_imatrix_file(&jr, &jl, "hf://org/imat/imatrix.gguf");
+    let plan = tmp.path().join("plan.json");
+    let o = hub.wp(&[
+        "plan",
+        f16s,
+        "-o",
+        out.to_str().unwrap(),
+        "--quant",
+        "Q8_0",
+        "--imatrix",
+        "hf://org/imat/imatrix.gguf",
+        "--units",
+        "2",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--imatrix hf://org/imat/imatrix.gguf"),
+        "{err}"
+    );
+    assert!(!plan.exists());
+}

@@ -246,11 +246,20 @@ fn normalize(raw: &mut Map<String, Value>, d: &ConfigDefaults) {
 
 /// `head_dim` as the class defines it: removed, derived, a constant or another key.
 fn normalize_head_dim(raw: &mut Map<String, Value>, d: HeadDimDefault, heads: Option<u64>) {
+    if let HeadDimDefault::PoppedTo(key, default) = d {
+        // The class's value (its default when absent or null), kept under `key`.
+        let hd = raw
+            .remove("head_dim")
+            .filter(|v| !v.is_null())
+            .unwrap_or_else(|| default.into());
+        raw.insert(key.into(), hd);
+        return;
+    }
     if d == HeadDimDefault::Ignored {
         raw.remove("head_dim");
     } else if raw.get("head_dim").is_none_or(Value::is_null) {
         let hd = match d {
-            HeadDimDefault::Absent | HeadDimDefault::Ignored => None,
+            HeadDimDefault::Absent | HeadDimDefault::Ignored | HeadDimDefault::PoppedTo(..) => None,
             HeadDimDefault::Derived => raw
                 .get("hidden_size")
                 .and_then(Value::as_u64)

@@ -17,6 +17,8 @@
 //! * [`split`]: fused tensors written as several (DeepSeek-V2's MLA `kv_b_proj`).
 //! * [`fp8`]: the scaled weights of an FP8 release (`weight_scale_inv`) and their blocks.
 //! * [`xlmr`]: XLM-RoBERTa's position offset.
+//! * `minimax`: MiniMax-M2's refused variants and shape checks.
+//! * `nemotron_h`: Nemotron-H's config normalization, layer kinds and keys.
 //! * [`xielu`]: Apertus' xIELU parameters, the tensor values the caller reads for the plan.
 //! * [`lora`], [`plan_adapter`]: PEFT LoRA adapters, their checks and their GGUF adapter plan.
 //! * [`mmproj`], [`plan_mmproj`]: multimodal projectors (`clip` GGUF files for llama.cpp's mtmd).
@@ -30,9 +32,11 @@ pub mod fp8;
 pub mod gemma3n;
 mod gpt2;
 pub mod lora;
+mod minimax;
 pub mod mix;
 pub mod mmproj;
 pub mod naming;
+mod nemotron_h;
 mod origin;
 mod permute;
 mod phi3;

@@ -64,6 +64,10 @@ pub struct PlanOptions {
     /// the plan's tensor slice, read by the caller ([`crate::xielu::value_of`]): the plan itself
     /// never reads tensor data. Empty for every architecture but Apertus.
     pub tensor_values: std::collections::BTreeMap<usize, f32>,
+    /// Leave the multi-token-prediction (NextN) layers out, as the reference's `--no-mtp`:
+    /// the block count is the main layers', no `nextn_predict_layers` key, no MTP tensor.
+    /// Refused for an architecture whose reference converter cannot (see [`exclude_mtp`]).
+    pub no_mtp: bool,
 }
 
 impl Default for PlanOptions {
@@ -76,6 +80,7 @@ impl Default for PlanOptions {
             sort_names: true,
             limits: weightport_core::Limits::default(),
             tensor_values: Default::default(),
+            no_mtp: false,
         }
     }
 }
@@ -149,6 +154,9 @@ pub fn check_supported(config_dir: &Path) -> Result<&'static ArchSpec> {
     if spec.extra_kv.contains(&ExtraKv::Pooling) {
         crate::pooling::from_modules(config_dir)?;
     }
+    if spec.hooks.contains(&Hook::MiniMaxM2) {
+        crate::minimax::check_config(&HParams::load(config_dir, &spec.config)?)?;
+    }
     Ok(spec)
 }
 
@@ -181,6 +189,32 @@ pub fn check_supported_within(
     crate::config::with_limits(limits, || check_supported(config_dir))
 }
 
+/// The release without its multi-token-prediction layers ([`PlanOptions::no_mtp`]): the
+/// reference's `supports_mtp_export` classes among ours are GLM-4.5 ([`Hook::NextnLayers`]) and
+/// Qwen3-Next / Qwen3.5 ([`Hook::QwenLinearAttention`]); for any other it stops ("not
+/// supported"), and so does this.
+fn exclude_mtp(release: &mut Release) -> Result<()> {
+    let spec = release.spec;
+    let supported = [Hook::NextnLayers, Hook::QwenLinearAttention];
+    if !spec.hooks.iter().any(|h| supported.contains(h)) {
+        return Err(Error::Unsupported {
+            at: Location::file(release.hp.path.clone()),
+            format: Some(Format::Gguf),
+            what: format!(
+                "leaving out the multi-token-prediction layers of {} (the reference's \
+                 converter cannot either)",
+                release.hp.hf_arch
+            ),
+        });
+    }
+    release.block_count = release.main_layers;
+    release.no_mtp = true;
+    // GLM-4.5 writes `nextn_predict_layers` from config.json (`ExtraKv::U32IfPresent`); the
+    // reference does not with `--no-mtp`.
+    release.hp.raw.remove("num_nextn_predict_layers");
+    Ok(())
+}
+
 /// [`plan`] within its limits: the release's configuration, its tensors, its keys, then its
 /// vocabulary, each phase refusing what it cannot plan before the next one reads anything.
 fn plan_release(
@@ -190,7 +224,9 @@ fn plan_release(
 ) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
     let mut release = Release::read(config_dir, spec)?;
-    if spec.hooks.contains(&Hook::QwenLinearAttention) {
+    if opts.no_mtp {
+        exclude_mtp(&mut release)?;
+    } else if spec.hooks.contains(&Hook::QwenLinearAttention) {
         let mtp = crate::qwen_next::mtp_layers(&release.hp, tensors, config_dir)?;
         release.block_count = release.main_layers + mtp;
     }
@@ -248,6 +284,8 @@ struct Release<'a> {
     /// Keys the reference writes while preparing tensors, right after `general.architecture`
     /// (Apertus' `xielu.*`, [`Hook::XieluValues`]).
     early_kv: Vec<(String, MetaValue)>,
+    /// The multi-token-prediction layers are left out ([`exclude_mtp`]).
+    no_mtp: bool,
 }
 
 impl<'a> Release<'a> {
@@ -256,6 +294,9 @@ impl<'a> Release<'a> {
         let mut hp = HParams::load(dir, &spec.config)?;
         if spec.hooks.contains(&Hook::QwenLinearAttention) {
             crate::qwen_next::normalize(&mut hp)?;
+        }
+        if spec.hooks.contains(&Hook::NemotronH) {
+            crate::nemotron_h::normalize(&mut hp)?;
         }
         let position_offset = if spec.hooks.contains(&Hook::PositionOffsetFromPad) {
             crate::xlmr::position_offset(&mut hp)?
@@ -299,6 +340,7 @@ impl<'a> Release<'a> {
             block_count,
             main_layers,
             early_kv: Vec::new(),
+            no_mtp: false,
         })
     }
 }

@@ -38,6 +38,8 @@ pub(crate) enum Flavor {
     FalconH1,
     /// `GraniteHybridModel` (keys also under `mamba_`).
     GraniteHybrid,
+    /// `NemotronHModel` ([`nemotron_h_dims`]).
+    NemotronH,
 }
 
 impl Flavor {
@@ -46,6 +48,7 @@ impl Flavor {
         match crate::table::lookup(&hp.hf_arch) {
             Some(s) if s.kv_layout == KvLayout::FalconH1 => Flavor::FalconH1,
             Some(s) if s.hooks.contains(&Hook::GraniteHybridLayers) => Flavor::GraniteHybrid,
+            Some(s) if s.hooks.contains(&Hook::NemotronH) => Flavor::NemotronH,
             _ => Flavor::Mamba2,
         }
     }
@@ -67,6 +70,29 @@ fn need(hp: &HParams, keys: &[&str], prefixed: bool) -> Result<u32> {
         .ok_or_else(|| bad(&hp.path, format!("config.json lacks `{}`", keys[0])))
 }
 
+/// The Mamba 2 dimensions `NemotronHModel.__init__` uses: `d_model` from `mamba_head_dim` (sic),
+/// the inner size `mamba_num_heads × mamba_head_dim`, `n_groups`.
+pub(crate) fn nemotron_h_dims(hp: &HParams) -> Result<Mamba2Dims> {
+    let d_model = need(hp, &["mamba_head_dim", "hidden_size", "d_model"], true)?;
+    let heads = need(hp, &["num_heads"], true)?;
+    let d_inner = heads.checked_mul(d_model).ok_or_else(|| {
+        bad(
+            &hp.path,
+            "mamba_num_heads × mamba_head_dim does not fit 32 bits",
+        )
+    })?;
+    let n_group = need(hp, &["n_groups", "num_groups"], true)?;
+    if n_group == 0 || d_model == 0 {
+        return Err(bad(&hp.path, "a zero `n_groups` or `mamba_head_dim`"));
+    }
+    Ok(Mamba2Dims {
+        d_model,
+        d_inner,
+        n_group,
+        head_dim: d_model,
+    })
+}
+
 /// The class's dimensions (`falcon`: as `FalconH1Model` overrides them); refuses what its
 /// assertions refuse: for Mamba 2 an inner size other than `expand × hidden_size` or not a
 /// multiple of the head dimension, for Falcon-H1 an inner size not a multiple of `d_head` or an
@@ -74,6 +100,9 @@ fn need(hp: &HParams, keys: &[&str], prefixed: bool) -> Result<u32> {
 pub(crate) fn mamba2_dims(hp: &HParams, flavor: Flavor) -> Result<Mamba2Dims> {
     if flavor == Flavor::GraniteHybrid {
         return granite_dims(hp);
+    }
+    if flavor == Flavor::NemotronH {
+        return nemotron_h_dims(hp);
     }
     let falcon = flavor == Flavor::FalconH1;
     let d_model = need(hp, &["hidden_size", "d_model", "dim"], falcon)?;

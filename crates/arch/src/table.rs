@@ -37,6 +37,10 @@ pub enum HeadDimDefault {
     /// The reference's class drops `head_dim` whatever config.json says (Granite's
     /// `hparams.pop("head_dim")`): no key/value length, rope dimensions from the hidden size.
     Ignored,
+    /// The class fills `head_dim` (with this default) and the reference's class drops it before
+    /// the common keys (Granite's pop) and writes it later itself (Nemotron-H's key/value
+    /// length): kept under the key `.0`, so the common keys see no `head_dim`.
+    PoppedTo(&'static str, u64),
     /// Always the value of this key (DeepseekV2Config sets `head_dim = qk_rope_head_dim`
     /// whatever config.json says).
     Key(&'static str),
@@ -191,6 +195,11 @@ pub enum ExtraKv {
     /// per layer (0 for SSM layers), `rope.scaling.finetuned` and, without rope, a 2^20 context
     /// ([`crate::ssm::granite_hybrid_kvs`]).
     GraniteHybrid,
+    /// Nemotron-H's own keys after Granite MoE's (`NemotronHModel.set_gguf_parameters` through
+    /// `GraniteHybridModel`'s): the SSM keys, per-layer KV heads, `rope.scaling.finetuned`, a
+    /// 2^20 context, key/value lengths, per-layer feed-forward lengths (MoE layers only) and
+    /// the expert keys ([`crate::nemotron_h::kvs`]).
+    NemotronH,
     /// `{arch}.rope.freq_base` f32 ← the rope parameters' `rope_theta` (required; Falcon-H1 writes
     /// it after its own keys).
     RopeFreqBase,
@@ -397,6 +406,9 @@ pub enum VocabKind {
     /// (`MambaModel.set_vocab`; the builtin GPT-NeoX vocabulary of a release without tokenizer
     /// files is refused).
     Gpt2ElseSpmPadTo8,
+    /// GPT-2 style BPE `tokenizer.json` only, `vocab_size` rounded up to a multiple of 8 whatever
+    /// config.json says (`NemotronHModel.set_vocab`).
+    Gpt2PadTo8,
     /// SentencePiece `tokenizer.model` required (`JambaModel.set_vocab`; its other branch, a
     /// `tokenizer.json` read as a Llama HF vocabulary, is not done: refused).
     Spm,
@@ -877,6 +889,11 @@ pub enum Hook {
     /// caller reads the values the plan needs ([`crate::plan::value_tensors`],
     /// [`crate::PlanOptions::tensor_values`]).
     XieluValues,
+    /// Nemotron-H ([`crate::nemotron_h`]): `NemotronHConfig`'s normalization (the layer pattern,
+    /// `mamba_*` aliases), its Mamba 2 dimensions (`mamba_num_heads × mamba_head_dim`), every
+    /// `backbone.layers.N.mixer.*` tensor checked against its layer's kind; dense MLP layers,
+    /// the MTP head and latent MoE projections refused.
+    NemotronH,
     /// Every projection, norm and MLP tensor checked against config.json's sizes, and sizes past
     /// 2^20 refused, before anything is computed from them ([`crate::shapes`]; the reference
     /// writes whatever it finds).
@@ -887,6 +904,13 @@ pub enum Hook {
     /// `vocab_size` (an [`crate::Origin::PadRows`]), `altup_num_inputs` other than 4 refused
     /// (the reference asserts it).
     Gemma3n,
+    /// MiniMax-M2 (`MiniMaxM2Model`, [`crate::minimax`]): the config variants whose file the
+    /// pinned llama.cpp cannot run are refused from config.json before a weight is read (no
+    /// `scoring_func` sigmoid, no q/k norms or per-head ones, lightning-attention layers, shared
+    /// experts, a rotary size past the head), and the q/k norms (over all heads), router, score
+    /// correction bias and experts are checked against config.json with [`Hook::CheckShapes`]'s
+    /// other names.
+    MiniMaxM2,
 }
 
 /// HF tensor names the reference drops whatever the architecture (`base.py:1058-1060`).
@@ -1008,6 +1032,44 @@ const GRANITE_HYBRID_NAMES: NameGroup = &[
         "blk.{bid}.ffn_gate_inp",
     ),
 ];
+
+/// Nemotron-H's attention and MoE mixers (`backbone.layers.N.mixer.*`; its Mamba 2 mixers take
+/// [`MAMBA2_NAMES`]); the score correction bias after `e_score_correction_bias` →
+/// `e_score_correction.bias`.
+const NEMOTRON_H_NAMES: NameGroup = &[
+    ("backbone.layers.{bid}.mixer.q_proj", "blk.{bid}.attn_q"),
+    ("backbone.layers.{bid}.mixer.k_proj", "blk.{bid}.attn_k"),
+    ("backbone.layers.{bid}.mixer.v_proj", "blk.{bid}.attn_v"),
+    (
+        "backbone.layers.{bid}.mixer.o_proj",
+        "blk.{bid}.attn_output",
+    ),
+    ("backbone.layers.{bid}.mixer.gate", "blk.{bid}.ffn_gate_inp"),
+    (
+        "backbone.layers.{bid}.mixer.gate.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    ),
+    (
+        "backbone.layers.{bid}.mixer.shared_experts.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+    ),
+    (
+        "backbone.layers.{bid}.mixer.shared_experts.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+    ),
+];
+
+/// Nemotron-H's routed experts (`mixer.experts.N.{up,down}_proj`, relu² without a gate),
+/// stacked down, up (`NemotronHModel.modify_tensors`).
+pub(crate) const NEMOTRON_H_EXPERTS: ExpertStack = ExpertStack {
+    marker: "mixer.experts",
+    pattern: "backbone.layers.{bid}.mixer.experts.{xid}.{w}.weight",
+    members: &[
+        ("down_proj", "blk.{bid}.ffn_down_exps.weight"),
+        ("up_proj", "blk.{bid}.ffn_up_exps.weight"),
+    ],
+    count: &["n_routed_experts"],
+};
 
 /// Jamba (`model.layers.N.mamba.*` Mamba 1 mixers with dt/B/C norms, `feed_forward.*` MLPs and
 /// routers, `pre_ff_layernorm`).
@@ -1608,6 +1670,50 @@ const LFM2MOE_ROUTER: NameGroup = &[
         "model.layers.{bid}.feed_forward.expert_bias",
         "blk.{bid}.exp_probs_b",
     ),
+];
+
+/// MiniMax-M2 (`MODEL_TENSORS[MINIMAXM2]`): Llama attention with q/k norms over all heads,
+/// Mixtral's router and experts ([`MIXTRAL_EXPERTS`]), the router's score correction bias
+/// (after `e_score_correction_bias` → `e_score_correction.bias`).
+const MINIMAXM2_TENSORS: &[NameGroup] = &[
+    EMBED_NORM,
+    LM_HEAD,
+    ATTN_NORM,
+    ATTN,
+    QK_NORMS,
+    FFN_NORM,
+    MIXTRAL_ROUTER,
+    &[(
+        "model.layers.{bid}.block_sparse_moe.e_score_correction",
+        "blk.{bid}.exp_probs_b",
+    )],
+];
+
+/// `NemotronHConfig`'s defaults for the keys the reference reads (`num_key_value_heads` and
+/// `head_dim` apart).
+const NEMOTRON_H_DEFAULTS: &[(&str, &str)] = &[
+    ("vocab_size", "131072"),
+    ("hidden_size", "4096"),
+    ("num_attention_heads", "32"),
+    ("max_position_embeddings", "4096"),
+    ("intermediate_size", "21504"),
+    ("layer_norm_epsilon", "1e-5"),
+    ("mamba_num_heads", "128"),
+    ("mamba_head_dim", "64"),
+    ("ssm_state_size", "128"),
+    ("n_groups", "8"),
+    ("conv_kernel", "4"),
+    ("expand", "2"),
+    ("n_routed_experts", "8"),
+    ("n_shared_experts", "1"),
+    ("moe_intermediate_size", "7688"),
+    ("moe_shared_expert_intermediate_size", "7688"),
+    ("num_experts_per_tok", "2"),
+    ("routed_scaling_factor", "1.0"),
+    ("n_group", "1"),
+    ("topk_group", "1"),
+    ("norm_topk_prob", "true"),
+    ("tie_word_embeddings", "false"),
 ];
 
 /// Llama, Mistral and Qwen2.
@@ -3907,6 +4013,56 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         splits: &[],
         hooks: &[],
     },
+    // MiniMax-M2 (`MiniMaxM2Model`): a TextModel; the common keys (`scoring_func` gives the
+    // gating function), then the experts' width and the rotary size. MiniMaxM2Config's defaults.
+    ArchSpec {
+        arch: "minimax-m2",
+        hf_archs: &["MiniMaxM2ForCausalLM"],
+        tensors: MINIMAXM2_TENSORS,
+        experts: Some(&MIXTRAL_EXPERTS),
+        permute_qk: false,
+        config: ConfigDefaults {
+            values: &[
+                ("vocab_size", "200064"),
+                ("max_position_embeddings", "196608"),
+                ("hidden_size", "3072"),
+                ("intermediate_size", "1536"),
+                ("num_hidden_layers", "62"),
+                ("num_attention_heads", "48"),
+                ("rms_norm_eps", "1e-06"),
+                ("tie_word_embeddings", "false"),
+                ("bos_token_id", "200034"),
+                ("eos_token_id", "200020"),
+                ("num_local_experts", "256"),
+                ("num_experts_per_tok", "8"),
+            ],
+            kv_heads: KvHeadsDefault::Const(8),
+            head_dim: HeadDimDefault::Const(128),
+            rope_theta: Some("5000000.0"),
+            local_rope_theta: None,
+        },
+        // MiniMaxM2Model.set_gguf_parameters.
+        extra_kv: &[
+            ExtraKv::ExpertFeedForwardLengthOf("intermediate_size"),
+            ExtraKv::U32("rope.dimension_count", "rotary_dim"),
+        ],
+        vocab: VocabKind::Gpt2,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            // `ModelBase.filter_tensors`: `e_score_correction_bias` → `e_score_correction.bias`.
+            suffix_renames: &[("e_score_correction_bias", "e_score_correction.bias")],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: &[],
+        hooks: &[Hook::MiniMaxM2, Hook::CheckShapes],
+    },
     ArchSpec {
         arch: "lfm2moe",
         hf_archs: &["Lfm2MoeForCausalLM"],
@@ -4134,6 +4290,56 @@ pub(crate) const ARCHS: &[ArchSpec] = &[
         transposed: &[],
         splits: GRANITE_HYBRID_SPLITS,
         hooks: &[Hook::GraniteHybridLayers],
+    },
+    // Nemotron-H (`conversion/nemotron.py` `NemotronHModel` on `GraniteHybridModel`): converted
+    // as `nemotron_h_moe` whatever the release (NemotronHConfig always has `num_experts_per_tok`);
+    // Granite's common keys (head_dim dropped and written later as key/value length), then the
+    // hook's SSM, per-layer and expert keys; q/k permuted (they occur in attention layers only),
+    // Mamba 2's tensor rules on the `mixer.*` of its Mamba layers, experts stacked down, up.
+    ArchSpec {
+        arch: "nemotron_h_moe",
+        hf_archs: &["NemotronHForCausalLM"],
+        tensors: &[MAMBA2_NAMES, NEMOTRON_H_NAMES],
+        experts: Some(&NEMOTRON_H_EXPERTS),
+        permute_qk: true,
+        config: ConfigDefaults {
+            values: NEMOTRON_H_DEFAULTS,
+            kv_heads: KvHeadsDefault::Absent,
+            head_dim: HeadDimDefault::PoppedTo("attention_head_dim", 128),
+            rope_theta: None,
+            local_rope_theta: None,
+        },
+        extra_kv: &[
+            ExtraKv::VocabSize,
+            ExtraKv::RopeDimensionCount,
+            ExtraKv::Scale("attention_multiplier", "attention.scale"),
+            ExtraKv::Scale("embedding_multiplier", "embedding_scale"),
+            ExtraKv::Scale("residual_multiplier", "residual_scale"),
+            ExtraKv::Scale("logits_scaling", "logit_scale"),
+            ExtraKv::U32IfTruthy(
+                "expert_shared_feed_forward_length",
+                "shared_intermediate_size",
+            ),
+            ExtraKv::NemotronH,
+        ],
+        vocab: VocabKind::Gpt2PadTo8,
+        llama3_rope_freqs: false,
+        names: NameRules {
+            strip_prefix: &[],
+            suffix_renames: &[
+                (".dt_bias", ".dt_proj.bias"),
+                ("e_score_correction_bias", "e_score_correction.bias"),
+            ],
+            drop: &[],
+            drop_prefixes: &[],
+            text_of_multimodal: false,
+        },
+        kv_layout: KvLayout::Common,
+        norm_plus_one: false,
+        embd_rows_to_vocab: false,
+        transposed: &[],
+        splits: MAMBA2_SPLITS,
+        hooks: &[Hook::NemotronH],
     },
     // Jamba (`conversion/jamba.py` `JambaModel`): its own key list, Mamba 1 mixers (`A =
     // -exp(A_log)` in `[inner, state]`, conv1d squeezed), attention without permutation, per-expert

@@ -136,6 +136,9 @@ pub struct TransformOptions {
     pub metadata: Option<std::path::PathBuf>,
     /// HF release → GGUF: the pre-tokenizer when the check hash is not a known one.
     pub pre_tokenizer: Option<String>,
+    /// HF release → GGUF: leave the multi-token-prediction (NextN) layers out, as the
+    /// reference's `--no-mtp` ([`weightport_arch::PlanOptions::no_mtp`]).
+    pub no_mtp: bool,
     /// Measure the quality figures of narrowing float casts and quantizations
     /// ([`crate::transform::quality`]): costs a decode of both sides of every cast chunk and a per-block
     /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their

@@ -179,6 +179,13 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
             open.read.shared_copy = true;
         }
     }
+    if opts.transform.no_mtp && !(by_architecture && adapter.is_none() && !opts.mmproj) {
+        return Err(Error::Usage(
+            "leaving out the multi-token-prediction layers applies to an HF release converted \
+             to GGUF"
+                .into(),
+        ));
+    }
     let merges = crate::merge::read_configs(&opts.transform.merge_lora, &opts.open.read.limits)?;
     if adapter.is_some() && !merges.is_empty() {
         return Err(Error::Usage(

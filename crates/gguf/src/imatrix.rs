@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use weightport_core::bytes::{ByteCursor, InMemory};
-use weightport_core::mapped::LocalFile;
 use weightport_core::{ByteSource, Error, Format, Limits, Location, MetaValue, Result};
 
 use crate::header;
@@ -89,11 +88,13 @@ impl Imatrix {
 /// Reads the importance matrix at `path`, either format (a GGUF file is recognised by its
 /// magic; anything else is read as the legacy format).
 pub fn read_imatrix(path: &Path, limits: &Limits) -> Result<Imatrix> {
-    let src = LocalFile::open(path, ", expected an importance matrix file")?;
+    // Through the process's storage: a remote `--imatrix` is a view's stand-in.
+    let src = weightport_core::mapped::default_storage()
+        .open(path, ", expected an importance matrix file")?;
     if src.is_empty() {
         return Err(malformed(path, 0, "the file is empty"));
     }
-    read_imatrix_from(&src, limits)
+    read_imatrix_from(src.as_ref(), limits)
 }
 
 /// Parses the importance matrix whose complete contents are `buf`; `path` names it in

@@ -298,6 +298,12 @@ pub(crate) fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u
     file.extend(h);
     file.extend(out_data);
     std::fs::write(&path, file).unwrap();
+    fix_total_size(dir);
+}
+
+/// Sets the index's `metadata.total_size` to the data bytes its shards hold.
+pub(crate) fn fix_total_size(dir: &Path) {
+    let index = dir.join("model.safetensors.index.json");
     let mut total = 0u64;
     edit_json(&index, |m| {
         let shards: std::collections::BTreeSet<String> = m["weight_map"]
@@ -313,4 +319,18 @@ pub(crate) fn edit_tensor(dir: &Path, name: &str, new: Option<(&str, &[u64], &[u
         }
         m["metadata"]["total_size"] = total.into();
     });
+}
+
+/// Converts `dir` to f16 (pre-tokenizer `pre`), which must fail naming each of `words` with no
+/// panic and nothing at `out`; returns the message.
+pub(crate) fn refused(dir: &Path, out: &Path, pre: Option<&str>, words: &[&str]) -> String {
+    let o = convert_output(dir, out, pre, &["--dtype", "f16"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{words:?}: {err}");
+    for w in words {
+        assert!(err.contains(w), "`{w}` not in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!out.exists());
+    err.into_owned()
 }

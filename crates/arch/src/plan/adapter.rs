@@ -47,6 +47,8 @@ fn plan_adapter_within(
         Hook::XieluValues,
         Hook::CheckShapes,
         Hook::Gemma3n,
+        Hook::MiniMaxM2,
+        Hook::NemotronH,
     ];
     let untested_archs = ["phimoe"];
     if spec.hooks.iter().any(|h| untested.contains(h)) || untested_archs.contains(&spec.arch) {

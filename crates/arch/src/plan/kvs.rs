@@ -499,6 +499,7 @@ fn extra_kv(kvs: &mut Kvs, release: &Release, extra: ExtraKv) -> Result<()> {
         ExtraKv::GraniteHybrid => {
             crate::ssm::granite_hybrid_kvs(hp, *block_count, &mut |k, v| kvs.arch(k, v))?
         }
+        ExtraKv::NemotronH => crate::nemotron_h::kvs(hp, &mut |k, v| kvs.arch(k, v))?,
         ExtraKv::U32Or(key, h, d) => kvs.arch(key, MetaValue::U32(hp.u32(&[h])?.unwrap_or(d))),
         ExtraKv::RopeFreqBase => {
             let theta = hp

@@ -38,6 +38,9 @@ pub(super) fn plan_tensors(
         .u32(&["n_kv_heads", "num_key_value_heads"])?
         .unwrap_or(n_head);
     let order = source_order(tensors, opts.sort_names);
+    if spec.hooks.contains(&Hook::NemotronH) {
+        crate::nemotron_h::check_tensors(hp, tensors, dir)?;
+    }
     let mut experts = match spec.experts {
         Some(e) => Some(Experts::new(e, hp, release.block_count)?),
         None => None,
@@ -84,6 +87,10 @@ pub(super) fn plan_tensors(
             let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
             let qwen35 = spec.hooks.contains(&Hook::LinearAttentionVReorder);
             crate::qwen_next::check_complete(&names, hp, dir, qwen35)?;
+        }
+        if spec.hooks.contains(&Hook::NemotronH) {
+            let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
+            crate::nemotron_h::check_complete(&names, hp, dir)?;
         }
     }
     Ok(Planned {
@@ -166,6 +173,11 @@ impl Planner<'_, '_> {
             self.dropped.push((t.name.clone(), crate::xielu::DROPPED));
             return Ok(());
         }
+        if self.release.no_mtp && self.is_excluded_mtp(&t.name) {
+            self.dropped
+                .push((t.name.clone(), "multi-token-prediction layer, left out"));
+            return Ok(());
+        }
         if spec.hooks.contains(&Hook::SkipMtpLayers) && self.is_mtp_layer(&t.name) {
             self.dropped
                 .push((t.name.clone(), "multi-token-prediction layer, skipped"));
@@ -192,7 +204,10 @@ impl Planner<'_, '_> {
                 return self.add_altup(s, k, i);
             }
         }
-        if spec.hooks.contains(&Hook::CheckShapes) {
+        if spec.hooks.contains(&Hook::MiniMaxM2) {
+            let Release { dir, hp, .. } = self.release;
+            crate::minimax::check_shape(&hf, t, hp, dir)?;
+        } else if spec.hooks.contains(&Hook::CheckShapes) {
             let Release { dir, hp, .. } = self.release;
             crate::shapes::check_shape(&hf, t, hp, dir)?;
         }
@@ -305,6 +320,16 @@ impl Planner<'_, '_> {
         rest[..digits]
             .parse::<u64>()
             .is_ok_and(|n| n >= u64::from(self.release.block_count))
+    }
+
+    /// A tensor of the multi-token-prediction layers left out ([`Release::no_mtp`]): a layer
+    /// past the main ones (GLM-4.5's NextN layer) or Qwen's `mtp.*` block (the reference's
+    /// `filter_tensors` with `no_mtp`).
+    fn is_excluded_mtp(&self, name: &str) -> bool {
+        // A multimodal release's text names, as the reference sees them.
+        let name = name.replacen("model.language_model.", "model.", 1);
+        let bare = name.strip_prefix("model.").unwrap_or(&name);
+        bare.starts_with("mtp.") || self.is_mtp_layer(&name)
     }
 
     /// An expert tensor: once its block is complete, the block's stacks.

@@ -381,7 +381,7 @@ fn export_kind(
     }
     let vocab_size = if kind == VocabKind::SpmElseGpt2PadTo16 {
         Some(padded_vocab_size(hp, None, 16)?)
-    } else if kind == VocabKind::SpmElseGpt2PadTo8 {
+    } else if kind == VocabKind::SpmElseGpt2PadTo8 || kind == VocabKind::Gpt2PadTo8 {
         Some(padded_vocab_size(hp, Some(8), 8)?)
     } else if kind == VocabKind::Gpt2ElseSpmPadTo8 {
         Some(padded_vocab_size(hp, None, 8)?)
@@ -446,6 +446,7 @@ fn file_kind(dir: &Path, kind: VocabKind) -> Result<VocabKind> {
             | VocabKind::Gpt2ChatGlm
             | VocabKind::Gpt2Glm
             | VocabKind::Gpt2ElseSpmPadTo8
+            | VocabKind::Gpt2PadTo8
     ) {
         VocabKind::Gpt2
     } else if matches!(
