@@ -61,6 +61,23 @@ impl Chain {
         self.second.apply(out, &mids, dst)
     }
 
+    /// [`Transform::apply`] when the second transform concatenates: each intermediate piece
+    /// computed straight into its place in `dst`.
+    fn apply_in_place(&self, middle: &[Middle], inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+        let (mut at, mut used) = (0usize, 0usize);
+        for (m, n) in middle {
+            let len = (m.end - m.start) as usize;
+            self.first.apply(
+                m.clone(),
+                &inputs[used..used + n.len()],
+                &mut dst[at..at + len],
+            )?;
+            at += len;
+            used += n.len();
+        }
+        Ok(())
+    }
+
     /// The intermediate ranges `out` needs, each with the number of input ranges it needs.
     fn middle(&self, out: Range<u64>) -> Vec<Middle> {
         self.second
@@ -90,6 +107,11 @@ impl Transform for Chain {
     fn apply(&self, out: Range<u64>, inputs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
         let middle = self.middle(out.clone());
         let total: u64 = middle.iter().map(|(m, _)| m.end - m.start).sum();
+        if self.second.concatenates() && total == dst.len() as u64 {
+            // The second only lays the intermediate pieces one after another (stacked experts,
+            // permuted rows): the first writes them in place, with no buffer and no copy.
+            return self.apply_in_place(&middle, inputs, dst);
+        }
         let mut buf = MIDDLE
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
