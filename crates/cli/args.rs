@@ -400,8 +400,12 @@ pub(crate) struct QuantArgs {
     pub pre_tokenizer: Option<String>,
     /// HF release → GGUF: leave the multi-token-prediction (NextN) layers out (GLM-4.5,
     /// Qwen3-Next, Qwen3.5), as the reference converter's `--no-mtp`.
-    #[arg(long, alias = "no-nextn")]
+    #[arg(long, alias = "no-nextn", conflicts_with = "mtp")]
     pub no_mtp: bool,
+    /// HF release → GGUF: write only the multi-token-prediction layers with the embedding, the
+    /// final norm and the head, a speculative draft (the reference converter's `--mtp`).
+    #[arg(long)]
+    pub mtp: bool,
 }
 
 /// How inputs are read (convert, inspect, verify).

@@ -44,6 +44,7 @@ fn recipe(a: &ConvertArgs) -> Value {
             "metadata": q.metadata.as_deref().map(side_material),
             "pre_tokenizer": q.pre_tokenizer,
             "no_mtp": q.no_mtp,
+            "mtp": q.mtp,
             "from": a.read.from,
             "key": a.read.key,
             "shared": a.read.shared,

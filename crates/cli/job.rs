@@ -179,6 +179,7 @@ with_options! {
     name: String,
     pre_tokenizer: String,
     no_mtp: bool,
+    mtp: bool,
     key: String,
     shared: String,
     index_only: bool,
@@ -493,6 +494,7 @@ fn switch_flags(o: &Options) -> Vec<Flag> {
         ("allow-inert-objects", o.allow_inert_objects),
         ("mmproj", o.mmproj),
         ("no-mtp", o.no_mtp),
+        ("mtp", o.mtp),
         ("force", o.force),
         ("no-verify", o.verify.map(|v| !v)),
     ];

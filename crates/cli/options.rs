@@ -67,6 +67,7 @@ pub(crate) fn transform_options(a: &ConvertArgs) -> Result<TransformOptions, Err
     t.metadata = a.quant.metadata.clone();
     t.pre_tokenizer = a.quant.pre_tokenizer.clone();
     t.no_mtp = a.quant.no_mtp;
+    t.mtp_only = a.quant.mtp;
     t.merge_lora = a.merge_lora.clone();
     t.lora_scale = a.lora_scale;
     t.measure_quality = false;

@@ -255,6 +255,13 @@ fn no_mtp_leaves_the_mtp_layers_out_as_the_reference() {
         err.contains("multi-token-prediction layers of DeepseekV3ForCausalLM"),
         "{err}"
     );
+    let o = arch::convert_output(
+        &arch::release("deepseek3"),
+        &out,
+        Some("qwen2"),
+        &["--dtype", "f16", "--mtp"],
+    );
+    assert!(!o.status.success() && !out.exists());
     let st = common::fixtures().join("good/safetensors/llama_tiny.safetensors");
     let out = tmp.path().join("st.safetensors");
     let o = arch::convert_output(&st, &out, None, &["--no-mtp"]);
@@ -264,4 +271,38 @@ fn no_mtp_leaves_the_mtp_layers_out_as_the_reference() {
         err.contains("applies to an HF release converted to GGUF"),
         "{err}"
     );
+}
+
+/// `--mtp` writes the multi-token-prediction layers alone with the embedding, the final norm
+/// and the head, the keys the whole model's (a speculative draft), as the reference's `--mtp`
+/// (no_mtp.json's `mtp_only`, f16 and q8_0 whole files); `--mtp` with `--no-mtp` is a usage
+/// error.
+#[test]
+fn mtp_writes_the_draft_as_the_reference() {
+    let doc = expected("no_mtp.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut done = 0;
+    for (name, entry) in doc["mtp_only"].as_object().unwrap() {
+        let pre = entry["pre"].as_str();
+        for (t, want) in entry["outtypes"].as_object().unwrap() {
+            let out = tmp.path().join(format!("{name}-mtp-{t}.gguf"));
+            arch::convert(&arch::release(name), &out, pre, &["--dtype", t, "--mtp"]);
+            assert_eq!(
+                sha_file(&out),
+                want["sha256"].as_str().unwrap(),
+                "{name} {t} --mtp"
+            );
+            done += 1;
+        }
+    }
+    assert_eq!(done, 14);
+    let out = tmp.path().join("both.gguf");
+    let o = arch::convert_output(
+        &arch::release("qwen35"),
+        &out,
+        Some("qwen2"),
+        &["--mtp", "--no-mtp"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists());
 }

@@ -68,6 +68,9 @@ pub struct PlanOptions {
     /// the block count is the main layers', no `nextn_predict_layers` key, no MTP tensor.
     /// Refused for an architecture whose reference converter cannot (see [`exclude_mtp`]).
     pub no_mtp: bool,
+    /// Write only the multi-token-prediction layers with the embedding, the final norm and the
+    /// head (a speculative draft), as the reference's `--mtp`; the keys stay the whole model's.
+    pub mtp_only: bool,
 }
 
 impl Default for PlanOptions {
@@ -81,6 +84,7 @@ impl Default for PlanOptions {
             limits: weightport_core::Limits::default(),
             tensor_values: Default::default(),
             no_mtp: false,
+            mtp_only: false,
         }
     }
 }
@@ -189,30 +193,32 @@ pub fn check_supported_within(
     crate::config::with_limits(limits, || check_supported(config_dir))
 }
 
-/// The release without its multi-token-prediction layers ([`PlanOptions::no_mtp`]): the
-/// reference's `supports_mtp_export` classes among ours are GLM-4.5 ([`Hook::NextnLayers`]) and
-/// Qwen3-Next / Qwen3.5 ([`Hook::QwenLinearAttention`]); for any other it stops ("not
-/// supported"), and so does this.
-fn exclude_mtp(release: &mut Release) -> Result<()> {
-    let spec = release.spec;
+/// Refuses [`PlanOptions::no_mtp`] and [`PlanOptions::mtp_only`] where the reference does: its
+/// `supports_mtp_export` classes among ours are GLM-4.5 ([`Hook::NextnLayers`]) and Qwen3-Next /
+/// Qwen3.5 ([`Hook::QwenLinearAttention`]); for any other it stops ("not supported").
+fn mtp_export_supported(release: &Release) -> Result<()> {
     let supported = [Hook::NextnLayers, Hook::QwenLinearAttention];
-    if !spec.hooks.iter().any(|h| supported.contains(h)) {
-        return Err(Error::Unsupported {
-            at: Location::file(release.hp.path.clone()),
-            format: Some(Format::Gguf),
-            what: format!(
-                "leaving out the multi-token-prediction layers of {} (the reference's \
-                 converter cannot either)",
-                release.hp.hf_arch
-            ),
-        });
+    if release.spec.hooks.iter().any(|h| supported.contains(h)) {
+        return Ok(());
     }
+    Err(Error::Unsupported {
+        at: Location::file(release.hp.path.clone()),
+        format: Some(Format::Gguf),
+        what: format!(
+            "leaving out or writing alone the multi-token-prediction layers of {} (the \
+             reference's converter cannot either)",
+            release.hp.hf_arch
+        ),
+    })
+}
+
+/// The release without its multi-token-prediction layers ([`PlanOptions::no_mtp`]).
+fn exclude_mtp(release: &mut Release) {
     release.block_count = release.main_layers;
     release.no_mtp = true;
     // GLM-4.5 writes `nextn_predict_layers` from config.json (`ExtraKv::U32IfPresent`); the
     // reference does not with `--no-mtp`.
     release.hp.raw.remove("num_nextn_predict_layers");
-    Ok(())
 }
 
 /// [`plan`] within its limits: the release's configuration, its tensors, its keys, then its
@@ -224,12 +230,16 @@ fn plan_release(
 ) -> Result<ArchPlan> {
     let spec = check_supported(config_dir)?;
     let mut release = Release::read(config_dir, spec)?;
+    if opts.no_mtp || opts.mtp_only {
+        mtp_export_supported(&release)?;
+    }
     if opts.no_mtp {
-        exclude_mtp(&mut release)?;
+        exclude_mtp(&mut release);
     } else if spec.hooks.contains(&Hook::QwenLinearAttention) {
         let mtp = crate::qwen_next::mtp_layers(&release.hp, tensors, config_dir)?;
         release.block_count = release.main_layers + mtp;
     }
+    release.mtp_only = opts.mtp_only;
     if spec.hooks.contains(&Hook::CheckShapes) {
         crate::shapes::check_sizes(&release.hp)?;
     }
@@ -286,6 +296,9 @@ struct Release<'a> {
     early_kv: Vec<(String, MetaValue)>,
     /// The multi-token-prediction layers are left out ([`exclude_mtp`]).
     no_mtp: bool,
+    /// Only the multi-token-prediction layers (and the embedding, final norm, head) are written
+    /// ([`PlanOptions::mtp_only`]).
+    mtp_only: bool,
 }
 
 impl<'a> Release<'a> {
@@ -341,6 +354,7 @@ impl<'a> Release<'a> {
             main_layers,
             early_kv: Vec::new(),
             no_mtp: false,
+            mtp_only: false,
         })
     }
 }

@@ -354,6 +354,7 @@ fn arch_plan(
     let mut plan_opts = plan_options(outtype, opts, dir, sort_names, limits);
     plan_opts.pre_tokenizer = opts.pre_tokenizer.clone();
     plan_opts.no_mtp = opts.no_mtp;
+    plan_opts.mtp_only = opts.mtp_only;
     plan_opts.vocab = true;
     plan_opts.tensor_values = tensor_values(source, tensors, dir, limits)?;
     weightport_arch::plan(dir, tensors, &plan_opts)

@@ -139,6 +139,9 @@ pub struct TransformOptions {
     /// HF release → GGUF: leave the multi-token-prediction (NextN) layers out, as the
     /// reference's `--no-mtp` ([`weightport_arch::PlanOptions::no_mtp`]).
     pub no_mtp: bool,
+    /// HF release → GGUF: only the multi-token-prediction layers with the embedding, the final
+    /// norm and the head (a speculative draft), as the reference's `--mtp`.
+    pub mtp_only: bool,
     /// Measure the quality figures of narrowing float casts and quantizations
     /// ([`crate::transform::quality`]): costs a decode of both sides of every cast chunk and a per-block
     /// pass over quantized ones, so only when a report asks (quantizations otherwise keep their

@@ -179,10 +179,11 @@ pub fn route(opts: &ConvertOptions) -> Result<Route> {
             open.read.shared_copy = true;
         }
     }
-    if opts.transform.no_mtp && !(by_architecture && adapter.is_none() && !opts.mmproj) {
+    let mtp = opts.transform.no_mtp || opts.transform.mtp_only;
+    if mtp && !(by_architecture && adapter.is_none() && !opts.mmproj) {
         return Err(Error::Usage(
-            "leaving out the multi-token-prediction layers applies to an HF release converted \
-             to GGUF"
+            "leaving out or writing alone the multi-token-prediction layers applies to an HF \
+             release converted to GGUF"
                 .into(),
         ));
     }

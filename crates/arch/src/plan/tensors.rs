@@ -81,7 +81,8 @@ pub(super) fn plan_tensors(
         OutType::F32 | OutType::F16 | OutType::Bf16 if mxfp4.active() => MOSTLY_MXFP4_MOE,
         o => o.file_type(),
     };
-    if all_layers && !tensors.is_empty() {
+    // A multi-token-prediction draft holds none of the main layers, by design.
+    if all_layers && !tensors.is_empty() && !release.mtp_only {
         check_layers(&out, release.main_layers, hp)?;
         if spec.hooks.contains(&Hook::QwenLinearAttention) {
             let names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
@@ -173,9 +174,16 @@ impl Planner<'_, '_> {
             self.dropped.push((t.name.clone(), crate::xielu::DROPPED));
             return Ok(());
         }
-        if self.release.no_mtp && self.is_excluded_mtp(&t.name) {
+        if self.release.no_mtp && self.is_mtp(&t.name) {
             self.dropped
                 .push((t.name.clone(), "multi-token-prediction layer, left out"));
+            return Ok(());
+        }
+        if self.release.mtp_only && !self.is_mtp(&t.name) && !is_draft_shared(&t.name) {
+            self.dropped.push((
+                t.name.clone(),
+                "not part of the multi-token-prediction draft",
+            ));
             return Ok(());
         }
         if spec.hooks.contains(&Hook::SkipMtpLayers) && self.is_mtp_layer(&t.name) {
@@ -322,14 +330,19 @@ impl Planner<'_, '_> {
             .is_ok_and(|n| n >= u64::from(self.release.block_count))
     }
 
-    /// A tensor of the multi-token-prediction layers left out ([`Release::no_mtp`]): a layer
-    /// past the main ones (GLM-4.5's NextN layer) or Qwen's `mtp.*` block (the reference's
-    /// `filter_tensors` with `no_mtp`).
-    fn is_excluded_mtp(&self, name: &str) -> bool {
-        // A multimodal release's text names, as the reference sees them.
-        let name = name.replacen("model.language_model.", "model.", 1);
+    /// A tensor of the multi-token-prediction layers ([`Release::no_mtp`],
+    /// [`Release::mtp_only`]): a layer past the main ones (GLM-4.5's NextN layer) or Qwen's
+    /// `mtp.*` block (the reference's `filter_tensors` with `no_mtp` / `mtp_only`).
+    fn is_mtp(&self, name: &str) -> bool {
+        let name = text_name(name);
         let bare = name.strip_prefix("model.").unwrap_or(&name);
-        bare.starts_with("mtp.") || self.is_mtp_layer(&name)
+        let Some(rest) = name.strip_prefix("model.layers.") else {
+            return bare.starts_with("mtp.");
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        rest[..digits]
+            .parse::<u64>()
+            .is_ok_and(|n| n >= u64::from(self.release.main_layers))
     }
 
     /// An expert tensor: once its block is complete, the block's stacks.
@@ -608,4 +621,23 @@ fn transposed(
         },
     };
     Ok((vec![cols, rows], origin))
+}
+
+/// A multimodal release's text name as the reference's filters see it (`language_model.`
+/// removed by `TextModel.filter_tensors`).
+fn text_name(name: &str) -> String {
+    name.replacen("model.language_model.", "model.", 1)
+}
+
+/// The tensors a multi-token-prediction draft keeps besides its layers (the reference's
+/// `mtp_only` keep list): the embedding, the final norm, the head.
+fn is_draft_shared(name: &str) -> bool {
+    let keep = [
+        "model.embed_tokens.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+        "embed_tokens.weight",
+        "norm.weight",
+    ];
+    keep.contains(&text_name(name).as_str())
 }
