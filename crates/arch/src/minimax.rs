@@ -170,14 +170,7 @@ pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) 
             None => return crate::shapes::check_shape(hf, t, hp, dir),
         },
     };
-    if t.shape != want {
-        return Err(Error::malformed(
-            Location::file(dir).tensor(&t.name),
-            Format::HfRelease,
-            format!("shape {:?}, config.json's sizes give {want:?}", t.shape),
-        ));
-    }
-    Ok(())
+    crate::shapes::require_shape(t, &want, dir)
 }
 
 /// `w1`, `w2` or `w3` of `block_sparse_moe.experts.N.wK.weight`.

@@ -92,6 +92,11 @@ pub(crate) fn check_shape(hf: &str, t: &SourceTensor, hp: &HParams, dir: &Path) 
         },
         _ => return Ok(()),
     };
+    require_shape(t, &want, dir)
+}
+
+/// Refuses tensor `t` unless its shape is `want`, the one config.json's sizes give.
+pub(crate) fn require_shape(t: &SourceTensor, want: &[u64], dir: &Path) -> Result<()> {
     if t.shape != want {
         return Err(Error::malformed(
             Location::file(dir).tensor(&t.name),

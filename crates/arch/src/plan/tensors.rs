@@ -277,14 +277,22 @@ impl Planner<'_, '_> {
                 ),
             });
         }
-        let name = crate::gemma3n::STACKS[s].1.to_string();
-        let mut shape = vec![parts.len() as u64];
-        shape.extend_from_slice(&first.shape);
-        let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
+        let name = crate::gemma3n::STACKS[s].1;
         let sources = parts
             .iter()
             .map(|&j| (self.tensors[j].name.clone(), j))
             .collect();
+        self.push_stack(name, name.to_string(), sources);
+        Ok(())
+    }
+
+    /// Plans the stack of `sources` (same shape and type, the first's taken) as `name`, its type
+    /// decided by the name `typed_as` (the table's name: with `{bid}` for expert stacks).
+    fn push_stack(&mut self, typed_as: &str, name: String, sources: Vec<(String, usize)>) {
+        let first = &self.tensors[sources[0].1];
+        let mut shape = vec![sources.len() as u64];
+        shape.extend_from_slice(&first.shape);
+        let (force_f32, dtype) = out_dtype(typed_as, &shape, self.outtype);
         self.out.push(OutTensor {
             name,
             origin: Origin::Stack { sources },
@@ -294,7 +302,6 @@ impl Planner<'_, '_> {
             value: None,
             dtype,
         });
-        Ok(())
     }
 
     /// Gemma 3n: refuses an altup stack of which some but not all parts were read (the
@@ -349,19 +356,7 @@ impl Planner<'_, '_> {
     fn add_expert(&mut self, ex: &mut Experts, hf: &str, i: usize) -> Result<()> {
         let (bid, stacks) = ex.add(hf, i, self.tensors, self.release.dir)?;
         for (name, sources) in stacks {
-            let first = &self.tensors[sources[0].1];
-            let mut shape = vec![sources.len() as u64];
-            shape.extend_from_slice(&first.shape);
-            let (force_f32, dtype) = out_dtype(&name, &shape, self.outtype);
-            self.out.push(OutTensor {
-                name: fill(&name, Some(bid)),
-                origin: Origin::Stack { sources },
-                shape,
-                permute: None,
-                force_f32,
-                value: None,
-                dtype,
-            });
+            self.push_stack(&name, fill(&name, Some(bid)), sources);
         }
         Ok(())
     }
