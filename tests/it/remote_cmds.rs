@@ -761,4 +761,21 @@ fn imatrix_and_metadata_from_the_hub_equal_the_local_files() {
         "{err}"
     );
     assert!(!plan.exists());
+    // A matrix the repo does not hold, and a file that is no matrix (the metadata JSON):
+    // clear errors naming it, nothing written.
+    let gone = tmp.path().join("gone.gguf");
+    for (matrix, word) in [
+        ("hf://org/imat/missing.gguf", "missing.gguf"),
+        ("hf://org/imat/meta.json", "meta.json"),
+    ] {
+        let args = ["convert", f16s, "-o", gone.to_str().unwrap()];
+        let o = hub.wp(&[&args[..], &["--quant", "Q8_0", "--imatrix", matrix]].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{matrix}: {err}");
+        assert!(err.contains(word), "{matrix}: {err}");
+        assert!(
+            !err.contains("panicked") && !gone.exists(),
+            "{matrix}: {err}"
+        );
+    }
 }
