@@ -14,7 +14,8 @@
 #   download  curl of every file of the listing (the 302 followed, the token only to the Hub)
 #   local     weightport convert DOWNLOADED_DIR -o OUT.gguf --quant Q4_K_M
 #   chain     download, then local (one timed command)
-# and the stream's output compared with cmp against the chain's.
+# and the stream's output compared with cmp against the chain's; the bytes and requests the
+# stream fetched of the weights file, from nginx's access log.
 # Ratios: stream / chain (target ≤ 0.7) and stream / max(download, local) (target ≤ 1.1).
 # "written MiB" is the process's own file-system output (512-byte blocks of /usr/bin/time -v),
 # against the output's size: the stream should write the output only (and the view's small files).
@@ -148,7 +149,13 @@ stream_cmd=("$WP" "${WPARGS[@]}" convert hf://org/llama -o "$OUT/s.gguf" --quant
 local_cmd=("$WP" "${WPARGS[@]}" convert "$DL" -o "$OUT/l.gguf" --quant Q4_K_M)
 
 echo "uptime before: $(uptime)" >&2
+log_lines() { wc -l <"$HUB/access.log" 2>/dev/null || echo 0; }
+before_stream=$(log_lines)
 measure stream fresh "${stream_cmd[@]}"
+# What the stream fetched of the weights, per run, from nginx's log ($body_bytes_sent last).
+fetched=$(tail -n +"$((before_stream + 1))" "$HUB/access.log" | awk -v reps="$REPS" \
+    -v size="$(stat -c %s "$REL/model.safetensors")" '$1 == "GET" && $2 ~ /^\/lfs\// {n++; b += $NF}
+    END {printf "%.1f MiB in %d requests per run (%.3f x the weights file)", b / reps / 1048576, n / reps, b / reps / size}')
 cp "$OUT/s.gguf" "$TMPD/stream.gguf"
 measure download fresh "$TMPD/download.sh" "$DL"
 measure local 'rm -rf -- "$OUT"; mkdir -p "$OUT"; [[ -s $DL/model.safetensors ]] || "$TMPD/download.sh" "$DL"' "${local_cmd[@]}"
@@ -169,4 +176,5 @@ larger=$(awk -v a="${WALL[download]}" -v b="${WALL[local]}" 'BEGIN {print (a > b
     awk -v s="${WALL[stream]}" -v c="${WALL[chain]}" -v l="$larger" 'BEGIN {
         printf "stream / chain: %.2f (target <= 0.7); stream / max(download, local): %.2f (target <= 1.1)\n", s / c, s / l }'
     echo "output: $out_mib MiB, stream's output vs the chain's: $same; RATE=${RATE:-none}"
+    echo "stream fetched (nginx log): $fetched"
 } | tee "$SCRATCH/results-remote.md"
