@@ -851,6 +851,86 @@ impl Stream {
 mod tests {
     use super::*;
 
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// An object in memory that counts the bytes fetched of it.
+    struct Mem {
+        data: Vec<u8>,
+        fetched: AtomicU64,
+    }
+
+    impl Fetch for Mem {
+        fn fetch_range(&self, offset: u64, buf: &mut [u8]) -> Result<(), Failure> {
+            let at = offset as usize;
+            buf.copy_from_slice(&self.data[at..at + buf.len()]);
+            self.fetched.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Two threads each read their half of a 16 MiB object (no digest) in 256 KiB reads, at
+    /// once, with a 1 MiB budget: the bytes are the object's, the budget held, and the object
+    /// was fetched about once (a cursor per half; one stream would jump between them).
+    #[test]
+    fn two_threads_reading_two_halves_fetch_each_byte_about_once() {
+        set_budget(1 << 20);
+        let len: u64 = 16 << 20;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mem = Arc::new(Mem {
+            data: data.clone(),
+            fetched: AtomicU64::new(0),
+        });
+        let head = 4096;
+        let s = Stream::new(mem.clone(), "mem", len, &data[..head], None).unwrap();
+        let direct = |at: u64, b: &mut [u8], _exact: bool| {
+            mem.fetch_range(at, b)
+                .map_err(|_| weightport_core::Error::Interrupted)
+        };
+        std::thread::scope(|t| {
+            for h in 0..2u64 {
+                let (s, data, direct) = (&s, &data, &direct);
+                t.spawn(move || {
+                    let (from, to) = ((h * len / 2).max(head as u64), (h + 1) * len / 2);
+                    let mut at = from;
+                    while at < to {
+                        let mut buf = vec![0u8; (to - at).min(256 << 10) as usize];
+                        s.read(at, &mut buf, direct).unwrap();
+                        assert!(buf[..] == data[at as usize..at as usize + buf.len()]);
+                        at += buf.len() as u64;
+                    }
+                });
+            }
+        });
+        let fetched = mem.fetched.load(Ordering::Relaxed);
+        assert!(
+            fetched * 100 <= (len - head as u64) * 105,
+            "{fetched} of {len}"
+        );
+        let (budget, peak) = stats();
+        assert!(peak <= budget, "{peak} over {budget}");
+        s.close();
+        set_budget(0);
+    }
+
+    #[test]
+    fn bytes_read_are_kept_as_merged_ranges() {
+        let mut s = State {
+            windows: BTreeMap::new(),
+            cursor: 0,
+            last_read: (0, None),
+            cursors: Vec::new(),
+            reads: 0,
+            read_done: BTreeMap::new(),
+            hashing: None,
+            closed: false,
+        };
+        for (at, n) in [(10, 5), (30, 5), (15, 5), (0, 10), (25, 5), (50, 0)] {
+            mark_read(&mut s, at, n);
+        }
+        let got: Vec<(u64, u64)> = s.read_done.into_iter().collect();
+        assert_eq!(got, vec![(0, 20), (25, 35)]);
+    }
+
     #[test]
     fn windows_are_an_eighth_of_the_budget_within_bounds() {
         assert_eq!(window_for(1 << 20), 128 << 10);
