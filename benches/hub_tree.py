@@ -131,7 +131,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log;
 events {{ worker_connections 256; }}
 http {{
-log_format c '$request_method $uri $status "$http_range"';
+log_format c '$request_method $uri $status "$http_range" $body_bytes_sent';
 access_log {d}/access.log c;
 client_body_temp_path {d}/root/tmp;
 default_type application/octet-stream;

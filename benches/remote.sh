@@ -8,13 +8,18 @@
 # The Hub: nginx (Debian's) on loopback over HTTPS, laid out by benches/hub_tree.py, the
 # generator the remote tests use (model API listing, /resolve/ → 302 → /lfs/<sha256>, token on the
 # Hub's host only), the LFS objects hard-linked to the release's files; RATE sets nginx's
-# `limit_rate` per connection on /lfs/ (e.g. RATE=100m; default: none).
+# `limit_rate` per connection on /lfs/ (e.g. RATE=100m; default: none). LINK shapes the loopback
+# link itself (root: `tc qdisc … tbf rate LINK` on lo for the run, removed on exit), one limit
+# shared by every connection, as a real link is: LINK=800mbit is a 100 MB/s link. Prefer LINK to
+# RATE for ratios: weightport fetches ranges over several connections, which a per-connection
+# RATE would each give the full rate.
 # Steps, each REPS times under /usr/bin/time -v (median wall, max peak RSS, "File system outputs"):
 #   stream    weightport convert hf://org/llama -o OUT.gguf --quant Q4_K_M   (read-ahead on)
 #   download  curl of every file of the listing (the 302 followed, the token only to the Hub)
 #   local     weightport convert DOWNLOADED_DIR -o OUT.gguf --quant Q4_K_M
 #   chain     download, then local (one timed command)
-# and the stream's output compared with cmp against the chain's.
+# and the stream's output compared with cmp against the chain's; the bytes and requests the
+# stream fetched of the weights file, from nginx's access log.
 # Ratios: stream / chain (target ≤ 0.7) and stream / max(download, local) (target ≤ 1.1).
 # "written MiB" is the process's own file-system output (512-byte blocks of /usr/bin/time -v),
 # against the output's size: the stream should write the output only (and the view's small files).
@@ -25,7 +30,7 @@
 # tokenizer of fixtures/good/arch/llama/.
 #
 # Environment (defaults): SCRATCH=/tmp/wp-bench WP=<repo>/target/release/weightport REPS=3
-#   LAYERS=5 RATE= THREADS= (weightport's --threads; default one per core) MAX_MEMORY= (--max-memory)
+#   LAYERS=5 RATE= LINK= THREADS= (weightport's --threads; default one per core) MAX_MEMORY= (--max-memory)
 #   PYTHON=python3 (numpy and safetensors, to generate the input) NGINX=/usr/sbin/nginx
 set -euo pipefail
 
@@ -35,6 +40,7 @@ WP="${WP:-$ROOT/target/release/weightport}"
 REPS="${REPS:-3}"
 LAYERS="${LAYERS:-5}"
 RATE="${RATE:-}"
+LINK="${LINK:-}"
 PY="${PYTHON:-python3}"
 NGINX="${NGINX:-/usr/sbin/nginx}"
 TOKEN=hf_benchtoken_0123456789abcdef
@@ -80,11 +86,21 @@ python3 "$ROOT/benches/llama_config.py" "$REL/model.safetensors" 32 legacy >"$RE
 
 TMPD="$(mktemp -d "$SCRATCH/.remote.XXXXXX")"
 NGINX_PID=""
+SHAPED=""
 cleanup() {
     [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null && wait "$NGINX_PID" 2>/dev/null
+    [[ -n "$SHAPED" ]] && tc qdisc del dev lo root 2>/dev/null
     rm -rf -- "$TMPD"
 }
 trap cleanup EXIT
+
+if [[ -n "$LINK" ]]; then
+    command -v tc >/dev/null || die "LINK needs tc (iproute2)"
+    [[ "$(tc qdisc show dev lo)" == *noqueue* ]] || die "lo already has a qdisc: $(tc qdisc show dev lo)"
+    # burst ≥ lo's 64 KiB MTU; latency bounds the queue, as a link's buffer does.
+    tc qdisc add dev lo root tbf rate "$LINK" burst 2mb latency 100ms || die "tc on lo failed (root?)"
+    SHAPED=1
+fi
 
 # --- the Hub ----------------------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -148,7 +164,13 @@ stream_cmd=("$WP" "${WPARGS[@]}" convert hf://org/llama -o "$OUT/s.gguf" --quant
 local_cmd=("$WP" "${WPARGS[@]}" convert "$DL" -o "$OUT/l.gguf" --quant Q4_K_M)
 
 echo "uptime before: $(uptime)" >&2
+log_lines() { wc -l <"$HUB/access.log" 2>/dev/null || echo 0; }
+before_stream=$(log_lines)
 measure stream fresh "${stream_cmd[@]}"
+# What the stream fetched of the weights, per run, from nginx's log ($body_bytes_sent last).
+fetched=$(tail -n +"$((before_stream + 1))" "$HUB/access.log" | awk -v reps="$REPS" \
+    -v size="$(stat -c %s "$REL/model.safetensors")" '$1 == "GET" && $2 ~ /^\/lfs\// {n++; b += $NF}
+    END {printf "%.1f MiB in %d requests per run (%.3f x the weights file)", b / reps / 1048576, n / reps, b / reps / size}')
 cp "$OUT/s.gguf" "$TMPD/stream.gguf"
 measure download fresh "$TMPD/download.sh" "$DL"
 measure local 'rm -rf -- "$OUT"; mkdir -p "$OUT"; [[ -s $DL/model.safetensors ]] || "$TMPD/download.sh" "$DL"' "${local_cmd[@]}"
@@ -168,5 +190,6 @@ larger=$(awk -v a="${WALL[download]}" -v b="${WALL[local]}" 'BEGIN {print (a > b
     echo
     awk -v s="${WALL[stream]}" -v c="${WALL[chain]}" -v l="$larger" 'BEGIN {
         printf "stream / chain: %.2f (target <= 0.7); stream / max(download, local): %.2f (target <= 1.1)\n", s / c, s / l }'
-    echo "output: $out_mib MiB, stream's output vs the chain's: $same; RATE=${RATE:-none}"
+    echo "output: $out_mib MiB, stream's output vs the chain's: $same; RATE=${RATE:-none} LINK=${LINK:-none}"
+    echo "stream fetched (nginx log): $fetched"
 } | tee "$SCRATCH/results-remote.md"

@@ -601,8 +601,12 @@ impl ByteSource for RemoteObject {
             }
             // What it does not hold (a transform's rows read out of order, bytes read twice):
             // through the small-read blocks, so neighbouring rows coalesce into one request.
-            return s.read(offset + h as u64, &mut buf[h..], &|at, b| {
-                self.by_blocks(at, b)
+            return s.read(offset + h as u64, &mut buf[h..], &|at, b, exact| {
+                if exact {
+                    self.fetch(at, b)
+                } else {
+                    self.by_blocks(at, b)
+                }
             });
         }
         self.by_blocks(offset, buf)
