@@ -16,8 +16,12 @@
 #   weightport --threads $THREADS convert DIR -o X --dtype bf16                 (cmp with REF_BF16)
 #   weightport --threads $THREADS convert DIR -o X --dtype bf16 --quant Q4_K_M  (cmp with the chain's)
 #   cp + sync of REF_BF16
+# and then the BF16 target paired: weightport --dtype bf16 and cp + sync of REF_BF16 in turn,
+# PAIRS times, the ratio taken pair by pair (the two write the same 4.5 GiB, and a disk's
+# speed drifts with what was written before: cp + sync's reps run alone after minutes of
+# quantization moved 3.3-8.8 s between calls, so only a paired ratio is a verdict).
 # Environment (defaults): SCRATCH=/tmp/wp-bench-fp8  WP=<repo>/target/release/weightport  REPS=3
-#   THREADS=2  LAYERS=8  EXPERTS=48
+#   THREADS=2  LAYERS=8  EXPERTS=48  PAIRS=5
 #   LLAMA_DIR=$HOME/llama/llama_cpp_python-0.3.36/vendor/llama.cpp (convert_hf_to_gguf.py, gguf-py/)
 #   QUANTIZE=$LLAMA_DIR/build/bin/llama-quantize  PYTHON=$HOME/ref/bin/python if present, else python3
 # Caveat: the reference tools do not fsync their outputs and their write-back is not timed;
@@ -33,6 +37,7 @@ if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x $HOME/ref/bin/python ]]; then PYTHON=$HOME/ref/bin/python; else PYTHON=python3; fi
 fi
 REPS="${REPS:-3}"
+PAIRS="${PAIRS:-5}"
 THREADS="${THREADS:-2}"
 LAYERS="${LAYERS:-8}"
 EXPERTS="${EXPERTS:-48}"
@@ -113,6 +118,18 @@ measure "cp + sync" - - sh -c 'cp "$1" "$2" && sync' sh "$REF_BF16" "$OUT/copy.g
 CPSYNC=$M_WALL
 row "cp + sync of the BF16 output ($(( out_size / 2**20 )) MiB)" - -
 
+echo "-- weightport --dtype bf16 and cp + sync in turn ($PAIRS pairs)" >&2
+declare -a PR=()
+for ((p = 1; p <= PAIRS; p++)); do
+    a=$(timed "$WP" --threads "$THREADS" convert "$HF" -o "$OUT/wp.gguf" --dtype bf16 --pre-tokenizer qwen2)
+    # shellcheck disable=SC2016  # $1 and $2 are sh -c's arguments
+    b=$(timed sh -c 'cp "$1" "$2" && sync' sh "$REF_BF16" "$OUT/copy.gguf")
+    PR+=("$(ratio "$a" "$b")")
+    echo "   pair $p: weightport $a s, cp + sync $b s: ${PR[-1]}" >&2
+done
+rm -rf -- "$OUT"
+PAIRED="$(median "${PR[@]}") (min $(printf '%s\n' "${PR[@]}" | sort -g | head -1), max $(maxof "${PR[@]}"); pairs: ${PR[*]})"
+
 {
     echo "# weightport FP8 bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
@@ -121,6 +138,8 @@ row "cp + sync of the BF16 output ($(( out_size / 2**20 )) MiB)" - -
     echo "reps: $REPS (median wall; peak RSS = max over reps); threads $THREADS; llama-quantize: $( (( HAVE_QUANTIZE )) && echo yes || echo "not built (converter half only)")"
     echo
     print_rows "$CPSYNC"
+    echo
+    echo "BF16 / cp + sync, paired in turn ($PAIRS pairs), median: $PAIRED"
     echo
     echo "Targets (issue 30): BF16 <= 1.3x cp + sync; one-pass Q4_K_M >= 3x faster than convert + llama-quantize; peak RSS <= 256 MiB."
 } | tee "$SCRATCH/results-fp8.md"

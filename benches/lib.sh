@@ -6,6 +6,8 @@
 #       empty $OUT and a `sync` outside the timed part; sets M_WALL (median wall, s), M_RSS
 #       (max peak RSS over the reps, MiB) and M_REPS (every rep's wall); moves KEEP_SRC to
 #       KEEP_DST afterwards unless KEEP_SRC is `-`.
+#   timed cmd...                          one run of cmd with a fresh empty $OUT and a `sync`
+#       outside the timed part; prints its wall seconds (for runs paired in turn).
 #   row STEP REFWALL OUTPUT               appends the last measure to ROWS.
 #   print_rows CPSYNC                     the ROWS table in Markdown: wall, / cp+sync, speedup
 #       (REFWALL / wall), peak RSS, output, reps.
@@ -38,6 +40,15 @@ measure() {
     [[ "$keep_src" == - ]] || mv -f -- "$keep_src" "$keep_dst"
     rm -rf -- "$OUT"
     M_WALL=$(median "${walls[@]}") M_RSS=$(maxof "${rsss[@]}") M_REPS="${walls[*]}"
+}
+
+timed() {
+    local t0 t1 log="$LOGS/timed.log"
+    rm -rf -- "$OUT"; mkdir -p "$OUT"; sync
+    t0=$(date +%s%N)
+    "$@" >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "$* failed"; }
+    t1=$(date +%s%N)
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", (b - a) / 1e9}'
 }
 
 row() { ROWS+=("$1|$M_WALL|$M_RSS|$2|$3|$M_REPS"); }

@@ -392,8 +392,15 @@ where
     Ok(r)
 }
 
+/// Output bytes a piecewise transform ([`Transform::piecewise`]) is applied to at a time when
+/// the source computes its inputs (`read_into`: FP8 dequantized, a ZIP member inflated): small
+/// enough that the staged inputs are still in the core's cache when the transform reads them,
+/// where a whole chunk's (16 MiB of F32 for 8 MiB of BF16) went to memory and back.
+const STAGED_PIECE: u64 = 256 << 10;
+
 /// A chunk of a transform: its input ranges (zero-copy when mapped, else read into staging
-/// buffers), applied into the output buffer, hashed and written.
+/// buffers), applied into the output buffer, hashed and written. A piecewise transform over
+/// computed inputs is staged and applied [`STAGED_PIECE`] bytes at a time: the same bytes by its contract.
 #[allow(clippy::too_many_arguments)]
 fn transformed<F>(
     cx: &Ctx,
@@ -409,9 +416,47 @@ where
     F: Emit,
 {
     let source = cx.source;
-    let needs = op.needs(start..start + n);
-    buf.inputs.resize_with(needs.len(), Vec::new);
-    for ((j, r), staged) in needs.iter().zip(buf.inputs.iter_mut()) {
+    let unit = op.unit().max(1);
+    let computed = op.piecewise()
+        && !op.lossless()
+        && op
+            .needs(start..start + n)
+            .iter()
+            .any(|(j, _)| source.bytes(o.inputs[*j]).is_none());
+    let step = if computed {
+        (STAGED_PIECE / unit).max(1) * unit
+    } else {
+        n
+    };
+    let mut src_h = LeafHasher::new();
+    buf.out.resize(n as usize, 0);
+    let mut at = start;
+    while at < start + n {
+        let end = (at + step).min(start + n);
+        let out = &mut buf.out[(at - start) as usize..(end - start) as usize];
+        apply_staged(cx, o, op, at..end, &mut buf.inputs, out, &mut src_h)?;
+        at = end;
+    }
+    let mut h = LeafHasher::new();
+    hash_and_write(&mut h, &buf.out, k, start, emit)?;
+    Ok((h.finish(), op.lossless().then(|| src_h.finish())))
+}
+
+/// `op` over output range `out` into `dst`: its input ranges staged (zero-copy when mapped,
+/// else read into `staging`), hashed into `src_h` when `op` is lossless, released after.
+fn apply_staged(
+    cx: &Ctx,
+    o: &TensorRecipe,
+    op: &dyn Transform,
+    out: Range<u64>,
+    staging: &mut Vec<Vec<u8>>,
+    dst: &mut [u8],
+    src_h: &mut LeafHasher,
+) -> Result<()> {
+    let source = cx.source;
+    let needs = op.needs(out.clone());
+    staging.resize_with(needs.len(), Vec::new);
+    for ((j, r), staged) in needs.iter().zip(staging.iter_mut()) {
         let i = o.inputs[*j];
         cx.take(i, r.end - r.start);
         if source.bytes(i).is_none() {
@@ -421,25 +466,20 @@ where
     }
     let ins: Vec<&[u8]> = needs
         .iter()
-        .zip(&buf.inputs)
+        .zip(staging.iter())
         .map(|((j, r), staged)| match source.bytes(o.inputs[*j]) {
             Some(all) => &all[r.start as usize..r.end as usize],
             None => staged.as_slice(),
         })
         .collect();
-    let mut src_h = LeafHasher::new();
     if op.lossless() {
         ins.iter().for_each(|s| src_h.update(s));
     }
-    buf.out.resize(n as usize, 0);
-    op.apply(start..start + n, &ins, &mut buf.out)
-        .map_err(|e| locate(e, source, o))?;
+    op.apply(out, &ins, dst).map_err(|e| locate(e, source, o))?;
     for (j, r) in spans(&needs) {
         cx.release(o.inputs[j], r.start, r.end - r.start);
     }
-    let mut h = LeafHasher::new();
-    hash_and_write(&mut h, &buf.out, k, start, emit)?;
-    Ok((h.finish(), op.lossless().then(|| src_h.finish())))
+    Ok(())
 }
 
 /// The input ranges of `needs` merged where they touch or overlap (per input position), so a
@@ -772,6 +812,87 @@ mod tests {
             2 * chunks,
             "one pair of hints per chunk"
         );
+    }
+
+    /// Experts the source computes (`read_into` only, as FP8 weights are dequantized), stacked
+    /// and cast to BF16: each chunk is staged and cast in pieces of [`STAGED_PIECE`] output
+    /// bytes, and every value is `half`'s BF16 of its F32 (round to nearest even).
+    #[test]
+    fn computed_experts_are_staged_and_cast_in_pieces() {
+        let part_vals = 300usize << 10; // 1.2 MiB of F32 a part, 600 KiB cast: pieces end inside parts
+        let vals: Vec<f32> = (0..4 * part_vals)
+            .map(|i| (i as f32 * 0.37).sin() * 1000.0 + 1e-3 * i as f32)
+            .collect();
+        struct Computed(Vec<TensorInfo>, Vec<u8>, Metadata, AtomicUsize);
+        impl TensorSource for Computed {
+            fn format(&self) -> Format {
+                Format::Safetensors
+            }
+            fn metadata(&self) -> &Metadata {
+                &self.2
+            }
+            fn tensors(&self) -> &[TensorInfo] {
+                &self.0
+            }
+            fn files(&self) -> Vec<PathBuf> {
+                vec![]
+            }
+            fn file_of(&self, _: usize) -> PathBuf {
+                PathBuf::from("mem")
+            }
+            fn bytes(&self, _: usize) -> Option<&[u8]> {
+                None
+            }
+            fn read_into(&self, i: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+                self.3.fetch_add(1, Ordering::Relaxed);
+                let at = i * self.0[i].byte_len as usize + off as usize;
+                dst.copy_from_slice(&self.1[at..at + dst.len()]);
+                Ok(())
+            }
+        }
+        let part = (part_vals * 4) as u64;
+        let infos: Vec<TensorInfo> = (0..4)
+            .map(|k| TensorInfo {
+                name: format!("e{k}"),
+                dtype: DType::F32,
+                shape: vec![part_vals as u64],
+                byte_len: part,
+            })
+            .collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let src = Computed(infos, bytes, Metadata::new(), AtomicUsize::new(0));
+        let stack: Arc<dyn Transform> = Arc::new(crate::transform::stack::Stack::new(4, part, 4));
+        let cast: Arc<dyn Transform> = Arc::new(
+            crate::transform::cast::Cast::new(DType::F32, DType::BF16, "stacked", false).unwrap(),
+        );
+        let out_len = vals.len() * 2;
+        let outs = [TensorRecipe {
+            info: TensorInfo {
+                name: "stacked".into(),
+                dtype: DType::BF16,
+                shape: vec![4, part_vals as u64],
+                byte_len: out_len as u64,
+            },
+            inputs: vec![0, 1, 2, 3],
+            op: crate::transform::chain::Chain::of(Some(stack), Some(cast)),
+            note: None,
+        }];
+        let written = Mutex::new(vec![0u8; out_len]);
+        run(&src, &outs, 1 << 20, &NoProgress, |_, off, b: &[u8]| {
+            written.lock().unwrap()[off as usize..off as usize + b.len()].copy_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        let want: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect();
+        assert!(written.into_inner().unwrap() == want, "the cast bytes");
+        // 2.4 MiB of output: at least one read per 256 KiB piece (10), more where a piece
+        // straddles two parts; chunks read whole would be 6 reads (3 chunks, 2 parts each).
+        let pieces = out_len.div_ceil(STAGED_PIECE as usize);
+        let reads = src.3.into_inner();
+        assert!(reads >= pieces && pieces == 10, "read in pieces: {reads}");
     }
 
     /// A stack whose chunks mix slices written straight from the map (1 MiB or more) with

@@ -139,6 +139,12 @@ impl Transform for Cast {
         self.underflow.fetch_add(under, Ordering::Relaxed);
         Ok(())
     }
+    fn elementwise(&self) -> bool {
+        true
+    }
+    fn piecewise(&self) -> bool {
+        true
+    }
     fn lossless(&self) -> bool {
         widening(self.from, self.to)
     }

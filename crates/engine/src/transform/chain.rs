@@ -78,6 +78,46 @@ impl Chain {
         Ok(())
     }
 
+    /// [`Transform::apply`] when the first transform concatenates and the second is
+    /// elementwise (stacked experts, then a cast): the second applied to each input piece
+    /// straight into its share of `dst`, with no intermediate buffer and no copy. `None` when
+    /// the pieces do not fall on the second's input units (then the general path runs).
+    fn apply_per_piece(
+        &self,
+        out: &Range<u64>,
+        middle: &[Middle],
+        inputs: &[&[u8]],
+        dst: &mut [u8],
+    ) -> Option<Result<()>> {
+        let [(m, pieces)] = middle else {
+            return None;
+        };
+        let (m_len, out_len) = (m.end - m.start, out.end - out.start);
+        let unit = self.second.unit();
+        let in_unit = self.second.needs(0..unit).first()?.1.end;
+        let whole = |len: u64| {
+            in_unit > 0 && len.is_multiple_of(in_unit) && (len * out_len).is_multiple_of(m_len)
+        };
+        if m_len == 0
+            || pieces.len() != inputs.len()
+            || !inputs.iter().all(|i| whole(i.len() as u64))
+        {
+            return None;
+        }
+        let (mut at, mut from) = (0usize, out.start);
+        for piece in inputs {
+            let n = (piece.len() as u64 * out_len / m_len) as usize;
+            let r = self
+                .second
+                .apply(from..from + n as u64, &[piece], &mut dst[at..at + n]);
+            if r.is_err() {
+                return Some(r);
+            }
+            (at, from) = (at + n, from + n as u64);
+        }
+        Some(Ok(()))
+    }
+
     /// The intermediate ranges `out` needs, each with the number of input ranges it needs.
     fn middle(&self, out: Range<u64>) -> Vec<Middle> {
         self.second
@@ -112,6 +152,11 @@ impl Transform for Chain {
             // permuted rows): the first writes them in place, with no buffer and no copy.
             return self.apply_in_place(&middle, inputs, dst);
         }
+        if self.first.concatenates() && self.second.elementwise() {
+            if let Some(r) = self.apply_per_piece(&out, &middle, inputs, dst) {
+                return r;
+            }
+        }
         let mut buf = MIDDLE
             .with(|pool| pool.borrow_mut().pop())
             .unwrap_or_default();
@@ -119,6 +164,10 @@ impl Transform for Chain {
         let r = self.apply_through(out, &middle, inputs, &mut buf, dst);
         MIDDLE.with(|pool| pool.borrow_mut().push(buf));
         r
+    }
+
+    fn piecewise(&self) -> bool {
+        self.first.piecewise() && self.second.piecewise()
     }
 
     fn lossless(&self) -> bool {

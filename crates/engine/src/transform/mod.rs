@@ -49,6 +49,21 @@ pub trait Transform: Send + Sync {
     fn concatenates(&self) -> bool {
         false
     }
+    /// True when `apply` maps one input to the output value by value at a fixed ratio of bytes
+    /// (casts): `needs(out)` is one range of input 0 proportional to `out`, and any piece of it
+    /// whole in input units can be computed on its own into its share of `out`. A chain then
+    /// applies it to a concatenation's pieces where they lie, instead of gathering them first.
+    fn elementwise(&self) -> bool {
+        false
+    }
+    /// True when applying it to consecutive pieces of an output range gives the same bytes
+    /// and the same [`Transform::outcome`] as applying it to the whole range at once (no
+    /// state but additive counts: casts, stacking). The executor may then stage and apply a
+    /// chunk piece by piece. Not the quantizers or [`cast::Measured`]: their error sums would
+    /// be grouped otherwise.
+    fn piecewise(&self) -> bool {
+        false
+    }
     /// True when the output holds exactly the input's values (widening casts, permutations).
     fn lossless(&self) -> bool {
         false

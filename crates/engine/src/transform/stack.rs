@@ -58,6 +58,10 @@ impl Transform for Stack {
         true
     }
 
+    fn piecewise(&self) -> bool {
+        true
+    }
+
     // Not `lossless`: its inverse would need several outputs. The written bytes are verified
     // against the hashes computed while writing.
 }
