@@ -718,45 +718,6 @@ mod tests {
     use super::*;
     use crate::transform::permute::PermuteRows;
 
-    /// One mapped (in-memory) tensor that counts the page hints it is given.
-    struct Counted {
-        tensors: Vec<TensorInfo>,
-        bytes: Vec<u8>,
-        meta: Metadata,
-        hints: AtomicUsize,
-    }
-
-    impl TensorSource for Counted {
-        fn format(&self) -> Format {
-            Format::Safetensors
-        }
-        fn metadata(&self) -> &Metadata {
-            &self.meta
-        }
-        fn tensors(&self) -> &[TensorInfo] {
-            &self.tensors
-        }
-        fn files(&self) -> Vec<PathBuf> {
-            vec![PathBuf::from("mem")]
-        }
-        fn file_of(&self, _: usize) -> PathBuf {
-            PathBuf::from("mem")
-        }
-        fn bytes(&self, _: usize) -> Option<&[u8]> {
-            Some(&self.bytes)
-        }
-        fn read_into(&self, _: usize, off: u64, dst: &mut [u8]) -> Result<()> {
-            dst.copy_from_slice(&self.bytes[off as usize..off as usize + dst.len()]);
-            Ok(())
-        }
-        fn release(&self, _: usize, _: u64, _: u64) {
-            self.hints.fetch_add(1, Ordering::Relaxed);
-        }
-        fn will_need(&self, _: usize, _: u64, _: u64) {
-            self.hints.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// Issue 35: a q/k permutation (Llama-2-7B's rows: 4096 F16 values, 128 a head) was written
     /// one 8 KiB row at a time, with two page hints per row. Now a chunk's rows are gathered
     /// and written in PIECE-sized writes, with one pair of hints per chunk.
@@ -777,12 +738,8 @@ mod tests {
             shape: vec![rows as u64, (row_bytes / 2) as u64],
             byte_len: (rows * row_bytes) as u64,
         };
-        let src = Counted {
-            tensors: vec![info.clone()],
-            bytes: bytes.clone(),
-            meta: Metadata::new(),
-            hints: AtomicUsize::new(0),
-        };
+        let mut src = Parts::new(bytes.clone(), 1, DType::F16, true);
+        src.tensors[0] = info.clone();
         let op = PermuteRows::new(order.clone(), row_bytes as u64, 2);
         let outs = [TensorRecipe {
             info,
@@ -814,6 +771,77 @@ mod tests {
         );
     }
 
+    /// Same-sized tensors one after another in memory: mapped (`bytes` answers) or computed
+    /// (only `read_into`, as an FP8 source's dequantized weights are); reads and page hints
+    /// counted.
+    struct Parts {
+        tensors: Vec<TensorInfo>,
+        all: Vec<u8>,
+        mapped: bool,
+        meta: Metadata,
+        reads: AtomicUsize,
+        hints: AtomicUsize,
+    }
+
+    impl Parts {
+        fn new(all: Vec<u8>, n: usize, dtype: DType, mapped: bool) -> Parts {
+            let part = (all.len() / n) as u64;
+            let tensors = (0..n)
+                .map(|k| TensorInfo {
+                    name: format!("e{k}"),
+                    dtype,
+                    shape: vec![part / dtype.granule()],
+                    byte_len: part,
+                })
+                .collect();
+            Parts {
+                tensors,
+                all,
+                mapped,
+                meta: Metadata::new(),
+                reads: AtomicUsize::new(0),
+                hints: AtomicUsize::new(0),
+            }
+        }
+
+        fn part(&self, i: usize) -> &[u8] {
+            let n = self.tensors[i].byte_len as usize;
+            &self.all[i * n..(i + 1) * n]
+        }
+    }
+
+    impl TensorSource for Parts {
+        fn format(&self) -> Format {
+            Format::Safetensors
+        }
+        fn metadata(&self) -> &Metadata {
+            &self.meta
+        }
+        fn tensors(&self) -> &[TensorInfo] {
+            &self.tensors
+        }
+        fn files(&self) -> Vec<PathBuf> {
+            vec![]
+        }
+        fn file_of(&self, _: usize) -> PathBuf {
+            PathBuf::from("mem")
+        }
+        fn bytes(&self, i: usize) -> Option<&[u8]> {
+            self.mapped.then(|| self.part(i))
+        }
+        fn read_into(&self, i: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            dst.copy_from_slice(&self.part(i)[off as usize..off as usize + dst.len()]);
+            Ok(())
+        }
+        fn release(&self, _: usize, _: u64, _: u64) {
+            self.hints.fetch_add(1, Ordering::Relaxed);
+        }
+        fn will_need(&self, _: usize, _: u64, _: u64) {
+            self.hints.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Experts the source computes (`read_into` only, as FP8 weights are dequantized), stacked
     /// and cast to BF16: each chunk is staged and cast in pieces of [`STAGED_PIECE`] output
     /// bytes, and every value is `half`'s BF16 of its F32 (round to nearest even).
@@ -823,44 +851,9 @@ mod tests {
         let vals: Vec<f32> = (0..4 * part_vals)
             .map(|i| (i as f32 * 0.37).sin() * 1000.0 + 1e-3 * i as f32)
             .collect();
-        struct Computed(Vec<TensorInfo>, Vec<u8>, Metadata, AtomicUsize);
-        impl TensorSource for Computed {
-            fn format(&self) -> Format {
-                Format::Safetensors
-            }
-            fn metadata(&self) -> &Metadata {
-                &self.2
-            }
-            fn tensors(&self) -> &[TensorInfo] {
-                &self.0
-            }
-            fn files(&self) -> Vec<PathBuf> {
-                vec![]
-            }
-            fn file_of(&self, _: usize) -> PathBuf {
-                PathBuf::from("mem")
-            }
-            fn bytes(&self, _: usize) -> Option<&[u8]> {
-                None
-            }
-            fn read_into(&self, i: usize, off: u64, dst: &mut [u8]) -> Result<()> {
-                self.3.fetch_add(1, Ordering::Relaxed);
-                let at = i * self.0[i].byte_len as usize + off as usize;
-                dst.copy_from_slice(&self.1[at..at + dst.len()]);
-                Ok(())
-            }
-        }
         let part = (part_vals * 4) as u64;
-        let infos: Vec<TensorInfo> = (0..4)
-            .map(|k| TensorInfo {
-                name: format!("e{k}"),
-                dtype: DType::F32,
-                shape: vec![part_vals as u64],
-                byte_len: part,
-            })
-            .collect();
         let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let src = Computed(infos, bytes, Metadata::new(), AtomicUsize::new(0));
+        let src = Parts::new(bytes, 4, DType::F32, false);
         let stack: Arc<dyn Transform> = Arc::new(crate::transform::stack::Stack::new(4, part, 4));
         let cast: Arc<dyn Transform> = Arc::new(
             crate::transform::cast::Cast::new(DType::F32, DType::BF16, "stacked", false).unwrap(),
@@ -891,7 +884,7 @@ mod tests {
         // 2.4 MiB of output: at least one read per 256 KiB piece (10), more where a piece
         // straddles two parts; chunks read whole would be 6 reads (3 chunks, 2 parts each).
         let pieces = out_len.div_ceil(STAGED_PIECE as usize);
-        let reads = src.3.into_inner();
+        let reads = src.reads.into_inner();
         assert!(reads >= pieces && pieces == 10, "read in pieces: {reads}");
     }
 
@@ -904,42 +897,8 @@ mod tests {
         let parts: Vec<Vec<u8>> = (0..4)
             .map(|k| (0..part).map(|i| (i * 13 + k * 101) as u8).collect())
             .collect();
-        let infos: Vec<TensorInfo> = (0..4)
-            .map(|k| TensorInfo {
-                name: format!("e{k}"),
-                dtype: DType::F16,
-                shape: vec![(part / 2) as u64],
-                byte_len: part as u64,
-            })
-            .collect();
         let all: Vec<u8> = parts.concat();
-        // One source whose tensor k is `all[k·part..]`: an in-memory map of the four parts.
-        struct Parts(Vec<TensorInfo>, Vec<u8>, Metadata);
-        impl TensorSource for Parts {
-            fn format(&self) -> Format {
-                Format::Safetensors
-            }
-            fn metadata(&self) -> &Metadata {
-                &self.2
-            }
-            fn tensors(&self) -> &[TensorInfo] {
-                &self.0
-            }
-            fn files(&self) -> Vec<PathBuf> {
-                vec![]
-            }
-            fn file_of(&self, _: usize) -> PathBuf {
-                PathBuf::from("mem")
-            }
-            fn bytes(&self, i: usize) -> Option<&[u8]> {
-                let n = self.0[i].byte_len as usize;
-                Some(&self.1[i * n..(i + 1) * n])
-            }
-            fn read_into(&self, _: usize, _: u64, _: &mut [u8]) -> Result<()> {
-                unreachable!("mapped")
-            }
-        }
-        let src = Parts(infos, all.clone(), Metadata::new());
+        let src = Parts::new(all.clone(), 4, DType::F16, true);
         let info = TensorInfo {
             name: "stacked".into(),
             dtype: DType::F16,
