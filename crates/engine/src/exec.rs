@@ -417,12 +417,8 @@ where
 {
     let source = cx.source;
     let unit = op.unit().max(1);
-    let computed = op.piecewise()
-        && !op.lossless()
-        && op
-            .needs(start..start + n)
-            .iter()
-            .any(|(j, _)| source.bytes(o.inputs[*j]).is_none());
+    let computed =
+        op.piecewise() && !op.lossless() && o.inputs.iter().any(|&i| source.bytes(i).is_none());
     let step = if computed {
         (STAGED_PIECE / unit).max(1) * unit
     } else {
