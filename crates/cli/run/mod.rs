@@ -27,8 +27,8 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use weightport_core::{Error, IoCounts};
 use weightport_engine::{
-    convert_input, convert_many, open_inputs, route, ConvertOptions, ConvertReport, Input,
-    OpenRequest, Progress, Route,
+    convert_input, convert_many, open_inputs, route, sha256_files_beside, ConvertOptions,
+    ConvertReport, Input, OpenRequest, Progress, Route,
 };
 use weightport_engine::{ThreadsOutOfRange, Workers, MAX_THREADS};
 
@@ -107,7 +107,8 @@ struct Recorder<'a> {
     /// `--force`: a file at the state's path that is not a job state is replaced.
     force: bool,
     job_file: Option<Material>,
-    /// sha256 of the input files, hashed after the conversion.
+    /// sha256 of the input files, hashed beside the conversion and after it (the files it read
+    /// that its inputs did not list).
     inputs: Hashes,
 }
 
@@ -199,7 +200,7 @@ pub(crate) fn run_job(
     let mut reads = Vec::new();
     for g in groups(todo) {
         let t = Instant::now();
-        let (results, read) = convert_group(&g, progress)?;
+        let (results, read) = convert_hashing_inputs(&g, job, &mut rec, progress)?;
         reads.extend(read);
         let results = side_files(&g, job, &cx, results);
         let known = match rec.path {

@@ -188,6 +188,35 @@ pub(super) fn hash_inputs(
     rec.inputs.fill(&inputs_of(&g.members, results), workers)
 }
 
+/// Converts group `g` while one thread beside it hashes the input files its members list (those
+/// not yet hashed at their stat), which their records need: the hashing fills the cores' idle
+/// moments instead of adding a pass after the conversion. A group with an attested member is
+/// converted alone: its statement hashes its materials, which the records then take.
+pub(super) fn convert_hashing_inputs(
+    g: &Group,
+    job: &Job,
+    rec: &mut Recorder,
+    progress: &dyn Progress,
+) -> Result<Converted, Error> {
+    let attested = g
+        .members
+        .iter()
+        .any(|m| job.outputs[m.index].args.attest.is_some());
+    if rec.path.is_none() || attested {
+        return convert_group(g, progress);
+    }
+    let listed: BTreeSet<PathBuf> = g
+        .members
+        .iter()
+        .flat_map(|m| m.before.keys().cloned())
+        .collect();
+    let todo = rec.inputs.unhashed(&listed);
+    let files: Vec<PathBuf> = todo.iter().map(|(p, _)| p.clone()).collect();
+    let (converted, sums) = sha256_files_beside(&files, || convert_group(g, progress))?;
+    rec.inputs.record(todo, sums);
+    Ok(converted)
+}
+
 /// Every input file the made outputs of a group listed or read, to hash for their records.
 pub(super) fn inputs_of(members: &[Pending], results: &Results) -> BTreeSet<PathBuf> {
     let mut all = BTreeSet::new();

@@ -224,19 +224,34 @@ impl Hashes {
         paths: &BTreeSet<PathBuf>,
         workers: &Workers,
     ) -> Result<(), Error> {
-        let todo: Vec<(PathBuf, Stat)> = paths
+        let todo = self.unhashed(paths);
+        let files: Vec<PathBuf> = todo.iter().map(|(p, _)| p.clone()).collect();
+        let sums = sha256_files(&files, workers)?;
+        self.record(todo, sums.into_iter().map(Some));
+        Ok(())
+    }
+
+    /// Those of `paths` not yet hashed at their current stat, with that stat.
+    pub(crate) fn unhashed(&self, paths: &BTreeSet<PathBuf>) -> Vec<(PathBuf, Stat)> {
+        paths
             .iter()
             .filter_map(|p| Some((p.clone(), stat_of(p)?)))
             .filter(|(p, s)| self.0.get(p).is_none_or(|(had, _)| had != s))
-            .collect();
-        let files: Vec<PathBuf> = todo.iter().map(|(p, _)| p.clone()).collect();
-        let sums = sha256_files(&files, workers)?;
+            .collect()
+    }
+
+    /// Keeps the sha256 of each file of `todo` (from [`Hashes::unhashed`]) whose stat is still
+    /// the one taken before it was hashed; a file not hashed (`None`) is left for a later fill.
+    pub(crate) fn record(
+        &mut self,
+        todo: Vec<(PathBuf, Stat)>,
+        sums: impl IntoIterator<Item = Option<String>>,
+    ) {
         for ((path, before), h) in todo.into_iter().zip(sums) {
-            if stat_of(&path) == Some(before) {
+            if let Some(h) = h.filter(|_| stat_of(&path) == Some(before)) {
                 self.0.insert(path, (before, h));
             }
         }
-        Ok(())
     }
 }
 

@@ -107,7 +107,7 @@ pub use exec::{hash_source, NoProgress, Progress};
 pub use fanout::{convert_many, ManyReport};
 pub use input::{open_input, open_inputs, Input};
 pub use job::{plan, Committed, Emit, Job, Prepared};
-pub use lineage::sha256_files;
+pub use lineage::{sha256_files, sha256_files_beside};
 pub use route::{route, ConvertOptions, Route};
 pub use transform::quality::Quality;
 pub use transform::Transform;

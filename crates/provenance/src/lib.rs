@@ -68,17 +68,26 @@ pub struct Provenance {
 
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
+    Ok(sha256_file_until(path, || false)?.unwrap_or_default())
+}
+
+/// sha256 of a file, hex, read in MiB pieces; `None` once `stop` says so (asked before each
+/// piece).
+pub fn sha256_file_until(path: &Path, stop: impl Fn() -> bool) -> Result<Option<String>> {
     let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
+        if stop() {
+            return Ok(None);
+        }
         let n = f.read(&mut buf).map_err(|e| Error::io(path, "read", e))?;
         if n == 0 {
             break;
         }
         h.update(&buf[..n]);
     }
-    Ok(hex(&h.finalize()))
+    Ok(Some(hex(&h.finalize())))
 }
 
 fn hex(b: &[u8]) -> String {
