@@ -331,7 +331,7 @@ fn an_output_failing_during_the_shared_read_does_not_undo_the_others() {
         "-o",
         &format!("{}:outtype=f32", d("f32.gguf")),
         "-o",
-        &format!("{}:outtype=f32,quant=F16", d("bad.gguf")),
+        &format!("{}:outtype=f32,quant=F16", d("new/dirs/bad.gguf")),
         "-o",
         &d("repo"),
     ]);
@@ -353,7 +353,8 @@ fn an_output_failing_during_the_shared_read_does_not_undo_the_others() {
         (out[0]["status"].as_str(), out[2]["status"].as_str()),
         (Some("made"), Some("made"))
     );
-    assert!(!t.path().join("bad.gguf").exists());
+    // The directories made for the failed output are removed with it.
+    assert!(!t.path().join("new").exists());
     let leftovers: Vec<_> = std::fs::read_dir(t.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -584,6 +585,13 @@ fn kills_during_the_shared_read_never_leave_partial_outputs() {
             assert_present_outputs_verify(&d, &what);
             if sig == libc::SIGTERM {
                 assert!(temps(&d).is_empty(), "TERM {round}: {:?}", temps(&d));
+                // The repo's directory, made by the run, is there only with the repo in it.
+                let repo = d.join("repo");
+                let shard = repo.join("model-00001-of-00006.safetensors");
+                assert!(
+                    !repo.exists() || shard.exists(),
+                    "TERM {round}: an empty repo left"
+                );
             }
             assert_rerun_equals_separate(i, &d, &sep, &what);
         }

@@ -34,7 +34,9 @@ pub struct ManyReport {
 /// An output during the run: failed, or started with its sink once open.
 enum Slot<'s> {
     Failed(Error),
-    Live(Box<Started<'s>>, Option<Box<dyn TensorSink>>),
+    /// The sink first: fields drop in order, so a failed output's temp files are gone before its
+    /// transaction's drop removes the directory it created (only an empty one is removed).
+    Live(Option<Box<dyn TensorSink>>, Box<Started<'s>>),
 }
 
 /// Converts `input` (opened with the request of every route in `outputs`, which are equal)
@@ -54,13 +56,13 @@ pub fn convert_many(
     let mut slots: Vec<Slot> = outputs
         .iter()
         .map(|r| match start(source, repo, r) {
-            Ok(s) => Slot::Live(Box::new(s), None),
+            Ok(s) => Slot::Live(None, Box::new(s)),
             Err(e) => Slot::Failed(e),
         })
         .collect();
     let (threads, memory) = threads_for(&slots, runs)?;
     for slot in &mut slots {
-        if let Slot::Live(s, _) = slot {
+        if let Slot::Live(_, s) = slot {
             s.report.threads = threads;
             s.report.memory_bytes = memory;
             s.report.notes = input.notes.clone();
@@ -78,7 +80,7 @@ pub fn convert_many(
         return Ok(report);
     }
     for slot in slots.iter_mut() {
-        if let Slot::Live(s, sink) = slot {
+        if let Slot::Live(sink, s) = slot {
             match s.open_sink() {
                 Ok(k) => *sink = Some(k),
                 Err(e) => *slot = Slot::Failed(e),
@@ -86,19 +88,36 @@ pub fn convert_many(
         }
     }
     let reads = Reads::new(source.tensors().len());
-    let pool = pool_of(threads)?;
-    let hashes = pool.install(|| execute(&slots, runs, &reads, progress))?;
+    let executed = pool_of(threads).and_then(|pool| {
+        Ok((
+            pool.install(|| execute(&slots, runs, &reads, progress))?,
+            pool,
+        ))
+    });
+    let (hashes, pool) = match executed {
+        Ok(x) => x,
+        Err(e) => {
+            abandon(slots);
+            return Err(e);
+        }
+    };
     report.read_bytes = reads.total();
     report.reads = reads.by_file(source);
     let mut hashes = hashes.into_iter();
     for slot in slots {
         let r = match slot {
             Slot::Failed(e) => Err(e),
-            Slot::Live(mut s, Some(sink)) => {
+            Slot::Live(Some(sink), mut s) => {
                 s.report.read_bytes = report.read_bytes;
                 s.report.reads = report.reads.clone();
-                let h = hashes.next().expect("one result per live output");
-                h.and_then(|h| pool.install(|| s.finish(sink, &h, progress)))
+                match hashes.next().expect("one result per live output") {
+                    Ok(h) => pool.install(|| s.finish(sink, &h, progress)),
+                    // The sink's temp files go first, then `s` removes the directories it made.
+                    Err(e) => {
+                        drop(sink);
+                        Err(e)
+                    }
+                }
             }
             Slot::Live(..) => Err(Error::Internal("an output without its sink".into())),
         };
@@ -107,10 +126,24 @@ pub fn convert_many(
     Ok(report)
 }
 
+/// Drops the outputs of a run that cannot go on: every sink first (their temp files), then
+/// the transactions, the last started first, so each removes the directories it made (an
+/// output's parent another output also uses is empty only once that one is gone).
+fn abandon(mut slots: Vec<Slot>) {
+    for slot in &mut slots {
+        if let Slot::Live(sink, _) = slot {
+            sink.take();
+        }
+    }
+    while let Some(slot) = slots.pop() {
+        drop(slot);
+    }
+}
+
 fn planned(slot: Slot) -> Result<ConvertReport> {
     match slot {
         Slot::Failed(e) => Err(e),
-        Slot::Live(s, _) => Ok(s.report),
+        Slot::Live(_, s) => Ok(s.report),
     }
 }
 
@@ -124,7 +157,7 @@ fn execute(
     let live: Vec<(&Started, &dyn TensorSink)> = slots
         .iter()
         .filter_map(|s| match s {
-            Slot::Live(s, Some(k)) => Some((s.as_ref(), k.as_ref())),
+            Slot::Live(Some(k), s) => Some((s.as_ref(), k.as_ref())),
             _ => None,
         })
         .collect();
@@ -163,7 +196,7 @@ fn threads_for(slots: &[Slot], runs: &[&Run]) -> Result<(usize, u64)> {
     let worker = slots
         .iter()
         .filter_map(|s| match s {
-            Slot::Live(s, _) => Some(worker_bytes(s.job.source(), &s.job.outs, chunk)),
+            Slot::Live(_, s) => Some(worker_bytes(s.job.source(), &s.job.outs, chunk)),
             Slot::Failed(_) => None,
         })
         .max()
@@ -174,7 +207,7 @@ fn threads_for(slots: &[Slot], runs: &[&Run]) -> Result<(usize, u64)> {
     let input: u64 = slots
         .iter()
         .find_map(|s| match s {
-            Slot::Live(s, _) => Some(s.job.source().tensors().iter().map(|t| t.byte_len).sum()),
+            Slot::Live(_, s) => Some(s.job.source().tensors().iter().map(|t| t.byte_len).sum()),
             Slot::Failed(_) => None,
         })
         .unwrap_or(0);

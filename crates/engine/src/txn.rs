@@ -24,7 +24,9 @@ use weightport_core::{shown, Error, FinishedFile, IoCounter, Knob, Result, Writt
 /// A prepared output: locked, checked, with the list of what the commit will remove.
 pub(crate) struct Prepared {
     lock: Option<OutputLock>,
-    created_dir: Option<PathBuf>,
+    /// The directories `prepare` created for the output, innermost first (the output's own
+    /// and the missing parents above it): removed on a failure, each only while empty.
+    created_dirs: Vec<PathBuf>,
     /// Files `--force` removes after publishing (stale shards, an old index).
     pub removals: Vec<PathBuf>,
     /// Temp files of killed runs that were removed (or, in a dry run, would be).
@@ -40,8 +42,10 @@ pub(crate) struct Prepared {
 impl Drop for Prepared {
     fn drop(&mut self) {
         self.lock.take();
-        if let Some(d) = self.created_dir.take() {
-            let _ = std::fs::remove_dir(d);
+        for d in std::mem::take(&mut self.created_dirs) {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
         }
     }
 }
@@ -123,7 +127,7 @@ pub(crate) fn prepare(
     check_target_kind(plan, target)?;
     let mut p = Prepared {
         lock: None,
-        created_dir: None,
+        created_dirs: Vec::new(),
         removals: Vec::new(),
         cleaned: Vec::new(),
         recovered: Vec::new(),
@@ -131,10 +135,10 @@ pub(crate) fn prepare(
         needed_bytes: 0,
     };
     if !dry_run {
-        if !plan.dir.exists() {
+        p.created_dirs = missing_dirs(&plan.dir);
+        if !p.created_dirs.is_empty() {
             std::fs::create_dir_all(&plan.dir)
                 .map_err(|e| Error::io(&plan.dir, "create directory", e))?;
-            p.created_dir = Some(plan.dir.clone());
         }
         p.lock = Some(OutputLock::acquire(&lock_path(plan, target), target)?);
         p.recovered = recover(&plan.dir)?;
@@ -155,6 +159,15 @@ pub(crate) fn prepare(
     }
     check_space(plan, &mut p)?;
     Ok(p)
+}
+
+/// `dir` and those of its ancestors that do not exist yet, innermost first.
+fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| d.symlink_metadata().is_err())
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 fn planned_paths(plan: &OutputPlan) -> impl Iterator<Item = &Path> {
@@ -360,7 +373,11 @@ pub(crate) fn commit(
     }
     sync_dir(&plan.dir)?;
     let mut prepared = prepared;
-    prepared.created_dir = None;
+    // The directories made for the output are kept, their entries made durable too.
+    for d in std::mem::take(&mut prepared.created_dirs) {
+        let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+        sync_dir(parent.unwrap_or(Path::new(".")))?;
+    }
     Ok(Committed {
         files,
         extras: published,
