@@ -454,7 +454,7 @@ fn truncation_at_every_37th_byte_errors_without_panic() {
 /// The full every-37th-byte pass over the vocab files (about 7 minutes on a shared machine):
 /// `cargo test -- --ignored truncation_full_vocab`.
 #[test]
-#[ignore = "minutes in a debug build: .ci/run runs it in release with --ignored"]
+#[ignore = "a minute of two cores: .ci/run runs it with --ignored"]
 fn truncation_full_vocab() {
     for file in committed_fixtures() {
         let bytes = std::fs::read(&file).unwrap();
