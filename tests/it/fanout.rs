@@ -607,7 +607,7 @@ fn the_memory_budget_bounds_the_shared_read() {
     let input = arch("llama");
     let specs: Vec<String> = OUTPUTS
         .iter()
-        .map(|(name, opts, _)| format!("{}:{opts}", t.path().join(name).display()))
+        .map(|(name, opts, _)| format!("{}:{opts}", t.path().join("new").join(name).display()))
         .collect();
     let run = |budget: &str| {
         let mut a = vec![
@@ -634,7 +634,7 @@ fn the_memory_budget_bounds_the_shared_read() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--max-memory 20000"));
     assert!(
         std::fs::read_dir(t.path()).unwrap().next().is_none(),
-        "nothing written"
+        "nothing written, not even the outputs' directory"
     );
     let budget = 4u64 << 20;
     let o = run(&budget.to_string());

@@ -60,7 +60,13 @@ pub fn convert_many(
             Err(e) => Slot::Failed(e),
         })
         .collect();
-    let (threads, memory) = threads_for(&slots, runs)?;
+    let (threads, memory) = match threads_for(&slots, runs) {
+        Ok(x) => x,
+        Err(e) => {
+            abandon(slots);
+            return Err(e);
+        }
+    };
     for slot in &mut slots {
         if let Slot::Live(_, s) = slot {
             s.report.threads = threads;
