@@ -190,8 +190,8 @@ pub(super) fn hash_inputs(
 
 /// Converts group `g` while one thread beside it hashes the input files its members list (those
 /// not yet hashed at their stat), which their records need: the hashing fills the cores' idle
-/// moments instead of adding a pass after the conversion. A group with an attested member is
-/// converted alone: its statement hashes its materials, which the records then take.
+/// moments instead of adding a pass after the conversion. A group with an attested member hashes
+/// nothing beside: its statement hashes its materials, which the records then take.
 pub(super) fn convert_hashing_inputs(
     g: &Group,
     job: &Job,

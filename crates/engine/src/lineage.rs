@@ -133,7 +133,7 @@ mod tests {
     const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
     fn files(dir: &std::path::Path) -> Vec<PathBuf> {
-        // Sizes out of order, so largest-first hashing reorders them.
+        // Sizes out of order: hashed largest first, the sums must still come back in this order.
         let contents: [&[u8]; 4] = [b"abc", &[7u8; 3 << 20], b"", &[9u8; 1 << 20]];
         contents
             .iter()
@@ -147,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn files_are_hashed_largest_first_and_returned_in_the_given_order() {
+    fn files_hashed_several_at_once_come_back_in_the_given_order() {
         let d = tempfile::tempdir().unwrap();
         let paths = files(d.path());
         let sums = sha256_files(&paths, &Workers::new(Some(2), None).unwrap()).unwrap();
