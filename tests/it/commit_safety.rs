@@ -549,12 +549,17 @@ fn input_truncated_mid_read_and_file_size_limits_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let mut saw_bus = false;
     // Truncations at fixed delays, then at fractions of a whole run's time on this machine (a
-    // faster build, or an idle machine, can finish before every fixed delay).
+    // faster build, or an idle machine, can finish before every fixed delay), then every 7 ms of
+    // its first 400: the input is read in a few tens of ms of the run (its bytes are copied by
+    // the kernel and hashed from the map; the rest is the output's verify and fsync), a window
+    // the coarser delays can all miss.
     let whole = whole_reshard_ms(tmp.path());
     let fractions = (1..8).map(|k| whole * k / 8);
+    let sweep = (1..58).map(|k| k * 7);
     for (round, delay) in [30u64, 80, 150, 300, 600]
         .into_iter()
         .chain(fractions)
+        .chain(sweep)
         .enumerate()
     {
         if saw_bus {
